@@ -1,0 +1,339 @@
+//! A GPU double: "device memory" is host memory the fake allocated and
+//! remembers; copies run on a thread of their own, at a speed the test sets,
+//! and can be made to hang until the test releases them.
+#![allow(unsafe_code)]
+
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::Duration;
+
+use super::faults::{Fault, Faults};
+use crate::gpu::{CopyEvent, Dmabuf, GpuError, GpuRuntime, PinnedHostBuffer, PointerInfo, PointerKind};
+
+#[derive(Debug)]
+struct Allocation {
+    device: Option<i32>,
+    mem: Box<[u8]>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    allocations: Vec<Allocation>,
+}
+
+#[derive(Debug, Default)]
+struct Gate {
+    hung: Mutex<bool>,
+    released: Condvar,
+}
+
+#[derive(Debug)]
+struct Shared {
+    faults: Faults,
+    live_pinned: AtomicI64,
+    live_copies: AtomicI64,
+    /// Nanoseconds each copy takes before it moves its bytes.
+    copy_delay_ns: AtomicU64,
+    gate: Gate,
+    dmabuf_ok: AtomicBool,
+}
+
+/// A GPU runtime double.
+#[derive(Debug)]
+pub struct FakeGpu {
+    devices: i32,
+    current: AtomicI32,
+    state: Mutex<State>,
+    shared: Arc<Shared>,
+}
+
+impl FakeGpu {
+    /// A runtime with `devices` GPUs, consulting `faults` at every call.
+    pub fn new(devices: i32, faults: Faults) -> Self {
+        Self {
+            devices,
+            current: AtomicI32::new(0),
+            state: Mutex::new(State::default()),
+            shared: Arc::new(Shared {
+                faults,
+                live_pinned: AtomicI64::new(0),
+                live_copies: AtomicI64::new(0),
+                copy_delay_ns: AtomicU64::new(0),
+                gate: Gate::default(),
+                dmabuf_ok: AtomicBool::new(true),
+            }),
+        }
+    }
+
+    fn check(&self, call: &'static str) -> Result<(), GpuError> {
+        match self.shared.faults.hit(call) {
+            Some(Fault::Fail) => Err(GpuError::new(call, 1, "injected failure")),
+            _ => Ok(()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Allocates `len` bytes of simulated memory on `device` and returns its address.
+    pub fn alloc_device(&self, device: i32, len: usize) -> usize {
+        let mem = vec![0u8; len].into_boxed_slice();
+        let addr = mem.as_ptr() as usize;
+        self.lock().allocations.push(Allocation {
+            device: Some(device),
+            mem,
+        });
+        addr
+    }
+
+    /// Allocates `len` bytes of pinned host memory that the fake reports as
+    /// host memory, and returns its address.
+    pub fn alloc_host(&self, len: usize) -> usize {
+        let mem = vec![0u8; len].into_boxed_slice();
+        let addr = mem.as_ptr() as usize;
+        self.lock().allocations.push(Allocation { device: None, mem });
+        addr
+    }
+
+    /// Frees an allocation made by [`FakeGpu::alloc_device`] or [`FakeGpu::alloc_host`].
+    pub fn free(&self, addr: usize) {
+        self.lock()
+            .allocations
+            .retain(|a| a.mem.as_ptr() as usize != addr);
+    }
+
+    /// Reads simulated device memory.
+    pub fn read(&self, addr: usize, len: usize) -> Option<Vec<u8>> {
+        let st = self.lock();
+        st.allocations.iter().find_map(|a| {
+            let base = a.mem.as_ptr() as usize;
+            let off = addr.checked_sub(base)?;
+            a.mem.get(off..off.checked_add(len)?).map(<[u8]>::to_vec)
+        })
+    }
+
+    /// Writes simulated device memory; says whether the range was inside one allocation.
+    pub fn write(&self, addr: usize, data: &[u8]) -> bool {
+        let mut st = self.lock();
+        st.allocations.iter_mut().any(|a| {
+            let base = a.mem.as_ptr() as usize;
+            let Some(off) = addr.checked_sub(base) else {
+                return false;
+            };
+            let Some(end) = off.checked_add(data.len()) else {
+                return false;
+            };
+            match a.mem.get_mut(off..end) {
+                Some(dst) => {
+                    dst.copy_from_slice(data);
+                    true
+                }
+                None => false,
+            }
+        })
+    }
+
+    /// Sets the thread's current device.
+    pub fn set_current(&self, device: i32) {
+        self.current.store(device, Ordering::SeqCst);
+    }
+
+    /// Makes each copy take `delay` before it moves its bytes.
+    pub fn set_copy_delay(&self, delay: Duration) {
+        let ns = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
+        self.shared.copy_delay_ns.store(ns, Ordering::SeqCst);
+    }
+
+    /// Makes copies that start from now on hang until [`FakeGpu::release`].
+    pub fn hang_copies(&self) {
+        *self
+            .shared
+            .gate
+            .hung
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = true;
+    }
+
+    /// Lets hung copies finish.
+    pub fn release(&self) {
+        *self
+            .shared
+            .gate
+            .hung
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = false;
+        self.shared.gate.released.notify_all();
+    }
+
+    /// Makes dma-buf export succeed or fail.
+    pub fn set_dmabuf_export(&self, ok: bool) {
+        self.shared.dmabuf_ok.store(ok, Ordering::SeqCst);
+    }
+
+    /// Pinned buffers handed out and not yet freed.
+    pub fn live_pinned(&self) -> i64 {
+        self.shared.live_pinned.load(Ordering::SeqCst)
+    }
+
+    /// Copy events handed out and not yet dropped.
+    pub fn live_copies(&self) -> i64 {
+        self.shared.live_copies.load(Ordering::SeqCst)
+    }
+}
+
+#[derive(Debug)]
+struct FakePinned {
+    mem: Box<[u8]>,
+    shared: Arc<Shared>,
+}
+
+impl Drop for FakePinned {
+    fn drop(&mut self) {
+        self.shared.live_pinned.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl PinnedHostBuffer for FakePinned {
+    fn addr(&self) -> usize {
+        self.mem.as_ptr() as usize
+    }
+    fn len(&self) -> usize {
+        self.mem.len()
+    }
+}
+
+#[derive(Debug)]
+struct FakeEvent {
+    done: Arc<AtomicBool>,
+    shared: Arc<Shared>,
+}
+
+impl Drop for FakeEvent {
+    fn drop(&mut self) {
+        self.shared.live_copies.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl CopyEvent for FakeEvent {
+    fn is_done(&self) -> Result<bool, GpuError> {
+        match self.shared.faults.hit("event_query") {
+            Some(Fault::Fail) => Err(GpuError::new("event_query", 1, "injected failure")),
+            _ => Ok(self.done.load(Ordering::SeqCst)),
+        }
+    }
+}
+
+impl GpuRuntime for FakeGpu {
+    fn name(&self) -> &'static str {
+        "fake"
+    }
+
+    fn device_count(&self) -> Result<i32, GpuError> {
+        self.check("device_count")?;
+        Ok(self.devices)
+    }
+
+    fn current_device(&self) -> Result<i32, GpuError> {
+        self.check("current_device")?;
+        if self.devices == 0 {
+            return Err(GpuError::new("current_device", 100, "no GPU"));
+        }
+        Ok(self.current.load(Ordering::SeqCst))
+    }
+
+    fn pci_bus_id(&self, device: i32) -> Result<String, GpuError> {
+        self.check("pci_bus_id")?;
+        if !(0..self.devices).contains(&device) {
+            return Err(GpuError::new("pci_bus_id", 101, format!("no GPU {device}")));
+        }
+        Ok(format!("0000:{:02x}:00.0", 0x10 + device))
+    }
+
+    fn pointer_info(&self, addr: usize) -> Result<PointerInfo, GpuError> {
+        self.check("pointer_info")?;
+        let st = self.lock();
+        for a in &st.allocations {
+            let base = a.mem.as_ptr() as usize;
+            if addr >= base && addr - base < a.mem.len().max(1) {
+                return Ok(PointerInfo {
+                    kind: a.device.map_or(PointerKind::Host, PointerKind::Device),
+                    allocation: Some((base, a.mem.len())),
+                });
+            }
+        }
+        Ok(PointerInfo {
+            kind: PointerKind::Unknown,
+            allocation: None,
+        })
+    }
+
+    fn alloc_pinned(&self, len: usize) -> Result<Box<dyn PinnedHostBuffer>, GpuError> {
+        self.check("alloc_pinned")?;
+        self.shared.live_pinned.fetch_add(1, Ordering::SeqCst);
+        Ok(Box::new(FakePinned {
+            mem: vec![0u8; len].into_boxed_slice(),
+            shared: self.shared.clone(),
+        }))
+    }
+
+    fn export_dmabuf(&self, _addr: usize, _len: usize) -> Result<Dmabuf, GpuError> {
+        self.check("export_dmabuf")?;
+        if !self.shared.dmabuf_ok.load(Ordering::SeqCst) {
+            return Err(GpuError::new(
+                "export_dmabuf",
+                801,
+                "the fake GPU refuses to export",
+            ));
+        }
+        let file =
+            std::fs::File::open("/dev/null").map_err(|e| GpuError::new("export_dmabuf", 0, e.to_string()))?;
+        Ok(Dmabuf {
+            fd: OwnedFd::from(file),
+            offset: 0,
+        })
+    }
+
+    fn copy_async(&self, dst: usize, src: usize, len: usize) -> Result<Box<dyn CopyEvent>, GpuError> {
+        self.check("copy_async")?;
+        let done = Arc::new(AtomicBool::new(false));
+        let shared = self.shared.clone();
+        let flag = done.clone();
+        shared.live_copies.fetch_add(1, Ordering::SeqCst);
+        let hung_at_start = *shared.gate.hung.lock().unwrap_or_else(PoisonError::into_inner);
+        let engine = shared.clone();
+        std::thread::Builder::new()
+            .name("fake-gpu-copy".into())
+            .spawn(move || {
+                let delay = engine.copy_delay_ns.load(Ordering::SeqCst);
+                if delay > 0 {
+                    std::thread::sleep(Duration::from_nanos(delay));
+                }
+                if hung_at_start {
+                    let mut hung = engine.gate.hung.lock().unwrap_or_else(PoisonError::into_inner);
+                    while *hung {
+                        hung = engine
+                            .gate
+                            .released
+                            .wait(hung)
+                            .unwrap_or_else(PoisonError::into_inner);
+                    }
+                }
+                // SAFETY: the library hands the fake only ranges inside
+                // allocations it registered (device memory from this fake, or
+                // staging buffers it keeps alive until the event reports done),
+                // exactly the contract of hipMemcpyAsync; the ranges are distinct
+                // buffers, so they do not overlap.
+                unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len) };
+                flag.store(true, Ordering::SeqCst);
+            })
+            .map_err(|e| GpuError::new("copy_async", 0, e.to_string()))?;
+        Ok(Box::new(FakeEvent { done, shared }))
+    }
+
+    fn synchronize(&self) -> Result<(), GpuError> {
+        self.check("synchronize")?;
+        Ok(())
+    }
+}

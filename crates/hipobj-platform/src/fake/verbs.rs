@@ -1,0 +1,431 @@
+//! A Verbs double: devices described by the test, QPs that enforce the RC
+//! state table, MRs with fresh keys, and counts of every live object.
+
+use std::collections::VecDeque;
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use super::faults::{Fault, Faults};
+use crate::memory::MemRegion;
+use crate::verbs::{
+    AccessFlags, CompletionQueue, Device, DeviceAttr, Gid, LinkLayer, MemoryRegion, Mtu, PortAttr, PortState,
+    ProtectionDomain, QpAttr, QpAttrMask, QpInitAttr, QpState, QueuePair, RecvWr, SendWr, Verbs, VerbsError,
+    VerbsErrorKind, WorkCompletion, check_rc_transition,
+};
+
+/// A fake device as a test describes it.
+#[derive(Clone, Debug)]
+pub struct FakeDeviceSpec {
+    /// Device name.
+    pub name: String,
+    /// GID table of port 1.
+    pub gids: Vec<Gid>,
+    /// State of port 1.
+    pub port_state: PortState,
+    /// Active MTU of port 1.
+    pub active_mtu: Mtu,
+    /// PCI vendor id.
+    pub vendor_id: u32,
+    /// Whether dma-buf registration works.
+    pub dmabuf: bool,
+}
+
+impl Default for FakeDeviceSpec {
+    fn default() -> Self {
+        Self {
+            name: "fake0".into(),
+            gids: vec![Gid::from_ipv4(std::net::Ipv4Addr::LOCALHOST)],
+            port_state: PortState::Active,
+            active_mtu: Mtu::Mtu4096,
+            vendor_id: 0,
+            dmabuf: false,
+        }
+    }
+}
+
+/// How many objects of each kind are alive.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveCounts {
+    /// Open devices.
+    pub devices: i64,
+    /// Protection domains.
+    pub pds: i64,
+    /// Completion queues.
+    pub cqs: i64,
+    /// Queue pairs.
+    pub qps: i64,
+    /// Memory regions.
+    pub mrs: i64,
+}
+
+impl LiveCounts {
+    /// Whether nothing is alive.
+    pub fn is_zero(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    devices: AtomicI64,
+    pds: AtomicI64,
+    cqs: AtomicI64,
+    qps: AtomicI64,
+    mrs: AtomicI64,
+    next_key: AtomicU32,
+    next_qpn: AtomicU32,
+}
+
+#[derive(Debug)]
+struct Shared {
+    faults: Faults,
+    counters: Counters,
+}
+
+impl Shared {
+    fn check(&self, call: &'static str) -> Result<(), VerbsError> {
+        match self.faults.hit(call) {
+            Some(Fault::Fail) => Err(VerbsError::new(
+                call,
+                VerbsErrorKind::Injected,
+                "injected failure",
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A Verbs double.
+#[derive(Debug)]
+pub struct FakeVerbs {
+    specs: Vec<FakeDeviceSpec>,
+    shared: Arc<Shared>,
+}
+
+impl FakeVerbs {
+    /// A backend with these devices, consulting `faults` at every call.
+    pub fn new(specs: Vec<FakeDeviceSpec>, faults: Faults) -> Self {
+        let counters = Counters {
+            next_key: AtomicU32::new(0x100),
+            next_qpn: AtomicU32::new(0x11),
+            ..Counters::default()
+        };
+        Self {
+            specs,
+            shared: Arc::new(Shared { faults, counters }),
+        }
+    }
+
+    /// Objects handed out and not yet dropped.
+    pub fn live(&self) -> LiveCounts {
+        let c = &self.shared.counters;
+        LiveCounts {
+            devices: c.devices.load(Ordering::SeqCst),
+            pds: c.pds.load(Ordering::SeqCst),
+            cqs: c.cqs.load(Ordering::SeqCst),
+            qps: c.qps.load(Ordering::SeqCst),
+            mrs: c.mrs.load(Ordering::SeqCst),
+        }
+    }
+}
+
+impl Verbs for FakeVerbs {
+    fn backend(&self) -> &'static str {
+        "fake"
+    }
+
+    fn device_names(&self) -> Result<Vec<String>, VerbsError> {
+        self.shared.check("device_names")?;
+        Ok(self.specs.iter().map(|s| s.name.clone()).collect())
+    }
+
+    fn open_device(&self, name: &str) -> Result<Arc<dyn Device>, VerbsError> {
+        self.shared.check("open_device")?;
+        let spec = self.specs.iter().find(|s| s.name == name).ok_or_else(|| {
+            VerbsError::new(
+                "ibv_open_device",
+                VerbsErrorKind::NotFound,
+                format!("no device named {name}"),
+            )
+        })?;
+        self.shared.counters.devices.fetch_add(1, Ordering::SeqCst);
+        Ok(Arc::new(FakeDevice {
+            spec: spec.clone(),
+            shared: self.shared.clone(),
+        }))
+    }
+}
+
+#[derive(Debug)]
+struct FakeDevice {
+    spec: FakeDeviceSpec,
+    shared: Arc<Shared>,
+}
+
+impl Drop for FakeDevice {
+    fn drop(&mut self) {
+        self.shared.counters.devices.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Device for FakeDevice {
+    fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    fn attr(&self) -> Result<DeviceAttr, VerbsError> {
+        self.shared.check("query_device")?;
+        Ok(DeviceAttr {
+            vendor_id: self.spec.vendor_id,
+            vendor_part_id: 0,
+            phys_port_cnt: 1,
+            max_qp: 4096,
+            max_qp_wr: 1024,
+            max_cqe: 65536,
+            max_mr_size: u64::MAX,
+            max_qp_rd_atom: 16,
+        })
+    }
+
+    fn query_port(&self, port: u8) -> Result<PortAttr, VerbsError> {
+        self.shared.check("query_port")?;
+        if port != 1 {
+            return Err(VerbsError::new(
+                "ibv_query_port",
+                VerbsErrorKind::NotFound,
+                format!("no port {port}"),
+            ));
+        }
+        Ok(PortAttr {
+            state: self.spec.port_state,
+            max_mtu: Mtu::Mtu4096,
+            active_mtu: self.spec.active_mtu,
+            gid_tbl_len: self.spec.gids.len() as u32,
+            lid: 0,
+            link_layer: LinkLayer::Ethernet,
+        })
+    }
+
+    fn query_gid(&self, port: u8, index: u32) -> Result<Gid, VerbsError> {
+        self.shared.check("query_gid")?;
+        if port != 1 {
+            return Err(VerbsError::new(
+                "ibv_query_gid",
+                VerbsErrorKind::NotFound,
+                format!("no port {port}"),
+            ));
+        }
+        self.spec.gids.get(index as usize).copied().ok_or_else(|| {
+            VerbsError::new(
+                "ibv_query_gid",
+                VerbsErrorKind::InvalidArgument,
+                format!("no GID index {index}"),
+            )
+        })
+    }
+
+    fn supports_dmabuf(&self) -> bool {
+        self.spec.dmabuf
+    }
+
+    fn alloc_pd(&self) -> Result<Arc<dyn ProtectionDomain>, VerbsError> {
+        self.shared.check("alloc_pd")?;
+        self.shared.counters.pds.fetch_add(1, Ordering::SeqCst);
+        Ok(Arc::new(FakePd {
+            shared: self.shared.clone(),
+            dmabuf: self.spec.dmabuf,
+        }))
+    }
+
+    fn create_cq(&self, cqe: u32) -> Result<Arc<dyn CompletionQueue>, VerbsError> {
+        self.shared.check("create_cq")?;
+        self.shared.counters.cqs.fetch_add(1, Ordering::SeqCst);
+        Ok(Arc::new(FakeCq {
+            shared: self.shared.clone(),
+            _depth: cqe,
+            entries: Mutex::new(VecDeque::new()),
+        }))
+    }
+}
+
+#[derive(Debug)]
+struct FakePd {
+    shared: Arc<Shared>,
+    dmabuf: bool,
+}
+
+impl Drop for FakePd {
+    fn drop(&mut self) {
+        self.shared.counters.pds.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl FakePd {
+    fn new_mr(&self, addr: u64, len: usize, access: AccessFlags) -> Box<dyn MemoryRegion> {
+        let key = self.shared.counters.next_key.fetch_add(1, Ordering::SeqCst);
+        self.shared.counters.mrs.fetch_add(1, Ordering::SeqCst);
+        Box::new(FakeMr {
+            shared: self.shared.clone(),
+            key,
+            addr,
+            len,
+            _access: access,
+        })
+    }
+}
+
+impl ProtectionDomain for FakePd {
+    fn reg_mr(&self, region: MemRegion, access: AccessFlags) -> Result<Box<dyn MemoryRegion>, VerbsError> {
+        self.shared.check("reg_mr")?;
+        Ok(self.new_mr(region.addr() as u64, region.len(), access))
+    }
+
+    fn reg_dmabuf_mr(
+        &self,
+        _fd: BorrowedFd<'_>,
+        _offset: u64,
+        len: usize,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<Box<dyn MemoryRegion>, VerbsError> {
+        self.shared.check("reg_dmabuf_mr")?;
+        if !self.dmabuf {
+            return Err(VerbsError::with_errno(
+                "ibv_reg_dmabuf_mr",
+                VerbsErrorKind::Unsupported,
+                95,
+                "the fake device has no dma-buf support",
+            ));
+        }
+        Ok(self.new_mr(iova, len, access))
+    }
+
+    fn create_qp(&self, _init: &QpInitAttr) -> Result<Box<dyn QueuePair>, VerbsError> {
+        self.shared.check("create_qp")?;
+        self.shared.counters.qps.fetch_add(1, Ordering::SeqCst);
+        let qpn = self.shared.counters.next_qpn.fetch_add(1, Ordering::SeqCst);
+        Ok(Box::new(FakeQp {
+            shared: self.shared.clone(),
+            qpn,
+            state: Mutex::new(QpState::Reset),
+        }))
+    }
+}
+
+#[derive(Debug)]
+struct FakeMr {
+    shared: Arc<Shared>,
+    key: u32,
+    addr: u64,
+    len: usize,
+    _access: AccessFlags,
+}
+
+impl Drop for FakeMr {
+    fn drop(&mut self) {
+        self.shared.counters.mrs.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl MemoryRegion for FakeMr {
+    fn lkey(&self) -> u32 {
+        self.key
+    }
+    fn rkey(&self) -> u32 {
+        self.key
+    }
+    fn addr(&self) -> u64 {
+        self.addr
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+#[derive(Debug)]
+struct FakeCq {
+    shared: Arc<Shared>,
+    _depth: u32,
+    entries: Mutex<VecDeque<WorkCompletion>>,
+}
+
+impl Drop for FakeCq {
+    fn drop(&mut self) {
+        self.shared.counters.cqs.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl CompletionQueue for FakeCq {
+    fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
+        self.shared.check("poll_cq")?;
+        let mut q = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = out.len().min(q.len());
+        for slot in out.iter_mut().take(n) {
+            if let Some(wc) = q.pop_front() {
+                *slot = wc;
+            }
+        }
+        Ok(n)
+    }
+
+    fn wait(&self, _timeout: Duration) -> Result<bool, VerbsError> {
+        self.shared.check("wait_cq")?;
+        Ok(!self
+            .entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty())
+    }
+}
+
+#[derive(Debug)]
+struct FakeQp {
+    shared: Arc<Shared>,
+    qpn: u32,
+    state: Mutex<QpState>,
+}
+
+impl Drop for FakeQp {
+    fn drop(&mut self) {
+        self.shared.counters.qps.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl QueuePair for FakeQp {
+    fn qp_num(&self) -> u32 {
+        self.qpn
+    }
+
+    fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbsError> {
+        self.shared.check("modify_qp")?;
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        check_rc_transition(*state, attr, mask)?;
+        *state = attr.qp_state;
+        Ok(())
+    }
+
+    fn state(&self) -> Result<QpState, VerbsError> {
+        self.shared.check("query_qp")?;
+        Ok(*self.state.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn post_send(&self, _wr: &SendWr<'_>) -> Result<(), VerbsError> {
+        self.shared.check("post_send")?;
+        Err(VerbsError::new(
+            "ibv_post_send",
+            VerbsErrorKind::Unsupported,
+            "the fake NIC moves no data",
+        ))
+    }
+
+    fn post_recv(&self, _wr: &RecvWr<'_>) -> Result<(), VerbsError> {
+        self.shared.check("post_recv")?;
+        Err(VerbsError::new(
+            "ibv_post_recv",
+            VerbsErrorKind::Unsupported,
+            "the fake NIC moves no data",
+        ))
+    }
+}

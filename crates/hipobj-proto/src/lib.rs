@@ -1,0 +1,1 @@
+//! hipObject wire formats (token and reply), pure code with no I/O.
