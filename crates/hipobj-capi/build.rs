@@ -1,1 +1,12 @@
-fn main() {}
+//! Gives the shared library the soname `libhipobj.so.<major>`, whatever file
+//! name cargo writes it under, so that programs linked against it find the
+//! installed `libhipobj.so.0`.
+
+fn main() {
+    let major = std::env::var("CARGO_PKG_VERSION_MAJOR").unwrap_or_else(|_| "0".into());
+    let target_os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
+    if target_os == "linux" {
+        println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libhipobj.so.{major}");
+    }
+    println!("cargo:rerun-if-changed=build.rs");
+}

@@ -1,1 +1,15 @@
-//! C ABI.
+//! The C ABI of hipobj.h: `libhipobj.so.0` and `libhipobj.a`.
+//!
+//! A thin skin over the `hipobj` core. It checks C arguments, converts
+//! pointers into Rust values, maps errors to `hipObjError_t`, and catches
+//! every panic before it can unwind into C. The only symbols it exports are
+//! the `hipObj*` functions of include/hipobj.h.
+
+mod api;
+mod boundary;
+mod strings;
+#[doc(hidden)]
+pub mod testing;
+pub mod types;
+
+pub use api::*;

@@ -66,6 +66,9 @@ pub trait PinnedHostBuffer: Send + Sync + fmt::Debug {
     fn addr(&self) -> usize;
     /// Length in bytes.
     fn len(&self) -> usize;
+    /// The memory as a region to register. It stays valid for as long as
+    /// this buffer lives, so every MR over it must be dropped first.
+    fn region(&self) -> crate::memory::MemRegion;
     /// Whether the buffer is empty.
     fn is_empty(&self) -> bool {
         self.len() == 0

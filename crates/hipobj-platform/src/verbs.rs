@@ -723,6 +723,19 @@ pub struct WorkCompletion {
     pub qp_num: u32,
 }
 
+impl WorkCompletion {
+    /// A placeholder to fill arrays that [`CompletionQueue::poll`] writes into.
+    pub const EMPTY: Self = Self {
+        wr_id: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Send,
+        vendor_err: 0,
+        byte_len: 0,
+        imm_data: None,
+        qp_num: 0,
+    };
+}
+
 /// Access to RDMA devices: the root of the seam.
 pub trait Verbs: Send + Sync + fmt::Debug {
     /// A short name of the backend ("ibverbs", "softroce", "fake").

@@ -202,6 +202,11 @@ impl PinnedHostBuffer for FakePinned {
     fn len(&self) -> usize {
         self.mem.len()
     }
+    fn region(&self) -> crate::memory::MemRegion {
+        // SAFETY: the bytes belong to this buffer and stay allocated until it
+        // is dropped, which the trait requires to happen after every MR over it.
+        unsafe { crate::memory::MemRegion::new(self.mem.as_ptr() as usize, self.mem.len()) }
+    }
 }
 
 #[derive(Debug)]

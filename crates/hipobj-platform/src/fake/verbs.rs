@@ -1,7 +1,7 @@
 //! A Verbs double: devices described by the test, QPs that enforce the RC
 //! state table, MRs with fresh keys, and counts of every live object.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -78,10 +78,49 @@ struct Counters {
     next_qpn: AtomicU32,
 }
 
+type CqEntries = Arc<Mutex<VecDeque<WorkCompletion>>>;
+
+#[derive(Debug)]
+struct QpInner {
+    state: Mutex<QpState>,
+    /// wr_ids of posted receives.
+    recvs: Mutex<Vec<u64>>,
+    recv_cq: Option<CqEntries>,
+}
+
+impl QpInner {
+    /// Moves to `state`; entering ERR flushes posted receives, RESET drops them.
+    fn enter(&self, qpn: u32, state: QpState) {
+        *self.state.lock().unwrap_or_else(PoisonError::into_inner) = state;
+        let mut recvs = self.recvs.lock().unwrap_or_else(PoisonError::into_inner);
+        match state {
+            QpState::Err => {
+                if let Some(cq) = &self.recv_cq {
+                    let mut q = cq.lock().unwrap_or_else(PoisonError::into_inner);
+                    for wr_id in recvs.drain(..) {
+                        q.push_back(WorkCompletion {
+                            wr_id,
+                            status: crate::verbs::WcStatus::WrFlushErr,
+                            opcode: crate::verbs::WcOpcode::Recv,
+                            qp_num: qpn,
+                            ..WorkCompletion::EMPTY
+                        });
+                    }
+                }
+            }
+            QpState::Reset => recvs.clear(),
+            _ => {}
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Shared {
     faults: Faults,
     counters: Counters,
+    /// Completion queues by the address of their `Arc`, so QPs find theirs.
+    cqs: Mutex<HashMap<usize, CqEntries>>,
+    qps: Mutex<HashMap<u32, Arc<QpInner>>>,
 }
 
 impl Shared {
@@ -114,7 +153,12 @@ impl FakeVerbs {
         };
         Self {
             specs,
-            shared: Arc::new(Shared { faults, counters }),
+            shared: Arc::new(Shared {
+                faults,
+                counters,
+                cqs: Mutex::new(HashMap::new()),
+                qps: Mutex::new(HashMap::new()),
+            }),
         }
     }
 
@@ -128,6 +172,40 @@ impl FakeVerbs {
             qps: c.qps.load(Ordering::SeqCst),
             mrs: c.mrs.load(Ordering::SeqCst),
         }
+    }
+
+    /// The state of a live QP, or `None` if no QP has that number.
+    pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
+        let qps = self.shared.qps.lock().unwrap_or_else(PoisonError::into_inner);
+        qps.get(&qpn)
+            .map(|q| *q.state.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Numbers of the live QPs.
+    pub fn qp_nums(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self
+            .shared
+            .qps
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .copied()
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Puts a QP into the error state, as a NIC does after a fatal error on
+    /// the connection: posted receives are flushed to its receive CQ.
+    pub fn break_qp(&self, qpn: u32) -> bool {
+        let qp = self
+            .shared
+            .qps
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&qpn)
+            .cloned();
+        qp.map(|q| q.enter(qpn, QpState::Err)).is_some()
     }
 }
 
@@ -242,11 +320,19 @@ impl Device for FakeDevice {
     fn create_cq(&self, cqe: u32) -> Result<Arc<dyn CompletionQueue>, VerbsError> {
         self.shared.check("create_cq")?;
         self.shared.counters.cqs.fetch_add(1, Ordering::SeqCst);
-        Ok(Arc::new(FakeCq {
+        let entries: CqEntries = Arc::new(Mutex::new(VecDeque::new()));
+        let cq: Arc<dyn CompletionQueue> = Arc::new(FakeCq {
             shared: self.shared.clone(),
             _depth: cqe,
-            entries: Mutex::new(VecDeque::new()),
-        }))
+            entries: entries.clone(),
+        });
+        let key = Arc::as_ptr(&cq).cast::<()>() as usize;
+        self.shared
+            .cqs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key, entries);
+        Ok(cq)
     }
 }
 
@@ -302,14 +388,32 @@ impl ProtectionDomain for FakePd {
         Ok(self.new_mr(iova, len, access))
     }
 
-    fn create_qp(&self, _init: &QpInitAttr) -> Result<Box<dyn QueuePair>, VerbsError> {
+    fn create_qp(&self, init: &QpInitAttr) -> Result<Box<dyn QueuePair>, VerbsError> {
         self.shared.check("create_qp")?;
         self.shared.counters.qps.fetch_add(1, Ordering::SeqCst);
         let qpn = self.shared.counters.next_qpn.fetch_add(1, Ordering::SeqCst);
+        let key = Arc::as_ptr(&init.recv_cq).cast::<()>() as usize;
+        let recv_cq = self
+            .shared
+            .cqs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+            .cloned();
+        let inner = Arc::new(QpInner {
+            state: Mutex::new(QpState::Reset),
+            recvs: Mutex::new(Vec::new()),
+            recv_cq,
+        });
+        self.shared
+            .qps
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(qpn, inner.clone());
         Ok(Box::new(FakeQp {
             shared: self.shared.clone(),
             qpn,
-            state: Mutex::new(QpState::Reset),
+            inner,
         }))
     }
 }
@@ -348,12 +452,18 @@ impl MemoryRegion for FakeMr {
 struct FakeCq {
     shared: Arc<Shared>,
     _depth: u32,
-    entries: Mutex<VecDeque<WorkCompletion>>,
+    entries: CqEntries,
 }
 
 impl Drop for FakeCq {
     fn drop(&mut self) {
         self.shared.counters.cqs.fetch_sub(1, Ordering::SeqCst);
+        let key = std::ptr::from_ref(self).cast::<()>() as usize;
+        self.shared
+            .cqs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&key);
     }
 }
 
@@ -384,12 +494,17 @@ impl CompletionQueue for FakeCq {
 struct FakeQp {
     shared: Arc<Shared>,
     qpn: u32,
-    state: Mutex<QpState>,
+    inner: Arc<QpInner>,
 }
 
 impl Drop for FakeQp {
     fn drop(&mut self) {
         self.shared.counters.qps.fetch_sub(1, Ordering::SeqCst);
+        self.shared
+            .qps
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.qpn);
     }
 }
 
@@ -400,15 +515,15 @@ impl QueuePair for FakeQp {
 
     fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbsError> {
         self.shared.check("modify_qp")?;
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        check_rc_transition(*state, attr, mask)?;
-        *state = attr.qp_state;
+        let cur = *self.inner.state.lock().unwrap_or_else(PoisonError::into_inner);
+        check_rc_transition(cur, attr, mask)?;
+        self.inner.enter(self.qpn, attr.qp_state);
         Ok(())
     }
 
     fn state(&self) -> Result<QpState, VerbsError> {
         self.shared.check("query_qp")?;
-        Ok(*self.state.lock().unwrap_or_else(PoisonError::into_inner))
+        Ok(*self.inner.state.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     fn post_send(&self, _wr: &SendWr<'_>) -> Result<(), VerbsError> {
@@ -420,12 +535,26 @@ impl QueuePair for FakeQp {
         ))
     }
 
-    fn post_recv(&self, _wr: &RecvWr<'_>) -> Result<(), VerbsError> {
+    fn post_recv(&self, wr: &RecvWr<'_>) -> Result<(), VerbsError> {
         self.shared.check("post_recv")?;
-        Err(VerbsError::new(
-            "ibv_post_recv",
-            VerbsErrorKind::Unsupported,
-            "the fake NIC moves no data",
-        ))
+        let state = *self.inner.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state == QpState::Reset {
+            return Err(VerbsError::with_errno(
+                "ibv_post_recv",
+                VerbsErrorKind::InvalidArgument,
+                22,
+                "a QP in RESET takes no receives",
+            ));
+        }
+        self.inner
+            .recvs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(wr.wr_id);
+        if state == QpState::Err {
+            // A QP in error completes new receives at once, flushed.
+            self.inner.enter(self.qpn, QpState::Err);
+        }
+        Ok(())
     }
 }

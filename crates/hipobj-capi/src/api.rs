@@ -1,0 +1,452 @@
+//! The exported functions of hipobj.h.
+//!
+//! Each one checks its C arguments, turns them into Rust values, calls the
+//! core, and maps the result to `hipObjError_t`, inside the panic boundary.
+//! Raw pointers are read here and nowhere else.
+#![allow(unsafe_code)]
+
+use std::collections::HashSet;
+use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
+use std::sync::{Mutex, PoisonError};
+
+use hipobj::{Config, Control, ControlError, Direction, Error, ErrorKind, Library, Options, SyncDirection};
+use hipobj_platform::MemRegion;
+
+use crate::boundary::{guard, guard_or};
+use crate::types::{HipObjConfig, HipObjError, HipObjOps, OpError};
+use crate::{strings, testing};
+
+/// The process's library state.
+static LIBRARY: Library = Library::new();
+
+/// Tokens handed out by `hipObjGetRdmaToken` and not yet released.
+static TOKENS: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+
+/// `HIPOBJ_RDMA_OP_PUT`.
+const OP_PUT: c_int = 0;
+/// `HIPOBJ_RDMA_OP_GET`.
+const OP_GET: c_int = 1;
+/// `HIPOBJ_SYNC_TO_HOST`.
+const SYNC_TO_HOST: c_int = 0;
+/// `HIPOBJ_SYNC_TO_DEVICE`.
+const SYNC_TO_DEVICE: c_int = 1;
+
+fn err(kind: ErrorKind) -> HipObjError {
+    HipObjError::code(kind)
+}
+
+fn invalid() -> HipObjError {
+    err(ErrorKind::InvalidValue)
+}
+
+/// A C offset as a Rust one: negative offsets are invalid.
+fn offset(off: libc::off_t) -> Result<usize, HipObjError> {
+    usize::try_from(off).map_err(|_| invalid())
+}
+
+/// Reads a NUL-terminated string argument that must be UTF-8.
+///
+/// # Safety
+/// `p` must be NULL or point to a NUL-terminated string.
+unsafe fn c_str<'a>(p: *const c_char) -> Result<Option<&'a str>, HipObjError> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: non-NULL, and the caller promises a NUL-terminated string.
+    let s = unsafe { CStr::from_ptr(p) };
+    s.to_str().map(Some).map_err(|_| invalid())
+}
+
+/// Runs `f` on the current instance.
+fn with_instance(f: impl FnOnce(&hipobj::Instance) -> Result<(), Error>) -> HipObjError {
+    match LIBRARY.instance() {
+        Ok(inst) => f(&inst).into(),
+        Err(e) => (&e).into(),
+    }
+}
+
+/// `hipObjGetErrorString`.
+#[unsafe(no_mangle)]
+pub extern "C" fn hipObjGetErrorString(err: OpError) -> *const c_char {
+    guard_or(strings::FALLBACK_ERROR.as_ptr(), || {
+        if testing::panic_requested("hipObjGetErrorString") {
+            panic!("injected panic in hipObjGetErrorString");
+        }
+        strings::error_string(err).as_ptr()
+    })
+}
+
+/// `hipObjGetVersionString`.
+#[unsafe(no_mangle)]
+pub extern "C" fn hipObjGetVersionString() -> *const c_char {
+    guard_or(strings::FALLBACK_VERSION.as_ptr(), || {
+        if testing::panic_requested("hipObjGetVersionString") {
+            panic!("injected panic in hipObjGetVersionString");
+        }
+        strings::VERSION.as_ptr()
+    })
+}
+
+/// `hipObjGetVersion`.
+///
+/// # Safety
+/// Each pointer must be NULL or point to a writable `unsigned`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipObjGetVersion(
+    major: *mut c_uint,
+    minor: *mut c_uint,
+    patch: *mut c_uint,
+) -> HipObjError {
+    guard(|| {
+        for (p, v) in [
+            (major, strings::VERSION_MAJOR),
+            (minor, strings::VERSION_MINOR),
+            (patch, strings::VERSION_PATCH),
+        ] {
+            if !p.is_null() {
+                // SAFETY: non-NULL, and the caller promises it is writable.
+                unsafe { p.write(v) };
+            }
+        }
+        HipObjError::OK
+    })
+}
+
+/// `hipObjInit`.
+///
+/// # Safety
+/// `config` must be NULL or point to a `hipObjConfig_t` whose `nicHint` is
+/// NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipObjInit(config: *mut HipObjConfig) -> HipObjError {
+    guard(|| {
+        if config.is_null() {
+            return invalid();
+        }
+        // SAFETY: non-NULL, and the caller promises a valid hipObjConfig_t.
+        let c = unsafe { config.read() };
+        // SAFETY: the caller promises nicHint is NULL or a C string.
+        let hint = match unsafe { c_str(c.nicHint) } {
+            Ok(h) => h.unwrap_or(""),
+            Err(e) => return e,
+        };
+        let cfg = Config {
+            flags: c.flags,
+            gpu_device: c.gpuDevice,
+            nic_hint: Config::parse_hint(hint),
+        };
+        LIBRARY
+            .init(&cfg, || Ok(testing::platform()), Options::from_env)
+            .into()
+    })
+}
+
+/// `hipObjShutdown`.
+#[unsafe(no_mangle)]
+pub extern "C" fn hipObjShutdown() -> HipObjError {
+    guard(|| {
+        LIBRARY.shutdown();
+        HipObjError::OK
+    })
+}
+
+fn region(ptr: *const c_void, size: usize) -> Result<MemRegion, HipObjError> {
+    if ptr.is_null() {
+        return Err(invalid());
+    }
+    if size == 0 {
+        return Err(invalid());
+    }
+    if size as u64 > hipobj::buffers::MAX_BUFFER_SIZE {
+        return Err(err(ErrorKind::SizeTooLarge));
+    }
+    if (ptr as usize).checked_add(size).is_none() {
+        return Err(invalid());
+    }
+    // SAFETY: hipobj.h makes the application keep a registered buffer
+    // allocated until hipObjBufDeregister succeeds, which drops every MR over
+    // it; the range does not wrap (checked above).
+    Ok(unsafe { MemRegion::new(ptr as usize, size) })
+}
+
+/// `hipObjBufRegister`.
+#[unsafe(no_mangle)]
+pub extern "C" fn hipObjBufRegister(dev_ptr: *mut c_void, size: usize) -> HipObjError {
+    guard(|| match region(dev_ptr, size) {
+        Ok(r) => with_instance(|i| i.register_device(r)),
+        Err(e) => e,
+    })
+}
+
+/// `hipObjBufRegisterHost`.
+#[unsafe(no_mangle)]
+pub extern "C" fn hipObjBufRegisterHost(host_ptr: *mut c_void, size: usize) -> HipObjError {
+    guard(|| match region(host_ptr, size) {
+        Ok(r) => with_instance(|i| i.register_host(r)),
+        Err(e) => e,
+    })
+}
+
+/// `hipObjBufDeregister`.
+#[unsafe(no_mangle)]
+pub extern "C" fn hipObjBufDeregister(dev_ptr: *mut c_void) -> HipObjError {
+    guard(|| {
+        if dev_ptr.is_null() {
+            return invalid();
+        }
+        with_instance(|i| i.deregister(dev_ptr as usize))
+    })
+}
+
+/// `hipObjOps_t` and its context, as the core's [`Control`].
+struct Callbacks {
+    send: crate::types::SendRequestFn,
+    recv: crate::types::RecvReplyFn,
+    ctx: *mut c_void,
+}
+
+impl Control for Callbacks {
+    fn send_request(&mut self, token: &str) -> Result<(), ControlError> {
+        let token = CString::new(token).map_err(|_| ControlError("token holds a NUL byte".into()))?;
+        // SAFETY: the application supplied this callback and context for this
+        // call; the token is a NUL-terminated string that outlives the call.
+        let rc = unsafe { (self.send)(self.ctx, token.as_ptr(), token.as_bytes().len()) };
+        if rc < 0 {
+            return Err(ControlError(format!("sendRequest returned {rc}")));
+        }
+        Ok(())
+    }
+
+    fn recv_reply(&mut self, reply: &mut [u8]) -> Result<usize, ControlError> {
+        let mut len = reply.len();
+        // SAFETY: the application supplied this callback and context; `reply`
+        // is writable for `len` bytes and `len` is a valid, writable size_t.
+        let rc = unsafe { (self.recv)(self.ctx, reply.as_mut_ptr().cast::<c_char>(), &mut len) };
+        if rc < 0 {
+            return Err(ControlError(format!("recvReply returned {rc}")));
+        }
+        Ok(len)
+    }
+}
+
+fn transfer(
+    dir: Direction,
+    ptr: *const c_void,
+    size: usize,
+    off: libc::off_t,
+    ops: *const HipObjOps,
+    ctx: *mut c_void,
+) -> HipObjError {
+    if ptr.is_null() || ops.is_null() {
+        return invalid();
+    }
+    let off = match offset(off) {
+        Ok(o) => o,
+        Err(e) => return e,
+    };
+    if size == 0 {
+        return invalid();
+    }
+    if size as u64 > hipobj::buffers::MAX_BUFFER_SIZE {
+        return err(ErrorKind::SizeTooLarge);
+    }
+    // SAFETY: non-NULL, and the caller promises a valid hipObjOps_t.
+    let ops = unsafe { ops.read() };
+    let (Some(send), Some(recv)) = (ops.sendRequest, ops.recvReply) else {
+        return invalid();
+    };
+    let mut control = Callbacks { send, recv, ctx };
+    with_instance(|i| i.transfer(dir, ptr as usize, size, off, &mut control))
+}
+
+/// `hipObjGet`.
+///
+/// # Safety
+/// `ops` must be NULL or point to a `hipObjOps_t` whose callbacks are safe to
+/// call with `ctx`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipObjGet(
+    _handle: *mut c_void,
+    dev_ptr: *mut c_void,
+    size: usize,
+    offset: libc::off_t,
+    ops: *mut HipObjOps,
+    ctx: *mut c_void,
+) -> HipObjError {
+    guard(|| transfer(Direction::Get, dev_ptr, size, offset, ops, ctx))
+}
+
+/// `hipObjPut`.
+///
+/// # Safety
+/// As for [`hipObjGet`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipObjPut(
+    _handle: *mut c_void,
+    dev_ptr: *const c_void,
+    size: usize,
+    offset: libc::off_t,
+    ops: *mut HipObjOps,
+    ctx: *mut c_void,
+) -> HipObjError {
+    guard(|| transfer(Direction::Put, dev_ptr, size, offset, ops, ctx))
+}
+
+/// `hipObjBufSync`.
+#[unsafe(no_mangle)]
+pub extern "C" fn hipObjBufSync(
+    dev_ptr: *mut c_void,
+    size: usize,
+    off: libc::off_t,
+    direction: c_int,
+) -> HipObjError {
+    guard(|| {
+        if dev_ptr.is_null() {
+            return invalid();
+        }
+        let off = match offset(off) {
+            Ok(o) => o,
+            Err(e) => return e,
+        };
+        let dir = match direction {
+            SYNC_TO_HOST => SyncDirection::ToHost,
+            SYNC_TO_DEVICE => SyncDirection::ToDevice,
+            _ => return invalid(),
+        };
+        if size == 0 {
+            return invalid();
+        }
+        if size as u64 > hipobj::buffers::MAX_BUFFER_SIZE {
+            return err(ErrorKind::SizeTooLarge);
+        }
+        with_instance(|i| i.sync(dev_ptr as usize, size, off, dir))
+    })
+}
+
+fn tokens() -> std::sync::MutexGuard<'static, Option<HashSet<usize>>> {
+    TOKENS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// `hipObjGetRdmaToken`.
+///
+/// # Safety
+/// `out_token` must be NULL or point to a writable `char *`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipObjGetRdmaToken(
+    dev_ptr: *const c_void,
+    size: usize,
+    op: c_int,
+    out_token: *mut *mut c_char,
+) -> HipObjError {
+    guard(|| {
+        if dev_ptr.is_null() || out_token.is_null() || !matches!(op, OP_PUT | OP_GET) {
+            return invalid();
+        }
+        if size == 0 {
+            return invalid();
+        }
+        if size as u64 > hipobj::buffers::MAX_BUFFER_SIZE {
+            return err(ErrorKind::SizeTooLarge);
+        }
+        let token = match LIBRARY
+            .instance()
+            .and_then(|i| i.rdma_token(dev_ptr as usize, size))
+        {
+            Ok(t) => t,
+            Err(e) => return (&e).into(),
+        };
+        let Ok(owned) = CString::new(token.as_str()) else {
+            return err(ErrorKind::InternalError);
+        };
+        let raw = owned.into_raw();
+        tokens().get_or_insert_with(HashSet::new).insert(raw as usize);
+        // SAFETY: non-NULL, and the caller promises it is writable.
+        unsafe { out_token.write(raw) };
+        HipObjError::OK
+    })
+}
+
+/// `hipObjPutRdmaToken`.
+// The pointer is only dereferenced after it is found in the set of live
+// tokens this library handed out, so any value a caller passes is safe.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+#[unsafe(no_mangle)]
+pub extern "C" fn hipObjPutRdmaToken(token: *mut c_char) -> HipObjError {
+    guard(|| {
+        if token.is_null() {
+            return invalid();
+        }
+        let known = tokens().as_mut().is_some_and(|set| set.remove(&(token as usize)));
+        if !known {
+            // Not ours, or already released: freeing it would corrupt the heap.
+            return invalid();
+        }
+        // SAFETY: the pointer came from CString::into_raw in
+        // hipObjGetRdmaToken and was just removed from the live set, so it is
+        // released exactly once.
+        drop(unsafe { CString::from_raw(token) });
+        HipObjError::OK
+    })
+}
+
+/// `hipObjParseRdmaReply`.
+///
+/// # Safety
+/// `reply` must be NULL or readable for `reply_len` bytes; `http_code` must be
+/// NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipObjParseRdmaReply(
+    reply: *const c_char,
+    reply_len: usize,
+    http_code: *mut c_int,
+) -> HipObjError {
+    guard(|| {
+        if reply.is_null() || http_code.is_null() {
+            return invalid();
+        }
+        // SAFETY: non-NULL, and the caller promises reply_len readable bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(reply.cast::<u8>(), reply_len) };
+        match hipobj_proto::parse_reply(bytes) {
+            Ok(r) => {
+                // SAFETY: non-NULL, and the caller promises it is writable.
+                unsafe { http_code.write(c_int::from(r.http_code())) };
+                HipObjError::OK
+            }
+            Err(_) => invalid(),
+        }
+    })
+}
+
+/// `hipObjTokenClientNic`.
+///
+/// # Safety
+/// `token` must be NULL or a NUL-terminated string; `nic_ip` must be NULL or
+/// writable for `nic_ip_len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipObjTokenClientNic(
+    token: *const c_char,
+    nic_ip: *mut c_char,
+    nic_ip_len: usize,
+) -> HipObjError {
+    guard(|| {
+        if token.is_null() || nic_ip.is_null() || nic_ip_len == 0 {
+            return invalid();
+        }
+        // SAFETY: non-NULL, and the caller promises a NUL-terminated string.
+        let hex = unsafe { CStr::from_ptr(token) }.to_bytes();
+        let Ok(tok) = hipobj_proto::Token::decode(hex) else {
+            return invalid();
+        };
+        let text = tok.client_ipv4().map(|ip| ip.to_string()).unwrap_or_default();
+        if text.len() + 1 > nic_ip_len {
+            return invalid();
+        }
+        // SAFETY: nic_ip is writable for nic_ip_len bytes, and text plus its
+        // NUL fit (checked above).
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), nic_ip.cast::<u8>(), text.len());
+            nic_ip.add(text.len()).write(0);
+        }
+        HipObjError::OK
+    })
+}

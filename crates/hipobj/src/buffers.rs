@@ -1,0 +1,210 @@
+//! Registered buffers, looked up by the exact address they were registered at.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, PoisonError, RwLock};
+
+use hipobj_platform::{MemoryRegion, PinnedHostBuffer};
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// Most buffers registered at once.
+pub const MAX_BUFFERS: usize = 256;
+/// Largest registration, in bytes: 4 GiB.
+pub const MAX_BUFFER_SIZE: u64 = 4 << 30;
+
+/// How a buffer reaches the NIC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BufKind {
+    /// Host memory, registered as it is.
+    Host,
+    /// GPU memory the NIC reaches directly, through a dma-buf or a plain MR.
+    Device {
+        /// Whether it was registered as a dma-buf.
+        dmabuf: bool,
+    },
+    /// GPU memory the NIC cannot reach: peers use a pinned host copy of it.
+    Staged,
+}
+
+/// One registered buffer.
+#[derive(Debug)]
+pub struct BufEntry {
+    addr: usize,
+    len: usize,
+    kind: BufKind,
+    // Field order is drop order: the MR goes before the memory it covers.
+    mr: Box<dyn MemoryRegion>,
+    staging: Option<Box<dyn PinnedHostBuffer>>,
+}
+
+impl BufEntry {
+    /// A buffer registered directly (host memory, or device memory the NIC reaches).
+    pub fn direct(addr: usize, len: usize, kind: BufKind, mr: Box<dyn MemoryRegion>) -> Self {
+        Self {
+            addr,
+            len,
+            kind,
+            mr,
+            staging: None,
+        }
+    }
+
+    /// A device buffer that peers reach through `staging`, which `mr` covers.
+    pub fn staged(
+        addr: usize,
+        len: usize,
+        mr: Box<dyn MemoryRegion>,
+        staging: Box<dyn PinnedHostBuffer>,
+    ) -> Self {
+        Self {
+            addr,
+            len,
+            kind: BufKind::Staged,
+            mr,
+            staging: Some(staging),
+        }
+    }
+
+    /// The address the application registered.
+    pub fn addr(&self) -> usize {
+        self.addr
+    }
+
+    /// Its length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty (never, for a registered buffer).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// How it reaches the NIC.
+    pub fn kind(&self) -> BufKind {
+        self.kind
+    }
+
+    /// The remote key peers use.
+    pub fn rkey(&self) -> u32 {
+        self.mr.rkey()
+    }
+
+    /// The address peers use for the first byte.
+    pub fn token_addr(&self) -> u64 {
+        self.mr.addr()
+    }
+
+    /// The staging buffer's address, for a staged buffer.
+    pub fn staging_addr(&self) -> Option<usize> {
+        self.staging.as_ref().map(|s| s.addr())
+    }
+
+    /// Checks that `[offset, offset + size)` lies inside the buffer, without
+    /// computing the sum.
+    pub fn check_range(&self, offset: usize, size: usize) -> Result<()> {
+        if offset > self.len || size > self.len - offset {
+            return Err(Error::invalid(format!(
+                "bytes {offset}..+{size} run past the end of the {}-byte buffer at {:#x}",
+                self.len, self.addr
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The registered buffers.
+#[derive(Debug, Default)]
+pub struct BufferMap {
+    map: RwLock<BTreeMap<usize, Arc<BufEntry>>>,
+}
+
+impl BufferMap {
+    /// The buffer registered at exactly `addr`.
+    pub fn find(&self, addr: usize) -> Result<Arc<BufEntry>> {
+        let map = self.map.read().unwrap_or_else(PoisonError::into_inner);
+        map.get(&addr).cloned().ok_or_else(|| {
+            Error::new(
+                ErrorKind::BufNotRegistered,
+                format!("no buffer is registered at {addr:#x}"),
+            )
+        })
+    }
+
+    fn check_free_locked(map: &BTreeMap<usize, Arc<BufEntry>>, addr: usize, len: usize) -> Result<()> {
+        if map.contains_key(&addr) {
+            return Err(Error::new(
+                ErrorKind::BufAlreadyRegistered,
+                format!("a buffer is already registered at {addr:#x}"),
+            ));
+        }
+        let end = addr.saturating_add(len);
+        if let Some((_, e)) = map.range(..end).next_back()
+            && e.addr.saturating_add(e.len) > addr
+        {
+            return Err(Error::new(
+                ErrorKind::BufAlreadyRegistered,
+                format!(
+                    "{addr:#x}+{len} overlaps the buffer registered at {:#x}+{}",
+                    e.addr, e.len
+                ),
+            ));
+        }
+        if map.len() >= MAX_BUFFERS {
+            return Err(Error::new(
+                ErrorKind::SizeTooLarge,
+                format!("{MAX_BUFFERS} buffers are already registered, the most there can be"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks, before registering anything, that `[addr, addr + len)` could
+    /// be added.
+    pub fn check_free(&self, addr: usize, len: usize) -> Result<()> {
+        let map = self.map.read().unwrap_or_else(PoisonError::into_inner);
+        Self::check_free_locked(&map, addr, len)
+    }
+
+    /// Adds a registered buffer. If another thread registered an overlapping
+    /// one meanwhile, the entry is returned to be released by the caller.
+    pub fn insert(&self, entry: BufEntry) -> std::result::Result<(), (Error, BufEntry)> {
+        let mut map = self.map.write().unwrap_or_else(PoisonError::into_inner);
+        if let Err(e) = Self::check_free_locked(&map, entry.addr, entry.len) {
+            return Err((e, entry));
+        }
+        map.insert(entry.addr, Arc::new(entry));
+        Ok(())
+    }
+
+    /// Removes the buffer at `addr` unless anything else still holds it (a
+    /// call in progress, or a staging copy that timed out).
+    pub fn remove(&self, addr: usize) -> Result<Arc<BufEntry>> {
+        let mut map = self.map.write().unwrap_or_else(PoisonError::into_inner);
+        let Some(entry) = map.get(&addr) else {
+            return Err(Error::new(
+                ErrorKind::BufNotRegistered,
+                format!("no buffer is registered at {addr:#x}"),
+            ));
+        };
+        // Copies of the entry are only made under this lock, so the count
+        // cannot grow while we hold it.
+        if Arc::strong_count(entry) > 1 {
+            return Err(Error::busy(format!(
+                "the buffer at {addr:#x} is in use by another call or a staging copy"
+            )));
+        }
+        map.remove(&addr)
+            .ok_or_else(|| Error::new(ErrorKind::InternalError, "buffer vanished"))
+    }
+
+    /// How many buffers are registered.
+    pub fn len(&self) -> usize {
+        self.map.read().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
+    /// Whether no buffer is registered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

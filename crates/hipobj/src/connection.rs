@@ -1,0 +1,216 @@
+//! An RC connection: one queue pair and the completion queue it reports to.
+//!
+//! The client's QPs only ever respond: the server WRITEs into (GET) or READs
+//! from (PUT) the client's memory. One-sided operations make no completions
+//! at the responder, so to notice a QP that went to the error state without
+//! waiting, each connection keeps one empty receive posted: a QP in error
+//! flushes it, and the flush completion shows up on a non-blocking poll.
+
+use std::sync::Arc;
+
+use hipobj_platform::{
+    AccessFlags, CompletionQueue, Gid, QpAttr, QpAttrMask, QpInitAttr, QpState, QueuePair, RecvWr,
+    WorkCompletion,
+};
+
+use crate::device::RdmaDevice;
+use crate::error::{Error, Result};
+
+/// The server end a connection is bound to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Peer {
+    /// The server's GID.
+    pub gid: Gid,
+    /// The server's QP number.
+    pub qpn: u32,
+}
+
+/// A queue pair, its completion queue, and whom it is bound to.
+#[derive(Debug)]
+pub struct Connection {
+    // Field order is drop order: the QP goes before its CQ.
+    qp: Box<dyn QueuePair>,
+    cq: Arc<dyn CompletionQueue>,
+    device: Arc<RdmaDevice>,
+    peer: Option<Peer>,
+    broken: bool,
+}
+
+/// The `wr_id` of the sentinel receive.
+const SENTINEL: u64 = 0x6869_706f_626a_0001;
+
+fn rdma(what: &str, e: &hipobj_platform::VerbsError) -> Error {
+    Error::rdma(what, e)
+}
+
+impl Connection {
+    /// Creates a QP and CQ on `device` and moves the QP to INIT, where it
+    /// waits for a peer.
+    pub fn new(device: Arc<RdmaDevice>) -> Result<Self> {
+        let cq = device
+            .device()
+            .create_cq(16)
+            .map_err(|e| rdma("creating a completion queue", &e))?;
+        let qp = device
+            .pd()
+            .create_qp(&QpInitAttr {
+                send_cq: cq.clone(),
+                recv_cq: cq.clone(),
+                max_send_wr: 8,
+                max_recv_wr: 8,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                sq_sig_all: false,
+            })
+            .map_err(|e| rdma("creating a queue pair", &e))?;
+        let conn = Self {
+            qp,
+            cq,
+            device,
+            peer: None,
+            broken: false,
+        };
+        conn.to_init()?;
+        Ok(conn)
+    }
+
+    fn to_init(&self) -> Result<()> {
+        let attr = QpAttr {
+            qp_state: QpState::Init,
+            pkey_index: 0,
+            port_num: self.device.port(),
+            qp_access_flags: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+            ..QpAttr::default()
+        };
+        let mask = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS;
+        self.qp
+            .modify(&attr, mask)
+            .map_err(|e| rdma("moving a queue pair to INIT", &e))?;
+        self.qp
+            .post_recv(&RecvWr {
+                wr_id: SENTINEL,
+                sg_list: &[],
+            })
+            .map_err(|e| rdma("posting the sentinel receive", &e))
+    }
+
+    /// The QP number tokens carry.
+    pub fn qp_num(&self) -> u32 {
+        self.qp.qp_num()
+    }
+
+    /// The server end this connection is bound to, if any.
+    pub fn peer(&self) -> Option<Peer> {
+        self.peer
+    }
+
+    /// Whether the connection saw an error and must not be used again.
+    pub fn is_broken(&self) -> bool {
+        self.broken
+    }
+
+    /// Marks the connection unusable; the pool destroys it.
+    pub fn mark_broken(&mut self) {
+        self.broken = true;
+    }
+
+    /// Binds the QP to `peer`: RTR expecting `psn` first, then RTS. A QP
+    /// bound to another peer is reset and brought back to INIT first, so the
+    /// QP number, which the server's binding names, stays the same.
+    pub fn connect(&mut self, peer: Peer, psn: u32) -> Result<()> {
+        let result = self.connect_inner(peer, psn);
+        if result.is_err() {
+            self.broken = true;
+        }
+        result
+    }
+
+    fn connect_inner(&mut self, peer: Peer, psn: u32) -> Result<()> {
+        if self.peer.is_some() {
+            self.peer = None;
+            let reset = QpAttr {
+                qp_state: QpState::Reset,
+                ..QpAttr::default()
+            };
+            self.qp
+                .modify(&reset, QpAttrMask::STATE)
+                .map_err(|e| rdma("resetting a queue pair", &e))?;
+            self.drain();
+            self.to_init()?;
+        }
+        let d = &self.device;
+        let rtr = QpAttr {
+            qp_state: QpState::Rtr,
+            path_mtu: d.mtu(),
+            dest_qp_num: peer.qpn,
+            rq_psn: psn & 0xff_ffff,
+            max_dest_rd_atomic: d.max_rd_atomic(),
+            min_rnr_timer: 12,
+            dgid: peer.gid,
+            sgid_index: d.gid_index(),
+            hop_limit: 64,
+            port_num: d.port(),
+            ..QpAttr::default()
+        };
+        use QpAttrMask as M;
+        self.qp
+            .modify(
+                &rtr,
+                M::STATE
+                    | M::AV
+                    | M::PATH_MTU
+                    | M::DEST_QPN
+                    | M::RQ_PSN
+                    | M::MAX_DEST_RD_ATOMIC
+                    | M::MIN_RNR_TIMER,
+            )
+            .map_err(|e| rdma("moving a queue pair to RTR", &e))?;
+        let rts = QpAttr {
+            qp_state: QpState::Rts,
+            sq_psn: 0,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            max_rd_atomic: 1,
+            ..QpAttr::default()
+        };
+        self.qp
+            .modify(
+                &rts,
+                M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
+            )
+            .map_err(|e| rdma("moving a queue pair to RTS", &e))?;
+        self.peer = Some(peer);
+        Ok(())
+    }
+
+    fn drain(&self) {
+        let mut wc = [WorkCompletion::EMPTY; 8];
+        while matches!(self.cq.poll(&mut wc), Ok(n) if n > 0) {}
+    }
+
+    /// Checks, without waiting, that the QP has not gone to the error state.
+    /// Any completion at all means it has: the only work ever posted is the
+    /// sentinel receive, which completes only when flushed (or when a peer
+    /// misbehaves and SENDs to us).
+    pub fn check(&mut self) -> Result<()> {
+        let mut wc = [WorkCompletion::EMPTY; 1];
+        match self.cq.poll(&mut wc) {
+            Ok(0) => Ok(()),
+            Ok(_) => {
+                self.broken = true;
+                Err(Error::new(
+                    crate::ErrorKind::RdmaError,
+                    format!(
+                        "the connection failed during the transfer (completion status {:?}, vendor error {:#x})",
+                        wc[0].status, wc[0].vendor_err
+                    ),
+                ))
+            }
+            Err(e) => {
+                self.broken = true;
+                Err(rdma("polling the completion queue", &e))
+            }
+        }
+    }
+}

@@ -1,0 +1,25 @@
+//! The S3 side of a transfer, as the library sees it: hand a token to the
+//! application's S3 client, and get the server's `x-amz-rdma-reply` back.
+//!
+//! The C API adapts `hipObjOps_t` to this trait; Rust callers implement it
+//! over their own S3 client.
+
+/// Why the application's S3 exchange failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ControlError(pub String);
+
+/// The application's S3 client, driven by one transfer.
+///
+/// A transfer calls [`Control::send_request`] and then [`Control::recv_reply`],
+/// once, or twice when the server asks to bind a connection first (see
+/// docs/protocol.md). Both run on the thread that started the transfer, with
+/// no library lock held, so they may call into the library.
+pub trait Control {
+    /// Sends the S3 request with `token` in the `x-amz-rdma-token` header.
+    fn send_request(&mut self, token: &str) -> Result<(), ControlError>;
+
+    /// Writes the response's `x-amz-rdma-reply` value into `reply` and says
+    /// how many bytes it wrote.
+    fn recv_reply(&mut self, reply: &mut [u8]) -> Result<usize, ControlError>;
+}

@@ -1,0 +1,539 @@
+//! The Instance: everything one `init` builds, and the operations on it.
+//!
+//! Everything but the buffer map, the pool and the abandoned copies is fixed
+//! once the instance is built; those three have locks of their own, so the
+//! instance needs none. Calls hold an `Arc<Instance>` for their whole run, so
+//! an instance outlives a shutdown until the last call using it returns.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use hipobj_platform::{AccessFlags, MemRegion, Platform, PointerKind};
+use hipobj_proto::{Reply, Token, Transport};
+
+use crate::abandoned::AbandonedCopies;
+use crate::buffers::{BufEntry, BufKind, BufferMap, MAX_BUFFER_SIZE};
+use crate::connection::{Connection, Peer};
+use crate::control::Control;
+use crate::device::RdmaDevice;
+use crate::error::{Error, ErrorKind, Result};
+use crate::nic::{self, Chosen};
+use crate::options::Options;
+use crate::pool::ConnectionPool;
+
+/// What `init` is asked for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    /// Reserved; must be 0.
+    pub flags: u32,
+    /// The GPU to choose the closest NIC to, or -1 for the current device.
+    pub gpu_device: i32,
+    /// RDMA devices that may be chosen, by name; empty allows all.
+    pub nic_hint: Vec<String>,
+}
+
+impl Config {
+    /// Parses a comma-separated `nicHint` into names (blank entries dropped).
+    pub fn parse_hint(hint: &str) -> Vec<String> {
+        hint.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The checks that need no platform.
+    pub fn validate(&self) -> Result<()> {
+        if self.flags != 0 {
+            return Err(Error::invalid(format!(
+                "config flags must be 0, not {:#x}",
+                self.flags
+            )));
+        }
+        if self.gpu_device < -1 {
+            return Err(Error::invalid(format!(
+                "gpuDevice must be -1 or a GPU index, not {}",
+                self.gpu_device
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Which way a transfer moves bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// The server RDMA WRITEs into the buffer.
+    Get,
+    /// The server RDMA READs from the buffer.
+    Put,
+}
+
+/// Which way `sync` copies a staged buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncDirection {
+    /// Device memory to the staging buffer (before a PUT).
+    ToHost,
+    /// The staging buffer to device memory (after a GET).
+    ToDevice,
+}
+
+/// Size of the buffer the reply is read into.
+pub const REPLY_CAPACITY: usize = 512;
+
+/// One initialized library.
+#[derive(Debug)]
+pub struct Instance {
+    // Field order is drop order: copies that may still run, then buffers
+    // (MRs before their memory), then QPs, then the device, then the platform.
+    abandoned: AbandonedCopies,
+    buffers: BufferMap,
+    pool: Arc<ConnectionPool>,
+    token_conn: Mutex<Connection>,
+    device: Arc<RdmaDevice>,
+    chosen: Chosen,
+    options: Options,
+    platform: Platform,
+}
+
+impl Instance {
+    /// Builds an instance: resolves the GPU, chooses and opens the NIC, and
+    /// creates the token connection and the pool. Nothing is kept on failure.
+    pub fn new(platform: Platform, options: Options, config: &Config) -> Result<Self> {
+        config.validate()?;
+        let chosen = nic::choose(&platform, config)?;
+        let device = Arc::new(RdmaDevice::open(
+            platform.verbs.as_ref(),
+            &chosen.nic,
+            chosen.topology.as_ref(),
+        )?);
+        let token_conn = Connection::new(device.clone())?;
+        let pool = Arc::new(ConnectionPool::new(device.clone(), options.max_transfers)?);
+        Ok(Self {
+            abandoned: AbandonedCopies::default(),
+            buffers: BufferMap::default(),
+            pool,
+            token_conn: Mutex::new(token_conn),
+            device,
+            chosen,
+            options,
+            platform,
+        })
+    }
+
+    /// The settings in force.
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// What init chose.
+    pub fn chosen(&self) -> &Chosen {
+        &self.chosen
+    }
+
+    /// The open device.
+    pub fn device(&self) -> &RdmaDevice {
+        &self.device
+    }
+
+    /// The connection pool.
+    pub fn pool(&self) -> &ConnectionPool {
+        &self.pool
+    }
+
+    /// The registered buffers.
+    pub fn buffers(&self) -> &BufferMap {
+        &self.buffers
+    }
+
+    /// Staging copies that timed out and may still run.
+    pub fn abandoned(&self) -> &AbandonedCopies {
+        &self.abandoned
+    }
+
+    pub(crate) fn close(&self) {
+        self.pool.close();
+    }
+
+    fn check_new_region(&self, region: &MemRegion) -> Result<()> {
+        if region.addr() == 0 {
+            return Err(Error::invalid("the buffer pointer is NULL"));
+        }
+        if region.is_empty() {
+            return Err(Error::invalid("the buffer size is 0"));
+        }
+        if region.len() as u64 > MAX_BUFFER_SIZE {
+            return Err(Error::new(
+                ErrorKind::SizeTooLarge,
+                format!(
+                    "{} bytes is over the 4 GiB limit of one registration",
+                    region.len()
+                ),
+            ));
+        }
+        if region.addr().checked_add(region.len()).is_none() {
+            return Err(Error::invalid("the buffer wraps around the address space"));
+        }
+        self.buffers.check_free(region.addr(), region.len())
+    }
+
+    fn access() -> AccessFlags {
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ
+    }
+
+    fn insert(&self, entry: BufEntry) -> Result<()> {
+        // If another thread won a race for the same range, our registration
+        // is released here, after the map's lock.
+        self.buffers.insert(entry).map_err(|(e, _loser)| e)
+    }
+
+    /// Registers host memory (`hipObjBufRegisterHost`).
+    pub fn register_host(&self, region: MemRegion) -> Result<()> {
+        self.check_new_region(&region)?;
+        let info = self.platform.gpu.pointer_info(region.addr()).map_err(|e| {
+            Error::gpu(
+                ErrorKind::InvalidValue,
+                "asking the GPU runtime about the pointer",
+                &e,
+            )
+        })?;
+        if let PointerKind::Device(d) = info.kind {
+            return Err(Error::invalid(format!(
+                "{:#x} is memory of GPU {d}: register it with hipObjBufRegister",
+                region.addr()
+            )));
+        }
+        let mr = self
+            .device
+            .pd()
+            .reg_mr(region, Self::access())
+            .map_err(|e| Error::rdma("registering host memory", &e))?;
+        self.insert(BufEntry::direct(region.addr(), region.len(), BufKind::Host, mr))
+    }
+
+    /// Registers GPU memory (`hipObjBufRegister`): as a dma-buf when enabled
+    /// and supported, else with a plain MR, else through a pinned host
+    /// staging buffer (unless GPU-direct is required).
+    pub fn register_device(&self, region: MemRegion) -> Result<()> {
+        self.check_new_region(&region)?;
+        let gpu = &self.platform.gpu;
+        let info = gpu.pointer_info(region.addr()).map_err(|e| {
+            Error::gpu(
+                ErrorKind::InvalidValue,
+                "asking the GPU runtime about the pointer",
+                &e,
+            )
+        })?;
+        let PointerKind::Device(_) = info.kind else {
+            return Err(Error::invalid(format!(
+                "{:#x} is not GPU memory: register host memory with hipObjBufRegisterHost",
+                region.addr()
+            )));
+        };
+        let (base, size) = info.allocation.ok_or_else(|| {
+            Error::invalid(format!(
+                "the GPU runtime knows no allocation holding {:#x}",
+                region.addr()
+            ))
+        })?;
+        let inside =
+            region.addr() >= base && region.len() <= size && region.addr() - base <= size - region.len();
+        if !inside {
+            return Err(Error::invalid(format!(
+                "{:#x}+{} runs past the end of its GPU allocation {base:#x}+{size}",
+                region.addr(),
+                region.len()
+            )));
+        }
+        let pd = self.device.pd();
+        if self.options.dmabuf && self.device.device().supports_dmabuf() {
+            match gpu.export_dmabuf(region.addr(), region.len()) {
+                Ok(buf) => {
+                    use std::os::fd::AsFd;
+                    match pd.reg_dmabuf_mr(
+                        buf.fd.as_fd(),
+                        buf.offset,
+                        region.len(),
+                        region.addr() as u64,
+                        Self::access(),
+                    ) {
+                        Ok(mr) => {
+                            return self.insert(BufEntry::direct(
+                                region.addr(),
+                                region.len(),
+                                BufKind::Device { dmabuf: true },
+                                mr,
+                            ));
+                        }
+                        Err(e) if self.options.rdma_debug => {
+                            eprintln!("hipObject: dma-buf registration failed: {e}");
+                        }
+                        Err(_) => {}
+                    }
+                }
+                Err(e) if self.options.rdma_debug => eprintln!("hipObject: dma-buf export failed: {e}"),
+                Err(_) => {}
+            }
+        }
+        if let Ok(mr) = pd.reg_mr(region, Self::access()) {
+            return self.insert(BufEntry::direct(
+                region.addr(),
+                region.len(),
+                BufKind::Device { dmabuf: false },
+                mr,
+            ));
+        }
+        if self.options.require_gpu_direct {
+            return Err(Error::new(
+                ErrorKind::DmabufNotSupported,
+                format!(
+                    "the NIC cannot reach GPU memory at {:#x} directly, and HIPOBJ_REQUIRE_GPU_DIRECT forbids staging",
+                    region.addr()
+                ),
+            ));
+        }
+        let staging = gpu
+            .alloc_pinned(region.len())
+            .map_err(|e| Error::gpu(ErrorKind::RdmaError, "allocating a pinned staging buffer", &e))?;
+        // The entry owns the staging buffer and drops it after the MR over it.
+        let mr = pd
+            .reg_mr(staging.region(), Self::access())
+            .map_err(|e| Error::rdma("registering a staging buffer", &e))?;
+        eprintln!(
+            "hipObject: warning: the NIC cannot reach GPU memory at {:#x} directly; it is staged through host memory and no longer GPU-direct",
+            region.addr()
+        );
+        self.insert(BufEntry::staged(region.addr(), region.len(), mr, staging))
+    }
+
+    /// Deregisters a buffer, unless something still uses it.
+    pub fn deregister(&self, addr: usize) -> Result<()> {
+        if addr == 0 {
+            return Err(Error::invalid("the buffer pointer is NULL"));
+        }
+        self.abandoned.prune_all();
+        let entry = self.buffers.remove(addr)?;
+        // The MR and staging buffer are released here, after the map's lock.
+        drop(entry);
+        Ok(())
+    }
+
+    fn find_usable(&self, addr: usize) -> Result<Arc<BufEntry>> {
+        if addr == 0 {
+            return Err(Error::invalid("the buffer pointer is NULL"));
+        }
+        let entry = self.buffers.find(addr)?;
+        if entry.kind() == BufKind::Staged && self.abandoned.busy(addr) {
+            return Err(Error::busy(format!(
+                "a staging copy of the buffer at {addr:#x} timed out and is still running"
+            )));
+        }
+        Ok(entry)
+    }
+
+    /// Copies part of a staged buffer between device and staging memory,
+    /// with the staging deadline. A copy that misses it is handed to the
+    /// abandoned list and the call fails with `InternalError`.
+    fn stage(&self, entry: &Arc<BufEntry>, offset: usize, size: usize, dir: SyncDirection) -> Result<()> {
+        let Some(staging) = entry.staging_addr() else {
+            return Ok(());
+        };
+        let (dst, src) = match dir {
+            SyncDirection::ToHost => (staging + offset, entry.addr() + offset),
+            SyncDirection::ToDevice => (entry.addr() + offset, staging + offset),
+        };
+        let slot = self.abandoned.reserve();
+        let event = self
+            .platform
+            .gpu
+            .copy_async(dst, src, size)
+            .map_err(|e| Error::gpu(ErrorKind::InternalError, "starting a staging copy", &e))?;
+        match hipobj_platform::gpu::wait_for_copy(event.as_ref(), self.options.stage_timeout) {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                self.abandoned.add(slot, entry.clone(), event);
+                Err(Error::new(
+                    ErrorKind::InternalError,
+                    format!(
+                        "a staging copy did not finish within {} ms; the buffer stays busy until it does",
+                        self.options.stage_timeout.as_millis()
+                    ),
+                ))
+            }
+            Err(e) => {
+                self.abandoned.add(slot, entry.clone(), event);
+                Err(Error::gpu(
+                    ErrorKind::InternalError,
+                    "waiting for a staging copy",
+                    &e,
+                ))
+            }
+        }
+    }
+
+    /// `hipObjBufSync`: copies a staged buffer's range between device and
+    /// host; does nothing for a buffer the NIC reaches directly.
+    pub fn sync(&self, addr: usize, size: usize, offset: usize, dir: SyncDirection) -> Result<()> {
+        let entry = self.find_usable(addr)?;
+        entry.check_range(offset, size)?;
+        self.stage(&entry, offset, size, dir)
+    }
+
+    fn mint(&self, qpn: u32, entry: &BufEntry, offset: usize, size: usize) -> Token {
+        Token {
+            transport: Transport::Rc,
+            qpn,
+            gid: self.device.gid().0,
+            rkey: entry.rkey(),
+            addr: entry.token_addr().wrapping_add(offset as u64),
+            len: size as u64,
+            port: self.device.port(),
+            lid: 0,
+        }
+    }
+
+    /// `hipObjGetRdmaToken`: a token for the first `size` bytes of a
+    /// registered buffer, naming the token connection.
+    pub fn rdma_token(&self, addr: usize, size: usize) -> Result<hipobj_proto::HexToken> {
+        let entry = self.find_usable(addr)?;
+        if size == 0 {
+            return Err(Error::invalid("the token size is 0"));
+        }
+        entry.check_range(0, size)?;
+        let qpn = self
+            .token_conn
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .qp_num();
+        Ok(self.mint(qpn, &entry, 0, size).encode())
+    }
+
+    /// `hipObjGet` and `hipObjPut`: one transfer of `size` bytes at `offset`
+    /// into the buffer registered at `addr`, driven through `control`.
+    pub fn transfer(
+        &self,
+        dir: Direction,
+        addr: usize,
+        size: usize,
+        offset: usize,
+        control: &mut dyn Control,
+    ) -> Result<()> {
+        let entry = self.find_usable(addr)?;
+        if size == 0 {
+            return Err(Error::invalid("the transfer size is 0"));
+        }
+        if size as u64 > MAX_BUFFER_SIZE {
+            return Err(Error::new(
+                ErrorKind::SizeTooLarge,
+                format!("{size} bytes is over the 4 GiB limit of one transfer"),
+            ));
+        }
+        entry.check_range(offset, size)?;
+        if dir == Direction::Put {
+            self.stage(&entry, offset, size, SyncDirection::ToHost)?;
+        }
+        let mut lease = self.pool.acquire()?;
+        let token = self.mint(lease.conn().qp_num(), &entry, offset, size).encode();
+        let outcome = run_exchange(lease.conn(), token.as_str(), control);
+        match outcome {
+            Ok(peer) => {
+                lease.conn().check()?;
+                if matches!(entry.kind(), BufKind::Device { .. }) {
+                    self.platform
+                        .gpu
+                        .synchronize()
+                        .map_err(|e| Error::gpu(ErrorKind::RdmaError, "synchronizing the GPU", &e))?;
+                }
+                lease.note_success(peer.gid);
+            }
+            Err(e) => {
+                // Whatever the server did, this QP leaves RTS for good, so
+                // nothing it sends later can land in the buffer.
+                lease.conn().mark_broken();
+                return Err(e);
+            }
+        }
+        drop(lease);
+        if dir == Direction::Get {
+            self.stage(&entry, offset, size, SyncDirection::ToDevice)?;
+        }
+        Ok(())
+    }
+}
+
+fn exchange(control: &mut dyn Control, token: &str) -> Result<Reply> {
+    control
+        .send_request(token)
+        .map_err(|e| Error::new(ErrorKind::S3Error, format!("sending the S3 request failed: {e}")))?;
+    let mut buf = [0u8; REPLY_CAPACITY];
+    let n = control
+        .recv_reply(&mut buf)
+        .map_err(|e| Error::new(ErrorKind::S3Error, format!("receiving the S3 reply failed: {e}")))?;
+    let reply = buf.get(..n).ok_or_else(|| {
+        Error::new(
+            ErrorKind::S3Error,
+            format!("the reply callback reported {n} bytes, more than the {REPLY_CAPACITY}-byte buffer"),
+        )
+    })?;
+    hipobj_proto::parse_reply(reply).map_err(|e| {
+        Error::new(
+            ErrorKind::S3Error,
+            format!(
+                "the x-amz-rdma-reply value {:?} is malformed: {e}",
+                String::from_utf8_lossy(reply)
+            ),
+        )
+    })
+}
+
+fn peer_of(token: &Token) -> Result<Peer> {
+    if token.transport != Transport::Rc {
+        return Err(Error::new(
+            ErrorKind::S3Error,
+            "the server's token is not for a reliable connection",
+        ));
+    }
+    Ok(Peer {
+        gid: hipobj_platform::Gid(token.gid),
+        qpn: token.qpn,
+    })
+}
+
+/// The request/reply exchange of one transfer, with at most one binding
+/// round (docs/protocol.md). Returns the server end that completed it.
+fn run_exchange(conn: &mut Connection, token: &str, control: &mut dyn Control) -> Result<Peer> {
+    let mut reply = exchange(control, token)?;
+    if let Reply::Bind { token: server, psn } = reply {
+        conn.connect(peer_of(&server)?, psn)?;
+        reply = exchange(control, token)?;
+        if matches!(reply, Reply::Bind { .. }) {
+            return Err(Error::new(
+                ErrorKind::S3Error,
+                "the server asked to bind the connection twice in one transfer",
+            ));
+        }
+    }
+    if !reply.is_success() {
+        let code = reply.http_code();
+        let why = if code == hipobj_proto::REPLY_NOT_IMPLEMENTED {
+            "the server declined RDMA (501); fall back to plain HTTP".to_owned()
+        } else {
+            format!("the server's x-amz-rdma-reply is {code}, not a success")
+        };
+        return Err(Error::new(ErrorKind::S3Error, why));
+    }
+    let bound = conn.peer().ok_or_else(|| {
+        Error::new(
+            ErrorKind::RdmaError,
+            "the server reported success, but the connection was never bound to it, so no RDMA can have happened",
+        )
+    })?;
+    if let Some(echo) = reply.peer_token()
+        && peer_of(echo)? != bound
+    {
+        return Err(Error::new(
+            ErrorKind::RdmaError,
+            "the server answered from a different queue pair than the connection is bound to",
+        ));
+    }
+    Ok(bound)
+}

@@ -1,0 +1,105 @@
+//! Shared pieces of the core's tests: a fake platform and a scripted S3 side.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::collections::VecDeque;
+
+use hipobj::{Config, Control, ControlError, Library, Options};
+use hipobj_platform::fake::{FakeDeviceSpec, FakeGpu, FakePlatform, FakeTopology, FakeVerbs, Faults};
+use std::sync::Arc;
+
+/// A fake platform with `gpus` fake GPUs and one fake NIC.
+pub fn fake(gpus: i32, spec: FakeDeviceSpec) -> FakePlatform {
+    let faults = Faults::default();
+    FakePlatform {
+        verbs: Arc::new(FakeVerbs::new(vec![spec], faults.clone())),
+        gpu: Arc::new(FakeGpu::new(gpus, faults.clone())),
+        topology: Arc::new(FakeTopology::new(Vec::new(), faults.clone())),
+        faults,
+    }
+}
+
+/// Config naming the fake NIC.
+pub fn config() -> Config {
+    Config {
+        flags: 0,
+        gpu_device: -1,
+        nic_hint: vec!["fake0".into()],
+    }
+}
+
+/// Options with a small pool.
+pub fn options(max_transfers: u32) -> Options {
+    Options {
+        max_transfers,
+        ..Options::default()
+    }
+}
+
+/// A library initialized on `p`.
+pub fn started(p: &FakePlatform, max_transfers: u32) -> Library {
+    let lib = Library::new();
+    lib.init(&config(), || Ok(p.platform()), || options(max_transfers))
+        .unwrap();
+    lib
+}
+
+/// A server's token for binding: RC, QP 0x99, GID ::ffff:127.9.9.9.
+pub fn server_token() -> hipobj_proto::Token {
+    hipobj_proto::Token {
+        transport: hipobj_proto::Transport::Rc,
+        qpn: 0x99,
+        gid: hipobj_platform::Gid::from_ipv4(std::net::Ipv4Addr::new(127, 9, 9, 9)).0,
+        rkey: 0,
+        addr: 0,
+        len: 0,
+        port: 1,
+        lid: 0,
+    }
+}
+
+/// The S3 side of a test: answers each request with the next scripted reply.
+#[derive(Default)]
+pub struct Script {
+    pub replies: VecDeque<Result<String, String>>,
+    pub tokens: Vec<String>,
+    pub send_fails: bool,
+    pub on_send: Option<Box<dyn FnMut() + Send>>,
+}
+
+impl Script {
+    pub fn replying(replies: &[&str]) -> Self {
+        Self {
+            replies: replies.iter().map(|r| Ok((*r).to_owned())).collect(),
+            ..Self::default()
+        }
+    }
+}
+
+impl Control for Script {
+    fn send_request(&mut self, token: &str) -> Result<(), ControlError> {
+        self.tokens.push(token.to_owned());
+        if let Some(f) = self.on_send.as_mut() {
+            f();
+        }
+        if self.send_fails {
+            return Err(ControlError("the test's sendRequest fails".into()));
+        }
+        Ok(())
+    }
+
+    fn recv_reply(&mut self, reply: &mut [u8]) -> Result<usize, ControlError> {
+        match self.replies.pop_front() {
+            Some(Ok(r)) => {
+                reply[..r.len()].copy_from_slice(r.as_bytes());
+                Ok(r.len())
+            }
+            Some(Err(e)) => Err(ControlError(e)),
+            None => Err(ControlError("no reply scripted".into())),
+        }
+    }
+}
+
+/// Host memory that lives for the rest of the test run, as a region.
+pub fn host_buf(len: usize) -> hipobj_platform::MemRegion {
+    hipobj_platform::MemRegion::from_static(Box::leak(vec![0u8; len].into_boxed_slice()))
+}

@@ -1,0 +1,514 @@
+/* hipobj.h: the C interface of hipObject.
+ *
+ * hipObject moves the bytes of S3 objects straight between an S3 server and
+ * a buffer in GPU or host memory by RDMA. The application keeps its own S3
+ * client: it puts a token from hipObject in the x-amz-rdma-token header of a
+ * request, and hands the x-amz-rdma-reply header of the response back. The
+ * server moves the payload with one-sided RDMA, a WRITE into the buffer for a
+ * GET and a READ out of it for a PUT.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+
+#pragma once
+
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <sys/types.h>
+
+#if defined(__GNUC__)
+#define HIPOBJ_API __attribute__((visibility("default")))
+#else
+#define HIPOBJ_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/**
+ * @file
+ * @mainpage hipObject C API
+ *
+ * Groups: @ref core, @ref threads, @ref error, @ref buffer, @ref io.
+ */
+
+/*!
+ * @defgroup core Lifecycle and versions
+ * @defgroup error Error codes
+ * @defgroup buffer Registering buffers
+ * @defgroup io Transfers
+ */
+
+/*!
+ * @defgroup threads Threads
+ *
+ * Any function may be called on any thread, at any time, also from inside a
+ * hipObjOps_t callback, and calls on different threads proceed together. A
+ * call only waits for another for a moment, while that one updates shared
+ * state such as the table of registered buffers. There are two exceptions:
+ * a transfer may wait for a free RDMA connection, and hipObjInit() and
+ * hipObjShutdown() never overlap each other. Because hipObjInit() reads
+ * environment variables, no other thread may modify the environment
+ * (setenv(), putenv(), unsetenv()) while it runs.
+ *
+ * Transfers: hipObjGet() and hipObjPut() run concurrently with each other
+ * and with everything else. Each holds one RDMA connection for its duration,
+ * taken from a pool that hipObjInit() fills. HIPOBJ_MAX_TRANSFERS sets the
+ * size of that pool, and so how many transfers can be in flight: a whole
+ * number from 1 to 1024; anything else is ignored and the pool holds 16. A
+ * transfer that finds every connection taken waits until one comes back.
+ *
+ * Callbacks: a callback may call any hipObject function, hipObjGet() and
+ * hipObjPut() included. A transfer started on a thread that already holds a
+ * connection (as a callback's thread does) never waits for one, since it
+ * could be waiting for its own: it returns hipObjBusy when none is free. A
+ * callback that blocks on a transfer running on another thread can still
+ * deadlock, and hipObject cannot notice. hipObject recognises a callback's
+ * transfers by the thread they run on, so a callback must return on the
+ * thread it was called on (mind fibers and coroutines that migrate).
+ *
+ * Buffers: while another call uses a buffer (a transfer, including the one
+ * whose callback is asking, hipObjBufSync(), or hipObjGetRdmaToken()),
+ * hipObjBufDeregister() on it returns hipObjBusy and the buffer stays
+ * registered. Calls on different buffers do not wait for each other. As with
+ * any C code, concurrent calls must not share memory that one of them
+ * writes: overlapping ranges of a registered buffer, or a token one of them
+ * releases. For a buffer staged through host memory (see hipObjBufSync()),
+ * hipObjPut() and HIPOBJ_SYNC_TO_HOST write the staging copy, so they count
+ * as writers of the range they use.
+ *
+ * Shutdown: hipObjShutdown() returns without waiting for calls in progress.
+ * Those finish as usual, and the RDMA resources and registrations are
+ * released when the last of them returns. A transfer still waiting for a
+ * connection returns hipObjNotInitialized. From the moment hipObjShutdown()
+ * is called, calls on any thread that need the library return
+ * hipObjNotInitialized until hipObjInit() succeeds again, which it may do
+ * before the earlier calls have finished.
+ *
+ * Transfers the application drives: a transfer made of
+ * hipObjGetRdmaToken(), the application's own S3 request, and
+ * hipObjBufSync() is several calls, and hipObject does not know it is in
+ * progress between them. Nothing stops another thread from deregistering the
+ * buffer or shutting hipObject down in between: the application has to keep
+ * both alive until it is done. All tokens from hipObjGetRdmaToken() name the
+ * same RDMA connection, so such transfers must not overlap one another; they
+ * may overlap hipObjGet() and hipObjPut(), which use connections of their
+ * own.
+ */
+
+/* -------------------------------------------------------------------------
+ * Version
+ * ------------------------------------------------------------------------- */
+
+/* The package version in Cargo.toml is the single source of these numbers;
+ * a test fails when these lines disagree with it. */
+
+/*! @brief Major version of this header @ingroup core */
+#define HIPOBJ_VERSION_MAJOR 0
+/*! @brief Minor version of this header @ingroup core */
+#define HIPOBJ_VERSION_MINOR 1
+/*! @brief Patch version of this header @ingroup core */
+#define HIPOBJ_VERSION_PATCH 0
+
+/* -------------------------------------------------------------------------
+ * Errors
+ * ------------------------------------------------------------------------- */
+
+/*! @brief Base of hipObject's error number range @ingroup error */
+#define HIPOBJ_BASE_ERR 6000
+
+/*!
+ * @brief What a call reports
+ * @ingroup error
+ */
+typedef enum {
+    hipObjSuccess = 0,          /*!< The call did what was asked. */
+    hipObjInvalidValue,         /*!< An argument is NULL, out of range, or unacceptable. */
+    hipObjNotInitialized,       /*!< hipObjInit() has not succeeded, or hipObjShutdown() ran. */
+    hipObjAlreadyInitialized,   /*!< hipObjInit() already succeeded. */
+    hipObjRdmaError,            /*!< libibverbs, the NIC, a connection or a transfer failed. */
+    hipObjS3Error,              /*!< A callback failed, or the reply is not a success. */
+    hipObjBufNotRegistered,     /*!< No buffer is registered at that address. */
+    hipObjBufAlreadyRegistered, /*!< The range, or part of it, is already registered. */
+    hipObjNicNotFound,          /*!< No RDMA NIC could be chosen or opened. */
+    hipObjDmabufNotSupported,   /*!< The NIC cannot reach the GPU memory directly. */
+    hipObjSizeTooLarge,         /*!< A size or count is over a limit. */
+    hipObjInternalError,        /*!< hipObject failed inside, or a staging copy timed out. */
+    /*!
+     * Something the call needs is in use: a staging copy of the buffer that
+     * timed out has not finished (see hipObjBufSync()), another call is using
+     * the buffer given to hipObjBufDeregister(), or a transfer started from a
+     * callback found no free RDMA connection (see @ref threads). Retry later.
+     * cuObject has no such code; hipObject added it.
+     */
+    hipObjBusy,
+} hipObjOpError_t;
+
+/*!
+ * @brief A result: hipObject's own code, plus the GPU runtime's error
+ *        number when a runtime call caused it (0 otherwise)
+ * @ingroup error
+ */
+typedef struct {
+    hipObjOpError_t opError;
+    int             hipError;
+} hipObjError_t;
+
+/*!
+ * @brief A sentence describing an error code
+ *
+ * Works before hipObjInit(). An unknown value gets a sentence saying so. The
+ * string is static: do not free it.
+ * @ingroup error
+ */
+HIPOBJ_API const char *hipObjGetErrorString(hipObjOpError_t err);
+
+/* -------------------------------------------------------------------------
+ * Types
+ * ------------------------------------------------------------------------- */
+
+/*!
+ * @brief The application's handle for an S3 object; hipObject passes it
+ *        through and never looks at it
+ * @ingroup core
+ */
+typedef void *hipObjHandle_t;
+
+/*!
+ * @brief How hipObject reaches the application's S3 client
+ *
+ * A transfer calls sendRequest() and then recvReply(), on its own thread,
+ * with no hipObject lock held, so both may call any hipObject function (see
+ * @ref threads). When the server first has to bind an RDMA connection, the
+ * pair is called a second time for the same transfer, with the same token:
+ * send the same request again.
+ *
+ * @ingroup core
+ */
+typedef struct {
+    /*!
+     * Send the S3 request, with @p token as the value of its
+     * x-amz-rdma-token header.
+     *
+     * @param ctx       The context given to hipObjGet() or hipObjPut()
+     * @param token     The token: @p tokenLen hex digits, NUL-terminated
+     * @param tokenLen  The token's length, without the NUL
+     * @return 0 on success, a negative number on failure
+     */
+    int (*sendRequest)(void *ctx, const char *token, size_t tokenLen);
+
+    /*!
+     * Hand over the response's x-amz-rdma-reply header value.
+     *
+     * @param ctx       The context given to hipObjGet() or hipObjPut()
+     * @param reply     Where to copy the value (no NUL needed)
+     * @param replyLen  On entry the room at @p reply; set it to the length
+     *                  written
+     * @return 0 on success, a negative number on failure (for example when
+     *         the response has no such header)
+     */
+    int (*recvReply)(void *ctx, char *reply, size_t *replyLen);
+} hipObjOps_t;
+
+/*!
+ * @brief What hipObjInit() is asked for
+ *
+ * The S3 fields are not read: hipObject makes no S3 requests of its own.
+ *
+ * gpuDevice is the index of the GPU whose nearest RDMA NIC hipObject uses,
+ * or -1 for the calling thread's current GPU. Without a GPU, pass -1 and
+ * name the NIC in nicHint.
+ *
+ * nicHint is NULL, "", or a comma-separated list of RDMA device names (as
+ * ibv_devices prints them, or a soft RoCE device name) that hipObject may
+ * choose from. When the NIC cannot be chosen by the GPU's position (for
+ * example on a host without a GPU), hipObject opens the device nicHint
+ * names, which must then be exactly one.
+ *
+ * Zero every field you do not use.
+ *
+ * @ingroup core
+ */
+typedef struct {
+    const char *endpoint;  /*!< Not read                       */
+    const char *region;    /*!< Not read                       */
+    const char *accessKey; /*!< Not read                       */
+    const char *secretKey; /*!< Not read                       */
+    uint32_t    flags;     /*!< Reserved: must be 0            */
+    int         gpuDevice; /*!< GPU index, or -1               */
+    const char *nicHint;   /*!< RDMA device names, or NULL     */
+} hipObjConfig_t;
+
+/*! @brief Token for a PUT: the server RDMA READs the buffer @ingroup io */
+#define HIPOBJ_RDMA_OP_PUT 0
+/*! @brief Token for a GET: the server RDMA WRITEs the buffer @ingroup io */
+#define HIPOBJ_RDMA_OP_GET 1
+
+/*! @brief The reply code of a server that declines RDMA; the application
+ *         falls back to plain HTTP @ingroup io */
+#define HIPOBJ_RDMA_REPLY_NOT_IMPLEMENTED 501
+
+/* -------------------------------------------------------------------------
+ * Lifecycle
+ * ------------------------------------------------------------------------- */
+
+/*!
+ * @brief Start hipObject
+ *
+ * Finds the RDMA NIC nearest the GPU (see hipObjConfig_t), opens it, and
+ * creates the pool of RDMA connections that transfers lease (see
+ * @ref threads).
+ *
+ * Until it succeeds, every function returns hipObjNotInitialized except
+ * hipObjGetErrorString(), hipObjGetVersionString(), hipObjGetVersion(),
+ * hipObjParseRdmaReply(), hipObjTokenClientNic() and hipObjPutRdmaToken(),
+ * which need no initialization, and hipObjShutdown(), which then does
+ * nothing.
+ *
+ * Reads the HIPOBJ_* environment variables, once; see @ref threads about
+ * changing the environment meanwhile.
+ *
+ * @return hipObjInvalidValue when config is NULL, flags is not 0, or
+ *         gpuDevice is below -1 or past the last GPU;
+ *         hipObjAlreadyInitialized when already started; hipObjNicNotFound
+ *         when there is no NIC to use; hipObjRdmaError when libibverbs does
+ *         not load, a GPU runtime call fails (hipError holds its error), or
+ *         the NIC cannot be opened or the connections created.
+ * @ingroup core
+ */
+HIPOBJ_API hipObjError_t hipObjInit(hipObjConfig_t *config);
+
+/*!
+ * @brief Stop hipObject
+ *
+ * Releases the RDMA resources and deregisters every buffer. Calls still
+ * running on other threads, or the transfer whose callback calls this, are
+ * not waited for: they finish, and what they use is released when the last
+ * of them returns (see @ref threads).
+ *
+ * A staging buffer that a timed-out copy may still be using is never freed.
+ *
+ * @return hipObjSuccess, also when hipObject was not started.
+ * @ingroup core
+ */
+HIPOBJ_API hipObjError_t hipObjShutdown(void);
+
+/* -------------------------------------------------------------------------
+ * Buffers
+ * ------------------------------------------------------------------------- */
+
+/*!
+ * @brief Register GPU memory for transfers
+ *
+ * Registers the range with the NIC as a dma-buf where the NIC and the
+ * driver support it, else as plain memory, else through a pinned host
+ * staging buffer (a warning on stderr says so; HIPOBJ_REQUIRE_GPU_DIRECT
+ * turns that fallback into hipObjDmabufNotSupported). The range must lie in
+ * one GPU allocation, or the call returns hipObjInvalidValue. At most 4 GiB;
+ * at most 256 buffers at once.
+ *
+ * @param devPtr  Memory from the GPU runtime's allocator
+ * @param size    Bytes, from 1 to 4 GiB
+ * @ingroup buffer
+ */
+HIPOBJ_API hipObjError_t hipObjBufRegister(void *devPtr, size_t size);
+
+/*!
+ * @brief Register host memory for transfers
+ *
+ * Any CPU memory the application owns (malloc(), pinned memory, ...); GPU
+ * memory is refused with hipObjInvalidValue. hipObject neither allocates nor
+ * frees it. At most 4 GiB.
+ *
+ * @param hostPtr  The first byte
+ * @param size     Bytes, from 1 to 4 GiB
+ * @ingroup buffer
+ */
+HIPOBJ_API hipObjError_t hipObjBufRegisterHost(void *hostPtr, size_t size);
+
+/*!
+ * @brief Deregister a buffer
+ *
+ * Returns hipObjBusy, and leaves the buffer registered, while another call
+ * uses it (see @ref threads) or a timed-out staging copy of it is still
+ * running (see hipObjBufSync()). Try again once that is over, and keep the
+ * memory allocated until this succeeds.
+ *
+ * @param devPtr  The address given to hipObjBufRegister() or
+ *                hipObjBufRegisterHost()
+ * @ingroup buffer
+ */
+HIPOBJ_API hipObjError_t hipObjBufDeregister(void *devPtr);
+
+/* -------------------------------------------------------------------------
+ * Transfers
+ * ------------------------------------------------------------------------- */
+
+/*!
+ * @brief GET: the server RDMA WRITEs object bytes into a registered buffer
+ *
+ * The bytes land at @p offset into the buffer, and offset + size must not
+ * pass its end. Which bytes of the object are sent is the S3 request's
+ * business (a Range header, for example); hipObject sends no object offset.
+ *
+ * No GPU work may read or write the range while this runs. On
+ * hipObjSuccess the data is in the buffer.
+ *
+ * When every RDMA connection is taken, this waits for one, or returns
+ * hipObjBusy if called from a callback (see @ref threads).
+ *
+ * For a staged buffer (see hipObjBufSync()), a copy to the GPU that misses
+ * the HIPOBJ_STAGE_TIMEOUT_MS deadline makes this return
+ * hipObjInternalError while the copy goes on; it may still write the buffer
+ * afterwards, and calls that start later get hipObjBusy for the buffer until
+ * it ends.
+ *
+ * @param handle  The application's object handle, passed through
+ * @param devPtr  The registered buffer's address
+ * @param size    Bytes to transfer
+ * @param offset  Where in the buffer they go
+ * @param ops     The application's S3 callbacks
+ * @param ctx     Passed to the callbacks
+ * @ingroup io
+ */
+HIPOBJ_API hipObjError_t hipObjGet(hipObjHandle_t handle, void *devPtr, size_t size, off_t offset,
+                                   hipObjOps_t *ops, void *ctx);
+
+/*!
+ * @brief PUT: the server RDMA READs object bytes out of a registered buffer
+ *
+ * The bytes are read from @p offset into the buffer, and offset + size
+ * must not pass its end. Where they go in the object is the S3 request's
+ * business; hipObject sends no object offset.
+ *
+ * hipObject does not wait for GPU work writing the buffer on any stream:
+ * finish it (for example with hipStreamSynchronize()) before calling.
+ *
+ * When every RDMA connection is taken, this waits for one, or returns
+ * hipObjBusy if called from a callback (see @ref threads).
+ *
+ * For a staged buffer (see hipObjBufSync()), a copy from the GPU that misses
+ * the HIPOBJ_STAGE_TIMEOUT_MS deadline makes this return
+ * hipObjInternalError while the copy goes on; it may still read the buffer
+ * afterwards, and calls that start later get hipObjBusy for the buffer until
+ * it ends.
+ *
+ * @param handle  The application's object handle, passed through
+ * @param devPtr  The registered buffer's address
+ * @param size    Bytes to transfer
+ * @param offset  Where in the buffer they are read from
+ * @param ops     The application's S3 callbacks
+ * @param ctx     Passed to the callbacks
+ * @ingroup io
+ */
+HIPOBJ_API hipObjError_t hipObjPut(hipObjHandle_t handle, const void *devPtr, size_t size, off_t offset,
+                                   hipObjOps_t *ops, void *ctx);
+
+/*! @brief hipObjBufSync(): copy GPU memory into the staging buffer @ingroup io */
+#define HIPOBJ_SYNC_TO_HOST 0
+/*! @brief hipObjBufSync(): copy the staging buffer into GPU memory @ingroup io */
+#define HIPOBJ_SYNC_TO_DEVICE 1
+
+/*!
+ * @brief Copy a range of a staged buffer between GPU and host memory
+ *
+ * When the NIC cannot reach a GPU buffer (no dma-buf support, or no
+ * peer-to-peer path), hipObjBufRegister() registers a pinned host staging
+ * buffer in its place, and the server's RDMA reads and writes that. An
+ * application driving a transfer with hipObjGetRdmaToken() therefore calls
+ * this with HIPOBJ_SYNC_TO_HOST before a PUT and HIPOBJ_SYNC_TO_DEVICE after
+ * a GET; hipObjGet() and hipObjPut() do it on their own. For a buffer the
+ * NIC reaches directly it does nothing and succeeds.
+ *
+ * On hipObjSuccess the copy is complete. A copy that misses the
+ * HIPOBJ_STAGE_TIMEOUT_MS deadline makes this return hipObjInternalError
+ * and goes on running, reading or writing the buffer. hipObject then keeps
+ * the staging buffer, and later hipObjGet(), hipObjPut(), hipObjBufSync()
+ * and hipObjGetRdmaToken() calls on the buffer return hipObjBusy, as does
+ * hipObjBufDeregister(), until the copy is seen to be done; calls already
+ * running are not stopped. A copy that never ends keeps its staging buffer
+ * forever.
+ *
+ * hipObject does not wait for GPU work on any stream: before
+ * HIPOBJ_SYNC_TO_HOST, finish the work that writes the buffer; before
+ * HIPOBJ_SYNC_TO_DEVICE, finish all work that uses it.
+ *
+ * @ingroup io
+ */
+HIPOBJ_API hipObjError_t hipObjBufSync(void *devPtr, size_t size, off_t offset, int direction);
+
+/*!
+ * @brief Make a token for the first @p size bytes of a registered buffer
+ *
+ * The token is 88 hex digits, NUL-terminated; release it with
+ * hipObjPutRdmaToken(). @p op is HIPOBJ_RDMA_OP_PUT or HIPOBJ_RDMA_OP_GET
+ * (it is checked, and not otherwise used yet).
+ *
+ * Returns hipObjBusy while a timed-out staging copy of the buffer still runs
+ * (see hipObjBufSync()).
+ *
+ * @ingroup io
+ */
+HIPOBJ_API hipObjError_t hipObjGetRdmaToken(const void *devPtr, size_t size, int op, char **outToken);
+
+/*!
+ * @brief Release a token from hipObjGetRdmaToken()
+ *
+ * Works before hipObjInit() and after hipObjShutdown(). A pointer that is not
+ * a live token from hipObjGetRdmaToken() (NULL included) is refused with
+ * hipObjInvalidValue and left alone.
+ * @ingroup io
+ */
+HIPOBJ_API hipObjError_t hipObjPutRdmaToken(char *token);
+
+/*!
+ * @brief Read an x-amz-rdma-reply value
+ *
+ * Writes the reply's HTTP-style code to @p httpCode: 200, 204 or 206 on
+ * success, 501 when the server declined RDMA, 409 when it asks to bind a
+ * connection, 200 for "ok" and 500 for "err". Trailing NUL, CR and LF bytes
+ * are ignored; anything that does not follow the grammar of docs/protocol.md
+ * returns hipObjInvalidValue. Works before hipObjInit().
+ *
+ * @ingroup io
+ */
+HIPOBJ_API hipObjError_t hipObjParseRdmaReply(const char *reply, size_t replyLen, int *httpCode);
+
+/*!
+ * @brief The client NIC's IPv4 address inside a token
+ *
+ * Writes the dotted-quad address, NUL-terminated, to @p nicIp when the
+ * token's GID is IPv4-mapped (RoCE v2), and an empty string otherwise.
+ * Returns hipObjInvalidValue for a malformed token or when @p nicIpLen
+ * cannot hold the answer (16 bytes always can). Works before hipObjInit().
+ *
+ * @ingroup io
+ */
+HIPOBJ_API hipObjError_t hipObjTokenClientNic(const char *token, char *nicIp, size_t nicIpLen);
+
+/*!
+ * @brief The version of the running library, as "major.minor.patch"
+ * @ingroup core
+ */
+HIPOBJ_API const char *hipObjGetVersionString(void);
+
+/*!
+ * @brief The version of the running library, as numbers
+ *
+ * This is the library actually loaded, which may differ from the
+ * HIPOBJ_VERSION_* macros the application was built with. A NULL pointer
+ * skips that number; the others are still written. Always returns
+ * hipObjSuccess.
+ *
+ * @param major  Receives the major version, or NULL
+ * @param minor  Receives the minor version, or NULL
+ * @param patch  Receives the patch version, or NULL
+ * @ingroup core
+ */
+HIPOBJ_API hipObjError_t hipObjGetVersion(unsigned *major, unsigned *minor, unsigned *patch);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the C library into a temporary prefix, then builds and runs a
+# consumer the way an application would: with pkg-config only. Also links the
+# consumer statically against libhipobj.a. Exits non-zero on any failure.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+prefix=$(mktemp -d /tmp/hipobj-install.XXXXXX)
+trap 'rm -rf "$prefix"' EXIT
+profile_flag=${HIPOBJ_INSTALL_PROFILE:---debug}
+cd "$root"
+cargo xtask install --prefix "$prefix" $profile_flag
+for f in lib/libhipobj.so lib/libhipobj.so.0 lib/libhipobj.a lib/pkgconfig/hipobj.pc include/hipobj.h; do
+    [ -e "$prefix/$f" ] || { echo "check-install: $f is missing" >&2; exit 1; }
+done
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+# shellcheck disable=SC2046
+cc -std=c99 -Wall -Wextra -Werror -pedantic tests/c/consumer.c $(pkg-config --cflags --libs hipobj) -o "$prefix/consumer"
+LD_LIBRARY_PATH="$prefix/lib" "$prefix/consumer"
+# The soname recorded in the consumer is the versioned one.
+readelf -d "$prefix/consumer" | grep -q 'NEEDED.*libhipobj.so.0' || { echo "check-install: consumer does not need libhipobj.so.0" >&2; exit 1; }
+# shellcheck disable=SC2046
+cc -std=c99 tests/c/consumer.c $(pkg-config --cflags hipobj) "$prefix/lib/libhipobj.a" $(pkg-config --libs-only-l --static hipobj | sed 's/-lhipobj//') -o "$prefix/consumer-static"
+"$prefix/consumer-static"
+echo "check-install: install, pkg-config build, shared and static link all work"

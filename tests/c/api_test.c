@@ -1,0 +1,169 @@
+/* Calls every function of hipobj.h through the shared library, argument
+ * checks included, and exits non-zero on the first surprise. It runs with
+ * whatever RDMA devices the machine has; with none, init must say
+ * hipObjNicNotFound or hipObjRdmaError, and everything that needs init must
+ * say hipObjNotInitialized. Set HIPOBJ_TEST_NIC to a device name to also run
+ * the calls that need an initialized library. */
+#include <hipobj.h>
+
+#include <stdio.h>
+#include <string.h>
+
+static int failures;
+
+#define EXPECT(what, got, want)                                                            \
+    do {                                                                                   \
+        int g_ = (int)(got), w_ = (int)(want);                                             \
+        if (g_ != w_) {                                                                    \
+            fprintf(stderr, "FAIL %s:%d %s: got %d (%s), want %d\n", __FILE__, __LINE__, \
+                    what, g_, hipObjGetErrorString((hipObjOpError_t)g_), w_);              \
+            failures++;                                                                    \
+        }                                                                                  \
+    } while (0)
+
+static int send_ok(void *ctx, const char *token, size_t len) {
+    (void)ctx;
+    (void)token;
+    (void)len;
+    return 0;
+}
+
+static int recv_ok(void *ctx, char *reply, size_t *len) {
+    (void)ctx;
+    memcpy(reply, "200", 3);
+    *len = 3;
+    return 0;
+}
+
+/* A token with transport RC, GID ::ffff:127.1.2.3, all else zero. */
+static const char *TOKEN_V4 =
+    "010000000000000000000000000000ffff7f0102030000000000000000000000000000000000000000000000";
+
+int main(void) {
+    unsigned major = 99, minor = 99, patch = 99;
+    EXPECT("GetVersion", hipObjGetVersion(&major, &minor, &patch).opError, hipObjSuccess);
+    EXPECT("major", major, HIPOBJ_VERSION_MAJOR);
+    EXPECT("minor", minor, HIPOBJ_VERSION_MINOR);
+    EXPECT("patch", patch, HIPOBJ_VERSION_PATCH);
+    EXPECT("GetVersion NULLs", hipObjGetVersion(NULL, &minor, NULL).opError, hipObjSuccess);
+    char want[32];
+    snprintf(want, sizeof want, "%d.%d.%d", HIPOBJ_VERSION_MAJOR, HIPOBJ_VERSION_MINOR,
+             HIPOBJ_VERSION_PATCH);
+    EXPECT("version string", strcmp(hipObjGetVersionString(), want), 0);
+
+    for (int e = hipObjSuccess; e <= hipObjBusy; e++) {
+        const char *s = hipObjGetErrorString((hipObjOpError_t)e);
+        EXPECT("error string present", s != NULL && strlen(s) > 10, 1);
+    }
+    EXPECT("unknown error string", strstr(hipObjGetErrorString((hipObjOpError_t)4242), "nknown") != NULL, 1);
+    EXPECT("negative error string", strstr(hipObjGetErrorString((hipObjOpError_t)-1), "nknown") != NULL, 1);
+
+    int code = 0;
+    EXPECT("parse 200", hipObjParseRdmaReply("200", 3, &code).opError, hipObjSuccess);
+    EXPECT("code 200", code, 200);
+    EXPECT("parse 206 CRLF", hipObjParseRdmaReply("206\r\n", 5, &code).opError, hipObjSuccess);
+    EXPECT("code 206", code, 206);
+    EXPECT("parse ok", hipObjParseRdmaReply("ok", 2, &code).opError, hipObjSuccess);
+    EXPECT("code ok", code, 200);
+    EXPECT("parse 501", hipObjParseRdmaReply("501", 4, &code).opError, hipObjSuccess);
+    EXPECT("code 501", code, HIPOBJ_RDMA_REPLY_NOT_IMPLEMENTED);
+    code = 7;
+    EXPECT("parse junk", hipObjParseRdmaReply("20x", 3, &code).opError, hipObjInvalidValue);
+    EXPECT("junk leaves code", code, 7);
+    EXPECT("parse 600", hipObjParseRdmaReply("600", 3, &code).opError, hipObjInvalidValue);
+    EXPECT("parse empty", hipObjParseRdmaReply("", 0, &code).opError, hipObjInvalidValue);
+    EXPECT("parse NULL reply", hipObjParseRdmaReply(NULL, 3, &code).opError, hipObjInvalidValue);
+    EXPECT("parse NULL code", hipObjParseRdmaReply("200", 3, NULL).opError, hipObjInvalidValue);
+
+    char ip[16];
+    EXPECT("client nic", hipObjTokenClientNic(TOKEN_V4, ip, sizeof ip).opError, hipObjSuccess);
+    EXPECT("client nic value", strcmp(ip, "127.1.2.3"), 0);
+    EXPECT("client nic small", hipObjTokenClientNic(TOKEN_V4, ip, 5).opError, hipObjInvalidValue);
+    EXPECT("client nic bad token", hipObjTokenClientNic("abc", ip, sizeof ip).opError, hipObjInvalidValue);
+    EXPECT("client nic NULL", hipObjTokenClientNic(NULL, ip, sizeof ip).opError, hipObjInvalidValue);
+    EXPECT("client nic NULL out", hipObjTokenClientNic(TOKEN_V4, NULL, 16).opError, hipObjInvalidValue);
+
+    char not_a_token[89] = "x";
+    EXPECT("put foreign token", hipObjPutRdmaToken(not_a_token).opError, hipObjInvalidValue);
+    EXPECT("put NULL token", hipObjPutRdmaToken(NULL).opError, hipObjInvalidValue);
+
+    /* Before init. */
+    static char buf[4096];
+    hipObjOps_t ops = {send_ok, recv_ok};
+    char *token = NULL;
+    EXPECT("shutdown uninit", hipObjShutdown().opError, hipObjSuccess);
+    EXPECT("register uninit", hipObjBufRegisterHost(buf, sizeof buf).opError, hipObjNotInitialized);
+    EXPECT("register dev uninit", hipObjBufRegister(buf, sizeof buf).opError, hipObjNotInitialized);
+    EXPECT("deregister uninit", hipObjBufDeregister(buf).opError, hipObjNotInitialized);
+    EXPECT("get uninit", hipObjGet(NULL, buf, 16, 0, &ops, NULL).opError, hipObjNotInitialized);
+    EXPECT("put uninit", hipObjPut(NULL, buf, 16, 0, &ops, NULL).opError, hipObjNotInitialized);
+    EXPECT("sync uninit", hipObjBufSync(buf, 16, 0, HIPOBJ_SYNC_TO_HOST).opError, hipObjNotInitialized);
+    EXPECT("token uninit", hipObjGetRdmaToken(buf, 16, HIPOBJ_RDMA_OP_GET, &token).opError,
+           hipObjNotInitialized);
+
+    /* Argument checks come before the initialization check. */
+    EXPECT("register NULL", hipObjBufRegisterHost(NULL, 16).opError, hipObjInvalidValue);
+    EXPECT("register 0", hipObjBufRegisterHost(buf, 0).opError, hipObjInvalidValue);
+    EXPECT("register huge", hipObjBufRegisterHost(buf, (size_t)5 << 30).opError, hipObjSizeTooLarge);
+    EXPECT("deregister NULL", hipObjBufDeregister(NULL).opError, hipObjInvalidValue);
+    EXPECT("get NULL ops", hipObjGet(NULL, buf, 16, 0, NULL, NULL).opError, hipObjInvalidValue);
+    hipObjOps_t half = {send_ok, NULL};
+    EXPECT("get half ops", hipObjGet(NULL, buf, 16, 0, &half, NULL).opError, hipObjInvalidValue);
+    EXPECT("get NULL buf", hipObjGet(NULL, NULL, 16, 0, &ops, NULL).opError, hipObjInvalidValue);
+    EXPECT("get negative offset", hipObjGet(NULL, buf, 16, -1, &ops, NULL).opError, hipObjInvalidValue);
+    EXPECT("put huge", hipObjPut(NULL, buf, (size_t)5 << 30, 0, &ops, NULL).opError, hipObjSizeTooLarge);
+    EXPECT("sync bad direction", hipObjBufSync(buf, 16, 0, 2).opError, hipObjInvalidValue);
+    EXPECT("token bad op", hipObjGetRdmaToken(buf, 16, 7, &token).opError, hipObjInvalidValue);
+    EXPECT("token NULL out", hipObjGetRdmaToken(buf, 16, HIPOBJ_RDMA_OP_PUT, NULL).opError, hipObjInvalidValue);
+
+    EXPECT("init NULL", hipObjInit(NULL).opError, hipObjInvalidValue);
+    hipObjConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gpuDevice = -1;
+    cfg.flags = 1;
+    EXPECT("init flags", hipObjInit(&cfg).opError, hipObjInvalidValue);
+    cfg.flags = 0;
+    cfg.gpuDevice = -2;
+    EXPECT("init gpu -2", hipObjInit(&cfg).opError, hipObjInvalidValue);
+    cfg.gpuDevice = -1;
+    EXPECT("init no NIC", hipObjInit(&cfg).opError, hipObjNicNotFound);
+
+    const char *nic = getenv("HIPOBJ_TEST_NIC");
+    if (nic != NULL && *nic != '\0') {
+        cfg.nicHint = nic;
+        EXPECT("init", hipObjInit(&cfg).opError, hipObjSuccess);
+        EXPECT("init twice", hipObjInit(&cfg).opError, hipObjAlreadyInitialized);
+        EXPECT("register", hipObjBufRegisterHost(buf, sizeof buf).opError, hipObjSuccess);
+        EXPECT("register again", hipObjBufRegisterHost(buf, sizeof buf).opError, hipObjBufAlreadyRegistered);
+        EXPECT("register overlap", hipObjBufRegisterHost(buf + 100, 16).opError, hipObjBufAlreadyRegistered);
+        EXPECT("register host as device", hipObjBufRegister(buf + sizeof buf / 2, 16).opError,
+               hipObjInvalidValue);
+        EXPECT("token", hipObjGetRdmaToken(buf, 64, HIPOBJ_RDMA_OP_GET, &token).opError, hipObjSuccess);
+        EXPECT("token length", token != NULL && strlen(token) == 88, 1);
+        EXPECT("token nic", hipObjTokenClientNic(token, ip, sizeof ip).opError, hipObjSuccess);
+        EXPECT("put token", hipObjPutRdmaToken(token).opError, hipObjSuccess);
+        EXPECT("put token twice", hipObjPutRdmaToken(token).opError, hipObjInvalidValue);
+        EXPECT("token too long", hipObjGetRdmaToken(buf, sizeof buf + 1, 1, &token).opError, hipObjInvalidValue);
+        EXPECT("token unregistered", hipObjGetRdmaToken(buf + 1, 16, 1, &token).opError,
+               hipObjBufNotRegistered);
+        EXPECT("sync host buffer", hipObjBufSync(buf, 16, 8, HIPOBJ_SYNC_TO_DEVICE).opError, hipObjSuccess);
+        EXPECT("sync past end", hipObjBufSync(buf, 16, sizeof buf - 8, HIPOBJ_SYNC_TO_HOST).opError,
+               hipObjInvalidValue);
+        EXPECT("get past end", hipObjGet(NULL, buf, sizeof buf, 1, &ops, NULL).opError, hipObjInvalidValue);
+        EXPECT("get unregistered", hipObjGet(NULL, buf + 8, 8, 0, &ops, NULL).opError, hipObjBufNotRegistered);
+        EXPECT("deregister unknown", hipObjBufDeregister(buf + 8).opError, hipObjBufNotRegistered);
+        EXPECT("deregister", hipObjBufDeregister(buf).opError, hipObjSuccess);
+        EXPECT("deregister twice", hipObjBufDeregister(buf).opError, hipObjBufNotRegistered);
+        EXPECT("shutdown", hipObjShutdown().opError, hipObjSuccess);
+        EXPECT("register after shutdown", hipObjBufRegisterHost(buf, 16).opError, hipObjNotInitialized);
+        EXPECT("init again", hipObjInit(&cfg).opError, hipObjSuccess);
+        EXPECT("shutdown again", hipObjShutdown().opError, hipObjSuccess);
+    }
+
+    if (failures != 0) {
+        fprintf(stderr, "%d checks failed\n", failures);
+        return 1;
+    }
+    printf("api_test: all checks passed\n");
+    return 0;
+}
