@@ -25,6 +25,8 @@ thread_local! {
 struct PoolState {
     free: Vec<Connection>,
     leased: usize,
+    /// Slots whose broken connection is being replaced.
+    replacing: usize,
     closed: bool,
     /// The server that answered the most recent successful transfer.
     last_peer: Option<Gid>,
@@ -50,6 +52,7 @@ impl ConnectionPool {
             state: Mutex::new(PoolState {
                 free,
                 leased: 0,
+                replacing: 0,
                 closed: false,
                 last_peer: None,
             }),
@@ -70,7 +73,7 @@ impl ConnectionPool {
             if st.closed {
                 return Err(Error::new(ErrorKind::NotInitialized, "hipObject was shut down"));
             }
-            if st.free.is_empty() && st.leased == 0 {
+            if st.free.is_empty() && st.leased == 0 && st.replacing == 0 {
                 return Err(Error::new(
                     ErrorKind::RdmaError,
                     "no RDMA connections are left: every one failed and could not be replaced",
@@ -111,28 +114,53 @@ impl ConnectionPool {
     /// Connections free and leased.
     pub fn size(&self) -> usize {
         let st = self.lock();
-        st.free.len() + st.leased
+        st.free.len() + st.leased + st.replacing
     }
 
     fn give_back(&self, conn: Connection, peer_answered: Option<Gid>) {
-        let conn = if conn.is_broken() {
-            drop(conn);
-            Connection::new(self.device.clone()).ok()
-        } else {
-            Some(conn)
-        };
         let mut st = self.lock();
         st.leased -= 1;
         if let Some(gid) = peer_answered {
             st.last_peer = Some(gid);
         }
-        if let Some(conn) = conn {
+        if !conn.is_broken() {
             st.free.push(conn);
+            drop(st);
+            self.available.notify_one();
+            return;
         }
+        // Destroy the broken connection and build its replacement outside
+        // the lock. The guard keeps the slot counted while that runs, and
+        // gives it up even if building panics, so waiters never hang on it.
+        st.replacing += 1;
         drop(st);
-        // Wake everyone when the pool shrank to nothing, so waiters fail
-        // instead of sleeping forever; otherwise one waiter suffices.
-        self.available.notify_all();
+        let guard = Replacing { pool: self };
+        drop(conn);
+        let fresh = Connection::new(self.device.clone()).ok();
+        guard.finish(fresh);
+    }
+}
+
+/// A slot whose broken connection is being replaced.
+struct Replacing<'a> {
+    pool: &'a ConnectionPool,
+}
+
+impl Replacing<'_> {
+    fn finish(self, fresh: Option<Connection>) {
+        if let Some(conn) = fresh {
+            self.pool.lock().free.push(conn);
+        }
+        // Drop updates the count and wakes the waiters.
+    }
+}
+
+impl Drop for Replacing<'_> {
+    fn drop(&mut self) {
+        self.pool.lock().replacing -= 1;
+        // Wake everyone: if the pool shrank to nothing, waiters must fail
+        // instead of sleeping forever.
+        self.pool.available.notify_all();
     }
 }
 

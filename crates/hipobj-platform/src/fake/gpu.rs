@@ -37,6 +37,10 @@ struct Shared {
     copy_delay_ns: AtomicU64,
     gate: Gate,
     dmabuf_ok: AtomicBool,
+    /// Copies whose bytes have not moved yet.
+    in_flight: AtomicI64,
+    /// (address, length) of each live pinned buffer.
+    pinned: Mutex<Vec<(usize, usize)>>,
 }
 
 /// A GPU runtime double.
@@ -62,6 +66,8 @@ impl FakeGpu {
                 copy_delay_ns: AtomicU64::new(0),
                 gate: Gate::default(),
                 dmabuf_ok: AtomicBool::new(true),
+                in_flight: AtomicI64::new(0),
+                pinned: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -104,35 +110,52 @@ impl FakeGpu {
             .retain(|a| a.mem.as_ptr() as usize != addr);
     }
 
-    /// Reads simulated device memory.
-    pub fn read(&self, addr: usize, len: usize) -> Option<Vec<u8>> {
+    /// Whether `[addr, addr + len)` lies in fake device memory, fake host
+    /// memory, or a live pinned buffer.
+    fn known(&self, addr: usize, len: usize) -> bool {
+        let inside = |base: usize, size: usize| {
+            addr >= base && len <= size && addr - base <= size - len
+        };
         let st = self.lock();
-        st.allocations.iter().find_map(|a| {
-            let base = a.mem.as_ptr() as usize;
-            let off = addr.checked_sub(base)?;
-            a.mem.get(off..off.checked_add(len)?).map(<[u8]>::to_vec)
-        })
+        st.allocations.iter().any(|a| inside(a.mem.as_ptr() as usize, a.mem.len()))
+            || self
+                .shared
+                .pinned
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+                .any(|&(b, l)| inside(b, l))
     }
 
-    /// Writes simulated device memory; says whether the range was inside one allocation.
+    /// Reads memory the fake owns (device, host or pinned), or `None` when
+    /// the range is not all in one of its buffers.
+    pub fn read(&self, addr: usize, len: usize) -> Option<Vec<u8>> {
+        if !self.known(addr, len) {
+            return None;
+        }
+        let mut out = vec![0u8; len];
+        // SAFETY: the range lies inside a live buffer of this fake (checked
+        // above), and the test that asks does not free it meanwhile.
+        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), len) };
+        Some(out)
+    }
+
+    /// Writes memory the fake owns; says whether the range was inside one of
+    /// its buffers.
     pub fn write(&self, addr: usize, data: &[u8]) -> bool {
-        let mut st = self.lock();
-        st.allocations.iter_mut().any(|a| {
-            let base = a.mem.as_ptr() as usize;
-            let Some(off) = addr.checked_sub(base) else {
-                return false;
-            };
-            let Some(end) = off.checked_add(data.len()) else {
-                return false;
-            };
-            match a.mem.get_mut(off..end) {
-                Some(dst) => {
-                    dst.copy_from_slice(data);
-                    true
-                }
-                None => false,
-            }
-        })
+        if !self.known(addr, data.len()) {
+            return false;
+        }
+        // SAFETY: as in `read`; the fake's buffers are plain bytes.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), addr as *mut u8, data.len()) };
+        true
+    }
+
+    /// Waits until every copy that started has moved its bytes.
+    pub fn wait_idle(&self) {
+        while self.shared.in_flight.load(Ordering::SeqCst) > 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// Sets the thread's current device.
@@ -192,6 +215,12 @@ struct FakePinned {
 impl Drop for FakePinned {
     fn drop(&mut self) {
         self.shared.live_pinned.fetch_sub(1, Ordering::SeqCst);
+        let addr = self.mem.as_ptr() as usize;
+        self.shared
+            .pinned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|&(a, _)| a != addr);
     }
 }
 
@@ -277,8 +306,14 @@ impl GpuRuntime for FakeGpu {
     fn alloc_pinned(&self, len: usize) -> Result<Box<dyn PinnedHostBuffer>, GpuError> {
         self.check("alloc_pinned")?;
         self.shared.live_pinned.fetch_add(1, Ordering::SeqCst);
+        let mem = vec![0u8; len].into_boxed_slice();
+        self.shared
+            .pinned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((mem.as_ptr() as usize, len));
         Ok(Box::new(FakePinned {
-            mem: vec![0u8; len].into_boxed_slice(),
+            mem,
             shared: self.shared.clone(),
         }))
     }
@@ -306,6 +341,7 @@ impl GpuRuntime for FakeGpu {
         let shared = self.shared.clone();
         let flag = done.clone();
         shared.live_copies.fetch_add(1, Ordering::SeqCst);
+        shared.in_flight.fetch_add(1, Ordering::SeqCst);
         let hung_at_start = *shared.gate.hung.lock().unwrap_or_else(PoisonError::into_inner);
         let engine = shared.clone();
         std::thread::Builder::new()
@@ -332,6 +368,7 @@ impl GpuRuntime for FakeGpu {
                 // buffers, so they do not overlap.
                 unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len) };
                 flag.store(true, Ordering::SeqCst);
+                engine.in_flight.fetch_sub(1, Ordering::SeqCst);
             })
             .map_err(|e| GpuError::new("copy_async", 0, e.to_string()))?;
         Ok(Box::new(FakeEvent { done, shared }))

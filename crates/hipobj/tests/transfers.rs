@@ -1,0 +1,265 @@
+//! The transfer sequence against a scripted S3 side on the fake NIC: the
+//! token, the binding handshake, every failure ending in the spec's code
+//! with the pool healthy, and the Busy and shutdown rules of the pool.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use hipobj::{Direction, ErrorKind};
+use hipobj_platform::QpState;
+use hipobj_platform::fake::FakeDeviceSpec;
+use hipobj_proto::{Reply, Token};
+
+use support::{Script, fake, host_buf, server_token, started};
+
+fn bind_reply(psn: u32) -> String {
+    Reply::Bind {
+        token: server_token(),
+        psn,
+    }
+    .to_string()
+}
+
+#[test]
+fn the_token_describes_the_range_and_the_leased_qp() {
+    let p = fake(0, FakeDeviceSpec::default());
+    let lib = started(&p, 2);
+    let inst = lib.instance().unwrap();
+    let buf = host_buf(4096);
+    inst.register_host(buf).unwrap();
+    let mut s = Script::replying(&[&bind_reply(7), "200"]);
+    inst.transfer(Direction::Get, buf.addr(), 100, 1000, &mut s).unwrap();
+    assert_eq!(s.tokens.len(), 2, "a binding round sends the request twice");
+    assert_eq!(s.tokens[0], s.tokens[1], "with the same token");
+    let t = Token::decode(s.tokens[0].as_bytes()).unwrap();
+    assert_eq!(t.transport, hipobj_proto::Transport::Rc);
+    assert_eq!(t.addr, buf.addr() as u64 + 1000);
+    assert_eq!(t.len, 100);
+    assert_eq!(t.gid, inst.device().gid().0);
+    assert_eq!(t.port, 1);
+    assert_eq!(t.lid, 0);
+    assert_eq!(t.rkey, inst.buffers().find(buf.addr()).unwrap().rkey());
+    assert_eq!(p.verbs.qp_state(t.qpn), Some(QpState::Rts), "the bound QP is in RTS");
+
+    // The next transfer reuses the bound QP and needs one round.
+    let mut s2 = Script::replying(&["200"]);
+    inst.transfer(Direction::Put, buf.addr(), 4096, 0, &mut s2).unwrap();
+    assert_eq!(s2.tokens.len(), 1);
+    assert_eq!(Token::decode(s2.tokens[0].as_bytes()).unwrap().qpn, t.qpn);
+    // An echo of the bound server QP is accepted.
+    let echo = Reply::WithToken {
+        status: 206,
+        token: server_token(),
+    }
+    .to_string();
+    inst.transfer(Direction::Get, buf.addr(), 10, 0, &mut Script::replying(&[&echo])).unwrap();
+}
+
+/// Runs one transfer with `replies` and checks it fails with `kind`, that
+/// the connection it used is destroyed and replaced, and that the pool
+/// still serves a transfer afterwards.
+fn fails_and_pool_recovers(replies: &[&str], send_fails: bool, kind: ErrorKind) {
+    let p = fake(0, FakeDeviceSpec::default());
+    let lib = started(&p, 1);
+    let inst = lib.instance().unwrap();
+    let buf = host_buf(256);
+    inst.register_host(buf).unwrap();
+    let mut s = Script::replying(replies);
+    s.send_fails = send_fails;
+    let e = inst.transfer(Direction::Get, buf.addr(), 256, 0, &mut s).unwrap_err();
+    assert_eq!(e.kind(), kind, "replies {replies:?}: {e}");
+    let used = Token::decode(s.tokens[0].as_bytes()).unwrap().qpn;
+    assert_eq!(p.verbs.qp_state(used), None, "the failed connection's QP is destroyed");
+    assert_eq!(inst.pool().size(), 1, "and replaced");
+    assert_eq!(p.verbs.live().qps, 2);
+    let mut ok = Script::replying(&[&bind_reply(1), "200"]);
+    inst.transfer(Direction::Get, buf.addr(), 256, 0, &mut ok).unwrap();
+}
+
+#[test]
+fn declined_rdma_is_an_s3_error() {
+    fails_and_pool_recovers(&["501"], false, ErrorKind::S3Error);
+}
+
+#[test]
+fn error_replies_are_s3_errors() {
+    for r in ["404", "500", "err", "409"] {
+        fails_and_pool_recovers(&[r], false, ErrorKind::S3Error);
+    }
+}
+
+#[test]
+fn malformed_or_missing_replies_are_s3_errors() {
+    fails_and_pool_recovers(&["20"], false, ErrorKind::S3Error);
+    fails_and_pool_recovers(&["200 OK"], false, ErrorKind::S3Error);
+    fails_and_pool_recovers(&[], false, ErrorKind::S3Error);
+}
+
+#[test]
+fn a_failing_send_is_an_s3_error() {
+    fails_and_pool_recovers(&["200"], true, ErrorKind::S3Error);
+}
+
+#[test]
+fn a_second_binding_request_fails_the_transfer() {
+    fails_and_pool_recovers(&[&bind_reply(1), &bind_reply(2)], false, ErrorKind::S3Error);
+}
+
+#[test]
+fn success_from_an_unbound_connection_is_an_rdma_error() {
+    fails_and_pool_recovers(&["200"], false, ErrorKind::RdmaError);
+}
+
+#[test]
+fn success_echoing_another_server_qp_is_an_rdma_error() {
+    let mut other = server_token();
+    other.qpn += 1;
+    let echo = Reply::WithToken {
+        status: 200,
+        token: other,
+    }
+    .to_string();
+    fails_and_pool_recovers(&[&bind_reply(3), &echo], false, ErrorKind::RdmaError);
+}
+
+#[test]
+fn a_qp_that_went_to_error_is_caught_without_waiting() {
+    let p = fake(0, FakeDeviceSpec::default());
+    let lib = started(&p, 1);
+    let inst = lib.instance().unwrap();
+    let buf = host_buf(256);
+    inst.register_host(buf).unwrap();
+    inst.transfer(Direction::Get, buf.addr(), 256, 0, &mut Script::replying(&[&bind_reply(1), "200"]))
+        .unwrap();
+    let mut s = Script::replying(&["200"]);
+    let verbs = p.verbs.clone();
+    let tokens = Arc::new(Mutex::new(0u32));
+    let t2 = tokens.clone();
+    s.on_send = Some(Box::new(move || {
+        // The NIC reports a fatal error on the connection mid-transfer.
+        let qpn = *verbs.qp_nums().first().unwrap();
+        *t2.lock().unwrap() = qpn;
+        for q in verbs.qp_nums() {
+            verbs.break_qp(q);
+        }
+    }));
+    let started_at = std::time::Instant::now();
+    let e = inst.transfer(Direction::Get, buf.addr(), 256, 0, &mut s).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::RdmaError, "{e}");
+    assert!(started_at.elapsed() < Duration::from_secs(1), "the check must not wait");
+}
+
+#[test]
+fn bad_transfer_arguments() {
+    let p = fake(0, FakeDeviceSpec::default());
+    let lib = started(&p, 1);
+    let inst = lib.instance().unwrap();
+    let buf = host_buf(256);
+    inst.register_host(buf).unwrap();
+    let mut s = Script::replying(&["200"]);
+    let k = |r: hipobj::Result<()>| r.unwrap_err().kind();
+    assert_eq!(k(inst.transfer(Direction::Get, buf.addr(), 0, 0, &mut s)), ErrorKind::InvalidValue);
+    assert_eq!(k(inst.transfer(Direction::Get, buf.addr(), 257, 0, &mut s)), ErrorKind::InvalidValue);
+    assert_eq!(k(inst.transfer(Direction::Get, buf.addr(), 1, 256, &mut s)), ErrorKind::InvalidValue);
+    assert_eq!(
+        k(inst.transfer(Direction::Get, buf.addr(), 2, usize::MAX, &mut s)),
+        ErrorKind::InvalidValue
+    );
+    assert_eq!(
+        k(inst.transfer(Direction::Put, buf.addr() + 1, 1, 0, &mut s)),
+        ErrorKind::BufNotRegistered
+    );
+    assert_eq!(k(inst.transfer(Direction::Put, 0, 1, 0, &mut s)), ErrorKind::InvalidValue);
+    assert!(s.tokens.is_empty(), "bad arguments never reach the S3 side");
+}
+
+#[test]
+fn a_callback_transfer_gets_busy_when_every_connection_is_taken() {
+    let p = fake(0, FakeDeviceSpec::default());
+    let lib = started(&p, 1);
+    let inst = lib.instance().unwrap();
+    let buf = host_buf(256);
+    inst.register_host(buf).unwrap();
+    let inner_result = Arc::new(Mutex::new(None));
+    let (inst2, r2) = (inst.clone(), inner_result.clone());
+    let mut s = Script::replying(&["501"]);
+    s.on_send = Some(Box::new(move || {
+        let mut inner = Script::replying(&["200"]);
+        *r2.lock().unwrap() = Some(inst2.transfer(Direction::Get, buf.addr(), 1, 0, &mut inner).map_err(|e| e.kind()));
+    }));
+    inst.transfer(Direction::Get, buf.addr(), 1, 0, &mut s).unwrap_err();
+    assert_eq!(*inner_result.lock().unwrap(), Some(Err(ErrorKind::Busy)));
+}
+
+#[test]
+fn shutdown_wakes_waiters_with_not_initialized_and_the_holder_finishes() {
+    let p = fake(0, FakeDeviceSpec::default());
+    let lib = Arc::new(started(&p, 1));
+    let inst = lib.instance().unwrap();
+    let buf = host_buf(256);
+    inst.register_host(buf).unwrap();
+    let (in_callback_tx, in_callback_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let release_rx = Arc::new(Mutex::new(release_rx));
+    let holder = {
+        let inst = inst.clone();
+        std::thread::spawn(move || {
+            let mut s = Script::replying(&[&bind_reply(5), "200"]);
+            let mut first = true;
+            s.on_send = Some(Box::new(move || {
+                if first {
+                    first = false;
+                    in_callback_tx.send(()).unwrap();
+                    release_rx.lock().unwrap().recv().unwrap();
+                }
+            }));
+            inst.transfer(Direction::Get, buf.addr(), 256, 0, &mut s)
+        })
+    };
+    in_callback_rx.recv().unwrap();
+    let waiter = {
+        let inst = inst.clone();
+        std::thread::spawn(move || {
+            inst.transfer(Direction::Get, buf.addr(), 256, 0, &mut Script::replying(&["200"]))
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    lib.shutdown();
+    assert_eq!(waiter.join().unwrap().unwrap_err().kind(), ErrorKind::NotInitialized);
+    // A new init can run while the old transfer is still in its callback.
+    lib.init(&support::config(), || Ok(p.platform()), || support::options(1)).unwrap();
+    release_tx.send(()).unwrap();
+    holder.join().unwrap().unwrap();
+    drop(inst);
+    lib.shutdown();
+    assert!(p.verbs.live().is_zero(), "{:?}", p.verbs.live());
+}
+
+#[test]
+fn a_panic_while_replacing_a_connection_does_not_lose_the_slot() {
+    let p = fake(0, FakeDeviceSpec::default());
+    let lib = started(&p, 1);
+    let inst = lib.instance().unwrap();
+    let buf = host_buf(64);
+    inst.register_host(buf).unwrap();
+    p.faults.set("create_qp", hipobj_platform::fake::Fault::Panic);
+    let inst2 = inst.clone();
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let _ = inst2.transfer(Direction::Get, buf.addr(), 64, 0, &mut Script::replying(&["501"]));
+    }));
+    assert!(panicked.is_err(), "the injected panic fires while replacing the connection");
+    p.faults.clear();
+    // The pool lost its only connection, so it now says so instead of
+    // making the next transfer wait forever.
+    let (tx, rx) = mpsc::channel();
+    let inst3 = inst.clone();
+    std::thread::spawn(move || {
+        let r = inst3.transfer(Direction::Get, buf.addr(), 64, 0, &mut Script::replying(&["200"]));
+        tx.send(r.map_err(|e| e.kind())).unwrap();
+    });
+    let r = rx.recv_timeout(Duration::from_secs(5)).expect("the transfer hung on a lost slot");
+    assert_eq!(r, Err(ErrorKind::RdmaError));
+}
