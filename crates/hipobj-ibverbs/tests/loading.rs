@@ -3,7 +3,8 @@
 
 use std::process::Command;
 
-use hipobj_ibverbs::{DEFAULT_LIBRARY, IbVerbs};
+use hipobj_ibverbs::{DEFAULT_LIBRARY, IbVerbs, SysfsTopology};
+use hipobj_platform::selection::{self, SelectionErrorKind};
 use hipobj_platform::{Verbs, VerbsErrorKind};
 
 #[test]
@@ -46,6 +47,17 @@ fn no_devices_is_an_empty_list() {
     let e = verbs.open_device("mlx5_0").expect_err("no such device");
     assert_eq!(e.kind, VerbsErrorKind::NotFound);
     assert!(e.to_string().contains("mlx5_0"), "{e}");
+
+    // Selection over the real backend and the real sysfs fails with a
+    // reason for each case; the core maps every one to hipObjNicNotFound.
+    let topo = SysfsTopology::system();
+    let e = selection::select(&verbs, &topo, None, None).expect_err("no GPU, no hint");
+    assert_eq!(e.kind, SelectionErrorKind::NoGpuNoHint);
+    let e = selection::select(&verbs, &topo, Some("0000:03:00.0"), None).expect_err("no NIC");
+    assert_eq!(e.kind, SelectionErrorKind::NoCandidate);
+    let e = selection::select(&verbs, &topo, None, Some("mlx5_0")).expect_err("hinted NIC absent");
+    assert_eq!(e.kind, SelectionErrorKind::Verbs);
+    assert_eq!(e.verbs.map(|v| v.kind), Some(VerbsErrorKind::NotFound));
 }
 
 #[test]

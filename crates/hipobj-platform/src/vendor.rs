@@ -72,6 +72,12 @@ impl VendorProfile {
         }
     }
 
+    /// The profile for `ibv_device_attr::vendor_id` (a 24-bit IEEE OUI
+    /// field that holds the PCI vendor id on PCI NICs; rxe reports 0xFFFFFF).
+    pub fn for_device_vendor(vendor_id: u32) -> Self {
+        Self::for_vendor(u16::try_from(vendor_id).ok())
+    }
+
     /// A short name for logs.
     pub fn name(self) -> &'static str {
         match self {
@@ -137,6 +143,11 @@ mod tests {
         assert_eq!(VendorProfile::for_vendor(Some(0x1dd8)), VendorProfile::Pensando);
         assert_eq!(VendorProfile::for_vendor(Some(0x15b3)), VendorProfile::Generic);
         assert_eq!(VendorProfile::for_vendor(None), VendorProfile::Generic);
+        assert_eq!(VendorProfile::for_device_vendor(0x14e4), VendorProfile::Broadcom);
+        assert_eq!(
+            VendorProfile::for_device_vendor(0xff_ffff),
+            VendorProfile::Generic
+        );
     }
 
     #[test]

@@ -8,7 +8,12 @@
 //! `layout_tests.rs` compiles a C program against the real header and checks
 //! every size and offset used here.
 //!
-//! [`table`] loads the library and resolves the functions.
+//! [`table`] loads the library and resolves the functions. Their default
+//! symbol versions are the ones declared: `nm -D` on Debian's libibverbs1
+//! (rdma-core 44) shows, for example, `ibv_query_port@@IBVERBS_1.1` (the
+//! exported fallback of the inline `ibv_query_port` of newer headers, which
+//! fills the fields of `struct ibv_port_attr` up to `link_layer`),
+//! `ibv_reg_mr@@IBVERBS_1.1` and `ibv_reg_dmabuf_mr@@IBVERBS_1.12`.
 
 #![allow(non_camel_case_types, missing_docs)]
 #![allow(unsafe_code)]
