@@ -13,12 +13,18 @@
 //! `fake` feature adds test doubles of every seam that record calls, inject
 //! failures or panics, and count live objects.
 //!
+//! [`selection`] holds the NIC, port and GID selection rules as pure
+//! functions, so that the core and the CLI choose the same way, and
+//! [`vendor`] the per-vendor RC attribute adjustments.
+//!
 //! This crate also holds [`memory::MemRegion`], the one type through which
 //! raw application memory enters the seams.
 
 pub mod gpu;
 pub mod memory;
+pub mod selection;
 pub mod topology;
+pub mod vendor;
 pub mod verbs;
 
 #[cfg(feature = "fake")]
