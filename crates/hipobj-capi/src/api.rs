@@ -127,13 +127,13 @@ pub unsafe extern "C" fn hipObjInit(config: *mut HipObjConfig) -> HipObjError {
         let c = unsafe { config.read() };
         // SAFETY: the caller promises nicHint is NULL or a C string.
         let hint = match unsafe { c_str(c.nicHint) } {
-            Ok(h) => h.unwrap_or(""),
+            Ok(h) => h.map(str::to_owned),
             Err(e) => return e,
         };
         let cfg = Config {
             flags: c.flags,
             gpu_device: c.gpuDevice,
-            nic_hint: Config::parse_hint(hint),
+            nic_hint: hint,
         };
         LIBRARY
             .init(&cfg, || Ok(testing::platform()), Options::from_env)

@@ -7,7 +7,7 @@ use std::sync::{Mutex, PoisonError};
 
 use hipobj_capi::types::{HipObjConfig, HipObjOps};
 use hipobj_capi::*;
-use hipobj_platform::fake::{Fault, FakePlatform};
+use hipobj_platform::fake::{FakePlatform, Fault};
 
 /// The library is process-wide: these tests take turns.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -46,6 +46,13 @@ unsafe extern "C" fn recv_501(_ctx: *mut c_void, reply: *mut c_char, len: *mut u
     0
 }
 
+/// A string the library returns from static storage.
+fn static_str(p: *const c_char) -> &'static str {
+    // SAFETY: the two string functions return pointers to static,
+    // NUL-terminated strings.
+    unsafe { CStr::from_ptr(p) }.to_str().unwrap()
+}
+
 fn quiet_panics() {
     std::panic::set_hook(Box::new(|_| {}));
 }
@@ -68,7 +75,8 @@ fn lifecycle_through_the_c_abi() {
     assert_eq!(text.len(), 88);
     let mut ip = [0 as c_char; 16];
     // SAFETY: a token string and a 16-byte buffer.
-    assert_eq!(unsafe { hipObjTokenClientNic(token, ip.as_mut_ptr(), ip.len()) }.opError, 0);
+    let e = unsafe { hipObjTokenClientNic(token, ip.as_mut_ptr(), ip.len()) };
+    assert_eq!(e.opError, 0);
     // SAFETY: the library wrote a NUL-terminated string.
     assert_eq!(unsafe { CStr::from_ptr(ip.as_ptr()) }, c"127.0.0.1");
     assert_eq!(hipObjPutRdmaToken(token).opError, 0);
@@ -111,7 +119,11 @@ fn every_seam_panicking_in_turn_gives_internal_error_and_the_library_recovers() 
         p.faults.set(call, Fault::Panic);
         assert_eq!(init(c"fake0"), INTERNAL, "a panic in {call} during init");
         p.faults.clear();
-        assert!(p.verbs.live().is_zero(), "a panic in {call} leaked {:?}", p.verbs.live());
+        assert!(
+            p.verbs.live().is_zero(),
+            "a panic in {call} leaked {:?}",
+            p.verbs.live()
+        );
         assert_eq!(init(c"fake0"), 0, "init after a panic in {call}");
         assert_eq!(hipObjShutdown().opError, 0);
     }
@@ -147,19 +159,12 @@ fn every_seam_panicking_in_turn_gives_internal_error_and_the_library_recovers() 
 
     // The functions that call no seam, and their fallbacks.
     testing::panic_in(Some("hipObjGetErrorString"));
-    // SAFETY: the function returns a static string.
-    assert_eq!(unsafe { CStr::from_ptr(hipObjGetErrorString(0)) }, c"Unknown error");
+    assert_eq!(static_str(hipObjGetErrorString(0)), "Unknown error");
     testing::panic_in(Some("hipObjGetVersionString"));
-    // SAFETY: as above.
-    assert_eq!(unsafe { CStr::from_ptr(hipObjGetVersionString()) }, c"0.0.0");
+    assert_eq!(static_str(hipObjGetVersionString()), "0.0.0");
     testing::panic_in(None);
-    // SAFETY: as above.
-    assert!(unsafe { CStr::from_ptr(hipObjGetErrorString(0)) }.to_bytes().starts_with(b"Success"));
-    // SAFETY: as above.
-    assert_eq!(
-        unsafe { CStr::from_ptr(hipObjGetVersionString()) }.to_str().unwrap(),
-        env!("CARGO_PKG_VERSION")
-    );
+    assert!(static_str(hipObjGetErrorString(0)).starts_with("Success"));
+    assert_eq!(static_str(hipObjGetVersionString()), env!("CARGO_PKG_VERSION"));
     testing::set_platform(None);
     let _ = std::panic::take_hook();
 }

@@ -139,12 +139,12 @@ impl Connection {
             self.to_init()?;
         }
         let d = &self.device;
-        let rtr = QpAttr {
+        let mut rtr = QpAttr {
             qp_state: QpState::Rtr,
             path_mtu: d.mtu(),
             dest_qp_num: peer.qpn,
             rq_psn: psn & 0xff_ffff,
-            max_dest_rd_atomic: d.max_rd_atomic(),
+            max_dest_rd_atomic: 16,
             min_rnr_timer: 12,
             dgid: peer.gid,
             sgid_index: d.gid_index(),
@@ -153,19 +153,18 @@ impl Connection {
             ..QpAttr::default()
         };
         use QpAttrMask as M;
+        let rtr_mask = M::STATE
+            | M::AV
+            | M::PATH_MTU
+            | M::DEST_QPN
+            | M::RQ_PSN
+            | M::MAX_DEST_RD_ATOMIC
+            | M::MIN_RNR_TIMER;
+        d.vendor().adjust_rtr(&mut rtr, rtr_mask, d.limits());
         self.qp
-            .modify(
-                &rtr,
-                M::STATE
-                    | M::AV
-                    | M::PATH_MTU
-                    | M::DEST_QPN
-                    | M::RQ_PSN
-                    | M::MAX_DEST_RD_ATOMIC
-                    | M::MIN_RNR_TIMER,
-            )
+            .modify(&rtr, rtr_mask)
             .map_err(|e| rdma("moving a queue pair to RTR", &e))?;
-        let rts = QpAttr {
+        let mut rts = QpAttr {
             qp_state: QpState::Rts,
             sq_psn: 0,
             timeout: 14,
@@ -174,11 +173,10 @@ impl Connection {
             max_rd_atomic: 1,
             ..QpAttr::default()
         };
+        let rts_mask = M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
+        d.vendor().adjust_rts(&mut rts, rts_mask, d.limits());
         self.qp
-            .modify(
-                &rts,
-                M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
-            )
+            .modify(&rts, rts_mask)
             .map_err(|e| rdma("moving a queue pair to RTS", &e))?;
         self.peer = Some(peer);
         Ok(())

@@ -27,20 +27,12 @@ pub struct Config {
     pub flags: u32,
     /// The GPU to choose the closest NIC to, or -1 for the current device.
     pub gpu_device: i32,
-    /// RDMA devices that may be chosen, by name; empty allows all.
-    pub nic_hint: Vec<String>,
+    /// `nicHint`: comma-separated RDMA device names that may be chosen;
+    /// `None` or empty allows all.
+    pub nic_hint: Option<String>,
 }
 
 impl Config {
-    /// Parses a comma-separated `nicHint` into names (blank entries dropped).
-    pub fn parse_hint(hint: &str) -> Vec<String> {
-        hint.split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
-            .collect()
-    }
-
     /// The checks that need no platform.
     pub fn validate(&self) -> Result<()> {
         if self.flags != 0 {
@@ -100,12 +92,8 @@ impl Instance {
     /// creates the token connection and the pool. Nothing is kept on failure.
     pub fn new(platform: Platform, options: Options, config: &Config) -> Result<Self> {
         config.validate()?;
-        let chosen = nic::choose(&platform, config)?;
-        let device = Arc::new(RdmaDevice::open(
-            platform.verbs.as_ref(),
-            &chosen.nic,
-            chosen.topology.as_ref(),
-        )?);
+        let (dev, chosen) = nic::choose(&platform, config)?;
+        let device = Arc::new(RdmaDevice::new(dev, &chosen.selection)?);
         let token_conn = Connection::new(device.clone())?;
         let pool = Arc::new(ConnectionPool::new(device.clone(), options.max_transfers)?);
         Ok(Self {

@@ -49,7 +49,10 @@ fn dmabuf_when_supported() {
     let inst = lib.instance().unwrap();
     let r = device_region(&p, 4096);
     inst.register_device(r).unwrap();
-    assert_eq!(inst.buffers().find(r.addr()).unwrap().kind(), BufKind::Device { dmabuf: true });
+    assert_eq!(
+        inst.buffers().find(r.addr()).unwrap().kind(),
+        BufKind::Device { dmabuf: true }
+    );
     assert_eq!(p.faults.count("reg_dmabuf_mr"), 1);
     assert_eq!(p.faults.count("reg_mr"), 0);
 }
@@ -67,13 +70,17 @@ fn plain_mr_when_dmabuf_is_off_or_fails() {
     let inst = lib.instance().unwrap();
     let r = device_region(&p, 4096);
     inst.register_device(r).unwrap();
-    assert_eq!(inst.buffers().find(r.addr()).unwrap().kind(), BufKind::Device { dmabuf: false });
+    assert_eq!(
+        inst.buffers().find(r.addr()).unwrap().kind(),
+        BufKind::Device { dmabuf: false }
+    );
     assert_eq!(p.faults.count("export_dmabuf"), 0);
 
     p.gpu.set_dmabuf_export(false);
     let lib2 = Library::new();
     lib.shutdown();
-    lib2.init(&config(), || Ok(p.platform()), Options::default).unwrap();
+    lib2.init(&config(), || Ok(p.platform()), Options::default)
+        .unwrap();
     let r2 = device_region(&p, 4096);
     lib2.instance().unwrap().register_device(r2).unwrap();
     assert_eq!(
@@ -94,7 +101,11 @@ fn staging_when_the_nic_cannot_reach_the_gpu() {
     let entry = inst.buffers().find(r.addr()).unwrap();
     assert_eq!(entry.kind(), BufKind::Staged);
     let staging = entry.staging_addr().unwrap();
-    assert_eq!(entry.token_addr(), staging as u64, "tokens name the staging buffer");
+    assert_eq!(
+        entry.token_addr(),
+        staging as u64,
+        "tokens name the staging buffer"
+    );
     assert_eq!(p.gpu.live_pinned(), 1);
     drop(entry);
 
@@ -141,49 +152,88 @@ fn bad_registrations_change_nothing() {
     // Past the end of the allocation, and a range starting inside it.
     // SAFETY: nothing is registered; the checks refuse both.
     let past = unsafe { region(dev.addr(), 4097) };
-    assert_eq!(inst.register_device(past).unwrap_err().kind(), ErrorKind::InvalidValue);
+    assert_eq!(
+        inst.register_device(past).unwrap_err().kind(),
+        ErrorKind::InvalidValue
+    );
     // SAFETY: as above.
     let past2 = unsafe { region(dev.addr() + 4000, 200) };
-    assert_eq!(inst.register_device(past2).unwrap_err().kind(), ErrorKind::InvalidValue);
+    assert_eq!(
+        inst.register_device(past2).unwrap_err().kind(),
+        ErrorKind::InvalidValue
+    );
     // Host memory given as GPU memory, and the other way round.
-    assert_eq!(inst.register_device(host).unwrap_err().kind(), ErrorKind::InvalidValue);
-    assert_eq!(inst.register_host(dev).unwrap_err().kind(), ErrorKind::InvalidValue);
+    assert_eq!(
+        inst.register_device(host).unwrap_err().kind(),
+        ErrorKind::InvalidValue
+    );
+    assert_eq!(
+        inst.register_host(dev).unwrap_err().kind(),
+        ErrorKind::InvalidValue
+    );
     // Size 0 and NULL.
     // SAFETY: empty and NULL regions are refused before use.
     let empty = unsafe { region(host.addr(), 0) };
-    assert_eq!(inst.register_host(empty).unwrap_err().kind(), ErrorKind::InvalidValue);
+    assert_eq!(
+        inst.register_host(empty).unwrap_err().kind(),
+        ErrorKind::InvalidValue
+    );
     // SAFETY: as above.
     let null = unsafe { region(0, 16) };
-    assert_eq!(inst.register_host(null).unwrap_err().kind(), ErrorKind::InvalidValue);
+    assert_eq!(
+        inst.register_host(null).unwrap_err().kind(),
+        ErrorKind::InvalidValue
+    );
     // Over 4 GiB.
     // SAFETY: refused by size before use.
     let huge = unsafe { region(host.addr(), (4 << 30) + 1) };
-    assert_eq!(inst.register_host(huge).unwrap_err().kind(), ErrorKind::SizeTooLarge);
+    assert_eq!(
+        inst.register_host(huge).unwrap_err().kind(),
+        ErrorKind::SizeTooLarge
+    );
     assert!(inst.buffers().is_empty());
     assert_eq!(p.verbs.live().mrs, 0);
 
     // Duplicates and overlaps.
     inst.register_host(host).unwrap();
-    assert_eq!(inst.register_host(host).unwrap_err().kind(), ErrorKind::BufAlreadyRegistered);
+    assert_eq!(
+        inst.register_host(host).unwrap_err().kind(),
+        ErrorKind::BufAlreadyRegistered
+    );
     let inner = host.slice(10, 10).unwrap();
-    assert_eq!(inst.register_host(inner).unwrap_err().kind(), ErrorKind::BufAlreadyRegistered);
+    assert_eq!(
+        inst.register_host(inner).unwrap_err().kind(),
+        ErrorKind::BufAlreadyRegistered
+    );
     // SAFETY: refused as an overlap before use.
     let straddle = unsafe { region(host.addr() - 8, 16) };
-    assert_eq!(inst.register_host(straddle).unwrap_err().kind(), ErrorKind::BufAlreadyRegistered);
+    assert_eq!(
+        inst.register_host(straddle).unwrap_err().kind(),
+        ErrorKind::BufAlreadyRegistered
+    );
     assert_eq!(inst.buffers().len(), 1);
     // Unknown pointers.
-    assert_eq!(inst.deregister(host.addr() + 1).unwrap_err().kind(), ErrorKind::BufNotRegistered);
     assert_eq!(
-        inst.sync(host.addr() + 1, 1, 0, SyncDirection::ToHost).unwrap_err().kind(),
+        inst.deregister(host.addr() + 1).unwrap_err().kind(),
+        ErrorKind::BufNotRegistered
+    );
+    assert_eq!(
+        inst.sync(host.addr() + 1, 1, 0, SyncDirection::ToHost)
+            .unwrap_err()
+            .kind(),
         ErrorKind::BufNotRegistered
     );
     // Bad sync ranges.
     assert_eq!(
-        inst.sync(host.addr(), 4096, 1, SyncDirection::ToHost).unwrap_err().kind(),
+        inst.sync(host.addr(), 4096, 1, SyncDirection::ToHost)
+            .unwrap_err()
+            .kind(),
         ErrorKind::InvalidValue
     );
     assert_eq!(
-        inst.sync(host.addr(), 1, usize::MAX, SyncDirection::ToHost).unwrap_err().kind(),
+        inst.sync(host.addr(), 1, usize::MAX, SyncDirection::ToHost)
+            .unwrap_err()
+            .kind(),
         ErrorKind::InvalidValue
     );
     // A host buffer needs no staging: sync does nothing and succeeds.
@@ -203,7 +253,11 @@ fn at_most_256_buffers() {
     }
     let e = inst.register_host(host_buf(64)).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::SizeTooLarge, "{e}");
-    assert_eq!(p.verbs.live().mrs, MAX_BUFFERS as i64, "the refused one registered nothing");
+    assert_eq!(
+        p.verbs.live().mrs,
+        MAX_BUFFERS as i64,
+        "the refused one registered nothing"
+    );
     inst.deregister(bufs[0].addr()).unwrap();
     inst.register_host(host_buf(64)).unwrap();
 }
@@ -228,14 +282,24 @@ fn a_staging_copy_that_times_out_keeps_the_buffer_busy_until_it_ends() {
     assert_eq!(e.kind(), ErrorKind::InternalError, "{e}");
     assert_eq!(inst.abandoned().len(), 1);
     // Every call on the buffer is Busy now, deregistration included.
-    assert_eq!(inst.sync(r.addr(), 1, 0, SyncDirection::ToHost).unwrap_err().kind(), ErrorKind::Busy);
+    assert_eq!(
+        inst.sync(r.addr(), 1, 0, SyncDirection::ToHost)
+            .unwrap_err()
+            .kind(),
+        ErrorKind::Busy
+    );
     assert_eq!(inst.rdma_token(r.addr(), 16).unwrap_err().kind(), ErrorKind::Busy);
     let mut script = support::Script::replying(&["200"]);
     assert_eq!(
-        inst.transfer(hipobj::Direction::Get, r.addr(), 16, 0, &mut script).unwrap_err().kind(),
+        inst.transfer(hipobj::Direction::Get, r.addr(), 16, 0, &mut script)
+            .unwrap_err()
+            .kind(),
         ErrorKind::Busy
     );
-    assert!(script.tokens.is_empty(), "a busy buffer never reaches the S3 side");
+    assert!(
+        script.tokens.is_empty(),
+        "a busy buffer never reaches the S3 side"
+    );
     assert_eq!(inst.deregister(r.addr()).unwrap_err().kind(), ErrorKind::Busy);
     assert_eq!(inst.buffers().len(), 1);
     // Other buffers are not affected.
@@ -293,7 +357,9 @@ fn deregistration_is_busy_while_a_transfer_uses_the_buffer() {
     script.on_send = Some(Box::new(move || {
         *seen2.lock().unwrap() = Some(inst2.deregister(buf.addr()).map_err(|e| e.kind()));
     }));
-    let e = inst.transfer(hipobj::Direction::Put, buf.addr(), 64, 0, &mut script).unwrap_err();
+    let e = inst
+        .transfer(hipobj::Direction::Put, buf.addr(), 64, 0, &mut script)
+        .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::S3Error);
     assert_eq!(*seen.lock().unwrap(), Some(Err(ErrorKind::Busy)));
     inst.deregister(buf.addr()).unwrap();

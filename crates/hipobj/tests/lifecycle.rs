@@ -57,13 +57,13 @@ fn no_gpu_and_no_hint_is_nic_not_found() {
     let p = fake(0, FakeDeviceSpec::default());
     let lib = Library::new();
     let cfg = Config {
-        nic_hint: vec![],
+        nic_hint: None,
         ..config()
     };
     let e = lib.init(&cfg, || Ok(p.platform()), Options::default).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NicNotFound);
     let cfg = Config {
-        nic_hint: vec!["fake0".into(), "fake1".into()],
+        nic_hint: Some("fake0,fake1".into()),
         ..config()
     };
     assert_eq!(
@@ -73,7 +73,7 @@ fn no_gpu_and_no_hint_is_nic_not_found() {
         ErrorKind::NicNotFound
     );
     let cfg = Config {
-        nic_hint: vec!["mlx5_9".into()],
+        nic_hint: Some("mlx5_9".into()),
         ..config()
     };
     assert_eq!(

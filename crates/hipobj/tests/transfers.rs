@@ -31,7 +31,8 @@ fn the_token_describes_the_range_and_the_leased_qp() {
     let buf = host_buf(4096);
     inst.register_host(buf).unwrap();
     let mut s = Script::replying(&[&bind_reply(7), "200"]);
-    inst.transfer(Direction::Get, buf.addr(), 100, 1000, &mut s).unwrap();
+    inst.transfer(Direction::Get, buf.addr(), 100, 1000, &mut s)
+        .unwrap();
     assert_eq!(s.tokens.len(), 2, "a binding round sends the request twice");
     assert_eq!(s.tokens[0], s.tokens[1], "with the same token");
     let t = Token::decode(s.tokens[0].as_bytes()).unwrap();
@@ -42,11 +43,16 @@ fn the_token_describes_the_range_and_the_leased_qp() {
     assert_eq!(t.port, 1);
     assert_eq!(t.lid, 0);
     assert_eq!(t.rkey, inst.buffers().find(buf.addr()).unwrap().rkey());
-    assert_eq!(p.verbs.qp_state(t.qpn), Some(QpState::Rts), "the bound QP is in RTS");
+    assert_eq!(
+        p.verbs.qp_state(t.qpn),
+        Some(QpState::Rts),
+        "the bound QP is in RTS"
+    );
 
     // The next transfer reuses the bound QP and needs one round.
     let mut s2 = Script::replying(&["200"]);
-    inst.transfer(Direction::Put, buf.addr(), 4096, 0, &mut s2).unwrap();
+    inst.transfer(Direction::Put, buf.addr(), 4096, 0, &mut s2)
+        .unwrap();
     assert_eq!(s2.tokens.len(), 1);
     assert_eq!(Token::decode(s2.tokens[0].as_bytes()).unwrap().qpn, t.qpn);
     // An echo of the bound server QP is accepted.
@@ -55,7 +61,8 @@ fn the_token_describes_the_range_and_the_leased_qp() {
         token: server_token(),
     }
     .to_string();
-    inst.transfer(Direction::Get, buf.addr(), 10, 0, &mut Script::replying(&[&echo])).unwrap();
+    inst.transfer(Direction::Get, buf.addr(), 10, 0, &mut Script::replying(&[&echo]))
+        .unwrap();
 }
 
 /// Runs one transfer with `replies` and checks it fails with `kind`, that
@@ -69,14 +76,21 @@ fn fails_and_pool_recovers(replies: &[&str], send_fails: bool, kind: ErrorKind) 
     inst.register_host(buf).unwrap();
     let mut s = Script::replying(replies);
     s.send_fails = send_fails;
-    let e = inst.transfer(Direction::Get, buf.addr(), 256, 0, &mut s).unwrap_err();
+    let e = inst
+        .transfer(Direction::Get, buf.addr(), 256, 0, &mut s)
+        .unwrap_err();
     assert_eq!(e.kind(), kind, "replies {replies:?}: {e}");
     let used = Token::decode(s.tokens[0].as_bytes()).unwrap().qpn;
-    assert_eq!(p.verbs.qp_state(used), None, "the failed connection's QP is destroyed");
+    assert_eq!(
+        p.verbs.qp_state(used),
+        None,
+        "the failed connection's QP is destroyed"
+    );
     assert_eq!(inst.pool().size(), 1, "and replaced");
     assert_eq!(p.verbs.live().qps, 2);
     let mut ok = Script::replying(&[&bind_reply(1), "200"]);
-    inst.transfer(Direction::Get, buf.addr(), 256, 0, &mut ok).unwrap();
+    inst.transfer(Direction::Get, buf.addr(), 256, 0, &mut ok)
+        .unwrap();
 }
 
 #[test]
@@ -132,8 +146,14 @@ fn a_qp_that_went_to_error_is_caught_without_waiting() {
     let inst = lib.instance().unwrap();
     let buf = host_buf(256);
     inst.register_host(buf).unwrap();
-    inst.transfer(Direction::Get, buf.addr(), 256, 0, &mut Script::replying(&[&bind_reply(1), "200"]))
-        .unwrap();
+    inst.transfer(
+        Direction::Get,
+        buf.addr(),
+        256,
+        0,
+        &mut Script::replying(&[&bind_reply(1), "200"]),
+    )
+    .unwrap();
     let mut s = Script::replying(&["200"]);
     let verbs = p.verbs.clone();
     let tokens = Arc::new(Mutex::new(0u32));
@@ -147,9 +167,14 @@ fn a_qp_that_went_to_error_is_caught_without_waiting() {
         }
     }));
     let started_at = std::time::Instant::now();
-    let e = inst.transfer(Direction::Get, buf.addr(), 256, 0, &mut s).unwrap_err();
+    let e = inst
+        .transfer(Direction::Get, buf.addr(), 256, 0, &mut s)
+        .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::RdmaError, "{e}");
-    assert!(started_at.elapsed() < Duration::from_secs(1), "the check must not wait");
+    assert!(
+        started_at.elapsed() < Duration::from_secs(1),
+        "the check must not wait"
+    );
 }
 
 #[test]
@@ -161,9 +186,18 @@ fn bad_transfer_arguments() {
     inst.register_host(buf).unwrap();
     let mut s = Script::replying(&["200"]);
     let k = |r: hipobj::Result<()>| r.unwrap_err().kind();
-    assert_eq!(k(inst.transfer(Direction::Get, buf.addr(), 0, 0, &mut s)), ErrorKind::InvalidValue);
-    assert_eq!(k(inst.transfer(Direction::Get, buf.addr(), 257, 0, &mut s)), ErrorKind::InvalidValue);
-    assert_eq!(k(inst.transfer(Direction::Get, buf.addr(), 1, 256, &mut s)), ErrorKind::InvalidValue);
+    assert_eq!(
+        k(inst.transfer(Direction::Get, buf.addr(), 0, 0, &mut s)),
+        ErrorKind::InvalidValue
+    );
+    assert_eq!(
+        k(inst.transfer(Direction::Get, buf.addr(), 257, 0, &mut s)),
+        ErrorKind::InvalidValue
+    );
+    assert_eq!(
+        k(inst.transfer(Direction::Get, buf.addr(), 1, 256, &mut s)),
+        ErrorKind::InvalidValue
+    );
     assert_eq!(
         k(inst.transfer(Direction::Get, buf.addr(), 2, usize::MAX, &mut s)),
         ErrorKind::InvalidValue
@@ -172,7 +206,10 @@ fn bad_transfer_arguments() {
         k(inst.transfer(Direction::Put, buf.addr() + 1, 1, 0, &mut s)),
         ErrorKind::BufNotRegistered
     );
-    assert_eq!(k(inst.transfer(Direction::Put, 0, 1, 0, &mut s)), ErrorKind::InvalidValue);
+    assert_eq!(
+        k(inst.transfer(Direction::Put, 0, 1, 0, &mut s)),
+        ErrorKind::InvalidValue
+    );
     assert!(s.tokens.is_empty(), "bad arguments never reach the S3 side");
 }
 
@@ -188,9 +225,14 @@ fn a_callback_transfer_gets_busy_when_every_connection_is_taken() {
     let mut s = Script::replying(&["501"]);
     s.on_send = Some(Box::new(move || {
         let mut inner = Script::replying(&["200"]);
-        *r2.lock().unwrap() = Some(inst2.transfer(Direction::Get, buf.addr(), 1, 0, &mut inner).map_err(|e| e.kind()));
+        *r2.lock().unwrap() = Some(
+            inst2
+                .transfer(Direction::Get, buf.addr(), 1, 0, &mut inner)
+                .map_err(|e| e.kind()),
+        );
     }));
-    inst.transfer(Direction::Get, buf.addr(), 1, 0, &mut s).unwrap_err();
+    inst.transfer(Direction::Get, buf.addr(), 1, 0, &mut s)
+        .unwrap_err();
     assert_eq!(*inner_result.lock().unwrap(), Some(Err(ErrorKind::Busy)));
 }
 
@@ -223,14 +265,24 @@ fn shutdown_wakes_waiters_with_not_initialized_and_the_holder_finishes() {
     let waiter = {
         let inst = inst.clone();
         std::thread::spawn(move || {
-            inst.transfer(Direction::Get, buf.addr(), 256, 0, &mut Script::replying(&["200"]))
+            inst.transfer(
+                Direction::Get,
+                buf.addr(),
+                256,
+                0,
+                &mut Script::replying(&["200"]),
+            )
         })
     };
     std::thread::sleep(Duration::from_millis(50));
     lib.shutdown();
-    assert_eq!(waiter.join().unwrap().unwrap_err().kind(), ErrorKind::NotInitialized);
+    assert_eq!(
+        waiter.join().unwrap().unwrap_err().kind(),
+        ErrorKind::NotInitialized
+    );
     // A new init can run while the old transfer is still in its callback.
-    lib.init(&support::config(), || Ok(p.platform()), || support::options(1)).unwrap();
+    lib.init(&support::config(), || Ok(p.platform()), || support::options(1))
+        .unwrap();
     release_tx.send(()).unwrap();
     holder.join().unwrap().unwrap();
     drop(inst);
@@ -250,7 +302,10 @@ fn a_panic_while_replacing_a_connection_does_not_lose_the_slot() {
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
         let _ = inst2.transfer(Direction::Get, buf.addr(), 64, 0, &mut Script::replying(&["501"]));
     }));
-    assert!(panicked.is_err(), "the injected panic fires while replacing the connection");
+    assert!(
+        panicked.is_err(),
+        "the injected panic fires while replacing the connection"
+    );
     p.faults.clear();
     // The pool lost its only connection, so it now says so instead of
     // making the next transfer wait forever.
@@ -260,6 +315,8 @@ fn a_panic_while_replacing_a_connection_does_not_lose_the_slot() {
         let r = inst3.transfer(Direction::Get, buf.addr(), 64, 0, &mut Script::replying(&["200"]));
         tx.send(r.map_err(|e| e.kind())).unwrap();
     });
-    let r = rx.recv_timeout(Duration::from_secs(5)).expect("the transfer hung on a lost slot");
+    let r = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the transfer hung on a lost slot");
     assert_eq!(r, Err(ErrorKind::RdmaError));
 }

@@ -113,11 +113,11 @@ impl FakeGpu {
     /// Whether `[addr, addr + len)` lies in fake device memory, fake host
     /// memory, or a live pinned buffer.
     fn known(&self, addr: usize, len: usize) -> bool {
-        let inside = |base: usize, size: usize| {
-            addr >= base && len <= size && addr - base <= size - len
-        };
+        let inside = |base: usize, size: usize| addr >= base && len <= size && addr - base <= size - len;
         let st = self.lock();
-        st.allocations.iter().any(|a| inside(a.mem.as_ptr() as usize, a.mem.len()))
+        st.allocations
+            .iter()
+            .any(|a| inside(a.mem.as_ptr() as usize, a.mem.len()))
             || self
                 .shared
                 .pinned

@@ -23,7 +23,7 @@ pub fn config() -> Config {
     Config {
         flags: 0,
         gpu_device: -1,
-        nic_hint: vec!["fake0".into()],
+        nic_hint: Some("fake0".into()),
     }
 }
 
