@@ -11,10 +11,35 @@ use std::time::Duration;
 use super::faults::{Fault, Faults};
 use crate::gpu::{CopyEvent, Dmabuf, GpuError, GpuRuntime, PinnedHostBuffer, PointerInfo, PointerKind};
 
+/// Bytes that the fake's copy engine and the test write through raw
+/// addresses: interior mutability makes that sound while the box is shared.
+#[derive(Debug)]
+struct Bytes(Box<[std::cell::UnsafeCell<u8>]>);
+
+// SAFETY: the bytes are only reached through raw copies (the fake's copy
+// engine, the test accessors), as memory shared with a device would be; a
+// race between two such copies is the test's to avoid, as on a real GPU.
+unsafe impl Sync for Bytes {}
+
+impl Bytes {
+    fn zeroed(len: usize) -> Self {
+        Self((0..len).map(|_| std::cell::UnsafeCell::new(0)).collect())
+    }
+
+    /// The address, with write permission exposed for raw accesses.
+    fn addr(&self) -> usize {
+        std::cell::UnsafeCell::raw_get(self.0.as_ptr()).expose_provenance()
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
 #[derive(Debug)]
 struct Allocation {
     device: Option<i32>,
-    mem: Box<[u8]>,
+    mem: Bytes,
 }
 
 #[derive(Debug, Default)]
@@ -85,8 +110,8 @@ impl FakeGpu {
 
     /// Allocates `len` bytes of simulated memory on `device` and returns its address.
     pub fn alloc_device(&self, device: i32, len: usize) -> usize {
-        let mem = vec![0u8; len].into_boxed_slice();
-        let addr = mem.as_ptr() as usize;
+        let mem = Bytes::zeroed(len);
+        let addr = mem.addr();
         self.lock().allocations.push(Allocation {
             device: Some(device),
             mem,
@@ -97,8 +122,8 @@ impl FakeGpu {
     /// Allocates `len` bytes of pinned host memory that the fake reports as
     /// host memory, and returns its address.
     pub fn alloc_host(&self, len: usize) -> usize {
-        let mem = vec![0u8; len].into_boxed_slice();
-        let addr = mem.as_ptr() as usize;
+        let mem = Bytes::zeroed(len);
+        let addr = mem.addr();
         self.lock().allocations.push(Allocation { device: None, mem });
         addr
     }
@@ -107,7 +132,7 @@ impl FakeGpu {
     pub fn free(&self, addr: usize) {
         self.lock()
             .allocations
-            .retain(|a| a.mem.as_ptr() as usize != addr);
+            .retain(|a| a.mem.addr() != addr);
     }
 
     /// Whether `[addr, addr + len)` lies in fake device memory, fake host
@@ -117,7 +142,7 @@ impl FakeGpu {
         let st = self.lock();
         st.allocations
             .iter()
-            .any(|a| inside(a.mem.as_ptr() as usize, a.mem.len()))
+            .any(|a| inside(a.mem.addr(), a.mem.len()))
             || self
                 .shared
                 .pinned
@@ -136,7 +161,7 @@ impl FakeGpu {
         let mut out = vec![0u8; len];
         // SAFETY: the range lies inside a live buffer of this fake (checked
         // above), and the test that asks does not free it meanwhile.
-        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), len) };
+        unsafe { std::ptr::copy_nonoverlapping(std::ptr::with_exposed_provenance::<u8>(addr), out.as_mut_ptr(), len) };
         Some(out)
     }
 
@@ -147,7 +172,7 @@ impl FakeGpu {
             return false;
         }
         // SAFETY: as in `read`; the fake's buffers are plain bytes.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), addr as *mut u8, data.len()) };
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), std::ptr::with_exposed_provenance_mut::<u8>(addr), data.len()) };
         true
     }
 
@@ -208,14 +233,14 @@ impl FakeGpu {
 
 #[derive(Debug)]
 struct FakePinned {
-    mem: Box<[u8]>,
+    mem: Bytes,
     shared: Arc<Shared>,
 }
 
 impl Drop for FakePinned {
     fn drop(&mut self) {
         self.shared.live_pinned.fetch_sub(1, Ordering::SeqCst);
-        let addr = self.mem.as_ptr() as usize;
+        let addr = self.mem.addr();
         self.shared
             .pinned
             .lock()
@@ -226,7 +251,7 @@ impl Drop for FakePinned {
 
 impl PinnedHostBuffer for FakePinned {
     fn addr(&self) -> usize {
-        self.mem.as_ptr() as usize
+        self.mem.addr()
     }
     fn len(&self) -> usize {
         self.mem.len()
@@ -234,7 +259,7 @@ impl PinnedHostBuffer for FakePinned {
     fn region(&self) -> crate::memory::MemRegion {
         // SAFETY: the bytes belong to this buffer and stay allocated until it
         // is dropped, which the trait requires to happen after every MR over it.
-        unsafe { crate::memory::MemRegion::new(self.mem.as_ptr() as usize, self.mem.len()) }
+        unsafe { crate::memory::MemRegion::new(self.mem.addr(), self.mem.len()) }
     }
 }
 
@@ -289,7 +314,7 @@ impl GpuRuntime for FakeGpu {
         self.check("pointer_info")?;
         let st = self.lock();
         for a in &st.allocations {
-            let base = a.mem.as_ptr() as usize;
+            let base = a.mem.addr();
             if addr >= base && addr - base < a.mem.len().max(1) {
                 return Ok(PointerInfo {
                     kind: a.device.map_or(PointerKind::Host, PointerKind::Device),
@@ -306,12 +331,12 @@ impl GpuRuntime for FakeGpu {
     fn alloc_pinned(&self, len: usize) -> Result<Box<dyn PinnedHostBuffer>, GpuError> {
         self.check("alloc_pinned")?;
         self.shared.live_pinned.fetch_add(1, Ordering::SeqCst);
-        let mem = vec![0u8; len].into_boxed_slice();
+        let mem = Bytes::zeroed(len);
         self.shared
             .pinned
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push((mem.as_ptr() as usize, len));
+            .push((mem.addr(), len));
         Ok(Box::new(FakePinned {
             mem,
             shared: self.shared.clone(),
@@ -366,7 +391,13 @@ impl GpuRuntime for FakeGpu {
                 // staging buffers it keeps alive until the event reports done),
                 // exactly the contract of hipMemcpyAsync; the ranges are distinct
                 // buffers, so they do not overlap.
-                unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len) };
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        std::ptr::with_exposed_provenance::<u8>(src),
+                        std::ptr::with_exposed_provenance_mut::<u8>(dst),
+                        len,
+                    )
+                };
                 flag.store(true, Ordering::SeqCst);
                 engine.in_flight.fetch_sub(1, Ordering::SeqCst);
             })
