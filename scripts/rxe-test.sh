@@ -1,11 +1,22 @@
 #!/usr/bin/env bash
-# Builds the real-verbs test of the libibverbs backend and runs it inside the
-# rxe VM (scripts/rxe-vm.sh). Extra arguments go to the test binary.
+# Builds the real-verbs tests and runs them inside the rxe VM
+# (scripts/rxe-vm.sh), in one boot:
+#   - hipobj-ibverbs/tests/rxe.rs: the libibverbs backend on rxe0;
+#   - hipobj/tests/rxe_e2e.rs: the library (client) and hipobj-peer (server)
+#     both on rxe0, PUT and GET with exact bytes.
+# Extra arguments go to each test binary.
 #
 #   scripts/rxe-test.sh [TEST-ARGS...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exe=$(cargo test -p hipobj-ibverbs --test rxe --no-run --message-format=json |
-    grep -o '"executable":"[^"]*"' | tail -1 | cut -d'"' -f4)
-[[ -n $exe && -x $exe ]] || { echo "rxe-test: could not build the rxe test" >&2; exit 1; }
-exec scripts/rxe-vm.sh "$exe" --ignored --test-threads=1 --nocapture "$@"
+build() {
+    cargo test -p "$1" --test "$2" --no-run --message-format=json |
+        grep -o '"executable":"[^"]*"' | tail -1 | cut -d'"' -f4
+}
+backend=$(build hipobj-ibverbs rxe)
+e2e=$(build hipobj rxe_e2e)
+for exe in "$backend" "$e2e"; do
+    [[ -n $exe && -x $exe ]] || { echo "rxe-test: could not build the rxe tests" >&2; exit 1; }
+done
+args="--ignored --test-threads=1 --nocapture $*"
+exec scripts/rxe-vm.sh /bin/sh -c "$backend $args && $e2e $args"

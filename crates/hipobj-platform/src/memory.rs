@@ -98,3 +98,108 @@ mod tests {
         assert!(r.slice(usize::MAX, 1).is_none());
     }
 }
+
+/// Memory this process owns, registered with a device for as long as it
+/// lives: a server's bounce buffer, or a test's. The MR is dropped before the
+/// memory under it, so the registration can never outlive the bytes.
+///
+/// The device may write the bytes at any time while a work request on them
+/// is in flight, so they are only reached through copies
+/// ([`RegisteredBuffer::read_at`], [`RegisteredBuffer::write_at`]), never
+/// through references.
+#[derive(Debug)]
+pub struct RegisteredBuffer {
+    // Field order is drop order: deregister first, then free.
+    mr: Box<dyn crate::verbs::MemoryRegion>,
+    bytes: Box<[std::cell::UnsafeCell<u8>]>,
+}
+
+// SAFETY: the bytes are only reached through raw copies, like memory shared
+// with a device; the MR handle is Send + Sync itself.
+unsafe impl Send for RegisteredBuffer {}
+// SAFETY: as above; concurrent copies into overlapping ranges are the
+// caller's race to avoid, exactly as with device DMA.
+unsafe impl Sync for RegisteredBuffer {}
+
+impl RegisteredBuffer {
+    /// Allocates `len` zeroed bytes and registers them on `pd` with `access`.
+    pub fn new(
+        pd: &dyn crate::verbs::ProtectionDomain,
+        len: usize,
+        access: crate::verbs::AccessFlags,
+    ) -> Result<Self, crate::verbs::VerbsError> {
+        let bytes: Box<[std::cell::UnsafeCell<u8>]> =
+            (0..len).map(|_| std::cell::UnsafeCell::new(0)).collect();
+        // SAFETY: `bytes` is owned by the value returned below and freed
+        // only after `mr` is dropped (field order), so the range stays
+        // allocated for the whole life of the registration.
+        let region = unsafe { MemRegion::new(bytes.as_ptr() as usize, len) };
+        let mr = pd.reg_mr(region, access)?;
+        Ok(Self { mr, bytes })
+    }
+
+    /// The registration.
+    pub fn mr(&self) -> &dyn crate::verbs::MemoryRegion {
+        self.mr.as_ref()
+    }
+
+    /// The first byte's address.
+    pub fn addr(&self) -> u64 {
+        self.bytes.as_ptr() as u64
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Whether the buffer is empty.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// A scatter/gather entry for `[offset, offset + len)`, if it lies inside.
+    pub fn sge(&self, offset: usize, len: u32) -> Option<crate::verbs::Sge> {
+        let end = offset.checked_add(len as usize)?;
+        (end <= self.len()).then(|| crate::verbs::Sge {
+            addr: self.addr() + offset as u64,
+            length: len,
+            lkey: self.mr.lkey(),
+        })
+    }
+
+    /// Copies bytes out, starting at `offset`; `false` if the range is outside.
+    pub fn read_at(&self, offset: usize, out: &mut [u8]) -> bool {
+        let Some(end) = offset.checked_add(out.len()) else {
+            return false;
+        };
+        if end > self.len() {
+            return false;
+        }
+        // SAFETY: the range is inside the allocation (checked above); the
+        // bytes are UnsafeCell, so copying through a raw pointer while
+        // shared is allowed.
+        unsafe {
+            let src = std::cell::UnsafeCell::raw_get(self.bytes.as_ptr().add(offset));
+            std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len());
+        }
+        true
+    }
+
+    /// Copies bytes in, starting at `offset`; `false` if the range is outside.
+    pub fn write_at(&self, offset: usize, data: &[u8]) -> bool {
+        let Some(end) = offset.checked_add(data.len()) else {
+            return false;
+        };
+        if end > self.len() {
+            return false;
+        }
+        // SAFETY: as in `read_at`; UnsafeCell makes writing through a shared
+        // reference sound.
+        unsafe {
+            let dst = std::cell::UnsafeCell::raw_get(self.bytes.as_ptr().add(offset));
+            std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len());
+        }
+        true
+    }
+}

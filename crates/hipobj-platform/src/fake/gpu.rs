@@ -130,9 +130,7 @@ impl FakeGpu {
 
     /// Frees an allocation made by [`FakeGpu::alloc_device`] or [`FakeGpu::alloc_host`].
     pub fn free(&self, addr: usize) {
-        self.lock()
-            .allocations
-            .retain(|a| a.mem.addr() != addr);
+        self.lock().allocations.retain(|a| a.mem.addr() != addr);
     }
 
     /// Whether `[addr, addr + len)` lies in fake device memory, fake host
@@ -140,9 +138,7 @@ impl FakeGpu {
     fn known(&self, addr: usize, len: usize) -> bool {
         let inside = |base: usize, size: usize| addr >= base && len <= size && addr - base <= size - len;
         let st = self.lock();
-        st.allocations
-            .iter()
-            .any(|a| inside(a.mem.addr(), a.mem.len()))
+        st.allocations.iter().any(|a| inside(a.mem.addr(), a.mem.len()))
             || self
                 .shared
                 .pinned
@@ -161,7 +157,13 @@ impl FakeGpu {
         let mut out = vec![0u8; len];
         // SAFETY: the range lies inside a live buffer of this fake (checked
         // above), and the test that asks does not free it meanwhile.
-        unsafe { std::ptr::copy_nonoverlapping(std::ptr::with_exposed_provenance::<u8>(addr), out.as_mut_ptr(), len) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                std::ptr::with_exposed_provenance::<u8>(addr),
+                out.as_mut_ptr(),
+                len,
+            )
+        };
         Some(out)
     }
 
@@ -172,7 +174,13 @@ impl FakeGpu {
             return false;
         }
         // SAFETY: as in `read`; the fake's buffers are plain bytes.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), std::ptr::with_exposed_provenance_mut::<u8>(addr), data.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                data.as_ptr(),
+                std::ptr::with_exposed_provenance_mut::<u8>(addr),
+                data.len(),
+            )
+        };
         true
     }
 

@@ -1,5 +1,7 @@
 //! Shared pieces of the core's tests: a fake platform and a scripted S3 side.
-#![allow(dead_code, clippy::unwrap_used)]
+#![allow(dead_code, clippy::unwrap_used, unsafe_code)]
+
+pub mod server;
 
 use std::collections::VecDeque;
 
@@ -102,4 +104,32 @@ impl Control for Script {
 /// Host memory that lives for the rest of the test run, as a region.
 pub fn host_buf(len: usize) -> hipobj_platform::MemRegion {
     hipobj_platform::MemRegion::from_static(Box::leak(vec![0u8; len].into_boxed_slice()))
+}
+
+/// Copies `data` into the start of a region from [`host_buf`].
+pub fn fill(region: hipobj_platform::MemRegion, data: &[u8]) {
+    assert!(data.len() <= region.len());
+    // SAFETY: host_buf regions are leaked heap memory that nothing else
+    // references; no transfer on it is running.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            data.as_ptr(),
+            std::ptr::with_exposed_provenance_mut::<u8>(region.addr()),
+            data.len(),
+        )
+    };
+}
+
+/// Copies a region from [`host_buf`] out.
+pub fn read(region: hipobj_platform::MemRegion) -> Vec<u8> {
+    let mut out = vec![0u8; region.len()];
+    // SAFETY: as in `fill`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            std::ptr::with_exposed_provenance::<u8>(region.addr()),
+            out.as_mut_ptr(),
+            out.len(),
+        )
+    };
+    out
 }
