@@ -431,7 +431,7 @@ impl RdmaPeer {
         token: &Token,
         len: u64,
         write: bool,
-        io: &mut dyn FnMut(u64, &RegisteredBuffer, &mut [u8]) -> std::io::Result<()>,
+        io: &mut ChunkIo<'_>,
     ) -> Result<u64, PeerError> {
         let binding = self.binding(token)?;
         let mut conn = lock(&binding.conn);
@@ -496,6 +496,10 @@ impl RdmaPeer {
         }
     }
 }
+
+/// Moves one chunk between the caller and a bounce buffer: (offset in the
+/// transfer, the bounce buffer, a scratch slice of the chunk's length).
+type ChunkIo<'a> = dyn FnMut(u64, &RegisteredBuffer, &mut [u8]) -> std::io::Result<()> + 'a;
 
 /// Waits for the completion of `wr_id` on `cq`; any error status fails.
 fn wait_for(cq: &dyn CompletionQueue, wr_id: u64, timeout: Duration) -> Result<(), PeerError> {
