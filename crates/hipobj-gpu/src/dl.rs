@@ -1,0 +1,46 @@
+//! Opening a shared library by one of several names, and looking up typed
+//! symbols in it. The only place that calls `libloading`.
+#![allow(unsafe_code)]
+
+use libloading::Library;
+
+/// Opens the first of `names` that loads; the error lists why each failed.
+pub(crate) fn open_first(names: &[&str]) -> Result<(Library, String), String> {
+    let mut why = Vec::with_capacity(names.len());
+    for name in names {
+        // SAFETY: opening a library runs its initializers. The names are the
+        // GPU vendors' runtime libraries (or, in tests, names that do not
+        // exist), whose initializers are written to run in any process that
+        // links or dlopens them; nothing in this process depends on their
+        // absence.
+        match unsafe { Library::new(*name) } {
+            Ok(lib) => return Ok((lib, (*name).to_owned())),
+            Err(e) => why.push(format!("{name}: {e}")),
+        }
+    }
+    Err(why.join("; "))
+}
+
+/// Looks up `name` in `lib` as a value of type `T` (a function pointer).
+///
+/// # Safety
+///
+/// `T` must be a function pointer type whose signature and ABI match the
+/// C declaration of `name` exactly, and the returned pointer must not be
+/// called after `lib` is dropped.
+pub(crate) unsafe fn sym<T: Copy>(lib: &Library, name: &str) -> Result<T, String> {
+    // SAFETY: the caller guarantees that `T` is the symbol's real type.
+    unsafe { lib.get::<T>(name) }
+        .map(|s| *s)
+        .map_err(|e| format!("{name}: {e}"))
+}
+
+/// The host's page size, which dma-buf exports are aligned to.
+pub(crate) fn page_size() -> usize {
+    // SAFETY: sysconf only reads a configuration value.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(n)
+        .ok()
+        .filter(|&n| n.is_power_of_two())
+        .unwrap_or(4096)
+}
