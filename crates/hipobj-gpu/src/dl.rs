@@ -15,7 +15,7 @@ pub(crate) fn open_first(names: &[&str]) -> Result<(Library, String), String> {
         // absence.
         match unsafe { Library::new(*name) } {
             Ok(lib) => return Ok((lib, (*name).to_owned())),
-            Err(e) => why.push(format!("{name}: {e}")),
+            Err(e) => why.push(format!("{name}: {}", chain(&e))),
         }
     }
     Err(why.join("; "))
@@ -32,7 +32,19 @@ pub(crate) unsafe fn sym<T: Copy>(lib: &Library, name: &str) -> Result<T, String
     // SAFETY: the caller guarantees that `T` is the symbol's real type.
     unsafe { lib.get::<T>(name) }
         .map(|s| *s)
-        .map_err(|e| format!("{name}: {e}"))
+        .map_err(|e| format!("{name}: {}", chain(&e)))
+}
+
+/// An error with its sources: libloading keeps dlerror's text in the source.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        next = s.source();
+    }
+    out
 }
 
 /// The host's page size, which dma-buf exports are aligned to.

@@ -19,3 +19,9 @@ mod pci;
 mod select;
 
 pub use select::{ENV_VAR, LibraryNames, RuntimeChoice, select, select_from, system_gpu};
+
+/// The host's page size, to which dma-buf exports are aligned (the export
+/// covers whole pages and reports where the range starts inside them).
+pub fn host_page_size() -> usize {
+    dl::page_size()
+}
