@@ -5,7 +5,13 @@
 use libloading::Library;
 
 /// Opens the first of `names` that loads; the error lists why each failed.
-pub(crate) fn open_first(names: &[&str]) -> Result<(Library, String), String> {
+///
+/// A library that opened is never closed again: GPU runtimes start threads
+/// and register exit handlers when first called, and unloading one under
+/// those (for example a HIP that loaded but saw no GPU, on a host where
+/// CUDA is then chosen) can crash the process later. One leaked handle per
+/// load is the price; the library is loaded once per process.
+pub(crate) fn open_first(names: &[&str]) -> Result<(&'static Library, String), String> {
     let mut why = Vec::with_capacity(names.len());
     for name in names {
         // SAFETY: opening a library runs its initializers. The names are the
@@ -14,7 +20,7 @@ pub(crate) fn open_first(names: &[&str]) -> Result<(Library, String), String> {
         // links or dlopens them; nothing in this process depends on their
         // absence.
         match unsafe { Library::new(*name) } {
-            Ok(lib) => return Ok((lib, (*name).to_owned())),
+            Ok(lib) => return Ok((Box::leak(Box::new(lib)), (*name).to_owned())),
             Err(e) => why.push(format!("{name}: {}", chain(&e))),
         }
     }
@@ -26,8 +32,8 @@ pub(crate) fn open_first(names: &[&str]) -> Result<(Library, String), String> {
 /// # Safety
 ///
 /// `T` must be a function pointer type whose signature and ABI match the
-/// C declaration of `name` exactly, and the returned pointer must not be
-/// called after `lib` is dropped.
+/// C declaration of `name` exactly. (The library is never unloaded; see
+/// [`open_first`].)
 pub(crate) unsafe fn sym<T: Copy>(lib: &Library, name: &str) -> Result<T, String> {
     // SAFETY: the caller guarantees that `T` is the symbol's real type.
     unsafe { lib.get::<T>(name) }

@@ -68,8 +68,8 @@ type CuResult = c_int;
 type CuDevice = c_int;
 type CuDeviceptr = u64;
 
-/// The loaded driver API. Dropping it unloads the library, so everything
-/// that calls through it holds an `Arc` to it.
+/// The loaded driver API. The library itself is never unloaded (see
+/// `dl::open_first`); buffers and events hold an `Arc` to this table.
 pub(crate) struct CudaApi {
     library: String,
     driver_version: i32,
@@ -105,8 +105,8 @@ pub(crate) struct CudaApi {
     /// CUDA 11.7 and later.
     mem_get_handle_for_address_range:
         Option<unsafe extern "C" fn(*mut c_void, CuDeviceptr, usize, c_int, c_ulonglong) -> CuResult>,
-    // Last, so that it is dropped after the pointers above.
-    _lib: Library,
+    /// Never closed, so the pointers above stay valid.
+    _lib: &'static Library,
 }
 
 impl fmt::Debug for CudaApi {
@@ -132,41 +132,41 @@ impl CudaApi {
         // named, with `CUresult` and every enum as `int`, `CUdevice` as
         // `int`, `CUdeviceptr` as `unsigned long long` (64-bit since the
         // `_v2` API of CUDA 3.2), `CUcontext`, `CUstream` and `CUevent` as
-        // `void *`, and `size_t` as `usize`. The pointers are stored next to
-        // the `Library` in `Self` and dropped with it.
+        // `void *`, and `size_t` as `usize`. The library is never
+        // unloaded, so the pointers stay valid.
         unsafe {
-            let cu_init: unsafe extern "C" fn(c_uint) -> CuResult = dl::sym(&lib, "cuInit")?;
+            let cu_init: unsafe extern "C" fn(c_uint) -> CuResult = dl::sym(lib, "cuInit")?;
             let driver_get_version: unsafe extern "C" fn(*mut c_int) -> CuResult =
-                dl::sym(&lib, "cuDriverGetVersion")?;
+                dl::sym(lib, "cuDriverGetVersion")?;
             let mut driver_version: c_int = 0;
             if driver_get_version(&raw mut driver_version) != code::SUCCESS {
                 driver_version = 0;
             }
             let api = Self {
-                device_get_count: dl::sym(&lib, "cuDeviceGetCount")?,
-                device_get: dl::sym(&lib, "cuDeviceGet")?,
-                device_get_pci_bus_id: dl::sym(&lib, "cuDeviceGetPCIBusId")?,
-                device_get_attribute: dl::sym(&lib, "cuDeviceGetAttribute")?,
-                device_primary_ctx_retain: dl::sym(&lib, "cuDevicePrimaryCtxRetain")?,
-                ctx_get_current: dl::sym(&lib, "cuCtxGetCurrent")?,
-                ctx_push_current: dl::sym(&lib, "cuCtxPushCurrent_v2")?,
-                ctx_pop_current: dl::sym(&lib, "cuCtxPopCurrent_v2")?,
-                ctx_get_device: dl::sym(&lib, "cuCtxGetDevice")?,
-                ctx_synchronize: dl::sym(&lib, "cuCtxSynchronize")?,
-                pointer_get_attribute: dl::sym(&lib, "cuPointerGetAttribute")?,
-                mem_get_address_range: dl::sym(&lib, "cuMemGetAddressRange_v2")?,
-                mem_host_alloc: dl::sym(&lib, "cuMemHostAlloc")?,
-                mem_free_host: dl::sym(&lib, "cuMemFreeHost")?,
-                mem_alloc: dl::sym(&lib, "cuMemAlloc_v2")?,
-                mem_free: dl::sym(&lib, "cuMemFree_v2")?,
-                memcpy_async: dl::sym(&lib, "cuMemcpyAsync")?,
-                event_create: dl::sym(&lib, "cuEventCreate")?,
-                event_record: dl::sym(&lib, "cuEventRecord")?,
-                event_query: dl::sym(&lib, "cuEventQuery")?,
-                event_destroy: dl::sym(&lib, "cuEventDestroy_v2")?,
-                get_error_string: dl::sym(&lib, "cuGetErrorString")?,
-                get_error_name: dl::sym(&lib, "cuGetErrorName")?,
-                mem_get_handle_for_address_range: dl::sym(&lib, "cuMemGetHandleForAddressRange").ok(),
+                device_get_count: dl::sym(lib, "cuDeviceGetCount")?,
+                device_get: dl::sym(lib, "cuDeviceGet")?,
+                device_get_pci_bus_id: dl::sym(lib, "cuDeviceGetPCIBusId")?,
+                device_get_attribute: dl::sym(lib, "cuDeviceGetAttribute")?,
+                device_primary_ctx_retain: dl::sym(lib, "cuDevicePrimaryCtxRetain")?,
+                ctx_get_current: dl::sym(lib, "cuCtxGetCurrent")?,
+                ctx_push_current: dl::sym(lib, "cuCtxPushCurrent_v2")?,
+                ctx_pop_current: dl::sym(lib, "cuCtxPopCurrent_v2")?,
+                ctx_get_device: dl::sym(lib, "cuCtxGetDevice")?,
+                ctx_synchronize: dl::sym(lib, "cuCtxSynchronize")?,
+                pointer_get_attribute: dl::sym(lib, "cuPointerGetAttribute")?,
+                mem_get_address_range: dl::sym(lib, "cuMemGetAddressRange_v2")?,
+                mem_host_alloc: dl::sym(lib, "cuMemHostAlloc")?,
+                mem_free_host: dl::sym(lib, "cuMemFreeHost")?,
+                mem_alloc: dl::sym(lib, "cuMemAlloc_v2")?,
+                mem_free: dl::sym(lib, "cuMemFree_v2")?,
+                memcpy_async: dl::sym(lib, "cuMemcpyAsync")?,
+                event_create: dl::sym(lib, "cuEventCreate")?,
+                event_record: dl::sym(lib, "cuEventRecord")?,
+                event_query: dl::sym(lib, "cuEventQuery")?,
+                event_destroy: dl::sym(lib, "cuEventDestroy_v2")?,
+                get_error_string: dl::sym(lib, "cuGetErrorString")?,
+                get_error_name: dl::sym(lib, "cuGetErrorName")?,
+                mem_get_handle_for_address_range: dl::sym(lib, "cuMemGetHandleForAddressRange").ok(),
                 init: cu_init(0),
                 driver_version,
                 primary: Mutex::new(None),
@@ -613,8 +613,8 @@ impl Drop for CudaPinned {
         let addr = self.addr;
         // A failure cannot be reported from drop; the memory then stays pinned.
         let _ = self.api.with_context(self.ctx, || {
-            // SAFETY: `addr` came from cuMemHostAlloc on this library, which
-            // the Arc keeps loaded, and is freed exactly once, here.
+            // SAFETY: `addr` came from cuMemHostAlloc on this library and is
+            // freed exactly once, here.
             self.api.check("cuMemFreeHost", unsafe {
                 (self.api.mem_free_host)(addr as *mut c_void)
             })

@@ -96,7 +96,7 @@ impl MemoryType {
 /// The optional HSA half: `hsa_amd_portable_export_dmabuf` is in
 /// hsa-runtime 6.1 and later (not in Debian bookworm's 5.2.3).
 struct Hsa {
-    _lib: Library,
+    _lib: &'static Library,
     init: unsafe extern "C" fn() -> c_int,
     export_dmabuf: unsafe extern "C" fn(*const c_void, usize, *mut c_int, *mut u64) -> c_int,
     status_string: Option<unsafe extern "C" fn(c_int, *mut *const c_char) -> c_int>,
@@ -106,8 +106,9 @@ struct Hsa {
     initialized: OnceLock<c_int>,
 }
 
-/// The loaded HIP runtime. Dropping it unloads the library, so everything
-/// that calls through it holds an `Arc` to it.
+/// The loaded HIP runtime. The library itself is never unloaded (see
+/// `dl::open_first`); buffers and events hold an `Arc` to this table, so
+/// its state (such as HSA's) outlives them too.
 pub(crate) struct HipApi {
     library: String,
     version: i32,
@@ -129,9 +130,8 @@ pub(crate) struct HipApi {
     mem_get_handle_for_address_range:
         Option<unsafe extern "C" fn(*mut c_void, *mut c_void, usize, c_int, c_ulonglong) -> HipError>,
     hsa: Result<Hsa, String>,
-    // Last, so that it is dropped after nothing can call through the
-    // pointers above any more.
-    _lib: Library,
+    /// Never closed, so the pointers above stay valid.
+    _lib: &'static Library,
 }
 
 impl fmt::Debug for HipApi {
@@ -157,11 +157,10 @@ impl HipApi {
         // hip_runtime_api.h (HIP 5.0 to 7.x; none of these changed), with
         // `hipError_t` and every enum as `int`, `hipDeviceptr_t`,
         // `hipStream_t` and `hipEvent_t` as `void *`, and `size_t` as
-        // `usize`. The pointers are stored next to the `Library` in `Self`
-        // and dropped with it.
+        // `usize`. The library is never unloaded, so the pointers stay valid.
         unsafe {
             let runtime_get_version: unsafe extern "C" fn(*mut c_int) -> HipError =
-                dl::sym(&lib, "hipRuntimeGetVersion")?;
+                dl::sym(lib, "hipRuntimeGetVersion")?;
             let mut version: c_int = 0;
             let rc = runtime_get_version(&raw mut version);
             if rc != code::SUCCESS {
@@ -169,21 +168,21 @@ impl HipApi {
             }
             Ok(Self {
                 version,
-                get_device_count: dl::sym(&lib, "hipGetDeviceCount")?,
-                get_device: dl::sym(&lib, "hipGetDevice")?,
-                device_get_pci_bus_id: dl::sym(&lib, "hipDeviceGetPCIBusId")?,
-                pointer_get_attribute: dl::sym(&lib, "hipPointerGetAttribute")?,
-                mem_get_address_range: dl::sym(&lib, "hipMemGetAddressRange")?,
-                host_malloc: dl::sym(&lib, "hipHostMalloc")?,
-                host_free: dl::sym(&lib, "hipHostFree")?,
-                memcpy_async: dl::sym(&lib, "hipMemcpyAsync")?,
-                event_create_with_flags: dl::sym(&lib, "hipEventCreateWithFlags")?,
-                event_record: dl::sym(&lib, "hipEventRecord")?,
-                event_query: dl::sym(&lib, "hipEventQuery")?,
-                event_destroy: dl::sym(&lib, "hipEventDestroy")?,
-                device_synchronize: dl::sym(&lib, "hipDeviceSynchronize")?,
-                get_error_string: dl::sym(&lib, "hipGetErrorString")?,
-                mem_get_handle_for_address_range: dl::sym(&lib, "hipMemGetHandleForAddressRange").ok(),
+                get_device_count: dl::sym(lib, "hipGetDeviceCount")?,
+                get_device: dl::sym(lib, "hipGetDevice")?,
+                device_get_pci_bus_id: dl::sym(lib, "hipDeviceGetPCIBusId")?,
+                pointer_get_attribute: dl::sym(lib, "hipPointerGetAttribute")?,
+                mem_get_address_range: dl::sym(lib, "hipMemGetAddressRange")?,
+                host_malloc: dl::sym(lib, "hipHostMalloc")?,
+                host_free: dl::sym(lib, "hipHostFree")?,
+                memcpy_async: dl::sym(lib, "hipMemcpyAsync")?,
+                event_create_with_flags: dl::sym(lib, "hipEventCreateWithFlags")?,
+                event_record: dl::sym(lib, "hipEventRecord")?,
+                event_query: dl::sym(lib, "hipEventQuery")?,
+                event_destroy: dl::sym(lib, "hipEventDestroy")?,
+                device_synchronize: dl::sym(lib, "hipDeviceSynchronize")?,
+                get_error_string: dl::sym(lib, "hipGetErrorString")?,
+                mem_get_handle_for_address_range: dl::sym(lib, "hipMemGetHandleForAddressRange").ok(),
                 hsa: Hsa::load(hsa_names),
                 library,
                 _lib: lib,
@@ -428,9 +427,9 @@ impl Hsa {
         // `hsa_status_t hsa_status_string(hsa_status_t, const char **)`.
         unsafe {
             Ok(Self {
-                init: dl::sym(&lib, "hsa_init")?,
-                export_dmabuf: dl::sym(&lib, "hsa_amd_portable_export_dmabuf")?,
-                status_string: dl::sym(&lib, "hsa_status_string").ok(),
+                init: dl::sym(lib, "hsa_init")?,
+                export_dmabuf: dl::sym(lib, "hsa_amd_portable_export_dmabuf")?,
+                status_string: dl::sym(lib, "hsa_status_string").ok(),
                 initialized: OnceLock::new(),
                 _lib: lib,
             })
@@ -536,8 +535,8 @@ impl PinnedHostBuffer for HipPinned {
 
 impl Drop for HipPinned {
     fn drop(&mut self) {
-        // SAFETY: `addr` came from hipHostMalloc on this library, which the
-        // Arc keeps loaded, and is freed exactly once, here. A failure
+        // SAFETY: `addr` came from hipHostMalloc on this library and is
+        // freed exactly once, here. A failure
         // cannot be reported from drop; the memory would then stay pinned.
         let _ = unsafe { (self.api.host_free)(self.addr as *mut c_void) };
     }
