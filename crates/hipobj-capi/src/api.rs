@@ -348,9 +348,14 @@ pub unsafe extern "C" fn hipObjGetRdmaToken(
         if size as u64 > hipobj::buffers::MAX_BUFFER_SIZE {
             return err(ErrorKind::SizeTooLarge);
         }
+        let dir = if op == OP_PUT {
+            Direction::Put
+        } else {
+            Direction::Get
+        };
         let token = match LIBRARY
             .instance()
-            .and_then(|i| i.rdma_token(dev_ptr as usize, size))
+            .and_then(|i| i.rdma_token(dev_ptr as usize, size, dir))
         {
             Ok(t) => t,
             Err(e) => return (&e).into(),

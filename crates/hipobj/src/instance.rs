@@ -7,11 +7,11 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use hipobj_platform::{AccessFlags, MemRegion, Platform, PointerKind};
+use hipobj_platform::{MemRegion, Platform, PointerKind};
 use hipobj_proto::{Reply, Token, Transport};
 
 use crate::abandoned::AbandonedCopies;
-use crate::buffers::{BufEntry, BufKind, BufferMap, MAX_BUFFER_SIZE};
+use crate::buffers::{BufEntry, BufKind, BufferMap, MAX_BUFFER_SIZE, MrPair};
 use crate::connection::{Connection, Peer};
 use crate::control::Control;
 use crate::device::RdmaDevice;
@@ -164,10 +164,6 @@ impl Instance {
         self.buffers.check_free(region.addr(), region.len())
     }
 
-    fn access() -> AccessFlags {
-        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ
-    }
-
     fn insert(&self, entry: BufEntry) -> Result<()> {
         // If another thread won a race for the same range, our registration
         // is released here, after the map's lock.
@@ -190,12 +186,10 @@ impl Instance {
                 region.addr()
             )));
         }
-        let mr = self
-            .device
-            .pd()
-            .reg_mr(region, Self::access())
+        let pd = self.device.pd();
+        let mrs = MrPair::register(|access| pd.reg_mr(region, access))
             .map_err(|e| Error::rdma("registering host memory", &e))?;
-        self.insert(BufEntry::direct(region.addr(), region.len(), BufKind::Host, mr))
+        self.insert(BufEntry::direct(region.addr(), region.len(), BufKind::Host, mrs))
     }
 
     /// Registers GPU memory (`hipObjBufRegister`): as a dma-buf when enabled
@@ -237,19 +231,24 @@ impl Instance {
             match gpu.export_dmabuf(region.addr(), region.len()) {
                 Ok(buf) => {
                     use std::os::fd::AsFd;
-                    match pd.reg_dmabuf_mr(
-                        buf.fd.as_fd(),
-                        buf.offset,
-                        region.len(),
-                        region.addr() as u64,
-                        Self::access(),
-                    ) {
-                        Ok(mr) => {
+                    let registered = MrPair::register(|access| {
+                        pd.reg_dmabuf_mr(
+                            buf.fd.as_fd(),
+                            buf.offset,
+                            region.len(),
+                            region.addr() as u64,
+                            access,
+                        )
+                    });
+                    // The MRs keep their own reference to the dma-buf; its fd
+                    // closes when `buf` goes out of scope.
+                    match registered {
+                        Ok(mrs) => {
                             return self.insert(BufEntry::direct(
                                 region.addr(),
                                 region.len(),
                                 BufKind::Device { dmabuf: true },
-                                mr,
+                                mrs,
                             ));
                         }
                         Err(e) if self.options.rdma_debug => {
@@ -262,12 +261,12 @@ impl Instance {
                 Err(_) => {}
             }
         }
-        if let Ok(mr) = pd.reg_mr(region, Self::access()) {
+        if let Ok(mrs) = MrPair::register(|access| pd.reg_mr(region, access)) {
             return self.insert(BufEntry::direct(
                 region.addr(),
                 region.len(),
                 BufKind::Device { dmabuf: false },
-                mr,
+                mrs,
             ));
         }
         if self.options.require_gpu_direct {
@@ -282,15 +281,14 @@ impl Instance {
         let staging = gpu
             .alloc_pinned(region.len())
             .map_err(|e| Error::gpu(ErrorKind::RdmaError, "allocating a pinned staging buffer", &e))?;
-        // The entry owns the staging buffer and drops it after the MR over it.
-        let mr = pd
-            .reg_mr(staging.region(), Self::access())
+        // The entry owns the staging buffer and drops it after the MRs over it.
+        let mrs = MrPair::register(|access| pd.reg_mr(staging.region(), access))
             .map_err(|e| Error::rdma("registering a staging buffer", &e))?;
         eprintln!(
             "hipObject: warning: the NIC cannot reach GPU memory at {:#x} directly; it is staged through host memory and no longer GPU-direct",
             region.addr()
         );
-        self.insert(BufEntry::staged(region.addr(), region.len(), mr, staging))
+        self.insert(BufEntry::staged(region.addr(), region.len(), mrs, staging))
     }
 
     /// Deregisters a buffer, unless something still uses it.
@@ -366,12 +364,12 @@ impl Instance {
         self.stage(&entry, offset, size, dir)
     }
 
-    fn mint(&self, qpn: u32, entry: &BufEntry, offset: usize, size: usize) -> Token {
+    fn mint(&self, qpn: u32, entry: &BufEntry, dir: Direction, offset: usize, size: usize) -> Token {
         Token {
             transport: Transport::Rc,
             qpn,
             gid: self.device.gid().0,
-            rkey: entry.rkey(),
+            rkey: entry.rkey(dir),
             addr: entry.token_addr().wrapping_add(offset as u64),
             len: size as u64,
             port: self.device.port(),
@@ -380,8 +378,9 @@ impl Instance {
     }
 
     /// `hipObjGetRdmaToken`: a token for the first `size` bytes of a
-    /// registered buffer, naming the token connection.
-    pub fn rdma_token(&self, addr: usize, size: usize) -> Result<hipobj_proto::HexToken> {
+    /// registered buffer, naming the token connection, that lets the server
+    /// do what a transfer in direction `dir` needs and nothing else.
+    pub fn rdma_token(&self, addr: usize, size: usize, dir: Direction) -> Result<hipobj_proto::HexToken> {
         let entry = self.find_usable(addr)?;
         if size == 0 {
             return Err(Error::invalid("the token size is 0"));
@@ -392,7 +391,7 @@ impl Instance {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .qp_num();
-        Ok(self.mint(qpn, &entry, 0, size).encode())
+        Ok(self.mint(qpn, &entry, dir, 0, size).encode())
     }
 
     /// `hipObjGet` and `hipObjPut`: one transfer of `size` bytes at `offset`
@@ -420,7 +419,9 @@ impl Instance {
             self.stage(&entry, offset, size, SyncDirection::ToHost)?;
         }
         let mut lease = self.pool.acquire()?;
-        let token = self.mint(lease.conn().qp_num(), &entry, offset, size).encode();
+        let token = self
+            .mint(lease.conn().qp_num(), &entry, dir, offset, size)
+            .encode();
         let outcome = run_exchange(lease.conn(), token.as_str(), control);
         match outcome {
             Ok(peer) => {

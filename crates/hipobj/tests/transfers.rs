@@ -42,7 +42,7 @@ fn the_token_describes_the_range_and_the_leased_qp() {
     assert_eq!(t.gid, inst.device().gid().0);
     assert_eq!(t.port, 1);
     assert_eq!(t.lid, 0);
-    assert_eq!(t.rkey, inst.buffers().find(buf.addr()).unwrap().rkey());
+    assert_eq!(t.rkey, inst.buffers().find(buf.addr()).unwrap().rkey(Direction::Get));
     assert_eq!(
         p.verbs.qp_state(t.qpn),
         Some(QpState::Rts),
