@@ -386,12 +386,74 @@ impl Instance {
             return Err(Error::invalid("the token size is 0"));
         }
         entry.check_range(0, size)?;
-        let qpn = self
-            .token_conn
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .qp_num();
+        let qpn = {
+            let mut conn = self.token_conn.lock().unwrap_or_else(PoisonError::into_inner);
+            if conn.is_broken() {
+                self.replace_token_conn(&mut conn)?;
+            }
+            conn.qp_num()
+        };
         Ok(self.mint(qpn, &entry, dir, 0, size).encode())
+    }
+
+    /// Swaps the token connection for a new one, so that the server's
+    /// binding to the old QP number can never reach a buffer again.
+    fn replace_token_conn(&self, conn: &mut Connection) -> Result<()> {
+        conn.mark_broken();
+        *conn = Connection::new(self.device.clone())?;
+        Ok(())
+    }
+
+    /// `hipObjHandleRdmaReply`: acts on the server's reply to a request that
+    /// carried a token from [`Instance::rdma_token`], and returns its code.
+    ///
+    /// A binding reply (`409:<token>:<psn>`) connects the token connection to
+    /// the server QP it names and returns 409: send the same request again.
+    /// A success reply (200, 204, 206) is checked as a transfer's is (the
+    /// connection must be bound, to the QP an echoed token names, and must
+    /// not have failed) and returns its code. Any other reply, or a failed
+    /// check, is an error, and the token connection is replaced, so the
+    /// server's binding to it can never write the buffer later.
+    pub fn handle_token_reply(&self, reply: &[u8]) -> Result<u16> {
+        let reply = hipobj_proto::parse_reply(reply).map_err(|e| {
+            Error::invalid(format!(
+                "the x-amz-rdma-reply value {:?} is malformed: {e}",
+                String::from_utf8_lossy(reply)
+            ))
+        })?;
+        let mut conn = self.token_conn.lock().unwrap_or_else(PoisonError::into_inner);
+        let outcome = match reply {
+            Reply::Bind { token, psn } => peer_of(&token).and_then(|peer| conn.connect(peer, psn)),
+            r if r.is_success() => conn
+                .peer()
+                .ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::RdmaError,
+                        "the server reported success, but the token connection was never bound to it",
+                    )
+                })
+                .and_then(|bound| match r.peer_token() {
+                    Some(echo) if peer_of(echo)? != bound => Err(Error::new(
+                        ErrorKind::RdmaError,
+                        "the server answered from a different queue pair than the token connection is bound to",
+                    )),
+                    _ => Ok(()),
+                })
+                .and_then(|()| conn.check()),
+            r => Err(Error::new(
+                ErrorKind::S3Error,
+                format!("the server's x-amz-rdma-reply is {}, not a success", r.http_code()),
+            )),
+        };
+        match outcome {
+            Ok(()) => Ok(reply.http_code()),
+            Err(e) => {
+                // A replacement that fails leaves the old one marked broken;
+                // the next token request tries again.
+                let _ = self.replace_token_conn(&mut conn);
+                Err(e)
+            }
+        }
     }
 
     /// `hipObjGet` and `hipObjPut`: one transfer of `size` bytes at `offset`
