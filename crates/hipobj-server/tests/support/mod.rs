@@ -2,6 +2,8 @@
 //! temporary data directory, an aws-sdk-s3 client for it, and raw HTTP.
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod rdma;
+
 use aws_sdk_s3::config::{
     BehaviorVersion, Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation,
 };
