@@ -110,7 +110,9 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("HIPOBJ_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                // s3s logs every client error (a 404, a 409 bind) at ERROR;
+                // HIPOBJ_LOG=info,s3s=debug shows them.
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,s3s=off")),
         )
         .with_writer(std::io::stderr)
         .init();
