@@ -477,6 +477,38 @@ HIPOBJ_API hipObjError_t hipObjPutRdmaToken(char *token);
 HIPOBJ_API hipObjError_t hipObjParseRdmaReply(const char *reply, size_t replyLen, int *httpCode);
 
 /*!
+ * @brief Act on the reply to a request that carried a token from
+ *        hipObjGetRdmaToken()
+ *
+ * hipObject added this function; cuObject has none like it. Transfers that
+ * the application drives need the same binding handshake as hipObjGet() and
+ * hipObjPut() (docs/protocol.md): pass every x-amz-rdma-reply value that
+ * answers a request carrying such a token here.
+ *
+ * - A binding reply (409 and the server's token and PSN): hipObject connects
+ *   the token connection to the server, writes 409 to @p httpCode and
+ *   returns hipObjSuccess. Send the same request, with the same token,
+ *   again.
+ * - A success reply (200, 204, 206): hipObject checks that the connection is
+ *   bound to the server that answered and has not failed, writes the code
+ *   and returns hipObjSuccess. For a staged buffer, call hipObjBufSync()
+ *   next as usual.
+ * - Any other reply returns hipObjS3Error (501: fall back to plain HTTP); a
+ *   failed check returns hipObjRdmaError. Either way hipObject replaces the
+ *   token connection, so nothing the server does later can reach the
+ *   buffer, and later tokens name the new connection.
+ *
+ * A malformed reply returns hipObjInvalidValue and changes nothing.
+ * hipObjParseRdmaReply() stays a pure parser; this is the call with effects.
+ *
+ * @param reply      The x-amz-rdma-reply value
+ * @param replyLen   Its length in bytes
+ * @param httpCode   Receives the reply's code on success
+ * @ingroup io
+ */
+HIPOBJ_API hipObjError_t hipObjHandleRdmaReply(const char *reply, size_t replyLen, int *httpCode);
+
+/*!
  * @brief The client NIC's IPv4 address inside a token
  *
  * Writes the dotted-quad address, NUL-terminated, to @p nicIp when the

@@ -3,6 +3,9 @@
 # .ci/run installs the Debian packages these need and calls this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The C-level tests link the shared library itself, which `cargo test`
+# builds only as an rlib: build the cdylib and staticlib first.
+cargo build -p hipobj-capi
 cargo test --workspace --all-targets
 cargo test --workspace --doc
 scripts/check-install.sh

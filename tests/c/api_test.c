@@ -100,6 +100,9 @@ int main(void) {
     EXPECT("sync uninit", hipObjBufSync(buf, 16, 0, HIPOBJ_SYNC_TO_HOST).opError, hipObjNotInitialized);
     EXPECT("token uninit", hipObjGetRdmaToken(buf, 16, HIPOBJ_RDMA_OP_GET, &token).opError,
            hipObjNotInitialized);
+    EXPECT("handle reply uninit", hipObjHandleRdmaReply("200", 3, &code).opError, hipObjNotInitialized);
+    EXPECT("handle reply NULL", hipObjHandleRdmaReply(NULL, 3, &code).opError, hipObjInvalidValue);
+    EXPECT("handle reply NULL code", hipObjHandleRdmaReply("200", 3, NULL).opError, hipObjInvalidValue);
 
     /* Argument checks come before the initialization check. */
     EXPECT("register NULL", hipObjBufRegisterHost(NULL, 16).opError, hipObjInvalidValue);
@@ -141,6 +144,9 @@ int main(void) {
         EXPECT("token", hipObjGetRdmaToken(buf, 64, HIPOBJ_RDMA_OP_GET, &token).opError, hipObjSuccess);
         EXPECT("token length", token != NULL && strlen(token) == 88, 1);
         EXPECT("token nic", hipObjTokenClientNic(token, ip, sizeof ip).opError, hipObjSuccess);
+        EXPECT("handle malformed", hipObjHandleRdmaReply("2000", 4, &code).opError, hipObjInvalidValue);
+        EXPECT("handle unbound success", hipObjHandleRdmaReply("200", 3, &code).opError, hipObjRdmaError);
+        EXPECT("handle decline", hipObjHandleRdmaReply("501", 3, &code).opError, hipObjS3Error);
         EXPECT("put token", hipObjPutRdmaToken(token).opError, hipObjSuccess);
         EXPECT("put token twice", hipObjPutRdmaToken(token).opError, hipObjInvalidValue);
         EXPECT("token too long", hipObjGetRdmaToken(buf, sizeof buf + 1, 1, &token).opError, hipObjInvalidValue);

@@ -348,9 +348,14 @@ pub unsafe extern "C" fn hipObjGetRdmaToken(
         if size as u64 > hipobj::buffers::MAX_BUFFER_SIZE {
             return err(ErrorKind::SizeTooLarge);
         }
+        let dir = if op == OP_PUT {
+            Direction::Put
+        } else {
+            Direction::Get
+        };
         let token = match LIBRARY
             .instance()
-            .and_then(|i| i.rdma_token(dev_ptr as usize, size))
+            .and_then(|i| i.rdma_token(dev_ptr as usize, size, dir))
         {
             Ok(t) => t,
             Err(e) => return (&e).into(),
@@ -448,5 +453,33 @@ pub unsafe extern "C" fn hipObjTokenClientNic(
             nic_ip.add(text.len()).write(0);
         }
         HipObjError::OK
+    })
+}
+
+/// `hipObjHandleRdmaReply`.
+///
+/// # Safety
+/// `reply` must be NULL or readable for `reply_len` bytes; `http_code` must be
+/// NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipObjHandleRdmaReply(
+    reply: *const c_char,
+    reply_len: usize,
+    http_code: *mut c_int,
+) -> HipObjError {
+    guard(|| {
+        if reply.is_null() || http_code.is_null() {
+            return invalid();
+        }
+        // SAFETY: non-NULL, and the caller promises reply_len readable bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(reply.cast::<u8>(), reply_len) };
+        match LIBRARY.instance().and_then(|i| i.handle_token_reply(bytes)) {
+            Ok(code) => {
+                // SAFETY: non-NULL, and the caller promises it is writable.
+                unsafe { http_code.write(c_int::from(code)) };
+                HipObjError::OK
+            }
+            Err(e) => (&e).into(),
+        }
     })
 }

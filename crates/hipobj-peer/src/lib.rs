@@ -426,13 +426,7 @@ impl RdmaPeer {
     /// fills the scratch slice and copies it into the bounce buffer before
     /// the work request; for a READ it runs after the completion and copies
     /// the bounce buffer out.
-    fn run(
-        &self,
-        token: &Token,
-        len: u64,
-        write: bool,
-        io: &mut ChunkIo<'_>,
-    ) -> Result<u64, PeerError> {
+    fn run(&self, token: &Token, len: u64, write: bool, io: &mut ChunkIo<'_>) -> Result<u64, PeerError> {
         let binding = self.binding(token)?;
         let mut conn = lock(&binding.conn);
         let buf = self.take_buffer()?;

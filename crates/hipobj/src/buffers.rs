@@ -3,9 +3,10 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, PoisonError, RwLock};
 
-use hipobj_platform::{MemoryRegion, PinnedHostBuffer};
+use hipobj_platform::{AccessFlags, MemoryRegion, PinnedHostBuffer};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::instance::Direction;
 
 /// Most buffers registered at once.
 pub const MAX_BUFFERS: usize = 256;
@@ -26,41 +27,71 @@ pub enum BufKind {
     Staged,
 }
 
+/// The two registrations of one buffer, one per direction, so that a token
+/// grants the server only what its transfer needs: a PUT token's key lets
+/// the server RDMA READ the buffer and nothing else, a GET token's key lets
+/// it RDMA WRITE the buffer and nothing else.
+#[derive(Debug)]
+pub struct MrPair {
+    /// `REMOTE_READ` only: named by PUT tokens.
+    pub put: Box<dyn MemoryRegion>,
+    /// `LOCAL_WRITE | REMOTE_WRITE`: named by GET tokens.
+    pub get: Box<dyn MemoryRegion>,
+}
+
+impl MrPair {
+    /// The access rights of the registration PUT tokens name.
+    pub const PUT_ACCESS: AccessFlags = AccessFlags::REMOTE_READ;
+    /// The access rights of the registration GET tokens name.
+    pub const GET_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_WRITE);
+
+    /// Registers both, with `reg` called once per access set.
+    pub fn register<E>(
+        mut reg: impl FnMut(AccessFlags) -> Result<Box<dyn MemoryRegion>, E>,
+    ) -> Result<Self, E> {
+        let put = reg(Self::PUT_ACCESS)?;
+        let get = reg(Self::GET_ACCESS)?;
+        Ok(Self { put, get })
+    }
+
+    fn for_direction(&self, dir: Direction) -> &dyn MemoryRegion {
+        match dir {
+            Direction::Put => self.put.as_ref(),
+            Direction::Get => self.get.as_ref(),
+        }
+    }
+}
+
 /// One registered buffer.
 #[derive(Debug)]
 pub struct BufEntry {
     addr: usize,
     len: usize,
     kind: BufKind,
-    // Field order is drop order: the MR goes before the memory it covers.
-    mr: Box<dyn MemoryRegion>,
+    // Field order is drop order: the MRs go before the memory they cover.
+    mrs: MrPair,
     staging: Option<Box<dyn PinnedHostBuffer>>,
 }
 
 impl BufEntry {
     /// A buffer registered directly (host memory, or device memory the NIC reaches).
-    pub fn direct(addr: usize, len: usize, kind: BufKind, mr: Box<dyn MemoryRegion>) -> Self {
+    pub fn direct(addr: usize, len: usize, kind: BufKind, mrs: MrPair) -> Self {
         Self {
             addr,
             len,
             kind,
-            mr,
+            mrs,
             staging: None,
         }
     }
 
-    /// A device buffer that peers reach through `staging`, which `mr` covers.
-    pub fn staged(
-        addr: usize,
-        len: usize,
-        mr: Box<dyn MemoryRegion>,
-        staging: Box<dyn PinnedHostBuffer>,
-    ) -> Self {
+    /// A device buffer that peers reach through `staging`, which `mrs` cover.
+    pub fn staged(addr: usize, len: usize, mrs: MrPair, staging: Box<dyn PinnedHostBuffer>) -> Self {
         Self {
             addr,
             len,
             kind: BufKind::Staged,
-            mr,
+            mrs,
             staging: Some(staging),
         }
     }
@@ -85,14 +116,14 @@ impl BufEntry {
         self.kind
     }
 
-    /// The remote key peers use.
-    pub fn rkey(&self) -> u32 {
-        self.mr.rkey()
+    /// The remote key a token for a transfer in direction `dir` carries.
+    pub fn rkey(&self, dir: Direction) -> u32 {
+        self.mrs.for_direction(dir).rkey()
     }
 
     /// The address peers use for the first byte.
     pub fn token_addr(&self) -> u64 {
-        self.mr.addr()
+        self.mrs.get.addr()
     }
 
     /// The staging buffer's address, for a staged buffer.

@@ -7,11 +7,11 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use hipobj_platform::{AccessFlags, MemRegion, Platform, PointerKind};
+use hipobj_platform::{MemRegion, Platform, PointerKind};
 use hipobj_proto::{Reply, Token, Transport};
 
 use crate::abandoned::AbandonedCopies;
-use crate::buffers::{BufEntry, BufKind, BufferMap, MAX_BUFFER_SIZE};
+use crate::buffers::{BufEntry, BufKind, BufferMap, MAX_BUFFER_SIZE, MrPair};
 use crate::connection::{Connection, Peer};
 use crate::control::Control;
 use crate::device::RdmaDevice;
@@ -164,10 +164,6 @@ impl Instance {
         self.buffers.check_free(region.addr(), region.len())
     }
 
-    fn access() -> AccessFlags {
-        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ
-    }
-
     fn insert(&self, entry: BufEntry) -> Result<()> {
         // If another thread won a race for the same range, our registration
         // is released here, after the map's lock.
@@ -190,12 +186,10 @@ impl Instance {
                 region.addr()
             )));
         }
-        let mr = self
-            .device
-            .pd()
-            .reg_mr(region, Self::access())
+        let pd = self.device.pd();
+        let mrs = MrPair::register(|access| pd.reg_mr(region, access))
             .map_err(|e| Error::rdma("registering host memory", &e))?;
-        self.insert(BufEntry::direct(region.addr(), region.len(), BufKind::Host, mr))
+        self.insert(BufEntry::direct(region.addr(), region.len(), BufKind::Host, mrs))
     }
 
     /// Registers GPU memory (`hipObjBufRegister`): as a dma-buf when enabled
@@ -237,19 +231,24 @@ impl Instance {
             match gpu.export_dmabuf(region.addr(), region.len()) {
                 Ok(buf) => {
                     use std::os::fd::AsFd;
-                    match pd.reg_dmabuf_mr(
-                        buf.fd.as_fd(),
-                        buf.offset,
-                        region.len(),
-                        region.addr() as u64,
-                        Self::access(),
-                    ) {
-                        Ok(mr) => {
+                    let registered = MrPair::register(|access| {
+                        pd.reg_dmabuf_mr(
+                            buf.fd.as_fd(),
+                            buf.offset,
+                            region.len(),
+                            region.addr() as u64,
+                            access,
+                        )
+                    });
+                    // The MRs keep their own reference to the dma-buf; its fd
+                    // closes when `buf` goes out of scope.
+                    match registered {
+                        Ok(mrs) => {
                             return self.insert(BufEntry::direct(
                                 region.addr(),
                                 region.len(),
                                 BufKind::Device { dmabuf: true },
-                                mr,
+                                mrs,
                             ));
                         }
                         Err(e) if self.options.rdma_debug => {
@@ -262,12 +261,12 @@ impl Instance {
                 Err(_) => {}
             }
         }
-        if let Ok(mr) = pd.reg_mr(region, Self::access()) {
+        if let Ok(mrs) = MrPair::register(|access| pd.reg_mr(region, access)) {
             return self.insert(BufEntry::direct(
                 region.addr(),
                 region.len(),
                 BufKind::Device { dmabuf: false },
-                mr,
+                mrs,
             ));
         }
         if self.options.require_gpu_direct {
@@ -282,15 +281,14 @@ impl Instance {
         let staging = gpu
             .alloc_pinned(region.len())
             .map_err(|e| Error::gpu(ErrorKind::RdmaError, "allocating a pinned staging buffer", &e))?;
-        // The entry owns the staging buffer and drops it after the MR over it.
-        let mr = pd
-            .reg_mr(staging.region(), Self::access())
+        // The entry owns the staging buffer and drops it after the MRs over it.
+        let mrs = MrPair::register(|access| pd.reg_mr(staging.region(), access))
             .map_err(|e| Error::rdma("registering a staging buffer", &e))?;
         eprintln!(
             "hipObject: warning: the NIC cannot reach GPU memory at {:#x} directly; it is staged through host memory and no longer GPU-direct",
             region.addr()
         );
-        self.insert(BufEntry::staged(region.addr(), region.len(), mr, staging))
+        self.insert(BufEntry::staged(region.addr(), region.len(), mrs, staging))
     }
 
     /// Deregisters a buffer, unless something still uses it.
@@ -366,12 +364,12 @@ impl Instance {
         self.stage(&entry, offset, size, dir)
     }
 
-    fn mint(&self, qpn: u32, entry: &BufEntry, offset: usize, size: usize) -> Token {
+    fn mint(&self, qpn: u32, entry: &BufEntry, dir: Direction, offset: usize, size: usize) -> Token {
         Token {
             transport: Transport::Rc,
             qpn,
             gid: self.device.gid().0,
-            rkey: entry.rkey(),
+            rkey: entry.rkey(dir),
             addr: entry.token_addr().wrapping_add(offset as u64),
             len: size as u64,
             port: self.device.port(),
@@ -380,19 +378,82 @@ impl Instance {
     }
 
     /// `hipObjGetRdmaToken`: a token for the first `size` bytes of a
-    /// registered buffer, naming the token connection.
-    pub fn rdma_token(&self, addr: usize, size: usize) -> Result<hipobj_proto::HexToken> {
+    /// registered buffer, naming the token connection, that lets the server
+    /// do what a transfer in direction `dir` needs and nothing else.
+    pub fn rdma_token(&self, addr: usize, size: usize, dir: Direction) -> Result<hipobj_proto::HexToken> {
         let entry = self.find_usable(addr)?;
         if size == 0 {
             return Err(Error::invalid("the token size is 0"));
         }
         entry.check_range(0, size)?;
-        let qpn = self
-            .token_conn
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .qp_num();
-        Ok(self.mint(qpn, &entry, 0, size).encode())
+        let qpn = {
+            let mut conn = self.token_conn.lock().unwrap_or_else(PoisonError::into_inner);
+            if conn.is_broken() {
+                self.replace_token_conn(&mut conn)?;
+            }
+            conn.qp_num()
+        };
+        Ok(self.mint(qpn, &entry, dir, 0, size).encode())
+    }
+
+    /// Swaps the token connection for a new one, so that the server's
+    /// binding to the old QP number can never reach a buffer again.
+    fn replace_token_conn(&self, conn: &mut Connection) -> Result<()> {
+        conn.mark_broken();
+        *conn = Connection::new(self.device.clone())?;
+        Ok(())
+    }
+
+    /// `hipObjHandleRdmaReply`: acts on the server's reply to a request that
+    /// carried a token from [`Instance::rdma_token`], and returns its code.
+    ///
+    /// A binding reply (`409:<token>:<psn>`) connects the token connection to
+    /// the server QP it names and returns 409: send the same request again.
+    /// A success reply (200, 204, 206) is checked as a transfer's is (the
+    /// connection must be bound, to the QP an echoed token names, and must
+    /// not have failed) and returns its code. Any other reply, or a failed
+    /// check, is an error, and the token connection is replaced, so the
+    /// server's binding to it can never write the buffer later.
+    pub fn handle_token_reply(&self, reply: &[u8]) -> Result<u16> {
+        let reply = hipobj_proto::parse_reply(reply).map_err(|e| {
+            Error::invalid(format!(
+                "the x-amz-rdma-reply value {:?} is malformed: {e}",
+                String::from_utf8_lossy(reply)
+            ))
+        })?;
+        let mut conn = self.token_conn.lock().unwrap_or_else(PoisonError::into_inner);
+        let outcome = match reply {
+            Reply::Bind { token, psn } => peer_of(&token).and_then(|peer| conn.connect(peer, psn)),
+            r if r.is_success() => conn
+                .peer()
+                .ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::RdmaError,
+                        "the server reported success, but the token connection was never bound to it",
+                    )
+                })
+                .and_then(|bound| match r.peer_token() {
+                    Some(echo) if peer_of(echo)? != bound => Err(Error::new(
+                        ErrorKind::RdmaError,
+                        "the server answered from a different queue pair than the token connection is bound to",
+                    )),
+                    _ => Ok(()),
+                })
+                .and_then(|()| conn.check()),
+            r => Err(Error::new(
+                ErrorKind::S3Error,
+                format!("the server's x-amz-rdma-reply is {}, not a success", r.http_code()),
+            )),
+        };
+        match outcome {
+            Ok(()) => Ok(reply.http_code()),
+            Err(e) => {
+                // A replacement that fails leaves the old one marked broken;
+                // the next token request tries again.
+                let _ = self.replace_token_conn(&mut conn);
+                Err(e)
+            }
+        }
     }
 
     /// `hipObjGet` and `hipObjPut`: one transfer of `size` bytes at `offset`
@@ -420,7 +481,9 @@ impl Instance {
             self.stage(&entry, offset, size, SyncDirection::ToHost)?;
         }
         let mut lease = self.pool.acquire()?;
-        let token = self.mint(lease.conn().qp_num(), &entry, offset, size).encode();
+        let token = self
+            .mint(lease.conn().qp_num(), &entry, dir, offset, size)
+            .encode();
         let outcome = run_exchange(lease.conn(), token.as_str(), control);
         match outcome {
             Ok(peer) => {

@@ -14,6 +14,7 @@
 
 pub mod abandoned;
 pub mod buffers;
+pub mod client;
 pub mod connection;
 pub mod control;
 pub mod device;
@@ -25,6 +26,7 @@ pub mod options;
 pub mod pool;
 pub mod system;
 
+pub use client::{Client, ClientBuilder, Registration};
 pub use control::{Control, ControlError};
 pub use error::{Error, ErrorKind, Result};
 pub use instance::{Config, Direction, Instance, SyncDirection};

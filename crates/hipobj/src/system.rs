@@ -9,7 +9,7 @@
 use std::sync::{Arc, OnceLock};
 
 use hipobj_ibverbs::{IbVerbs, SysfsTopology};
-use hipobj_platform::{Device, NoGpu, Platform, Verbs, VerbsError, VerbsErrorKind};
+use hipobj_platform::{Device, Platform, Verbs, VerbsError, VerbsErrorKind};
 
 /// Several Verbs backends behind one, routed by device name.
 #[derive(Debug)]
@@ -88,9 +88,7 @@ pub fn platform_with(ibverbs_library: &str) -> Platform {
     }
     Platform {
         verbs: Arc::new(MultiVerbs::new(loaded, missing)),
-        gpu: Arc::new(NoGpu::new(
-            "no GPU runtime backend is built into this hipObject yet",
-        )),
+        gpu: hipobj_gpu::system_gpu(),
         topology: Arc::new(SysfsTopology::system()),
     }
 }

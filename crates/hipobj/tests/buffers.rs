@@ -53,7 +53,7 @@ fn dmabuf_when_supported() {
         inst.buffers().find(r.addr()).unwrap().kind(),
         BufKind::Device { dmabuf: true }
     );
-    assert_eq!(p.faults.count("reg_dmabuf_mr"), 1);
+    assert_eq!(p.faults.count("reg_dmabuf_mr"), 2, "one dma-buf MR per direction");
     assert_eq!(p.faults.count("reg_mr"), 0);
 }
 
@@ -239,7 +239,7 @@ fn bad_registrations_change_nothing() {
     // A host buffer needs no staging: sync does nothing and succeeds.
     inst.sync(host.addr(), 4096, 0, SyncDirection::ToDevice).unwrap();
     assert_eq!(p.faults.count("copy_async"), 0);
-    assert_eq!(p.verbs.live().mrs, 1);
+    assert_eq!(p.verbs.live().mrs, 2, "one buffer, one MR per direction");
 }
 
 #[test]
@@ -255,7 +255,7 @@ fn at_most_256_buffers() {
     assert_eq!(e.kind(), ErrorKind::SizeTooLarge, "{e}");
     assert_eq!(
         p.verbs.live().mrs,
-        MAX_BUFFERS as i64,
+        2 * MAX_BUFFERS as i64,
         "the refused one registered nothing"
     );
     inst.deregister(bufs[0].addr()).unwrap();
@@ -288,7 +288,12 @@ fn a_staging_copy_that_times_out_keeps_the_buffer_busy_until_it_ends() {
             .kind(),
         ErrorKind::Busy
     );
-    assert_eq!(inst.rdma_token(r.addr(), 16).unwrap_err().kind(), ErrorKind::Busy);
+    assert_eq!(
+        inst.rdma_token(r.addr(), 16, hipobj::Direction::Get)
+            .unwrap_err()
+            .kind(),
+        ErrorKind::Busy
+    );
     let mut script = support::Script::replying(&["200"]);
     assert_eq!(
         inst.transfer(hipobj::Direction::Get, r.addr(), 16, 0, &mut script)
@@ -337,9 +342,9 @@ fn a_copy_still_running_at_shutdown_leaks_its_staging_buffer_on_purpose() {
     inst.sync(r.addr(), 4096, 0, SyncDirection::ToDevice).unwrap_err();
     drop(inst);
     lib.shutdown();
-    // The staging buffer (and the MR over it) stay: the copy may still write.
+    // The staging buffer (and the MRs over it) stay: the copy may still write.
     assert_eq!(p.gpu.live_pinned(), 1);
-    assert_eq!(p.verbs.live().mrs, 1);
+    assert_eq!(p.verbs.live().mrs, 2);
     p.gpu.release();
     p.gpu.wait_idle();
 }
@@ -363,4 +368,31 @@ fn deregistration_is_busy_while_a_transfer_uses_the_buffer() {
     assert_eq!(e.kind(), ErrorKind::S3Error);
     assert_eq!(*seen.lock().unwrap(), Some(Err(ErrorKind::Busy)));
     inst.deregister(buf.addr()).unwrap();
+}
+
+#[test]
+fn each_token_grants_only_its_direction() {
+    use hipobj::Direction;
+    use hipobj_platform::AccessFlags;
+    let p = fake(0, FakeDeviceSpec::default());
+    let lib = started(&p, 1);
+    let inst = lib.instance().unwrap();
+    let buf = host_buf(4096);
+    inst.register_host(buf).unwrap();
+    let key = |dir| {
+        let hex = inst.rdma_token(buf.addr(), 4096, dir).unwrap();
+        hipobj_proto::Token::decode(hex.as_bytes()).unwrap().rkey
+    };
+    let put = p.verbs.mr_access(key(Direction::Put)).unwrap();
+    let get = p.verbs.mr_access(key(Direction::Get)).unwrap();
+    assert!(put.contains(AccessFlags::REMOTE_READ), "{put:?}");
+    assert!(
+        !put.contains(AccessFlags::REMOTE_WRITE),
+        "a PUT token must not let the server write: {put:?}"
+    );
+    assert!(get.contains(AccessFlags::REMOTE_WRITE), "{get:?}");
+    assert!(
+        !get.contains(AccessFlags::REMOTE_READ),
+        "a GET token must not let the server read: {get:?}"
+    );
 }

@@ -13,7 +13,7 @@ use hipobj_ibverbs::{IbVerbs, SysfsTopology};
 use hipobj_peer::{PeerConfig, RdmaPeer};
 use hipobj_platform::{NoGpu, Platform};
 
-use support::server::{Server, put_get_roundtrip};
+use support::server::{Server, app_driven_get, put_get_roundtrip};
 
 #[test]
 #[ignore = "needs an rxe device: run inside scripts/rxe-vm.sh (scripts/rxe-test.sh does)"]
@@ -64,5 +64,9 @@ fn put_and_get_on_rxe() {
         start.elapsed()
     );
     assert_eq!(stats.transfers, 8);
+    // The application drives a GET itself through the token connection.
+    let want = server.objects.lock().unwrap()["obj-4096"].clone();
+    assert_eq!(app_driven_get(&inst, &server, "obj-4096", 4096), want);
+    println!("rxe e2e: an application-driven GET through hipObjHandleRdmaReply's path passed");
     lib.shutdown();
 }

@@ -42,7 +42,10 @@ fn the_token_describes_the_range_and_the_leased_qp() {
     assert_eq!(t.gid, inst.device().gid().0);
     assert_eq!(t.port, 1);
     assert_eq!(t.lid, 0);
-    assert_eq!(t.rkey, inst.buffers().find(buf.addr()).unwrap().rkey());
+    assert_eq!(
+        t.rkey,
+        inst.buffers().find(buf.addr()).unwrap().rkey(Direction::Get)
+    );
     assert_eq!(
         p.verbs.qp_state(t.qpn),
         Some(QpState::Rts),
@@ -319,4 +322,67 @@ fn a_panic_while_replacing_a_connection_does_not_lose_the_slot() {
         .recv_timeout(Duration::from_secs(5))
         .expect("the transfer hung on a lost slot");
     assert_eq!(r, Err(ErrorKind::RdmaError));
+}
+
+#[test]
+fn application_driven_transfers_bind_the_token_connection() {
+    let p = fake(0, FakeDeviceSpec::default());
+    let lib = started(&p, 1);
+    let inst = lib.instance().unwrap();
+    let buf = host_buf(256);
+    inst.register_host(buf).unwrap();
+    let qpn_of = |dir| {
+        let hex = inst.rdma_token(buf.addr(), 256, dir).unwrap();
+        Token::decode(hex.as_bytes()).unwrap().qpn
+    };
+    let first = qpn_of(Direction::Get);
+    assert_eq!(p.verbs.qp_state(first), Some(QpState::Init));
+    // Malformed replies change nothing.
+    let e = inst.handle_token_reply(b"2000").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidValue);
+    assert_eq!(qpn_of(Direction::Get), first);
+    // The binding reply connects the token connection.
+    assert_eq!(inst.handle_token_reply(bind_reply(9).as_bytes()).unwrap(), 409);
+    assert_eq!(p.verbs.qp_state(first), Some(QpState::Rts));
+    assert_eq!(inst.handle_token_reply(b"206\r\n").unwrap(), 206);
+    let echo = Reply::WithToken {
+        status: 200,
+        token: server_token(),
+    }
+    .to_string();
+    assert_eq!(inst.handle_token_reply(echo.as_bytes()).unwrap(), 200);
+    assert_eq!(
+        qpn_of(Direction::Put),
+        first,
+        "tokens keep naming the bound connection"
+    );
+    // A decline replaces the connection: the old QP is gone for good.
+    assert_eq!(
+        inst.handle_token_reply(b"501").unwrap_err().kind(),
+        ErrorKind::S3Error
+    );
+    assert_eq!(p.verbs.qp_state(first), None);
+    let second = qpn_of(Direction::Get);
+    assert_ne!(second, first);
+    // Success on a connection that was never bound is refused.
+    assert_eq!(
+        inst.handle_token_reply(b"200").unwrap_err().kind(),
+        ErrorKind::RdmaError
+    );
+    assert_ne!(qpn_of(Direction::Get), second);
+    // So is success from a QP other than the bound one.
+    inst.handle_token_reply(bind_reply(1).as_bytes()).unwrap();
+    let mut other = server_token();
+    other.qpn += 5;
+    let wrong = Reply::WithToken {
+        status: 200,
+        token: other,
+    }
+    .to_string();
+    assert_eq!(
+        inst.handle_token_reply(wrong.as_bytes()).unwrap_err().kind(),
+        ErrorKind::RdmaError
+    );
+    // No connection leaked along the way: the pool's one and the token one.
+    assert_eq!(p.verbs.live().qps, 2);
 }

@@ -21,7 +21,11 @@ pub fn profile_dir() -> PathBuf {
 /// The shared library cargo built for this crate.
 pub fn cdylib() -> PathBuf {
     let p = profile_dir().join("libhipobj_capi.so");
-    assert!(p.exists(), "{} was not built", p.display());
+    assert!(
+        p.exists(),
+        "{} was not built: run `cargo build -p hipobj-capi` before these tests (scripts/test.sh does)",
+        p.display()
+    );
     p
 }
 

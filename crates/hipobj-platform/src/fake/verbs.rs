@@ -121,6 +121,8 @@ struct Shared {
     /// Completion queues by the address of their `Arc`, so QPs find theirs.
     cqs: Mutex<HashMap<usize, CqEntries>>,
     qps: Mutex<HashMap<u32, Arc<QpInner>>>,
+    /// Access rights of live MRs, by key.
+    mrs: Mutex<HashMap<u32, AccessFlags>>,
 }
 
 impl Shared {
@@ -158,6 +160,7 @@ impl FakeVerbs {
                 counters,
                 cqs: Mutex::new(HashMap::new()),
                 qps: Mutex::new(HashMap::new()),
+                mrs: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -193,6 +196,16 @@ impl FakeVerbs {
             .collect();
         v.sort_unstable();
         v
+    }
+
+    /// The access rights of the live MR with this rkey.
+    pub fn mr_access(&self, rkey: u32) -> Option<AccessFlags> {
+        self.shared
+            .mrs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&rkey)
+            .copied()
     }
 
     /// Puts a QP into the error state, as a NIC does after a fatal error on
@@ -352,6 +365,11 @@ impl FakePd {
     fn new_mr(&self, addr: u64, len: usize, access: AccessFlags) -> Box<dyn MemoryRegion> {
         let key = self.shared.counters.next_key.fetch_add(1, Ordering::SeqCst);
         self.shared.counters.mrs.fetch_add(1, Ordering::SeqCst);
+        self.shared
+            .mrs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key, access);
         Box::new(FakeMr {
             shared: self.shared.clone(),
             key,
@@ -430,6 +448,11 @@ struct FakeMr {
 impl Drop for FakeMr {
     fn drop(&mut self) {
         self.shared.counters.mrs.fetch_sub(1, Ordering::SeqCst);
+        self.shared
+            .mrs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.key);
     }
 }
 

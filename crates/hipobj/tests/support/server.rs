@@ -135,3 +135,29 @@ pub fn put_get_roundtrip(inst: &hipobj::Instance, server: &Server, sizes: &[usiz
         inst.deregister(dst.addr()).unwrap();
     }
 }
+
+/// Plays an application that drives a GET itself: a token from
+/// `rdma_token`, its own request (sent twice when the server binds), and
+/// every reply handed to `handle_token_reply`. Returns the bytes received.
+pub fn app_driven_get(inst: &hipobj::Instance, server: &Server, key: &str, len: usize) -> Vec<u8> {
+    let dst = crate::support::host_buf(len);
+    inst.register_host(dst).unwrap();
+    let token = inst.rdma_token(dst.addr(), len, hipobj::Direction::Get).unwrap();
+    let mut request = server.request(Op::Get(key.to_owned()));
+    let mut codes = Vec::new();
+    loop {
+        request.send_request(token.as_str()).unwrap();
+        let mut reply = [0u8; 512];
+        let n = request.recv_reply(&mut reply).unwrap();
+        let code = inst.handle_token_reply(&reply[..n]).unwrap();
+        codes.push(code);
+        if code != 409 {
+            break;
+        }
+        assert!(codes.len() < 3, "the server asked to bind twice");
+    }
+    assert_eq!(*codes.last().unwrap(), 200, "codes {codes:?}");
+    let got = crate::support::read(dst);
+    inst.deregister(dst.addr()).unwrap();
+    got
+}

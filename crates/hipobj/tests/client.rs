@@ -1,0 +1,58 @@
+//! The safe Rust API on the fake platform: registrations deregister when
+//! dropped, and a registration only works with its own client.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use hipobj::{Client, ErrorKind};
+use hipobj_platform::fake::FakeDeviceSpec;
+
+use support::{Script, fake, options, server_token};
+
+#[test]
+fn registrations_deregister_on_drop_and_stay_with_their_client() {
+    let p = fake(0, FakeDeviceSpec::default());
+    let client = Client::builder()
+        .nic_hint("fake0")
+        .options(options(2))
+        .platform(p.platform())
+        .build()
+        .unwrap();
+    let mut buf = vec![7u8; 4096];
+    {
+        let mut reg = client.register(&mut buf).unwrap();
+        assert_eq!(p.verbs.live().mrs, 2);
+        reg.bytes_mut()[0] = 42;
+        assert_eq!(reg.bytes()[..2], [42, 7]);
+        let bind = hipobj_proto::Reply::Bind {
+            token: server_token(),
+            psn: 3,
+        }
+        .to_string();
+        client
+            .get(&mut reg, 0, 4096, &mut Script::replying(&[&bind, "200"]))
+            .unwrap();
+        client
+            .put(&reg, 100, 10, &mut Script::replying(&["200"]))
+            .unwrap();
+        let e = client
+            .get(&mut reg, 1, 4096, &mut Script::replying(&["200"]))
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidValue);
+
+        let other = Client::builder()
+            .nic_hint("fake0")
+            .options(options(1))
+            .platform(p.platform())
+            .build()
+            .unwrap();
+        let e = other
+            .put(&reg, 0, 1, &mut Script::replying(&["200"]))
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidValue);
+    }
+    assert_eq!(p.verbs.live().mrs, 0, "dropping the registration deregistered it");
+    assert_eq!(buf[0], 42);
+    drop(client);
+    assert!(p.verbs.live().is_zero(), "{:?}", p.verbs.live());
+}
