@@ -283,7 +283,7 @@ macro_rules! layer {
                 &self,
                 req: S3Request<dto::GetObjectInput>,
             ) -> S3Result<S3Response<dto::GetObjectOutput>> {
-                let Some(token) = token_of(&req.headers)? else {
+                let Some(token) = self.failed(token_of(&req.headers))? else {
                     return self.inner.get_object(req).await;
                 };
                 let r = self.rdma_get(token, req).await;
@@ -294,10 +294,10 @@ macro_rules! layer {
                 &self,
                 mut req: S3Request<dto::PutObjectInput>,
             ) -> S3Result<S3Response<dto::PutObjectOutput>> {
-                let Some(token) = token_of(&req.headers)? else {
+                let Some(token) = self.failed(token_of(&req.headers))? else {
                     return self.inner.put_object(req).await;
                 };
-                no_body(req.input.content_length)?;
+                self.failed(no_body(req.input.content_length))?;
                 let inner = self.inner.clone();
                 let r = self
                     .rdma_upload(token, move |body, len| {
@@ -313,10 +313,10 @@ macro_rules! layer {
                 &self,
                 mut req: S3Request<dto::UploadPartInput>,
             ) -> S3Result<S3Response<dto::UploadPartOutput>> {
-                let Some(token) = token_of(&req.headers)? else {
+                let Some(token) = self.failed(token_of(&req.headers))? else {
                     return self.inner.upload_part(req).await;
                 };
-                no_body(req.input.content_length)?;
+                self.failed(no_body(req.input.content_length))?;
                 let inner = self.inner.clone();
                 let r = self
                     .rdma_upload(token, move |body, len| {
