@@ -19,4 +19,7 @@
 //!
 //! See `docs/soft-roce.md` for the RC rules and the tests that enforce them.
 
+pub mod engine;
+pub mod link;
+pub mod mem;
 pub mod wire;
