@@ -22,4 +22,11 @@
 pub mod engine;
 pub mod link;
 pub mod mem;
+pub mod verbs;
 pub mod wire;
+mod worker;
+
+pub use engine::Counters;
+pub use link::faults::FaultConfig;
+pub use mem::HostBuffer;
+pub use verbs::{AddrChoice, SoftConfig, SoftDevice, SoftVerbs};
