@@ -86,6 +86,12 @@ pub fn platform_with(ibverbs_library: &str) -> Platform {
         Ok(v) => loaded.push(Arc::new(v)),
         Err(e) => missing.push(e),
     }
+    // The soft RoCE NIC (device `softroce0`, see docs/soft-roce.md) is
+    // always there; it binds its address only when opened.
+    match hipobj_softroce::SoftVerbs::from_env() {
+        Ok(v) => loaded.push(Arc::new(v)),
+        Err(e) => missing.push(e),
+    }
     Platform {
         verbs: Arc::new(MultiVerbs::new(loaded, missing)),
         gpu: hipobj_gpu::system_gpu(),

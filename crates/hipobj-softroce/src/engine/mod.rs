@@ -1,0 +1,469 @@
+//! The reliable-connected transport, with no I/O and no clock.
+//!
+//! An [`Engine`] holds every queue pair and memory region of one device. It
+//! is driven from outside, in the style of quinn-proto and smoltcp:
+//!
+//! * [`Engine::handle_datagram`] takes one received UDP payload and the time.
+//!   It is a pure function of the engine's state and its inputs (plus the
+//!   registered memory it writes), never panics, and never touches memory
+//!   for a datagram it drops; a fuzzer can call it directly.
+//! * [`Engine::handle_timeout`] tells it the time has reached
+//!   [`Engine::poll_timeout`].
+//! * [`Engine::poll_transmit`] hands out the next datagram to send. It can
+//!   return something new after any `handle_*` call, after
+//!   [`Engine::post_send`], and after [`Engine::modify_qp`] to ERR (a NAK).
+//! * Completions go straight into the [`Cq`]s named at QP creation.
+//!
+//! Verbs calls ([`Engine::create_qp`], [`Engine::modify_qp`],
+//! [`Engine::post_send`], [`Engine::post_recv`], [`Engine::reg_mr`]) act on
+//! the same state. The worker thread owns the clock and the sockets; tests
+//! drive two engines with virtual time over an in-memory link.
+
+mod cq;
+mod qp;
+mod requester;
+mod responder;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::ops::Add;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hipobj_platform::{
+    AccessFlags, MemRegion, Mtu, QpAttr, QpAttrMask, QpState, RecvWr, SendWr, VerbsError, VerbsErrorKind,
+};
+
+use crate::mem::{Mr, MrTable};
+use crate::wire::{self, Packet, PseudoHeader, ROCE_PORT};
+
+pub use cq::Cq;
+use qp::Qp;
+
+/// A point in time, in nanoseconds since an epoch the driver picks. The
+/// engine never reads a clock; every time it sees comes in as an argument.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Time(u64);
+
+impl Time {
+    /// The epoch.
+    pub const ZERO: Time = Time(0);
+
+    /// The time `nanos` nanoseconds after the epoch.
+    pub const fn from_nanos(nanos: u64) -> Self {
+        Self(nanos)
+    }
+
+    /// Nanoseconds since the epoch.
+    pub const fn as_nanos(self) -> u64 {
+        self.0
+    }
+
+    /// How long after `earlier` this is (zero if it is not after).
+    pub fn saturating_since(self, earlier: Time) -> Duration {
+        Duration::from_nanos(self.0.saturating_sub(earlier.0))
+    }
+}
+
+impl Add<Duration> for Time {
+    type Output = Time;
+    fn add(self, d: Duration) -> Time {
+        Time(
+            self.0
+                .saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+        )
+    }
+}
+
+/// What the engine has seen and done, for tests and diagnostics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Datagrams handed to [`Engine::handle_datagram`].
+    pub rx_datagrams: u64,
+    /// Datagrams handed out by [`Engine::poll_transmit`].
+    pub tx_datagrams: u64,
+    /// Dropped: shorter than their headers.
+    pub drop_truncated: u64,
+    /// Dropped: longer than the largest packet or than the opcode allows.
+    pub drop_oversized: u64,
+    /// Dropped: an opcode this NIC does not implement.
+    pub drop_bad_opcode: u64,
+    /// Dropped: BTH version not 0.
+    pub drop_bad_version: u64,
+    /// Dropped: bad pad count or unaligned length.
+    pub drop_bad_pad: u64,
+    /// Dropped: ICRC mismatch.
+    pub drop_bad_icrc: u64,
+    /// Dropped: a partition key other than the default.
+    pub drop_bad_pkey: u64,
+    /// Dropped: no QP with the destination QP number.
+    pub drop_no_qp: u64,
+    /// Dropped: the QP's state accepts no packets (RESET, INIT, ERR), or no
+    /// packets of that kind (responses in RTR).
+    pub drop_qp_state: u64,
+    /// Dropped: a response that matches no outstanding request.
+    pub drop_unexpected: u64,
+    /// Duplicate requests seen by responders (acknowledged, not executed;
+    /// READs are answered again).
+    pub duplicates: u64,
+    /// Requests ahead of the expected PSN (dropped; the first of a run NAKed).
+    pub out_of_sequence: u64,
+    /// Sequence-error NAKs sent.
+    pub naks_sequence: u64,
+    /// RNR NAKs sent.
+    pub naks_rnr: u64,
+    /// Fatal NAKs sent (access, invalid request, operational).
+    pub naks_fatal: u64,
+    /// Requester local ACK timeouts that fired.
+    pub timeouts: u64,
+    /// Requester go-back-N rewinds (NAKs, timeouts, READ response gaps).
+    pub rewinds: u64,
+    /// Packets sent again with a PSN sent before.
+    pub retransmits: u64,
+    /// Completions lost to a full completion queue.
+    pub cq_overruns: u64,
+}
+
+impl Counters {
+    /// All malformed datagrams dropped before reaching a QP.
+    pub fn malformed(&self) -> u64 {
+        self.drop_truncated
+            + self.drop_oversized
+            + self.drop_bad_opcode
+            + self.drop_bad_version
+            + self.drop_bad_pad
+            + self.drop_bad_icrc
+    }
+
+    fn count_parse_error(&mut self, e: wire::Error) {
+        let c = match e {
+            wire::Error::Truncated => &mut self.drop_truncated,
+            wire::Error::Oversized => &mut self.drop_oversized,
+            wire::Error::BadOpcode => &mut self.drop_bad_opcode,
+            wire::Error::BadVersion => &mut self.drop_bad_version,
+            wire::Error::BadPad => &mut self.drop_bad_pad,
+            wire::Error::BadIcrc => &mut self.drop_bad_icrc,
+        };
+        *c += 1;
+    }
+}
+
+/// How an engine behaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// The address this device sends from and receives at.
+    pub local: SocketAddrV4,
+    /// The port's active MTU: the most any QP uses.
+    pub mtu: Mtu,
+    /// Packets a requester keeps in flight unacknowledged (READ response
+    /// packets included).
+    pub window: u32,
+    /// A requester asks for an ACK at least every this many packets.
+    pub ack_every: u32,
+    /// Response packets one READ request asks for at most: a large READ
+    /// goes out as several requests of this size, so that a lost response
+    /// costs at most this much to ask again.
+    pub read_chunk: u32,
+    /// Most outstanding work requests per queue.
+    pub max_qp_wr: u32,
+    /// Most scatter/gather entries per work request.
+    pub max_sge: u32,
+}
+
+impl EngineConfig {
+    /// Defaults for a device at `ip`, UDP port 4791.
+    pub fn new(ip: Ipv4Addr) -> Self {
+        Self {
+            local: SocketAddrV4::new(ip, ROCE_PORT),
+            mtu: Mtu::Mtu4096,
+            window: 256,
+            ack_every: 64,
+            read_chunk: 128,
+            max_qp_wr: 16384,
+            max_sge: 32,
+        }
+    }
+}
+
+/// A datagram [`Engine::poll_transmit`] wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    /// Where to send it.
+    pub dst: SocketAddrV4,
+    /// Its length at the start of the buffer.
+    pub len: usize,
+}
+
+/// What a new QP needs (`ibv_qp_init_attr` with the CQs resolved).
+#[derive(Clone, Debug)]
+pub struct QpConfig {
+    /// Protection domain.
+    pub pd: u32,
+    /// Where send work requests complete.
+    pub send_cq: Arc<Cq>,
+    /// Where receive work requests complete.
+    pub recv_cq: Arc<Cq>,
+    /// Most outstanding send work requests.
+    pub max_send_wr: u32,
+    /// Most outstanding receive work requests.
+    pub max_recv_wr: u32,
+    /// Scatter/gather entries per send work request.
+    pub max_send_sge: u32,
+    /// Scatter/gather entries per receive work request.
+    pub max_recv_sge: u32,
+    /// Whether every send work request completes.
+    pub sq_sig_all: bool,
+}
+
+/// The borrowed surroundings of a QP while it handles an event.
+pub(crate) struct Ctx<'a> {
+    pub now: Time,
+    pub mrs: &'a MrTable,
+    pub counters: &'a mut Counters,
+    pub config: &'a EngineConfig,
+}
+
+/// Every QP and memory region of one device, and the RC rules between them.
+#[derive(Debug)]
+pub struct Engine {
+    config: EngineConfig,
+    mrs: MrTable,
+    qps: HashMap<u32, Qp>,
+    order: Vec<u32>,
+    rr: usize,
+    next_qpn: u32,
+    next_pd: u32,
+    counters: Counters,
+}
+
+fn not_found(op: &'static str, what: String) -> VerbsError {
+    VerbsError::new(op, VerbsErrorKind::NotFound, what)
+}
+
+impl Engine {
+    /// An engine with no QPs and no memory regions.
+    pub fn new(config: EngineConfig) -> Self {
+        Self {
+            config,
+            mrs: MrTable::new(),
+            qps: HashMap::new(),
+            order: Vec::new(),
+            rr: 0,
+            next_qpn: 0x11,
+            next_pd: 1,
+            counters: Counters::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// A snapshot of the counters.
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// A new protection domain number.
+    pub fn alloc_pd(&mut self) -> u32 {
+        let pd = self.next_pd;
+        self.next_pd = self.next_pd.wrapping_add(1).max(1);
+        pd
+    }
+
+    /// Registers `region` in protection domain `pd`, addressed by peers at
+    /// the region's own address, and returns its key (lkey = rkey).
+    pub fn reg_mr(&mut self, pd: u32, region: MemRegion, access: AccessFlags) -> Result<u32, VerbsError> {
+        if access.contains(AccessFlags::REMOTE_WRITE) && !access.contains(AccessFlags::LOCAL_WRITE) {
+            return Err(VerbsError::new(
+                "ibv_reg_mr",
+                VerbsErrorKind::InvalidArgument,
+                "REMOTE_WRITE needs LOCAL_WRITE",
+            ));
+        }
+        if access.contains(AccessFlags::REMOTE_ATOMIC) {
+            return Err(VerbsError::new(
+                "ibv_reg_mr",
+                VerbsErrorKind::Unsupported,
+                "the soft NIC does not implement atomics",
+            ));
+        }
+        if region.is_empty() {
+            return Err(VerbsError::new(
+                "ibv_reg_mr",
+                VerbsErrorKind::InvalidArgument,
+                "empty memory region",
+            ));
+        }
+        Ok(self.mrs.register(Mr {
+            region,
+            iova: region.addr() as u64,
+            access,
+            pd,
+        }))
+    }
+
+    /// Deregisters a memory region: from the moment this returns, no packet
+    /// and no work request reaches its memory.
+    pub fn dereg_mr(&mut self, key: u32) -> bool {
+        self.mrs.deregister(key)
+    }
+
+    /// Creates an RC QP in RESET and returns its number.
+    pub fn create_qp(&mut self, cfg: QpConfig) -> Result<u32, VerbsError> {
+        let c = &self.config;
+        if cfg.max_send_wr > c.max_qp_wr
+            || cfg.max_recv_wr > c.max_qp_wr
+            || cfg.max_send_sge > c.max_sge
+            || cfg.max_recv_sge > c.max_sge
+        {
+            return Err(VerbsError::new(
+                "ibv_create_qp",
+                VerbsErrorKind::InvalidArgument,
+                format!(
+                    "capabilities over the device limits ({} WRs, {} SGEs)",
+                    c.max_qp_wr, c.max_sge
+                ),
+            ));
+        }
+        let mut qpn = self.next_qpn;
+        while self.qps.contains_key(&qpn) {
+            qpn = (qpn + 1) & wire::psn::MASK;
+        }
+        self.next_qpn = ((qpn + 1) & wire::psn::MASK).max(0x11);
+        self.qps.insert(qpn, Qp::new(qpn, cfg));
+        self.order.push(qpn);
+        Ok(qpn)
+    }
+
+    /// Destroys a QP. Its outstanding work requests vanish with no
+    /// completions, and packets for it are dropped from then on.
+    pub fn destroy_qp(&mut self, qpn: u32) -> bool {
+        self.order.retain(|&q| q != qpn);
+        self.qps.remove(&qpn).is_some()
+    }
+
+    /// Changes a QP's state and attributes as `ibv_modify_qp` does.
+    pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbsError> {
+        let qp = self
+            .qps
+            .get_mut(&qpn)
+            .ok_or_else(|| not_found("ibv_modify_qp", format!("no QP {qpn:#x}")))?;
+        let mut ctx = Ctx {
+            now: Time::ZERO,
+            mrs: &self.mrs,
+            counters: &mut self.counters,
+            config: &self.config,
+        };
+        qp.modify(&mut ctx, attr, mask)
+    }
+
+    /// A QP's state.
+    pub fn qp_state(&self, qpn: u32) -> Result<QpState, VerbsError> {
+        self.qps
+            .get(&qpn)
+            .map(|q| q.state)
+            .ok_or_else(|| not_found("ibv_query_qp", format!("no QP {qpn:#x}")))
+    }
+
+    /// Posts a send work request (`ibv_post_send`).
+    pub fn post_send(&mut self, qpn: u32, wr: &SendWr<'_>) -> Result<(), VerbsError> {
+        let qp = self
+            .qps
+            .get_mut(&qpn)
+            .ok_or_else(|| not_found("ibv_post_send", format!("no QP {qpn:#x}")))?;
+        let mut ctx = Ctx {
+            now: Time::ZERO,
+            mrs: &self.mrs,
+            counters: &mut self.counters,
+            config: &self.config,
+        };
+        qp.post_send(&mut ctx, wr)
+    }
+
+    /// Posts a receive work request (`ibv_post_recv`).
+    pub fn post_recv(&mut self, qpn: u32, wr: &RecvWr<'_>) -> Result<(), VerbsError> {
+        let counters = &mut self.counters;
+        match self.qps.get_mut(&qpn) {
+            Some(qp) => qp.post_recv(counters, wr),
+            None => Err(not_found("ibv_post_recv", format!("no QP {qpn:#x}"))),
+        }
+    }
+
+    /// Handles one received datagram (a UDP payload from `from`, sent to this
+    /// device's address). Malformed datagrams and datagrams no QP may accept
+    /// are dropped and counted; nothing else happens for them.
+    pub fn handle_datagram(&mut self, now: Time, from: SocketAddrV4, datagram: &[u8]) {
+        self.counters.rx_datagrams += 1;
+        let pseudo = PseudoHeader {
+            src: from,
+            dst: self.config.local,
+        };
+        let packet = match Packet::parse(datagram, &pseudo) {
+            Ok(p) => p,
+            Err(e) => return self.counters.count_parse_error(e),
+        };
+        // Only the default partition (full or limited membership).
+        if packet.headers.bth.pkey & 0x7fff != 0x7fff {
+            self.counters.drop_bad_pkey += 1;
+            return;
+        }
+        let Some(qp) = self.qps.get_mut(&packet.headers.bth.dest_qp) else {
+            self.counters.drop_no_qp += 1;
+            return;
+        };
+        let mut ctx = Ctx {
+            now,
+            mrs: &self.mrs,
+            counters: &mut self.counters,
+            config: &self.config,
+        };
+        qp.handle_packet(&mut ctx, &packet);
+    }
+
+    /// Fires every timer due at `now`.
+    pub fn handle_timeout(&mut self, now: Time) {
+        for qp in self.qps.values_mut() {
+            let mut ctx = Ctx {
+                now,
+                mrs: &self.mrs,
+                counters: &mut self.counters,
+                config: &self.config,
+            };
+            qp.handle_timeout(&mut ctx);
+        }
+    }
+
+    /// The earliest time at which [`Engine::handle_timeout`] has work, if any.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        self.qps.values().filter_map(|q| q.next_timeout()).min()
+    }
+
+    /// Writes the next datagram to send into `buf` (which must hold
+    /// [`wire::MAX_PACKET`] bytes) and says where it goes. QPs take turns.
+    pub fn poll_transmit(&mut self, now: Time, buf: &mut [u8]) -> Option<Transmit> {
+        let n = self.order.len();
+        for k in 0..n {
+            let i = (self.rr + k) % n;
+            let Some(qp) = self.qps.get_mut(&self.order[i]) else {
+                continue;
+            };
+            let mut ctx = Ctx {
+                now,
+                mrs: &self.mrs,
+                counters: &mut self.counters,
+                config: &self.config,
+            };
+            if let Some(len) = qp.transmit(&mut ctx, buf) {
+                self.rr = (i + 1) % n;
+                self.counters.tx_datagrams += 1;
+                return Some(Transmit { dst: qp.peer(), len });
+            }
+        }
+        None
+    }
+}

@@ -1,0 +1,536 @@
+//! The requester half of a QP: the send queue, go-back-N retransmission,
+//! the local ACK timer and RNR back-off.
+//!
+//! PSNs are assigned when a work request is posted: a SEND or WRITE takes one
+//! per packet, a READ one per response packet (its request carries the first).
+//! `una` is the oldest PSN not yet acknowledged; the requester keeps at most
+//! `window` PSNs in flight past it. A large READ goes out as several READ
+//! requests of at most a window each, so that the responder's burst never
+//! exceeds what the requester is ready to receive. The chunks are aligned
+//! to the work request, so a READ sent again from a gap in the responses
+//! asks for a tail of a request the responder has already seen.
+
+use std::collections::VecDeque;
+
+use hipobj_platform::{QpState, SendOp, SendWr, Sge, VerbsError, VerbsErrorKind, WcOpcode, WcStatus};
+
+use super::qp::{Attrs, Qp, rnr_delay};
+use super::{Ctx, Time};
+use crate::mem::sgl;
+use crate::wire::aeth::{AethRepr, Syndrome};
+use crate::wire::psn;
+use crate::wire::reth::RethRepr;
+use crate::wire::{Headers, Opcode, Packet};
+
+/// A posted send work request.
+#[derive(Debug)]
+pub(crate) struct SendWqe {
+    pub wr_id: u64,
+    pub op: SendOp,
+    pub sges: Vec<Sge>,
+    pub len: u32,
+    pub signaled: bool,
+    pub first_psn: u32,
+    pub npkts: u32,
+}
+
+impl SendWqe {
+    pub fn end_psn(&self) -> u32 {
+        psn::add(self.first_psn, self.npkts)
+    }
+
+    pub fn is_read(&self) -> bool {
+        matches!(self.op, SendOp::Read { .. })
+    }
+
+    pub fn opcode(&self) -> WcOpcode {
+        match self.op {
+            SendOp::Send | SendOp::SendWithImm { .. } => WcOpcode::Send,
+            SendOp::Write { .. } | SendOp::WriteWithImm { .. } => WcOpcode::RdmaWrite,
+            SendOp::Read { .. } => WcOpcode::RdmaRead,
+        }
+    }
+
+    /// Whether `p` is one of this request's PSNs.
+    fn holds(&self, p: u32) -> bool {
+        psn::diff(p, self.first_psn) < self.npkts
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Requester {
+    pub sq: VecDeque<SendWqe>,
+    /// PSN the next posted work request starts at.
+    next_psn: u32,
+    /// Oldest PSN not yet acknowledged (or READ data not yet received).
+    una: u32,
+    /// One past the highest PSN ever transmitted.
+    max_sent: u32,
+    /// Next packet to transmit: index into `sq` and packet within it.
+    cursor_idx: usize,
+    cursor_pkt: u32,
+    retry_left: u8,
+    rnr_left: u8,
+    pub retry_deadline: Option<Time>,
+    pub rnr_until: Option<Time>,
+    /// End PSNs of READ requests whose responses are outstanding.
+    reads_inflight: VecDeque<u32>,
+    /// The PSN of the last rewind caused by a NAK or a READ gap, so that a
+    /// second NAK for it before any progress does not rewind again.
+    last_rewind: Option<u32>,
+    since_ack_req: u32,
+}
+
+impl Requester {
+    /// Entering RTS with `sq_psn`.
+    pub fn start(&mut self, sq_psn: u32, attr: &Attrs) {
+        let p = sq_psn & psn::MASK;
+        self.next_psn = p;
+        self.una = p;
+        self.max_sent = p;
+        self.cursor_idx = 0;
+        self.cursor_pkt = 0;
+        self.retry_left = attr.retry_cnt;
+        self.rnr_left = attr.rnr_retry;
+        self.sq.clear();
+    }
+
+    /// Stops every timer (the QP left RTS).
+    pub fn halt(&mut self) {
+        self.retry_deadline = None;
+        self.rnr_until = None;
+        self.reads_inflight.clear();
+        self.cursor_idx = 0;
+        self.cursor_pkt = 0;
+    }
+
+    fn cursor_psn(&self) -> u32 {
+        match self.sq.get(self.cursor_idx) {
+            Some(w) => psn::add(w.first_psn, self.cursor_pkt),
+            None => self.next_psn,
+        }
+    }
+
+    /// Puts the cursor on PSN `p`.
+    fn seek(&mut self, p: u32) {
+        for (i, w) in self.sq.iter().enumerate() {
+            if w.holds(p) {
+                self.cursor_idx = i;
+                self.cursor_pkt = psn::diff(p, w.first_psn);
+                return;
+            }
+        }
+        self.cursor_idx = self.sq.len();
+        self.cursor_pkt = 0;
+    }
+
+    fn index_of(&self, p: u32) -> usize {
+        self.sq.iter().position(|w| w.holds(p)).unwrap_or(0)
+    }
+}
+
+fn post_err(kind: VerbsErrorKind, why: &str) -> Result<(), VerbsError> {
+    Err(VerbsError::new("ibv_post_send", kind, why))
+}
+
+impl Qp {
+    pub fn post_send(&mut self, ctx: &mut Ctx<'_>, wr: &SendWr<'_>) -> Result<(), VerbsError> {
+        let len = sgl::total_len(wr.sg_list).filter(|&l| l <= 1 << 31);
+        match self.state {
+            QpState::Rts => {}
+            QpState::Err => {
+                let op = SendWqe {
+                    wr_id: wr.wr_id,
+                    op: wr.op,
+                    sges: Vec::new(),
+                    len: len.unwrap_or(0),
+                    signaled: true,
+                    first_psn: 0,
+                    npkts: 0,
+                };
+                let wc = self.send_wc(wr.wr_id, op.opcode(), WcStatus::WrFlushErr, op.len);
+                self.push_send(ctx.counters, wc);
+                return Ok(());
+            }
+            _ => return post_err(VerbsErrorKind::InvalidArgument, "QP is not in RTS"),
+        }
+        if self.req.sq.len() >= self.max_send_wr as usize {
+            return post_err(VerbsErrorKind::OutOfResources, "send queue full");
+        }
+        if wr.sg_list.len() > self.max_send_sge as usize {
+            return post_err(VerbsErrorKind::InvalidArgument, "more SGEs than max_send_sge");
+        }
+        let Some(len) = len else {
+            return post_err(VerbsErrorKind::InvalidArgument, "message longer than 2^31 bytes");
+        };
+        let npkts = len.div_ceil(self.attr.mtu).max(1);
+        let first_psn = self.req.next_psn;
+        self.req.next_psn = psn::add(first_psn, npkts);
+        self.req.sq.push_back(SendWqe {
+            wr_id: wr.wr_id,
+            op: wr.op,
+            sges: wr.sg_list.to_vec(),
+            len,
+            signaled: wr.signaled || self.sq_sig_all,
+            first_psn,
+            npkts,
+        });
+        Ok(())
+    }
+
+    fn arm_retry(&mut self, now: Time) {
+        self.req.retry_deadline = self.attr.ack_timeout().map(|t| now + t);
+    }
+
+    pub fn requester_transmit(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
+        if let Some(until) = self.req.rnr_until {
+            if ctx.now < until {
+                return None;
+            }
+            self.req.rnr_until = None;
+        }
+        let window = ctx.config.window.max(1);
+        let mtu = self.attr.mtu;
+        let r = &self.req;
+        let wqe = r.sq.get(r.cursor_idx)?;
+        let p = psn::add(wqe.first_psn, r.cursor_pkt);
+        let in_flight = psn::diff(p, r.una);
+        if in_flight >= window {
+            return None;
+        }
+        let off = r.cursor_pkt * mtu;
+        let (headers, plen, advance) = match wqe.op {
+            SendOp::Read { remote_addr, rkey } => {
+                if r.reads_inflight.len() >= usize::from(self.attr.max_rd_atomic.max(1)) {
+                    return None;
+                }
+                // Chunks are aligned to the request, so a request sent again
+                // from a gap lies inside the one the responder saw first (a
+                // duplicate READ must not reach PSNs the responder has not).
+                let c = ctx.config.read_chunk.clamp(1, window);
+                let chunk_end = ((r.cursor_pkt / c + 1) * c).min(wqe.npkts);
+                let chunk = chunk_end - r.cursor_pkt;
+                if in_flight > 0 && in_flight + chunk > window {
+                    return None;
+                }
+                let bytes = (wqe.len - off).min(chunk * mtu);
+                let reth = RethRepr {
+                    va: remote_addr.wrapping_add(u64::from(off)),
+                    rkey,
+                    dma_len: bytes,
+                };
+                let h = Headers {
+                    bth: self.bth(Opcode::ReadRequest, p, true),
+                    reth: Some(reth),
+                    aeth: None,
+                    imm: None,
+                };
+                (h, 0, chunk)
+            }
+            op => {
+                let plen = (wqe.len - off).min(mtu);
+                let first = r.cursor_pkt == 0;
+                let last = r.cursor_pkt + 1 == wqe.npkts;
+                let (opcode, imm, reth) = match op {
+                    SendOp::Send | SendOp::SendWithImm { .. } => {
+                        let imm = match op {
+                            SendOp::SendWithImm { imm } if last => Some(imm),
+                            _ => None,
+                        };
+                        let opcode = match (first, last, imm.is_some()) {
+                            (true, true, false) => Opcode::SendOnly,
+                            (true, true, true) => Opcode::SendOnlyImm,
+                            (true, false, _) => Opcode::SendFirst,
+                            (false, false, _) => Opcode::SendMiddle,
+                            (false, true, false) => Opcode::SendLast,
+                            (false, true, true) => Opcode::SendLastImm,
+                        };
+                        (opcode, imm, None)
+                    }
+                    SendOp::Write { remote_addr, rkey }
+                    | SendOp::WriteWithImm {
+                        remote_addr, rkey, ..
+                    } => {
+                        let imm = match op {
+                            SendOp::WriteWithImm { imm, .. } if last => Some(imm),
+                            _ => None,
+                        };
+                        let reth = first.then_some(RethRepr {
+                            va: remote_addr,
+                            rkey,
+                            dma_len: wqe.len,
+                        });
+                        let opcode = match (first, last, imm.is_some()) {
+                            (true, true, false) => Opcode::WriteOnly,
+                            (true, true, true) => Opcode::WriteOnlyImm,
+                            (true, false, _) => Opcode::WriteFirst,
+                            (false, false, _) => Opcode::WriteMiddle,
+                            (false, true, false) => Opcode::WriteLast,
+                            (false, true, true) => Opcode::WriteLastImm,
+                        };
+                        (opcode, imm, reth)
+                    }
+                    SendOp::Read { .. } => return None,
+                };
+                let ack_req = last || r.since_ack_req + 1 >= ctx.config.ack_every || in_flight + 1 >= window;
+                let h = Headers {
+                    bth: self.bth(opcode, p, ack_req),
+                    reth,
+                    aeth: None,
+                    imm,
+                };
+                (h, plen, 1)
+            }
+        };
+        let is_read = wqe.is_read();
+        let npkts = wqe.npkts;
+        let hlen = headers.header_len();
+        if buf.len() < headers.datagram_len(plen as usize) {
+            return None;
+        }
+        if plen > 0 {
+            let dst = &mut buf[hlen..hlen + plen as usize];
+            if sgl::gather(ctx.mrs, self.pd, &wqe.sges, off as usize, dst).is_err() {
+                let at = self.req.cursor_idx;
+                self.enter_error(ctx.counters, Some((at, WcStatus::LocProtErr)));
+                return None;
+            }
+        }
+        let len = headers.emit(plen as usize, &self.pseudo(ctx), buf, |_| {})?;
+        let r = &mut self.req;
+        if psn::lt(p, r.max_sent) {
+            ctx.counters.retransmits += 1;
+        }
+        let end = psn::add(p, advance);
+        if psn::lt(r.max_sent, end) {
+            r.max_sent = end;
+        }
+        if is_read {
+            r.reads_inflight.push_back(end);
+        }
+        r.since_ack_req = if headers.bth.ack_req {
+            0
+        } else {
+            r.since_ack_req + 1
+        };
+        r.cursor_pkt += advance;
+        if r.cursor_pkt >= npkts {
+            r.cursor_idx += 1;
+            r.cursor_pkt = 0;
+        }
+        if r.retry_deadline.is_none() {
+            self.arm_retry(ctx.now);
+        }
+        Some(len)
+    }
+
+    /// Moves `una` forward to `to` if that is progress. With `clip`, an ACK
+    /// may not acknowledge into a READ whose data has not all arrived.
+    /// Completes every work request that is now done. Returns whether `una`
+    /// moved.
+    fn advance(&mut self, ctx: &mut Ctx<'_>, to: u32, clip: bool) -> bool {
+        let r = &mut self.req;
+        if !psn::lt(r.una, to) || !psn::le(to, r.max_sent) {
+            return false;
+        }
+        let mut target = to;
+        if clip && let Some(read) = r.sq.iter().find(|w| w.is_read()) {
+            let start = if psn::lt(r.una, read.first_psn) {
+                read.first_psn
+            } else {
+                r.una
+            };
+            if psn::lt(start, target) {
+                target = start;
+            }
+        }
+        if !psn::lt(r.una, target) {
+            return false;
+        }
+        r.una = target;
+        r.retry_left = self.attr.retry_cnt;
+        r.rnr_left = self.attr.rnr_retry;
+        r.last_rewind = None;
+        while r.reads_inflight.front().is_some_and(|&end| psn::le(end, target)) {
+            r.reads_inflight.pop_front();
+        }
+        if psn::lt(r.cursor_psn(), target) {
+            r.seek(target);
+        }
+        self.complete_done(ctx);
+        if self.req.una == self.req.max_sent {
+            self.req.retry_deadline = None;
+        } else {
+            self.arm_retry(ctx.now);
+        }
+        true
+    }
+
+    /// Completes work requests at the head of the queue whose every PSN is
+    /// acknowledged.
+    fn complete_done(&mut self, ctx: &mut Ctx<'_>) {
+        while let Some(w) = self.req.sq.front() {
+            if !psn::le(w.end_psn(), self.req.una) {
+                break;
+            }
+            let Some(w) = self.req.sq.pop_front() else { break };
+            self.req.cursor_idx = self.req.cursor_idx.saturating_sub(1);
+            if w.signaled {
+                let wc = self.send_wc(w.wr_id, w.opcode(), WcStatus::Success, w.len);
+                self.push_send(ctx.counters, wc);
+            }
+        }
+    }
+
+    fn rewind(&mut self, ctx: &mut Ctx<'_>, to: u32) {
+        ctx.counters.rewinds += 1;
+        let r = &mut self.req;
+        r.seek(to);
+        r.reads_inflight.clear();
+        r.since_ack_req = 0;
+    }
+
+    /// A response (ACK, NAK or READ response) arrived at a QP in RTS.
+    pub fn on_response(&mut self, ctx: &mut Ctx<'_>, packet: &Packet<'_>) {
+        let h = &packet.headers;
+        match (h.bth.opcode, h.aeth) {
+            (Opcode::Acknowledge, Some(aeth)) => self.on_ack(ctx, h.bth.psn, aeth),
+            (
+                Opcode::ReadResponseFirst
+                | Opcode::ReadResponseMiddle
+                | Opcode::ReadResponseLast
+                | Opcode::ReadResponseOnly,
+                _,
+            ) => self.on_read_response(ctx, h.bth.psn, packet.payload),
+            _ => ctx.counters.drop_unexpected += 1,
+        }
+    }
+
+    fn on_ack(&mut self, ctx: &mut Ctx<'_>, p: u32, aeth: AethRepr) {
+        let (una, max_sent) = (self.req.una, self.req.max_sent);
+        // A NAK names a PSN in [una, max_sent); an ACK one in [una - 1, max_sent).
+        let in_range = psn::le(una, p) && psn::lt(p, max_sent);
+        match aeth.syndrome {
+            Syndrome::Ack { .. } => {
+                let to = psn::add(p, 1);
+                if psn::le(to, max_sent) {
+                    // Stale ACKs (behind una) make no progress and change nothing.
+                    self.advance(ctx, to, true);
+                } else {
+                    ctx.counters.drop_unexpected += 1;
+                }
+            }
+            Syndrome::NakSequence if in_range => {
+                let progressed = self.advance(ctx, p, true);
+                if self.req.rnr_until.is_some() || (!progressed && self.req.last_rewind == Some(p)) {
+                    return;
+                }
+                self.rewind(ctx, p);
+                self.req.last_rewind = Some(p);
+            }
+            Syndrome::RnrNak { timer } if in_range => {
+                self.advance(ctx, p, true);
+                if self.attr.rnr_retry != 7 {
+                    if self.req.rnr_left == 0 {
+                        let at = self.req.index_of(p);
+                        self.enter_error(ctx.counters, Some((at, WcStatus::RnrRetryExcErr)));
+                        return;
+                    }
+                    self.req.rnr_left -= 1;
+                }
+                self.rewind(ctx, p);
+                self.req.rnr_until = Some(ctx.now + rnr_delay(timer));
+                self.req.retry_deadline = None;
+            }
+            Syndrome::NakInvalidRequest
+            | Syndrome::NakRemoteAccess
+            | Syndrome::NakRemoteOperational
+            | Syndrome::NakInvalidRdRequest
+                if in_range =>
+            {
+                self.advance(ctx, p, true);
+                let status = match aeth.syndrome {
+                    Syndrome::NakRemoteAccess => WcStatus::RemAccessErr,
+                    Syndrome::NakRemoteOperational => WcStatus::RemOpErr,
+                    _ => WcStatus::RemInvReqErr,
+                };
+                let at = self.req.index_of(p);
+                self.enter_error(ctx.counters, Some((at, status)));
+            }
+            _ => ctx.counters.drop_unexpected += 1,
+        }
+    }
+
+    fn on_read_response(&mut self, ctx: &mut Ctx<'_>, r: u32, payload: &[u8]) {
+        let Some(first_psn) = self
+            .req
+            .sq
+            .iter()
+            .find(|w| w.holds(r) && w.is_read())
+            .map(|w| w.first_psn)
+        else {
+            ctx.counters.drop_unexpected += 1;
+            return;
+        };
+        if psn::lt(self.req.una, first_psn) && psn::le(r, self.req.max_sent) {
+            // A response to this READ acknowledges everything before it.
+            self.advance(ctx, first_psn, false);
+        }
+        let una = self.req.una;
+        if r != una {
+            if psn::lt(r, una) {
+                ctx.counters.duplicates += 1;
+            } else {
+                // A response packet went missing: ask again from the gap.
+                ctx.counters.drop_unexpected += 1;
+                if self.req.last_rewind != Some(una) {
+                    self.rewind(ctx, una);
+                    self.req.last_rewind = Some(una);
+                }
+            }
+            return;
+        }
+        let Some(at) = self.req.sq.iter().position(|w| w.holds(r)) else {
+            return;
+        };
+        let w = &self.req.sq[at];
+        let off = psn::diff(r, w.first_psn) * self.attr.mtu;
+        let expect = (w.len - off.min(w.len)).min(self.attr.mtu);
+        if payload.len() != expect as usize {
+            ctx.counters.drop_unexpected += 1;
+            return;
+        }
+        if !payload.is_empty() && sgl::scatter(ctx.mrs, self.pd, &w.sges, off as usize, payload).is_err() {
+            self.enter_error(ctx.counters, Some((at, WcStatus::LocProtErr)));
+            return;
+        }
+        self.advance(ctx, psn::add(r, 1), false);
+    }
+
+    pub fn requester_timeout(&mut self, ctx: &mut Ctx<'_>) {
+        let now = ctx.now;
+        if self.req.rnr_until.is_some_and(|t| t <= now) {
+            self.req.rnr_until = None;
+        }
+        let Some(deadline) = self.req.retry_deadline else {
+            return;
+        };
+        if deadline > now {
+            return;
+        }
+        if self.req.una == self.req.max_sent {
+            self.req.retry_deadline = None;
+            return;
+        }
+        ctx.counters.timeouts += 1;
+        if self.req.retry_left == 0 {
+            self.enter_error(ctx.counters, Some((0, WcStatus::RetryExcErr)));
+            return;
+        }
+        self.req.retry_left -= 1;
+        let una = self.req.una;
+        self.rewind(ctx, una);
+        self.req.last_rewind = None;
+        self.arm_retry(now);
+    }
+}

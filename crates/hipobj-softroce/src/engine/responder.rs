@@ -1,0 +1,454 @@
+//! The responder half of a QP: PSN checks, memory-key checks, executing
+//! WRITEs and SENDs into memory, answering READs, and the ACKs, NAKs and
+//! READ responses that go back, in order.
+
+use std::collections::VecDeque;
+
+use hipobj_platform::{AccessFlags, WcOpcode, WcStatus};
+
+use super::Ctx;
+use super::qp::{Qp, RecvWqe};
+use crate::mem::{access, sgl};
+use crate::wire::aeth::{AethRepr, CREDITS_INVALID, Syndrome};
+use crate::wire::{Headers, Opcode, Packet, psn};
+
+/// An ACK or NAK to send: its PSN and AETH.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AckOut {
+    pub psn: u32,
+    pub aeth: AethRepr,
+}
+
+/// A READ being answered.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReadStream {
+    psn: u32,
+    va: u64,
+    rkey: u32,
+    remaining: u32,
+    index: u32,
+    npkts: u32,
+    msn: u32,
+}
+
+/// Responder output, sent strictly in this order: an ACK must never overtake
+/// the READ responses before it, or it would acknowledge the READ.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Out {
+    Ack(AckOut),
+    Read(ReadStream),
+}
+
+/// A WRITE in progress (its First packet was accepted).
+#[derive(Clone, Copy, Debug)]
+struct WriteCtx {
+    rkey: u32,
+    va: u64,
+    remaining: u32,
+    total: u32,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Responder {
+    /// The PSN expected next.
+    epsn: u32,
+    /// Messages completed (24 bits).
+    msn: u32,
+    /// Whether a sequence-error (or RNR) NAK was sent for the current gap.
+    nak_sent: bool,
+    write: Option<WriteCtx>,
+    /// Bytes of the SEND in progress received into the head receive.
+    send_offset: Option<u32>,
+    pub rq: VecDeque<RecvWqe>,
+    out: VecDeque<Out>,
+    /// A fatal NAK sent even though the QP is in ERR.
+    pub final_nak: Option<AckOut>,
+}
+
+impl Responder {
+    /// Entering RTR with `rq_psn`.
+    pub fn start(&mut self, rq_psn: u32) {
+        self.epsn = rq_psn & psn::MASK;
+        self.msn = 0;
+        self.nak_sent = false;
+        self.write = None;
+        self.send_offset = None;
+        self.out.clear();
+    }
+
+    /// Stops all output but a pending fatal NAK (the QP entered ERR).
+    pub fn halt(&mut self) {
+        self.out.clear();
+        self.write = None;
+        self.send_offset = None;
+    }
+
+    fn aeth(&self, syndrome: Syndrome) -> AethRepr {
+        AethRepr {
+            syndrome,
+            msn: self.msn,
+        }
+    }
+
+    /// Queues an ACK or NAK, replacing a trailing ACK or sequence NAK (the
+    /// newer one says everything the older one did).
+    fn queue(&mut self, psn: u32, syndrome: Syndrome) {
+        let ack = AckOut {
+            psn,
+            aeth: self.aeth(syndrome),
+        };
+        if let Some(Out::Ack(last)) = self.out.back_mut()
+            && matches!(last.aeth.syndrome, Syndrome::Ack { .. } | Syndrome::NakSequence)
+        {
+            *last = ack;
+            return;
+        }
+        self.out.push_back(Out::Ack(ack));
+    }
+
+    fn queue_ack(&mut self) {
+        let p = psn::add(self.epsn, psn::MASK);
+        self.queue(
+            p,
+            Syndrome::Ack {
+                credits: CREDITS_INVALID,
+            },
+        );
+    }
+
+    /// Drops queued output for PSNs at or after `from`, cutting short a READ
+    /// stream that reaches it.
+    fn supersede_from(&mut self, from: u32, mtu: u32) {
+        self.out.retain_mut(|o| match o {
+            Out::Ack(a) => psn::lt(a.psn, from),
+            Out::Read(s) => {
+                if !psn::lt(s.psn, from) {
+                    return false;
+                }
+                let keep = psn::diff(from, s.psn);
+                let left = s.npkts - s.index;
+                if keep < left {
+                    // Sending stops before `from`; the packets kept are all
+                    // full ones, since the stream's last packet is not kept.
+                    s.remaining = keep * mtu;
+                    s.npkts = s.index + keep;
+                }
+                true
+            }
+        });
+    }
+
+    fn reads_queued(&self) -> usize {
+        self.out.iter().filter(|o| matches!(o, Out::Read(_))).count()
+    }
+}
+
+/// How a request ends when it cannot be executed.
+enum Refusal {
+    /// No receive posted: RNR NAK, try again later.
+    NotReady,
+    /// Fatal: NAK with this syndrome, QP to ERR.
+    Fatal(Syndrome),
+}
+
+impl Qp {
+    /// A fatal NAK for PSN `p`: the QP moves to ERR and the NAK still goes out.
+    fn fatal(&mut self, ctx: &mut Ctx<'_>, p: u32, syndrome: Syndrome) {
+        ctx.counters.naks_fatal += 1;
+        let aeth = self.resp.aeth(syndrome);
+        self.enter_error(ctx.counters, None);
+        self.resp.final_nak = Some(AckOut { psn: p, aeth });
+    }
+
+    fn rnr(&mut self, ctx: &mut Ctx<'_>, p: u32) {
+        ctx.counters.naks_rnr += 1;
+        self.resp.nak_sent = true;
+        let timer = self.attr.min_rnr_timer;
+        self.resp.queue(p, Syndrome::RnrNak { timer });
+    }
+
+    /// A request packet arrived at a QP in RTR or RTS.
+    pub fn on_request(&mut self, ctx: &mut Ctx<'_>, packet: &Packet<'_>) {
+        let h = &packet.headers;
+        let p = h.bth.psn;
+        let epsn = self.resp.epsn;
+        if p != epsn {
+            if psn::lt(p, epsn) {
+                ctx.counters.duplicates += 1;
+                if h.bth.opcode == Opcode::ReadRequest {
+                    // Answer again from the requested PSN. The requester has
+                    // gone back to it, so queued output from that PSN on is
+                    // superseded; output before it is kept.
+                    self.resp.supersede_from(p, self.attr.mtu);
+                    if let Err(Refusal::Fatal(s)) = self.start_read(ctx, packet, p) {
+                        self.fatal(ctx, p, s);
+                    }
+                } else {
+                    self.resp.queue_ack();
+                }
+            } else {
+                ctx.counters.out_of_sequence += 1;
+                if !self.resp.nak_sent {
+                    self.resp.nak_sent = true;
+                    ctx.counters.naks_sequence += 1;
+                    self.resp.queue(epsn, Syndrome::NakSequence);
+                }
+            }
+            return;
+        }
+        match self.execute(ctx, packet) {
+            Ok(consumed) => {
+                self.resp.nak_sent = false;
+                self.resp.epsn = psn::add(epsn, consumed);
+                if h.bth.ack_req && h.bth.opcode != Opcode::ReadRequest {
+                    self.resp.queue_ack();
+                }
+            }
+            Err(Refusal::NotReady) => self.rnr(ctx, p),
+            Err(Refusal::Fatal(s)) => self.fatal(ctx, p, s),
+        }
+    }
+
+    /// Checks a remote access against the MR table and the QP's own rights.
+    fn remote(&self, ctx: &Ctx<'_>, rkey: u32, va: u64, len: u32, need: AccessFlags) -> Result<(), Refusal> {
+        if len == 0 {
+            return Ok(());
+        }
+        if !self.attr.access.contains(need) {
+            return Err(Refusal::Fatal(Syndrome::NakRemoteAccess));
+        }
+        ctx.mrs
+            .check(rkey, self.pd, va, len as usize, need)
+            .map(|_| ())
+            .map_err(|_| Refusal::Fatal(Syndrome::NakRemoteAccess))
+    }
+
+    /// Executes the expected request; returns how many PSNs it used.
+    fn execute(&mut self, ctx: &mut Ctx<'_>, packet: &Packet<'_>) -> Result<u32, Refusal> {
+        use Opcode::*;
+        let h = &packet.headers;
+        let op = h.bth.opcode;
+        let payload = packet.payload;
+        let len = payload.len() as u32;
+        let mtu = self.attr.mtu;
+        let invalid = Err(Refusal::Fatal(Syndrome::NakInvalidRequest));
+        // The opcode must continue the message in progress, or start one.
+        let in_order = match op {
+            WriteMiddle | WriteLast | WriteLastImm => self.resp.write.is_some(),
+            SendMiddle | SendLast | SendLastImm => self.resp.send_offset.is_some(),
+            _ => self.resp.write.is_none() && self.resp.send_offset.is_none(),
+        };
+        // First and Middle packets carry exactly the MTU, Last at least a
+        // byte, Only at most the MTU.
+        let len_ok = match op {
+            WriteFirst | WriteMiddle | SendFirst | SendMiddle => len == mtu,
+            WriteLast | WriteLastImm | SendLast | SendLastImm => len > 0 && len <= mtu,
+            _ => len <= mtu,
+        };
+        if !in_order || !len_ok {
+            return invalid;
+        }
+        let needs_recv = matches!(
+            op,
+            SendFirst | SendOnly | SendOnlyImm | WriteLastImm | WriteOnlyImm
+        );
+        if needs_recv && self.resp.rq.is_empty() {
+            return Err(Refusal::NotReady);
+        }
+        match op {
+            WriteFirst | WriteOnly | WriteOnlyImm => {
+                let Some(reth) = h.reth else { return invalid };
+                let only = op != WriteFirst;
+                if (only && reth.dma_len != len) || (!only && reth.dma_len <= len) {
+                    return invalid;
+                }
+                self.remote(ctx, reth.rkey, reth.va, reth.dma_len, AccessFlags::REMOTE_WRITE)?;
+                self.write_mem(ctx, reth.rkey, reth.va, payload)?;
+                if only {
+                    self.resp.msn = psn::add(self.resp.msn, 1);
+                    if let Some(imm) = h.imm {
+                        self.complete_recv(ctx, WcOpcode::RecvRdmaWithImm, reth.dma_len, Some(imm));
+                    }
+                } else {
+                    self.resp.write = Some(WriteCtx {
+                        rkey: reth.rkey,
+                        va: reth.va.wrapping_add(u64::from(len)),
+                        remaining: reth.dma_len - len,
+                        total: reth.dma_len,
+                    });
+                }
+                Ok(1)
+            }
+            WriteMiddle | WriteLast | WriteLastImm => {
+                let Some(w) = self.resp.write else { return invalid };
+                let last = op != WriteMiddle;
+                if (last && w.remaining != len) || (!last && w.remaining <= len) {
+                    return invalid;
+                }
+                // The region may have been deregistered since the First packet.
+                self.remote(ctx, w.rkey, w.va, len, AccessFlags::REMOTE_WRITE)?;
+                self.write_mem(ctx, w.rkey, w.va, payload)?;
+                if last {
+                    self.resp.write = None;
+                    self.resp.msn = psn::add(self.resp.msn, 1);
+                    if let Some(imm) = h.imm {
+                        self.complete_recv(ctx, WcOpcode::RecvRdmaWithImm, w.total, Some(imm));
+                    }
+                } else {
+                    self.resp.write = Some(WriteCtx {
+                        va: w.va.wrapping_add(u64::from(len)),
+                        remaining: w.remaining - len,
+                        ..w
+                    });
+                }
+                Ok(1)
+            }
+            SendFirst | SendMiddle | SendLast | SendLastImm | SendOnly | SendOnlyImm => {
+                let offset = self.resp.send_offset.unwrap_or(0);
+                let Some(wqe) = self.resp.rq.front() else {
+                    return Err(Refusal::NotReady);
+                };
+                if u64::from(offset) + u64::from(len) > u64::from(wqe.len) {
+                    self.complete_recv_status(ctx, WcStatus::LocLenErr);
+                    return invalid;
+                }
+                if sgl::scatter(ctx.mrs, self.pd, &wqe.sges, offset as usize, payload).is_err() {
+                    self.complete_recv_status(ctx, WcStatus::LocProtErr);
+                    return Err(Refusal::Fatal(Syndrome::NakRemoteOperational));
+                }
+                if op.ends_message() {
+                    self.resp.send_offset = None;
+                    self.resp.msn = psn::add(self.resp.msn, 1);
+                    self.complete_recv(ctx, WcOpcode::Recv, offset + len, h.imm);
+                } else {
+                    self.resp.send_offset = Some(offset + len);
+                }
+                Ok(1)
+            }
+            ReadRequest => {
+                let p = h.bth.psn;
+                if self.resp.reads_queued() >= usize::from(self.attr.max_dest_rd_atomic.max(1)) {
+                    return invalid;
+                }
+                let n = self.start_read(ctx, packet, p)?;
+                self.resp.msn = psn::add(self.resp.msn, 1);
+                Ok(n)
+            }
+            _ => invalid,
+        }
+    }
+
+    /// Checks a READ request and queues its responses from PSN `p`; returns
+    /// how many PSNs the responses take.
+    fn start_read(&mut self, ctx: &mut Ctx<'_>, packet: &Packet<'_>, p: u32) -> Result<u32, Refusal> {
+        let Some(reth) = packet.headers.reth else {
+            return Err(Refusal::Fatal(Syndrome::NakInvalidRequest));
+        };
+        if reth.dma_len > 1 << 31 {
+            return Err(Refusal::Fatal(Syndrome::NakInvalidRequest));
+        }
+        self.remote(ctx, reth.rkey, reth.va, reth.dma_len, AccessFlags::REMOTE_READ)?;
+        let npkts = reth.dma_len.div_ceil(self.attr.mtu).max(1);
+        let msn = psn::add(self.resp.msn, 1);
+        self.resp.out.push_back(Out::Read(ReadStream {
+            psn: p,
+            va: reth.va,
+            rkey: reth.rkey,
+            remaining: reth.dma_len,
+            index: 0,
+            npkts,
+            msn,
+        }));
+        Ok(npkts)
+    }
+
+    fn write_mem(&self, ctx: &Ctx<'_>, rkey: u32, va: u64, data: &[u8]) -> Result<(), Refusal> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let dst = ctx
+            .mrs
+            .check(rkey, self.pd, va, data.len(), AccessFlags::REMOTE_WRITE)
+            .map_err(|_| Refusal::Fatal(Syndrome::NakRemoteAccess))?;
+        access::write(dst, data);
+        Ok(())
+    }
+
+    fn complete_recv(&mut self, ctx: &mut Ctx<'_>, opcode: WcOpcode, byte_len: u32, imm: Option<u32>) {
+        if let Some(wqe) = self.resp.rq.pop_front() {
+            self.push_recv(ctx.counters, wqe.wr_id, WcStatus::Success, opcode, byte_len, imm);
+        }
+    }
+
+    fn complete_recv_status(&mut self, ctx: &mut Ctx<'_>, status: WcStatus) {
+        self.resp.send_offset = None;
+        if let Some(wqe) = self.resp.rq.pop_front() {
+            self.push_recv(ctx.counters, wqe.wr_id, status, WcOpcode::Recv, 0, None);
+        }
+    }
+
+    /// The next ACK, NAK or READ response, in order.
+    pub fn responder_transmit(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
+        match *self.resp.out.front()? {
+            Out::Ack(a) => {
+                self.resp.out.pop_front();
+                self.emit_ack(ctx, buf, a.psn, a.aeth)
+            }
+            Out::Read(s) => {
+                let mtu = self.attr.mtu;
+                let plen = s.remaining.min(mtu);
+                let opcode = match (s.npkts, s.index) {
+                    (1, _) => Opcode::ReadResponseOnly,
+                    (_, 0) => Opcode::ReadResponseFirst,
+                    (n, i) if i + 1 == n => Opcode::ReadResponseLast,
+                    _ => Opcode::ReadResponseMiddle,
+                };
+                let aeth = (opcode != Opcode::ReadResponseMiddle).then_some(AethRepr {
+                    syndrome: Syndrome::Ack {
+                        credits: CREDITS_INVALID,
+                    },
+                    msn: s.msn,
+                });
+                let headers = Headers {
+                    bth: self.bth(opcode, s.psn, false),
+                    reth: None,
+                    aeth,
+                    imm: None,
+                };
+                let hlen = headers.header_len();
+                if buf.len() < headers.datagram_len(plen as usize) {
+                    return None;
+                }
+                if plen > 0 {
+                    // Checked per packet: deregistration stops a READ midway.
+                    let src = ctx
+                        .mrs
+                        .check(s.rkey, self.pd, s.va, plen as usize, AccessFlags::REMOTE_READ);
+                    match src {
+                        Ok(src) => {
+                            access::read(src, &mut buf[hlen..hlen + plen as usize]);
+                        }
+                        Err(_) => {
+                            self.fatal(ctx, s.psn, Syndrome::NakRemoteAccess);
+                            return self.transmit(ctx, buf);
+                        }
+                    }
+                }
+                let len = headers.emit(plen as usize, &self.pseudo(ctx), buf, |_| {})?;
+                let next = ReadStream {
+                    psn: psn::add(s.psn, 1),
+                    va: s.va.wrapping_add(u64::from(plen)),
+                    remaining: s.remaining - plen,
+                    index: s.index + 1,
+                    ..s
+                };
+                if next.index >= next.npkts {
+                    self.resp.out.pop_front();
+                } else if let Some(front) = self.resp.out.front_mut() {
+                    *front = Out::Read(next);
+                }
+                Some(len)
+            }
+        }
+    }
+}

@@ -1,0 +1,1051 @@
+//! The RC rules of `docs/soft-roce.md`, each in memory with virtual time:
+//! two engines joined by a [`SimNet`].
+#![allow(clippy::unwrap_used)]
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hipobj_platform::{
+    AccessFlags, Gid, Mtu, QpAttr, QpAttrMask, QpState, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus,
+    WorkCompletion,
+};
+
+use super::{Cq, Engine, EngineConfig, QpConfig, Time};
+use crate::link::faults::FaultConfig;
+use crate::link::mem::SimNet;
+use crate::mem::HostBuffer;
+use crate::wire::aeth::AethRepr;
+use crate::wire::bth::{BthRepr, DEFAULT_PKEY};
+use crate::wire::reth::RethRepr;
+use crate::wire::{Headers, Opcode, Packet, PseudoHeader, ROCE_PORT};
+
+const A: usize = 0;
+const B: usize = 1;
+const LATENCY: Duration = Duration::from_micros(5);
+/// Local ACK timeout code of the tests: 4.096 us x 2^10 = 4.19 ms.
+const TIMEOUT: u8 = 10;
+const RW: AccessFlags = AccessFlags(1 | 2 | 4);
+
+fn ip(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(127, 10, 0, 1 + i as u8)
+}
+
+fn addr(i: usize) -> SocketAddrV4 {
+    SocketAddrV4::new(ip(i), ROCE_PORT)
+}
+
+struct Side {
+    pd: u32,
+    scq: Arc<Cq>,
+    rcq: Arc<Cq>,
+    qpn: u32,
+}
+
+struct Fx {
+    net: SimNet,
+    s: [Side; 2],
+    /// Attributes both QPs get on the way to RTS.
+    attr: QpAttr,
+}
+
+fn side(e: &mut Engine, cqe: usize) -> Side {
+    let pd = e.alloc_pd();
+    let scq = Arc::new(Cq::new(cqe));
+    let rcq = Arc::new(Cq::new(cqe));
+    let qpn = e
+        .create_qp(QpConfig {
+            pd,
+            send_cq: scq.clone(),
+            recv_cq: rcq.clone(),
+            max_send_wr: 1024,
+            max_recv_wr: 1024,
+            max_send_sge: 4,
+            max_recv_sge: 4,
+            sq_sig_all: false,
+        })
+        .unwrap();
+    Side { pd, scq, rcq, qpn }
+}
+
+impl Fx {
+    fn with(mtu: Mtu, faults: FaultConfig, cqe: usize) -> Self {
+        let mut engines: Vec<Engine> = (0..2)
+            .map(|i| {
+                let mut c = EngineConfig::new(ip(i));
+                c.mtu = mtu;
+                Engine::new(c)
+            })
+            .collect();
+        let s = [side(&mut engines[0], cqe), side(&mut engines[1], cqe)];
+        let attr = QpAttr {
+            qp_access_flags: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+            path_mtu: mtu,
+            timeout: TIMEOUT,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 1,
+            max_rd_atomic: 4,
+            max_dest_rd_atomic: 4,
+            ..QpAttr::default()
+        };
+        Self {
+            net: SimNet::new(engines, LATENCY, faults),
+            s,
+            attr,
+        }
+    }
+
+    fn new() -> Self {
+        Self::with(Mtu::Mtu4096, FaultConfig::NONE, 4096)
+    }
+
+    fn e(&mut self, i: usize) -> &mut Engine {
+        self.net.engine(i)
+    }
+
+    fn modify(
+        &mut self,
+        i: usize,
+        state: QpState,
+        mask: QpAttrMask,
+    ) -> Result<(), hipobj_platform::VerbsError> {
+        let other = 1 - i;
+        let attr = QpAttr {
+            qp_state: state,
+            dest_qp_num: self.s[other].qpn,
+            dgid: Gid::from_ipv4(ip(other)),
+            ..self.attr.clone()
+        };
+        let qpn = self.s[i].qpn;
+        self.e(i).modify_qp(qpn, &attr, mask)
+    }
+
+    fn move_to_init(&mut self, i: usize) {
+        self.modify(i, QpState::Init, init_mask()).unwrap();
+    }
+
+    fn move_to_rtr(&mut self, i: usize) {
+        self.modify(i, QpState::Rtr, rtr_mask()).unwrap();
+    }
+
+    fn move_to_rts(&mut self, i: usize) {
+        self.modify(i, QpState::Rts, rts_mask()).unwrap();
+    }
+
+    fn connect(&mut self) {
+        for i in [A, B] {
+            self.move_to_init(i);
+            self.move_to_rtr(i);
+            self.move_to_rts(i);
+        }
+    }
+
+    fn state(&mut self, i: usize) -> QpState {
+        let qpn = self.s[i].qpn;
+        self.e(i).qp_state(qpn).unwrap()
+    }
+
+    fn reg(&mut self, i: usize, buf: &HostBuffer, access: AccessFlags) -> u32 {
+        let pd = self.s[i].pd;
+        self.e(i).reg_mr(pd, buf.region(), access).unwrap()
+    }
+
+    fn post(&mut self, i: usize, wr_id: u64, op: SendOp, sge: Sge) {
+        let qpn = self.s[i].qpn;
+        let wr = SendWr {
+            wr_id,
+            op,
+            sg_list: &[sge],
+            signaled: true,
+        };
+        self.e(i).post_send(qpn, &wr).unwrap();
+    }
+
+    fn recv(&mut self, i: usize, wr_id: u64, sge: Sge) {
+        let qpn = self.s[i].qpn;
+        self.e(i)
+            .post_recv(
+                qpn,
+                &RecvWr {
+                    wr_id,
+                    sg_list: &[sge],
+                },
+            )
+            .unwrap();
+    }
+
+    /// Runs until `cq` holds `n` completions (or a minute of virtual time).
+    fn wait(&mut self, cq: &Arc<Cq>, n: usize) -> Vec<WorkCompletion> {
+        let cq2 = cq.clone();
+        self.net
+            .run_until(Duration::from_secs(60), move |_| cq2.len() >= n);
+        drain(cq)
+    }
+
+    fn qpn(&self, i: usize) -> u32 {
+        self.s[i].qpn
+    }
+}
+
+fn drain(cq: &Cq) -> Vec<WorkCompletion> {
+    let mut out = vec![blank(); 64];
+    let mut all = Vec::new();
+    loop {
+        let n = cq.poll(&mut out).unwrap();
+        if n == 0 {
+            return all;
+        }
+        all.extend_from_slice(&out[..n]);
+    }
+}
+
+fn blank() -> WorkCompletion {
+    WorkCompletion {
+        wr_id: 0,
+        status: WcStatus::GeneralErr,
+        opcode: WcOpcode::Send,
+        vendor_err: 0,
+        byte_len: 0,
+        imm_data: None,
+        qp_num: 0,
+    }
+}
+
+fn init_mask() -> QpAttrMask {
+    use QpAttrMask as M;
+    M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS
+}
+
+fn rtr_mask() -> QpAttrMask {
+    use QpAttrMask as M;
+    M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER
+}
+
+fn rts_mask() -> QpAttrMask {
+    use QpAttrMask as M;
+    M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC
+}
+
+fn sge(buf: &HostBuffer, key: u32) -> Sge {
+    Sge {
+        addr: buf.addr(),
+        length: buf.len() as u32,
+        lkey: key,
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761).rotate_left(7) as u8 ^ seed)
+        .collect()
+}
+
+fn ok(wc: &WorkCompletion, wr_id: u64, opcode: WcOpcode) {
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode),
+        (wr_id, WcStatus::Success, opcode),
+        "{wc:?}"
+    );
+}
+
+fn write_op(buf: &HostBuffer, rkey: u32) -> SendOp {
+    SendOp::Write {
+        remote_addr: buf.addr(),
+        rkey,
+    }
+}
+
+fn read_op(buf: &HostBuffer, rkey: u32) -> SendOp {
+    SendOp::Read {
+        remote_addr: buf.addr(),
+        rkey,
+    }
+}
+
+#[test]
+fn qp_state_machine_refuses_illegal_transitions_and_masks() {
+    let mut f = Fx::new();
+    // Skipping INIT, or a short mask, fails as ibv_modify_qp does.
+    assert!(f.modify(A, QpState::Rtr, rtr_mask()).is_err());
+    assert!(
+        f.modify(A, QpState::Init, QpAttrMask::STATE | QpAttrMask::PORT)
+            .is_err()
+    );
+    assert_eq!(f.state(A), QpState::Reset);
+    // Posting needs the right state.
+    let buf = HostBuffer::new(8);
+    let key = f.reg(A, &buf, RW);
+    let qpn = f.qpn(A);
+    let recv = RecvWr {
+        wr_id: 1,
+        sg_list: &[sge(&buf, key)],
+    };
+    assert!(f.e(A).post_recv(qpn, &recv).is_err(), "post_recv in RESET");
+    f.move_to_init(A);
+    assert!(f.e(A).post_recv(qpn, &recv).is_ok(), "post_recv in INIT");
+    let wr = SendWr {
+        wr_id: 2,
+        op: SendOp::Send,
+        sg_list: &[sge(&buf, key)],
+        signaled: true,
+    };
+    assert!(f.e(A).post_send(qpn, &wr).is_err(), "post_send in INIT");
+    assert!(f.modify(A, QpState::Rts, rts_mask()).is_err(), "INIT -> RTS");
+    f.move_to_rtr(A);
+    assert!(f.e(A).post_send(qpn, &wr).is_err(), "post_send in RTR");
+    // RTR -> RTS needs its attributes.
+    assert!(f.modify(A, QpState::Rts, QpAttrMask::STATE).is_err());
+    f.move_to_rts(A);
+    assert_eq!(f.state(A), QpState::Rts);
+    assert!(f.modify(A, QpState::Init, init_mask()).is_err(), "RTS -> INIT");
+    // A destination GID that is not IPv4-mapped cannot be reached over RoCE v2.
+    let mut g = Fx::new();
+    g.move_to_init(A);
+    let attr = QpAttr {
+        qp_state: QpState::Rtr,
+        dgid: Gid([0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]),
+        ..g.attr.clone()
+    };
+    let qpn = g.qpn(A);
+    assert!(g.e(A).modify_qp(qpn, &attr, rtr_mask()).is_err());
+    // Anything -> ERR -> RESET.
+    f.modify(A, QpState::Err, QpAttrMask::STATE).unwrap();
+    assert_eq!(f.state(A), QpState::Err);
+    f.modify(A, QpState::Reset, QpAttrMask::STATE).unwrap();
+    assert_eq!(f.state(A), QpState::Reset);
+}
+
+fn unreachable_responder(state: QpState) {
+    let mut f = Fx::new();
+    f.move_to_init(A);
+    f.move_to_rtr(A);
+    f.move_to_rts(A);
+    if state == QpState::Init {
+        f.move_to_init(B);
+    }
+    let buf = HostBuffer::new(100);
+    let key = f.reg(A, &buf, RW);
+    let remote = HostBuffer::new(100);
+    let rkey = f.reg(B, &remote, RW);
+    let start = f.net.now();
+    f.post(A, 7, write_op(&remote, rkey), sge(&buf, key));
+    let scq = f.s[A].scq.clone();
+    let wcs = f.wait(&scq, 1);
+    assert_eq!(wcs.len(), 1);
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (7, WcStatus::RetryExcErr));
+    assert_eq!(wcs[0].qp_num, f.qpn(A));
+    // The responder dropped the first try and each of retry_cnt retries, silently.
+    let c = f.e(B).counters();
+    assert_eq!(c.drop_qp_state, 1 + 7);
+    assert_eq!(c.tx_datagrams, 0);
+    assert_eq!(f.e(A).counters().timeouts, 1 + 7);
+    // Each try waited one local ACK timeout, 4.096 us x 2^timeout.
+    let per_try = Duration::from_nanos(4096 << TIMEOUT);
+    let took = f.net.now().saturating_since(start);
+    assert!(
+        took >= per_try * 8 && took < per_try * 8 + Duration::from_millis(1),
+        "{took:?}"
+    );
+    assert_eq!(f.state(A), QpState::Err);
+    assert_eq!(remote.to_vec(), vec![0; 100]);
+}
+
+#[test]
+fn reset_responder_drops_silently_and_requester_fails_with_retry_exceeded() {
+    unreachable_responder(QpState::Reset);
+}
+
+#[test]
+fn init_responder_drops_silently_and_requester_fails_with_retry_exceeded() {
+    unreachable_responder(QpState::Init);
+}
+
+#[test]
+fn one_sided_write_and_read_complete_only_at_the_requester() {
+    let mut f = Fx::new();
+    f.connect();
+    let data = pattern(10_000, 1);
+    let src = HostBuffer::from_bytes(&data);
+    let dst = HostBuffer::new(10_000);
+    let back = HostBuffer::new(10_000);
+    let (ks, kb) = (f.reg(A, &src, RW), f.reg(A, &back, RW));
+    let kd = f.reg(B, &dst, RW);
+    f.post(A, 1, write_op(&dst, kd), sge(&src, ks));
+    f.post(A, 2, read_op(&dst, kd), sge(&back, kb));
+    let scq = f.s[A].scq.clone();
+    let wcs = f.wait(&scq, 2);
+    ok(&wcs[0], 1, WcOpcode::RdmaWrite);
+    ok(&wcs[1], 2, WcOpcode::RdmaRead);
+    assert_eq!(wcs[1].byte_len, 10_000);
+    assert_eq!(dst.to_vec(), data);
+    assert_eq!(back.to_vec(), data);
+    f.net.drive(Duration::from_secs(1));
+    assert!(
+        f.s[B].scq.is_empty() && f.s[B].rcq.is_empty(),
+        "no responder completion"
+    );
+}
+
+#[test]
+fn write_with_imm_and_send_consume_posted_receives() {
+    let mut f = Fx::new();
+    f.connect();
+    let src = HostBuffer::from_bytes(&pattern(6000, 2));
+    let dst = HostBuffer::new(6000);
+    let rbuf = HostBuffer::new(8192);
+    let ks = f.reg(A, &src, RW);
+    let kd = f.reg(B, &dst, RW);
+    let kr = f.reg(B, &rbuf, RW);
+    f.recv(B, 100, sge(&rbuf, kr));
+    f.recv(B, 101, sge(&rbuf, kr));
+    f.post(
+        A,
+        1,
+        SendOp::WriteWithImm {
+            remote_addr: dst.addr(),
+            rkey: kd,
+            imm: 0xfeed,
+        },
+        sge(&src, ks),
+    );
+    f.post(A, 2, SendOp::SendWithImm { imm: 0xbeef }, sge(&src, ks));
+    let rcq = f.s[B].rcq.clone();
+    let wcs = f.wait(&rcq, 2);
+    assert_eq!(wcs.len(), 2);
+    ok(&wcs[0], 100, WcOpcode::RecvRdmaWithImm);
+    assert_eq!(
+        (wcs[0].byte_len, wcs[0].imm_data, wcs[0].qp_num),
+        (6000, Some(0xfeed), f.qpn(B))
+    );
+    ok(&wcs[1], 101, WcOpcode::Recv);
+    assert_eq!((wcs[1].byte_len, wcs[1].imm_data), (6000, Some(0xbeef)));
+    assert_eq!(dst.to_vec(), src.to_vec());
+    assert_eq!(&rbuf.to_vec()[..6000], &src.to_vec()[..]);
+    let scq = f.s[A].scq.clone();
+    let wcs = f.wait(&scq, 2);
+    ok(&wcs[0], 1, WcOpcode::RdmaWrite);
+    ok(&wcs[1], 2, WcOpcode::Send);
+}
+
+#[test]
+fn send_without_receive_gets_rnr_naks_then_rnr_retry_exceeded() {
+    let mut f = Fx::new();
+    f.attr.rnr_retry = 2;
+    f.connect();
+    let src = HostBuffer::from_bytes(b"ping");
+    let ks = f.reg(A, &src, RW);
+    f.post(A, 9, SendOp::Send, sge(&src, ks));
+    let scq = f.s[A].scq.clone();
+    let wcs = f.wait(&scq, 1);
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (9, WcStatus::RnrRetryExcErr));
+    assert_eq!(
+        f.e(B).counters().naks_rnr,
+        3,
+        "the first try and rnr_retry retries"
+    );
+    assert_eq!(f.state(A), QpState::Err);
+    // The responder is fine: an RNR is not an error there.
+    assert_eq!(f.state(B), QpState::Rts);
+}
+
+#[test]
+fn a_receive_posted_during_rnr_backoff_is_used() {
+    let mut f = Fx::new();
+    f.connect();
+    let src = HostBuffer::from_bytes(b"late receive");
+    let rbuf = HostBuffer::new(64);
+    let ks = f.reg(A, &src, RW);
+    let kr = f.reg(B, &rbuf, RW);
+    f.post(A, 1, SendOp::Send, sge(&src, ks));
+    f.net
+        .run_until(Duration::from_secs(1), |n| n.engine(B).counters().naks_rnr >= 2);
+    f.recv(B, 5, sge(&rbuf, kr));
+    let rcq = f.s[B].rcq.clone();
+    let wcs = f.wait(&rcq, 1);
+    ok(&wcs[0], 5, WcOpcode::Recv);
+    assert_eq!(wcs[0].byte_len, 12);
+    assert_eq!(&rbuf.to_vec()[..12], b"late receive");
+}
+
+/// Expects the WRITE or READ to fail with a remote access error at the
+/// requester, the responder QP in ERR, and the remote memory untouched.
+fn expect_access_error(f: &mut Fx, remote: &HostBuffer) {
+    let scq = f.s[A].scq.clone();
+    let wcs = f.wait(&scq, 1);
+    assert_eq!(wcs[0].status, WcStatus::RemAccessErr, "{wcs:?}");
+    assert_eq!(f.state(B), QpState::Err);
+    assert_eq!(f.state(A), QpState::Err);
+    assert_eq!(f.e(B).counters().naks_fatal, 1);
+    assert!(remote.to_vec().iter().all(|&b| b == 0));
+}
+
+#[test]
+fn bad_rkey_naks_with_remote_access_error() {
+    let mut f = Fx::new();
+    f.connect();
+    let src = HostBuffer::from_bytes(&[1; 64]);
+    let dst = HostBuffer::new(64);
+    let ks = f.reg(A, &src, RW);
+    let kd = f.reg(B, &dst, RW);
+    f.post(A, 1, write_op(&dst, kd ^ 0x300), sge(&src, ks));
+    expect_access_error(&mut f, &dst);
+}
+
+#[test]
+fn out_of_bounds_write_naks_and_touches_nothing() {
+    let mut f = Fx::new();
+    f.connect();
+    let src = HostBuffer::from_bytes(&[1; 64]);
+    let dst = HostBuffer::new(64);
+    let ks = f.reg(A, &src, RW);
+    let kd = f.reg(B, &dst, RW);
+    let op = SendOp::Write {
+        remote_addr: dst.addr() + 1,
+        rkey: kd,
+    };
+    f.post(A, 1, op, sge(&src, ks));
+    expect_access_error(&mut f, &dst);
+}
+
+#[test]
+fn write_needs_remote_write_on_the_mr() {
+    let mut f = Fx::new();
+    f.connect();
+    let src = HostBuffer::from_bytes(&[1; 64]);
+    let dst = HostBuffer::new(64);
+    let ks = f.reg(A, &src, RW);
+    let kd = f.reg(B, &dst, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ);
+    f.post(A, 1, write_op(&dst, kd), sge(&src, ks));
+    expect_access_error(&mut f, &dst);
+}
+
+#[test]
+fn read_needs_remote_read_on_the_mr() {
+    let mut f = Fx::new();
+    f.connect();
+    let back = HostBuffer::new(64);
+    let remote = HostBuffer::new(64);
+    let kb = f.reg(A, &back, RW);
+    let kr = f.reg(B, &remote, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE);
+    f.post(A, 1, read_op(&remote, kr), sge(&back, kb));
+    expect_access_error(&mut f, &remote);
+}
+
+#[test]
+fn write_needs_remote_write_on_the_responder_qp() {
+    let mut f = Fx::new();
+    f.attr.qp_access_flags = AccessFlags::REMOTE_READ;
+    f.connect();
+    let src = HostBuffer::from_bytes(&[1; 64]);
+    let dst = HostBuffer::new(64);
+    let ks = f.reg(A, &src, RW);
+    let kd = f.reg(B, &dst, RW);
+    f.post(A, 1, write_op(&dst, kd), sge(&src, ks));
+    expect_access_error(&mut f, &dst);
+}
+
+#[test]
+fn an_mr_of_another_pd_is_refused() {
+    let mut f = Fx::new();
+    f.connect();
+    let src = HostBuffer::from_bytes(&[1; 64]);
+    let dst = HostBuffer::new(64);
+    let ks = f.reg(A, &src, RW);
+    let other_pd = f.e(B).alloc_pd();
+    let kd = f.e(B).reg_mr(other_pd, dst.region(), RW).unwrap();
+    f.post(A, 1, write_op(&dst, kd), sge(&src, ks));
+    expect_access_error(&mut f, &dst);
+}
+
+#[test]
+fn a_deregistered_mr_accepts_nothing() {
+    let mut f = Fx::new();
+    f.connect();
+    let src = HostBuffer::from_bytes(&[1; 64]);
+    let dst = HostBuffer::new(64);
+    let ks = f.reg(A, &src, RW);
+    let kd = f.reg(B, &dst, RW);
+    assert!(f.e(B).dereg_mr(kd));
+    f.post(A, 1, write_op(&dst, kd), sge(&src, ks));
+    expect_access_error(&mut f, &dst);
+}
+
+#[test]
+fn deregistering_midway_stops_a_write() {
+    let mut f = Fx::new();
+    f.connect();
+    let src = HostBuffer::from_bytes(&vec![7; 8 << 20]);
+    let dst = HostBuffer::new(8 << 20);
+    let ks = f.reg(A, &src, RW);
+    let kd = f.reg(B, &dst, RW);
+    f.post(A, 1, write_op(&dst, kd), sge(&src, ks));
+    // Let some packets land, then deregister.
+    f.net.run_until(Duration::from_secs(1), |n| {
+        n.engine(B).counters().rx_datagrams >= 10
+    });
+    assert!(f.e(B).dereg_mr(kd));
+    let landed = dst.to_vec().iter().filter(|&&b| b == 7).count();
+    let scq = f.s[A].scq.clone();
+    let wcs = f.wait(&scq, 1);
+    assert_eq!(wcs[0].status, WcStatus::RemAccessErr);
+    assert_eq!(
+        dst.to_vec().iter().filter(|&&b| b == 7).count(),
+        landed,
+        "nothing after dereg"
+    );
+    assert!(landed > 0 && landed < 8 << 20, "{landed}");
+}
+
+#[test]
+fn a_reset_qp_accepts_nothing() {
+    let mut f = Fx::new();
+    f.connect();
+    let src = HostBuffer::from_bytes(&[1; 64]);
+    let dst = HostBuffer::new(64);
+    let ks = f.reg(A, &src, RW);
+    let kd = f.reg(B, &dst, RW);
+    f.modify(B, QpState::Reset, QpAttrMask::STATE).unwrap();
+    f.post(A, 1, write_op(&dst, kd), sge(&src, ks));
+    let scq = f.s[A].scq.clone();
+    let wcs = f.wait(&scq, 1);
+    assert_eq!(wcs[0].status, WcStatus::RetryExcErr);
+    assert_eq!(dst.to_vec(), vec![0; 64]);
+}
+
+#[test]
+fn psns_start_where_rtr_and_rts_set_them_and_wrap() {
+    let mut f = Fx::new();
+    f.attr.sq_psn = 0xff_fff0;
+    f.attr.rq_psn = 0xff_fff0;
+    f.connect();
+    let data = pattern(40 * 4096, 3);
+    let src = HostBuffer::from_bytes(&data);
+    let dst = HostBuffer::new(data.len());
+    let ks = f.reg(A, &src, RW);
+    let kd = f.reg(B, &dst, RW);
+    f.post(A, 1, write_op(&dst, kd), sge(&src, ks));
+    let scq = f.s[A].scq.clone();
+    ok(&f.wait(&scq, 1)[0], 1, WcOpcode::RdmaWrite);
+    assert_eq!(dst.to_vec(), data);
+}
+
+/// A responder whose expected PSN is not where the requester starts never
+/// executes anything: behind it, the packets are duplicates (acknowledged
+/// with a PSN the requester never sent); ahead of it, they are sequence
+/// errors (NAKed with a PSN the requester never sent). Either way the
+/// requester ends in RETRY_EXC_ERR.
+fn mismatched_psns(rq_psn: u32) -> crate::engine::Counters {
+    let mut f = Fx::new();
+    f.attr.sq_psn = 1000;
+    f.attr.rq_psn = 1000;
+    for i in [A, B] {
+        f.move_to_init(i);
+    }
+    f.move_to_rtr(A);
+    f.move_to_rts(A);
+    let attr = QpAttr {
+        qp_state: QpState::Rtr,
+        rq_psn,
+        dest_qp_num: f.qpn(A),
+        dgid: Gid::from_ipv4(ip(A)),
+        ..f.attr.clone()
+    };
+    let qpn = f.qpn(B);
+    f.e(B).modify_qp(qpn, &attr, rtr_mask()).unwrap();
+    let src = HostBuffer::from_bytes(&[1; 64]);
+    let dst = HostBuffer::new(64);
+    let ks = f.reg(A, &src, RW);
+    let kd = f.reg(B, &dst, RW);
+    f.post(A, 1, write_op(&dst, kd), sge(&src, ks));
+    let scq = f.s[A].scq.clone();
+    let wcs = f.wait(&scq, 1);
+    assert_eq!(wcs[0].status, WcStatus::RetryExcErr);
+    assert_eq!(dst.to_vec(), vec![0; 64]);
+    f.e(B).counters()
+}
+
+#[test]
+fn a_responder_expecting_a_later_psn_treats_packets_as_duplicates() {
+    let c = mismatched_psns(5000);
+    assert_eq!((c.duplicates, c.out_of_sequence), (8, 0), "{c:?}");
+}
+
+#[test]
+fn a_responder_expecting_an_earlier_psn_naks_a_sequence_error_once() {
+    let c = mismatched_psns(10);
+    assert_eq!((c.out_of_sequence, c.naks_sequence), (8, 1), "{c:?}");
+}
+
+/// Builds a request datagram from A to B's QP.
+fn request(f: &Fx, opcode: Opcode, psn: u32, reth: Option<RethRepr>, payload: &[u8]) -> Vec<u8> {
+    let h = Headers {
+        bth: BthRepr {
+            opcode,
+            solicited: false,
+            pad_count: 0,
+            pkey: DEFAULT_PKEY,
+            dest_qp: f.qpn(B),
+            ack_req: true,
+            psn,
+        },
+        reth,
+        aeth: None,
+        imm: None,
+    };
+    let mut buf = vec![0; h.datagram_len(payload.len())];
+    let pseudo = PseudoHeader {
+        src: addr(A),
+        dst: addr(B),
+    };
+    h.emit(payload.len(), &pseudo, &mut buf, |p| p.copy_from_slice(payload))
+        .unwrap();
+    buf
+}
+
+/// The ACKs and NAKs B sends, as (PSN, AETH), by taking them off B directly.
+fn acks_from_b(f: &mut Fx) -> Vec<(u32, AethRepr)> {
+    let mut out = Vec::new();
+    let mut buf = vec![0; crate::wire::MAX_PACKET];
+    let now = f.net.now();
+    while let Some(t) = f.e(B).poll_transmit(now, &mut buf) {
+        let pseudo = PseudoHeader {
+            src: addr(B),
+            dst: t.dst,
+        };
+        let p = Packet::parse(&buf[..t.len], &pseudo).unwrap();
+        if let Some(a) = p.headers.aeth {
+            out.push((p.headers.bth.psn, a));
+        }
+    }
+    out
+}
+
+#[test]
+fn responder_checks_psns_expected_duplicate_and_ahead() {
+    use crate::wire::Syndrome;
+    let mut f = Fx::new();
+    f.attr.rq_psn = 50;
+    f.connect();
+    let dst = HostBuffer::new(16);
+    let kd = f.reg(B, &dst, RW);
+    let reth = |len| {
+        Some(RethRepr {
+            va: dst.addr(),
+            rkey: kd,
+            dma_len: len,
+        })
+    };
+    let now = f.net.now();
+    // Expected PSN: executed and acknowledged.
+    let d = request(&f, Opcode::WriteOnly, 50, reth(4), b"abcd");
+    f.e(B).handle_datagram(now, addr(A), &d);
+    assert_eq!(&dst.to_vec()[..4], b"abcd");
+    let acks = acks_from_b(&mut f);
+    assert_eq!(acks.len(), 1);
+    assert_eq!(acks[0].0, 50);
+    assert!(matches!(acks[0].1.syndrome, Syndrome::Ack { .. }));
+    // Duplicate (PSN 50 again, other bytes): acknowledged, not executed.
+    let d = request(&f, Opcode::WriteOnly, 50, reth(4), b"XXXX");
+    f.e(B).handle_datagram(now, addr(A), &d);
+    assert_eq!(&dst.to_vec()[..4], b"abcd");
+    assert_eq!(f.e(B).counters().duplicates, 1);
+    let acks = acks_from_b(&mut f);
+    assert_eq!(acks.len(), 1);
+    assert_eq!(acks[0].0, 50);
+    // Ahead (PSN 53 and 54): one sequence-error NAK naming 51, nothing executed.
+    for p in [53, 54] {
+        let d = request(&f, Opcode::WriteOnly, p, reth(4), b"YYYY");
+        f.e(B).handle_datagram(now, addr(A), &d);
+    }
+    assert_eq!(&dst.to_vec()[..4], b"abcd");
+    let acks = acks_from_b(&mut f);
+    assert_eq!(acks.len(), 1);
+    assert_eq!((acks[0].0, acks[0].1.syndrome), (51, Syndrome::NakSequence));
+    let c = f.e(B).counters();
+    assert_eq!((c.out_of_sequence, c.naks_sequence), (2, 1));
+    // The expected PSN then goes through, and the next gap NAKs again.
+    let d = request(&f, Opcode::WriteOnly, 51, reth(4), b"efgh");
+    f.e(B).handle_datagram(now, addr(A), &d);
+    assert_eq!(&dst.to_vec()[..4], b"efgh");
+    let d = request(&f, Opcode::WriteOnly, 60, reth(4), b"ZZZZ");
+    f.e(B).handle_datagram(now, addr(A), &d);
+    let acks = acks_from_b(&mut f);
+    assert_eq!(
+        acks.last().map(|a| (a.0, a.1.syndrome)),
+        Some((52, Syndrome::NakSequence))
+    );
+}
+
+#[test]
+fn a_bad_opcode_sequence_is_an_invalid_request() {
+    let mut f = Fx::new();
+    f.connect();
+    let dst = HostBuffer::new(8192);
+    let kd = f.reg(B, &dst, RW);
+    let _ = kd;
+    let now = f.net.now();
+    // A WRITE Middle with no First before it.
+    let d = request(&f, Opcode::WriteMiddle, 0, None, &[1; 4096]);
+    f.e(B).handle_datagram(now, addr(A), &d);
+    assert_eq!(f.state(B), QpState::Err);
+    let acks = acks_from_b(&mut f);
+    assert_eq!(acks[0].1.syndrome, crate::wire::Syndrome::NakInvalidRequest);
+    assert!(dst.to_vec().iter().all(|&b| b == 0));
+}
+
+#[test]
+fn malformed_datagrams_are_dropped_counted_and_touch_nothing() {
+    let mut f = Fx::new();
+    f.connect();
+    let dst = HostBuffer::new(64);
+    let kd = f.reg(B, &dst, RW);
+    let now = f.net.now();
+    let reth = Some(RethRepr {
+        va: dst.addr(),
+        rkey: kd,
+        dma_len: 4,
+    });
+    let good = request(&f, Opcode::WriteOnly, 0, reth, b"good");
+    // Truncated at every length.
+    for cut in 0..good.len() {
+        f.e(B).handle_datagram(now, addr(A), &good[..cut]);
+    }
+    // Wrong ICRC.
+    let mut bad = good.clone();
+    bad[20] ^= 1;
+    f.e(B).handle_datagram(now, addr(A), &bad);
+    // The right bytes from the wrong source address fail the ICRC too.
+    f.e(B)
+        .handle_datagram(now, SocketAddrV4::new(Ipv4Addr::new(127, 9, 9, 9), 4791), &good);
+    // Unknown opcode (resealed so that only the opcode is wrong).
+    let mut bad = good.clone();
+    bad[0] = 0x14;
+    PseudoHeader {
+        src: addr(A),
+        dst: addr(B),
+    }
+    .seal(&mut bad);
+    f.e(B).handle_datagram(now, addr(A), &bad);
+    // Oversized.
+    f.e(B).handle_datagram(now, addr(A), &vec![0; 9000]);
+    let c = f.e(B).counters();
+    // A cut datagram fails the size check or, past it, the ICRC.
+    assert_eq!(c.malformed(), good.len() as u64 + 2 + 1 + 1, "{c:?}");
+    assert!(c.drop_truncated >= 16 && c.drop_bad_icrc >= 2, "{c:?}");
+    assert_eq!(c.drop_bad_opcode, 1);
+    assert_eq!(c.drop_oversized, 1);
+    assert_eq!(dst.to_vec(), vec![0; 64]);
+    assert_eq!(f.state(B), QpState::Rts);
+    // The good one still works afterwards.
+    f.e(B).handle_datagram(now, addr(A), &good);
+    assert_eq!(&dst.to_vec()[..4], b"good");
+}
+
+#[test]
+fn err_flushes_outstanding_work_requests_in_order() {
+    let mut f = Fx::new();
+    f.connect();
+    let src = HostBuffer::from_bytes(&[1; 64]);
+    let dst = HostBuffer::new(64);
+    let ks = f.reg(A, &src, RW);
+    let kd = f.reg(B, &dst, RW);
+    for id in 1..=3 {
+        f.post(A, id, write_op(&dst, kd), sge(&src, ks));
+    }
+    f.recv(A, 10, sge(&src, ks));
+    f.modify(A, QpState::Err, QpAttrMask::STATE).unwrap();
+    let wcs = drain(&f.s[A].scq);
+    assert_eq!(wcs.iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![1, 2, 3]);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::WrFlushErr));
+    let wcs = drain(&f.s[A].rcq);
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (10, WcStatus::WrFlushErr));
+    // Posting in ERR completes at once with a flush error.
+    f.post(A, 4, write_op(&dst, kd), sge(&src, ks));
+    let wcs = drain(&f.s[A].scq);
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (4, WcStatus::WrFlushErr));
+    f.net.drive(Duration::from_secs(1));
+    assert_eq!(dst.to_vec(), vec![0; 64]);
+}
+
+#[test]
+fn a_cq_overrun_is_an_error() {
+    let mut f = Fx::with(Mtu::Mtu4096, FaultConfig::NONE, 2);
+    f.connect();
+    let src = HostBuffer::from_bytes(&[1; 64]);
+    let dst = HostBuffer::new(64);
+    let ks = f.reg(A, &src, RW);
+    let kd = f.reg(B, &dst, RW);
+    for id in 1..=3 {
+        f.post(A, id, write_op(&dst, kd), sge(&src, ks));
+    }
+    f.net.drive(Duration::from_secs(1));
+    let mut out = [blank(); 4];
+    assert!(f.s[A].scq.poll(&mut out).is_err());
+    assert_eq!(f.e(A).counters().cq_overruns, 1);
+}
+
+#[test]
+fn a_send_longer_than_the_receive_is_a_local_length_error() {
+    let mut f = Fx::new();
+    f.connect();
+    let src = HostBuffer::from_bytes(&[1; 100]);
+    let small = HostBuffer::new(10);
+    let ks = f.reg(A, &src, RW);
+    let kr = f.reg(B, &small, RW);
+    f.recv(B, 3, sge(&small, kr));
+    f.post(A, 1, SendOp::Send, sge(&src, ks));
+    let scq = f.s[A].scq.clone();
+    let wcs = f.wait(&scq, 1);
+    assert_eq!(wcs[0].status, WcStatus::RemInvReqErr);
+    let wcs = drain(&f.s[B].rcq);
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (3, WcStatus::LocLenErr));
+    assert_eq!(small.to_vec(), vec![0; 10]);
+}
+
+#[test]
+fn multi_packet_send_scatters_over_several_entries() {
+    let mut f = Fx::with(Mtu::Mtu1024, FaultConfig::NONE, 64);
+    f.connect();
+    let data = pattern(5000, 9);
+    let src = HostBuffer::from_bytes(&data);
+    let r1 = HostBuffer::new(3000);
+    let r2 = HostBuffer::new(3000);
+    let ks = f.reg(A, &src, RW);
+    let (k1, k2) = (f.reg(B, &r1, RW), f.reg(B, &r2, RW));
+    let qpn = f.qpn(B);
+    let sg = [sge(&r1, k1), sge(&r2, k2)];
+    f.e(B)
+        .post_recv(
+            qpn,
+            &RecvWr {
+                wr_id: 1,
+                sg_list: &sg,
+            },
+        )
+        .unwrap();
+    f.post(A, 1, SendOp::Send, sge(&src, ks));
+    let rcq = f.s[B].rcq.clone();
+    let wcs = f.wait(&rcq, 1);
+    ok(&wcs[0], 1, WcOpcode::Recv);
+    assert_eq!(wcs[0].byte_len, 5000);
+    let mut got = r1.to_vec();
+    got.extend_from_slice(&r2.to_vec()[..2000]);
+    assert_eq!(got, data);
+}
+
+/// WRITEs `len` bytes from A to B and READs them back, checking every byte.
+fn round_trip(mtu: Mtu, loss: f64, len: usize, seed: u64) {
+    let faults = FaultConfig::loss(loss, seed);
+    let mut f = Fx::with(mtu, faults, 64);
+    f.net.trace = std::env::var_os("SOFTROCE_TRACE").is_some();
+    f.connect();
+    let data = pattern(len, seed as u8);
+    let src = HostBuffer::from_bytes(&data);
+    let dst = HostBuffer::new(len);
+    let back = HostBuffer::new(len);
+    let (ks, kb) = (f.reg(A, &src, RW), f.reg(A, &back, RW));
+    let kd = f.reg(B, &dst, RW);
+    f.post(A, 1, write_op(&dst, kd), sge(&src, ks));
+    f.post(A, 2, read_op(&dst, kd), sge(&back, kb));
+    let scq = f.s[A].scq.clone();
+    let wcs = f.wait(&scq, 2);
+    let what = format!(
+        "mtu {} loss {loss} len {len}\nA {:?}\nB {:?}",
+        mtu.bytes(),
+        f.e(A).counters(),
+        f.e(B).counters()
+    );
+    assert_eq!(wcs.len(), 2, "{what}: {wcs:?}");
+    assert!(
+        wcs.iter().all(|w| w.status == WcStatus::Success),
+        "{what}: {wcs:?}"
+    );
+    ok(&wcs[0], 1, WcOpcode::RdmaWrite);
+    ok(&wcs[1], 2, WcOpcode::RdmaRead);
+    assert!(dst.to_vec() == data, "{what}: WRITE bytes differ");
+    assert!(back.to_vec() == data, "{what}: READ bytes differ");
+    if loss > 0.0 && len > 100_000 {
+        assert!(
+            f.net.faults().counts().dropped > 0,
+            "{what}: loss knob did nothing"
+        );
+    }
+}
+
+#[test]
+fn transfers_are_exact_from_1_byte_to_4_mib_at_each_mtu_and_loss() {
+    for mtu in [Mtu::Mtu1024, Mtu::Mtu2048, Mtu::Mtu4096] {
+        for loss in [0.0, 0.01, 0.1] {
+            for (i, len) in [1, 3, 1023, 1024, 1025, 4096 * 3 + 5, 1 << 20, 4 << 20]
+                .into_iter()
+                .enumerate()
+            {
+                round_trip(mtu, loss, len, 1 + i as u64);
+            }
+        }
+    }
+}
+
+#[test]
+fn transfers_of_64_mib_are_exact_at_0_1_and_10_percent_loss() {
+    for loss in [0.0, 0.01, 0.1] {
+        round_trip(Mtu::Mtu4096, loss, 64 << 20, 77);
+    }
+}
+
+#[test]
+fn duplication_and_reordering_still_deliver_exact_bytes() {
+    let faults = FaultConfig {
+        loss: 0.02,
+        dup: 0.05,
+        reorder: 0.05,
+        seed: 5,
+    };
+    let mut f = Fx::with(Mtu::Mtu2048, faults, 64);
+    f.connect();
+    let data = pattern(3 << 20, 4);
+    let src = HostBuffer::from_bytes(&data);
+    let dst = HostBuffer::new(data.len());
+    let back = HostBuffer::new(data.len());
+    let (ks, kb) = (f.reg(A, &src, RW), f.reg(A, &back, RW));
+    let kd = f.reg(B, &dst, RW);
+    for round in 0..3 {
+        f.post(A, round * 2, write_op(&dst, kd), sge(&src, ks));
+        f.post(A, round * 2 + 1, read_op(&dst, kd), sge(&back, kb));
+    }
+    let scq = f.s[A].scq.clone();
+    let wcs = f.wait(&scq, 6);
+    assert_eq!(wcs.len(), 6, "{wcs:?}");
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
+    assert_eq!(
+        wcs.iter().map(|w| w.wr_id).collect::<Vec<_>>(),
+        (0..6).collect::<Vec<_>>()
+    );
+    assert!(dst.to_vec() == data && back.to_vec() == data);
+    let c = f.net.faults().counts();
+    assert!(c.duplicated > 0 && c.delayed > 0, "{c:?}");
+}
+
+#[test]
+fn the_requester_keeps_a_window_in_flight() {
+    let mut f = Fx::new();
+    f.connect();
+    let src = HostBuffer::new(4 << 20);
+    let dst = HostBuffer::new(4 << 20);
+    let ks = f.reg(A, &src, RW);
+    let kd = f.reg(B, &dst, RW);
+    f.post(A, 1, write_op(&dst, kd), sge(&src, ks));
+    let scq = f.s[A].scq.clone();
+    let start = f.net.now();
+    f.wait(&scq, 1);
+    // 1024 packets with a 256-packet window take a few round trips, not 1024.
+    let rtts = f.net.now().saturating_since(start).as_nanos() / (2 * LATENCY.as_nanos());
+    assert!(rtts <= 8, "{rtts} round trips");
+}
+
+#[test]
+fn virtual_time_starts_at_zero() {
+    let f = Fx::new();
+    assert_eq!(f.net.now(), Time::ZERO);
+}

@@ -1,0 +1,640 @@
+//! [`SoftVerbs`]: the soft NIC behind the [`Verbs`] seam.
+//!
+//! A device binds one IPv4 address at UDP port 4791 and shows it as GID
+//! index 0 in its IPv4-mapped form (RoCE v2). Each process on a machine takes
+//! its own 127.x.y.z (all of 127/8 is loopback on Linux), so a GID alone
+//! locates the peer.
+//!
+//! Selection (see `docs/soft-roce.md`):
+//!
+//! * the device is named `softroce0` (or `HIPOBJ_SOFTROCE_NAME`);
+//! * `HIPOBJ_SOFTROCE_ADDR=127.a.b.c` fixes its address; unset, it derives
+//!   one from the process id in 127/8 (never 127.0.0.1) and moves on to the
+//!   next candidate while the address is taken;
+//! * `HIPOBJ_SOFTROCE_MTU` (1024, 2048, 4096; default 4096) is the port MTU;
+//! * `HIPOBJ_SOFTROCE_PCAP=path` writes a capture of everything the device
+//!   sends and receives;
+//! * `HIPOBJ_SOFTROCE_LOSS`, `_DUP`, `_REORDER` (fractions 0..1) and
+//!   `_SEED` inject faults on transmit.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::BorrowedFd;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use hipobj_platform::{
+    AccessFlags, CompletionQueue, Device, DeviceAttr, Gid, LinkLayer, MemRegion, MemoryRegion, Mtu, PortAttr,
+    PortState, ProtectionDomain, QpAttr, QpAttrMask, QpInitAttr, QpState, QueuePair, RecvWr, SendWr, Verbs,
+    VerbsError, VerbsErrorKind, WorkCompletion,
+};
+
+use crate::engine::{Counters, Cq, Engine, EngineConfig, QpConfig};
+use crate::link::faults::FaultConfig;
+use crate::link::pcap::PcapWriter;
+use crate::link::udp::{self, Waker};
+use crate::wire::ROCE_PORT;
+use crate::worker::{Nic, Worker};
+
+/// The default device name.
+pub const DEFAULT_NAME: &str = "softroce0";
+
+/// How a device picks its IPv4 address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AddrChoice {
+    /// Exactly this address; opening fails if it is taken.
+    Fixed(Ipv4Addr),
+    /// An address in 127/8 derived from the process id, moving on to the
+    /// next candidate while one is taken.
+    FromPid,
+}
+
+/// Everything that shapes a soft device.
+#[derive(Clone, Debug)]
+pub struct SoftConfig {
+    /// The device name.
+    pub name: String,
+    /// Its address.
+    pub addr: AddrChoice,
+    /// The port's active MTU.
+    pub mtu: Mtu,
+    /// Faults injected on transmit.
+    pub faults: FaultConfig,
+    /// Where to write a pcap capture, if anywhere.
+    pub pcap: Option<PathBuf>,
+    /// Packets in flight per QP.
+    pub window: u32,
+}
+
+impl Default for SoftConfig {
+    fn default() -> Self {
+        Self {
+            name: DEFAULT_NAME.into(),
+            addr: AddrChoice::FromPid,
+            mtu: Mtu::Mtu4096,
+            faults: FaultConfig::NONE,
+            pcap: None,
+            window: 256,
+        }
+    }
+}
+
+fn env_err(var: &str, value: &str, what: &str) -> VerbsError {
+    VerbsError::new(
+        "softroce_from_env",
+        VerbsErrorKind::InvalidArgument,
+        format!("{var}={value:?} is not {what}"),
+    )
+}
+
+fn env_fraction(var: &str) -> Result<f64, VerbsError> {
+    match std::env::var(var) {
+        Ok(v) => v
+            .parse::<f64>()
+            .ok()
+            .filter(|f| (0.0..=1.0).contains(f))
+            .ok_or_else(|| env_err(var, &v, "a fraction between 0 and 1")),
+        Err(_) => Ok(0.0),
+    }
+}
+
+impl SoftConfig {
+    /// The configuration the `HIPOBJ_SOFTROCE_*` environment variables
+    /// describe (defaults for those unset).
+    pub fn from_env() -> Result<Self, VerbsError> {
+        let mut c = Self::default();
+        if let Ok(name) = std::env::var("HIPOBJ_SOFTROCE_NAME") {
+            c.name = name;
+        }
+        if let Ok(v) = std::env::var("HIPOBJ_SOFTROCE_ADDR") {
+            let ip: Ipv4Addr = v
+                .parse()
+                .map_err(|_| env_err("HIPOBJ_SOFTROCE_ADDR", &v, "an IPv4 address"))?;
+            c.addr = AddrChoice::Fixed(ip);
+        }
+        if let Ok(v) = std::env::var("HIPOBJ_SOFTROCE_MTU") {
+            c.mtu = v
+                .parse::<usize>()
+                .ok()
+                .and_then(Mtu::from_bytes)
+                .filter(|m| *m >= Mtu::Mtu1024)
+                .ok_or_else(|| env_err("HIPOBJ_SOFTROCE_MTU", &v, "1024, 2048 or 4096"))?;
+        }
+        if let Ok(v) = std::env::var("HIPOBJ_SOFTROCE_PCAP") {
+            c.pcap = Some(PathBuf::from(v));
+        }
+        c.faults = FaultConfig {
+            loss: env_fraction("HIPOBJ_SOFTROCE_LOSS")?,
+            dup: env_fraction("HIPOBJ_SOFTROCE_DUP")?,
+            reorder: env_fraction("HIPOBJ_SOFTROCE_REORDER")?,
+            seed: match std::env::var("HIPOBJ_SOFTROCE_SEED") {
+                Ok(v) => v
+                    .parse()
+                    .map_err(|_| env_err("HIPOBJ_SOFTROCE_SEED", &v, "an integer"))?,
+                Err(_) => 0,
+            },
+        };
+        Ok(c)
+    }
+}
+
+/// Candidate addresses for a process: 127.(64 + pid / 65536 % 64).(pid / 256
+/// % 256).(pid % 256), then the ones after it, skipping .0 and .255 in the
+/// last octet. The second octet stays in 64..=127, clear of 127.0.0.1.
+fn candidates(pid: u32) -> impl Iterator<Item = Ipv4Addr> {
+    let base = (pid % (64 << 16)) + (64 << 16);
+    (0..4096u32).filter_map(move |k| {
+        let v = base.wrapping_add(k) % (64 << 16) + (64 << 16);
+        let [_, b, c, d] = v.to_be_bytes();
+        (d != 0 && d != 255).then(|| Ipv4Addr::new(127, b, c, d))
+    })
+}
+
+fn os_err(op: &'static str, e: &std::io::Error, what: String) -> VerbsError {
+    VerbsError::with_errno(
+        op,
+        VerbsErrorKind::Os,
+        e.raw_os_error().unwrap_or(0),
+        format!("{what}: {e}"),
+    )
+}
+
+/// The soft RoCE backend.
+#[derive(Debug)]
+pub struct SoftVerbs {
+    config: SoftConfig,
+    open: Mutex<Weak<DevInner>>,
+}
+
+impl SoftVerbs {
+    /// A backend with one device shaped by `config`. Nothing is bound until
+    /// the device is opened.
+    pub fn new(config: SoftConfig) -> Self {
+        Self {
+            config,
+            open: Mutex::new(Weak::new()),
+        }
+    }
+
+    /// A backend configured by the `HIPOBJ_SOFTROCE_*` environment variables.
+    pub fn from_env() -> Result<Self, VerbsError> {
+        Ok(Self::new(SoftConfig::from_env()?))
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SoftConfig {
+        &self.config
+    }
+
+    /// Opens the device. While any handle to it (or any object made from
+    /// it) is alive, opening again hands out the same device: it binds its
+    /// address once.
+    pub fn device(&self) -> Result<Arc<SoftDevice>, VerbsError> {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(inner) = open.upgrade() {
+            return Ok(Arc::new(SoftDevice { inner }));
+        }
+        let inner = Arc::new(DevInner::open(&self.config)?);
+        *open = Arc::downgrade(&inner);
+        Ok(Arc::new(SoftDevice { inner }))
+    }
+
+    /// The counters of the device, if it is open.
+    pub fn counters(&self) -> Option<Counters> {
+        let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        open.upgrade().map(|d| d.engine().counters())
+    }
+}
+
+impl Verbs for SoftVerbs {
+    fn backend(&self) -> &'static str {
+        "softroce"
+    }
+
+    fn device_names(&self) -> Result<Vec<String>, VerbsError> {
+        Ok(vec![self.config.name.clone()])
+    }
+
+    fn open_device(&self, name: &str) -> Result<Arc<dyn Device>, VerbsError> {
+        if name != self.config.name {
+            return Err(VerbsError::new(
+                "ibv_open_device",
+                VerbsErrorKind::NotFound,
+                format!(
+                    "no soft RoCE device named {name} (this one is {})",
+                    self.config.name
+                ),
+            ));
+        }
+        Ok(self.device()?)
+    }
+}
+
+/// The device itself, shared by every handle and child object.
+struct DevInner {
+    name: String,
+    ip: Ipv4Addr,
+    mtu: Mtu,
+    nic: Arc<Nic>,
+    /// Our CQs by the address of their `SoftCq`, to find the engine's queue
+    /// behind an `Arc<dyn CompletionQueue>`.
+    cqs: Mutex<HashMap<usize, Weak<Cq>>>,
+    worker: Mutex<Option<Worker>>,
+}
+
+impl fmt::Debug for DevInner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} at {}", self.name, self.ip)
+    }
+}
+
+impl Drop for DevInner {
+    fn drop(&mut self) {
+        // Stops and joins the worker before the engine goes.
+        self.worker.lock().unwrap_or_else(PoisonError::into_inner).take();
+    }
+}
+
+impl DevInner {
+    fn open(config: &SoftConfig) -> Result<Self, VerbsError> {
+        let op = "ibv_open_device";
+        let sock = match config.addr {
+            AddrChoice::Fixed(ip) => udp::bind(SocketAddrV4::new(ip, ROCE_PORT))
+                .map_err(|e| os_err(op, &e, format!("cannot bind {ip}:{ROCE_PORT}")))?,
+            AddrChoice::FromPid => {
+                let mut bound = None;
+                for ip in candidates(std::process::id()) {
+                    match udp::bind(SocketAddrV4::new(ip, ROCE_PORT)) {
+                        Ok(s) => {
+                            bound = Some(s);
+                            break;
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {}
+                        Err(e) => return Err(os_err(op, &e, format!("cannot bind {ip}:{ROCE_PORT}"))),
+                    }
+                }
+                bound.ok_or_else(|| {
+                    VerbsError::with_errno(
+                        op,
+                        VerbsErrorKind::Os,
+                        libc::EADDRINUSE,
+                        "every candidate address in 127/8 is taken",
+                    )
+                })?
+            }
+        };
+        let ip = match sock.local_addr() {
+            Ok(std::net::SocketAddr::V4(a)) => *a.ip(),
+            Ok(other) => {
+                return Err(VerbsError::new(
+                    op,
+                    VerbsErrorKind::Os,
+                    format!("bound {other}, not IPv4"),
+                ));
+            }
+            Err(e) => return Err(os_err(op, &e, "no local address".into())),
+        };
+        let mut ec = EngineConfig::new(ip);
+        ec.mtu = config.mtu;
+        ec.window = config.window.max(1);
+        ec.read_chunk = (ec.window / 2).max(1);
+        let waker = Waker::new().map_err(|e| os_err(op, &e, "eventfd".into()))?;
+        let nic = Arc::new(Nic::new(Engine::new(ec), waker));
+        let pcap = match &config.pcap {
+            Some(path) => Some(
+                PcapWriter::create(path)
+                    .map_err(|e| os_err(op, &e, format!("cannot write {}", path.display())))?,
+            ),
+            None => None,
+        };
+        let worker = Worker::spawn(
+            nic.clone(),
+            sock,
+            config.faults,
+            pcap,
+            format!("{}-dma", config.name),
+        )
+        .map_err(|e| os_err(op, &e, "cannot start the worker thread".into()))?;
+        Ok(Self {
+            name: config.name.clone(),
+            ip,
+            mtu: config.mtu,
+            nic,
+            cqs: Mutex::new(HashMap::new()),
+            worker: Mutex::new(Some(worker)),
+        })
+    }
+
+    fn engine(&self) -> std::sync::MutexGuard<'_, Engine> {
+        self.nic.lock()
+    }
+}
+
+/// A handle to an open soft device (`struct ibv_context`).
+#[derive(Debug)]
+pub struct SoftDevice {
+    inner: Arc<DevInner>,
+}
+
+impl SoftDevice {
+    /// The IPv4 address the device is bound to.
+    pub fn ip(&self) -> Ipv4Addr {
+        self.inner.ip
+    }
+
+    /// GID index 0: the IPv4-mapped address.
+    pub fn gid(&self) -> Gid {
+        Gid::from_ipv4(self.inner.ip)
+    }
+
+    /// A snapshot of the engine's counters.
+    pub fn counters(&self) -> Counters {
+        self.inner.engine().counters()
+    }
+
+    /// Socket errors the worker met.
+    pub fn link_errors(&self) -> u64 {
+        self.inner
+            .nic
+            .link_errors
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Device for SoftDevice {
+    fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    fn attr(&self) -> Result<DeviceAttr, VerbsError> {
+        let c = *self.inner.engine().config();
+        Ok(DeviceAttr {
+            vendor_id: 0,
+            vendor_part_id: 0,
+            phys_port_cnt: 1,
+            max_qp: 1 << 16,
+            max_qp_wr: c.max_qp_wr,
+            max_cqe: 1 << 22,
+            max_mr_size: 1 << 40,
+            max_qp_rd_atom: 16,
+        })
+    }
+
+    fn query_port(&self, port: u8) -> Result<PortAttr, VerbsError> {
+        if port != 1 {
+            return Err(VerbsError::new(
+                "ibv_query_port",
+                VerbsErrorKind::NotFound,
+                format!("no port {port}"),
+            ));
+        }
+        Ok(PortAttr {
+            state: PortState::Active,
+            max_mtu: Mtu::Mtu4096,
+            active_mtu: self.inner.mtu,
+            gid_tbl_len: 1,
+            lid: 0,
+            link_layer: LinkLayer::Ethernet,
+        })
+    }
+
+    fn query_gid(&self, port: u8, index: u32) -> Result<Gid, VerbsError> {
+        if port != 1 || index != 0 {
+            return Err(VerbsError::new(
+                "ibv_query_gid",
+                VerbsErrorKind::NotFound,
+                format!("no GID {index} on port {port}"),
+            ));
+        }
+        Ok(self.gid())
+    }
+
+    fn supports_dmabuf(&self) -> bool {
+        false
+    }
+
+    fn alloc_pd(&self) -> Result<Arc<dyn ProtectionDomain>, VerbsError> {
+        let pd = self.inner.engine().alloc_pd();
+        Ok(Arc::new(SoftPd {
+            inner: Arc::new(PdInner {
+                dev: self.inner.clone(),
+                pd,
+            }),
+        }))
+    }
+
+    fn create_cq(&self, cqe: u32) -> Result<Arc<dyn CompletionQueue>, VerbsError> {
+        if cqe == 0 || cqe > 1 << 22 {
+            return Err(VerbsError::new(
+                "ibv_create_cq",
+                VerbsErrorKind::InvalidArgument,
+                format!("{cqe} entries"),
+            ));
+        }
+        let cq = Arc::new(Cq::new(cqe as usize));
+        let soft = Arc::new(SoftCq {
+            _dev: self.inner.clone(),
+            cq: cq.clone(),
+        });
+        let key = Arc::as_ptr(&soft) as *const u8 as usize;
+        let mut cqs = self.inner.cqs.lock().unwrap_or_else(PoisonError::into_inner);
+        cqs.retain(|_, w| w.strong_count() > 0);
+        cqs.insert(key, Arc::downgrade(&cq));
+        Ok(soft)
+    }
+}
+
+/// A completion queue (`struct ibv_cq`).
+#[derive(Debug)]
+struct SoftCq {
+    _dev: Arc<DevInner>,
+    cq: Arc<Cq>,
+}
+
+impl CompletionQueue for SoftCq {
+    fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
+        self.cq.poll(out)
+    }
+
+    fn wait(&self, timeout: Duration) -> Result<bool, VerbsError> {
+        Ok(self.cq.wait(timeout))
+    }
+}
+
+#[derive(Debug)]
+struct PdInner {
+    dev: Arc<DevInner>,
+    pd: u32,
+}
+
+/// A protection domain (`struct ibv_pd`).
+#[derive(Debug)]
+struct SoftPd {
+    inner: Arc<PdInner>,
+}
+
+impl SoftPd {
+    fn find_cq(&self, cq: &Arc<dyn CompletionQueue>) -> Result<Arc<Cq>, VerbsError> {
+        let key = Arc::as_ptr(cq) as *const u8 as usize;
+        let cqs = self.inner.dev.cqs.lock().unwrap_or_else(PoisonError::into_inner);
+        cqs.get(&key).and_then(Weak::upgrade).ok_or_else(|| {
+            VerbsError::new(
+                "ibv_create_qp",
+                VerbsErrorKind::InvalidArgument,
+                "completion queue does not belong to this soft device",
+            )
+        })
+    }
+}
+
+impl ProtectionDomain for SoftPd {
+    fn reg_mr(&self, region: MemRegion, access: AccessFlags) -> Result<Box<dyn MemoryRegion>, VerbsError> {
+        if !crate::mem::mapped::host_accessible(region.addr() as u64, region.len() as u64) {
+            return Err(VerbsError::with_errno(
+                "ibv_reg_mr",
+                VerbsErrorKind::Os,
+                14,
+                format!(
+                    "{region:?} is not readable and writable host memory (the soft NIC reaches host memory only)"
+                ),
+            ));
+        }
+        let key = self.inner.dev.engine().reg_mr(self.inner.pd, region, access)?;
+        Ok(Box::new(SoftMr {
+            pd: self.inner.clone(),
+            key,
+            region,
+        }))
+    }
+
+    fn reg_dmabuf_mr(
+        &self,
+        _fd: BorrowedFd<'_>,
+        _offset: u64,
+        _len: usize,
+        _iova: u64,
+        _access: AccessFlags,
+    ) -> Result<Box<dyn MemoryRegion>, VerbsError> {
+        Err(VerbsError::new(
+            "ibv_reg_dmabuf_mr",
+            VerbsErrorKind::Unsupported,
+            "the soft NIC reaches host memory only",
+        ))
+    }
+
+    fn create_qp(&self, init: &QpInitAttr) -> Result<Box<dyn QueuePair>, VerbsError> {
+        let send_cq = self.find_cq(&init.send_cq)?;
+        let recv_cq = self.find_cq(&init.recv_cq)?;
+        let qpn = self.inner.dev.engine().create_qp(QpConfig {
+            pd: self.inner.pd,
+            send_cq,
+            recv_cq,
+            max_send_wr: init.max_send_wr,
+            max_recv_wr: init.max_recv_wr,
+            max_send_sge: init.max_send_sge,
+            max_recv_sge: init.max_recv_sge,
+            sq_sig_all: init.sq_sig_all,
+        })?;
+        Ok(Box::new(SoftQp {
+            pd: self.inner.clone(),
+            qpn,
+            _cqs: (init.send_cq.clone(), init.recv_cq.clone()),
+        }))
+    }
+}
+
+/// A registered memory region (`struct ibv_mr`). Dropping it deregisters:
+/// once `drop` returns, the worker never touches the memory again.
+#[derive(Debug)]
+struct SoftMr {
+    pd: Arc<PdInner>,
+    key: u32,
+    region: MemRegion,
+}
+
+impl Drop for SoftMr {
+    fn drop(&mut self) {
+        self.pd.dev.engine().dereg_mr(self.key);
+    }
+}
+
+impl MemoryRegion for SoftMr {
+    fn lkey(&self) -> u32 {
+        self.key
+    }
+
+    fn rkey(&self) -> u32 {
+        self.key
+    }
+
+    fn addr(&self) -> u64 {
+        self.region.addr() as u64
+    }
+
+    fn len(&self) -> usize {
+        self.region.len()
+    }
+}
+
+/// A queue pair (`struct ibv_qp`). Dropping it destroys it.
+#[derive(Debug)]
+struct SoftQp {
+    pd: Arc<PdInner>,
+    qpn: u32,
+    _cqs: (Arc<dyn CompletionQueue>, Arc<dyn CompletionQueue>),
+}
+
+impl Drop for SoftQp {
+    fn drop(&mut self) {
+        self.pd.dev.engine().destroy_qp(self.qpn);
+    }
+}
+
+impl QueuePair for SoftQp {
+    fn qp_num(&self) -> u32 {
+        self.qpn
+    }
+
+    fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbsError> {
+        self.pd.dev.engine().modify_qp(self.qpn, attr, mask)?;
+        self.pd.dev.nic.waker.wake();
+        Ok(())
+    }
+
+    fn state(&self) -> Result<QpState, VerbsError> {
+        self.pd.dev.engine().qp_state(self.qpn)
+    }
+
+    fn post_send(&self, wr: &SendWr<'_>) -> Result<(), VerbsError> {
+        self.pd.dev.engine().post_send(self.qpn, wr)?;
+        self.pd.dev.nic.waker.wake();
+        Ok(())
+    }
+
+    fn post_recv(&self, wr: &RecvWr<'_>) -> Result<(), VerbsError> {
+        self.pd.dev.engine().post_recv(self.qpn, wr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pid_candidates_stay_in_127_8_and_avoid_localhost() {
+        for pid in [0, 1, 255, 256, 65535, 1 << 22, u32::MAX] {
+            let c: Vec<Ipv4Addr> = candidates(pid).take(600).collect();
+            assert!(c.len() > 500);
+            for ip in c {
+                let o = ip.octets();
+                assert_eq!(o[0], 127);
+                assert!((64..=127).contains(&o[1]), "{ip}");
+                assert!(o[3] != 0 && o[3] != 255, "{ip}");
+                assert_ne!(ip, Ipv4Addr::LOCALHOST);
+            }
+        }
+        assert_ne!(candidates(100).next(), candidates(101).next());
+    }
+}

@@ -1,0 +1,255 @@
+//! The invariant CRC of RoCEv2 (IBA annex A17, "RoCEv2", section A17.4.4).
+//!
+//! The ICRC is the CRC-32 of Ethernet (reflected polynomial 0xEDB88320,
+//! initial value all ones, final complement) taken over:
+//!
+//! 1. 8 bytes of 0xFF standing for the masked LRH of InfiniBand,
+//! 2. the IPv4 header with Type of Service, TTL and header checksum set to
+//!    all ones,
+//! 3. the UDP header with its checksum set to all ones,
+//! 4. the BTH with its reserved byte 4 (FECN, BECN, resv6) set to all ones,
+//! 5. the rest of the packet: extended headers, payload and pad.
+//!
+//! It is appended after the pad in little-endian byte order (the order in
+//! which the CRC register shifts out, as Linux rxe and hardware emit it).
+//!
+//! This NIC sends over a UDP socket and never sees the IP and UDP headers the
+//! kernel builds, so both ends synthesize the same IPv4 header from the two
+//! socket addresses and the datagram length ([`PseudoHeader::ip_udp_header`]).
+//! The same bytes open every packet in the pcap tap, so a capture verifies
+//! with any dissector that checks the ICRC.
+
+use std::net::SocketAddrV4;
+
+/// Bytes of ICRC at the end of every packet.
+pub const LEN: usize = 4;
+
+/// Bytes of the synthesized IPv4 (20) and UDP (8) headers.
+pub const IP_UDP_LEN: usize = 28;
+
+const POLY: u32 = 0xedb8_8320;
+
+const fn make_tables() -> [[u32; 256]; 16] {
+    let mut t = [[0u32; 256]; 16];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 { POLY ^ (c >> 1) } else { c >> 1 };
+            k += 1;
+        }
+        t[0][i] = c;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 256 {
+        let mut j = 1;
+        while j < 16 {
+            let prev = t[j - 1][i];
+            t[j][i] = (prev >> 8) ^ t[0][(prev & 0xff) as usize];
+            j += 1;
+        }
+        i += 1;
+    }
+    t
+}
+
+static TABLES: [[u32; 256]; 16] = make_tables();
+
+/// Feeds `data` into a CRC-32 register (no initial or final complement), 16
+/// bytes per step.
+pub fn crc32_update(mut crc: u32, data: &[u8]) -> u32 {
+    let t = &TABLES;
+    let mut chunks = data.chunks_exact(16);
+    for c in &mut chunks {
+        let a = crc ^ u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        crc = t[15][(a & 0xff) as usize]
+            ^ t[14][((a >> 8) & 0xff) as usize]
+            ^ t[13][((a >> 16) & 0xff) as usize]
+            ^ t[12][(a >> 24) as usize]
+            ^ t[11][usize::from(c[4])]
+            ^ t[10][usize::from(c[5])]
+            ^ t[9][usize::from(c[6])]
+            ^ t[8][usize::from(c[7])]
+            ^ t[7][usize::from(c[8])]
+            ^ t[6][usize::from(c[9])]
+            ^ t[5][usize::from(c[10])]
+            ^ t[4][usize::from(c[11])]
+            ^ t[3][usize::from(c[12])]
+            ^ t[2][usize::from(c[13])]
+            ^ t[1][usize::from(c[14])]
+            ^ t[0][usize::from(c[15])];
+    }
+    for &b in chunks.remainder() {
+        crc = t[0][((crc ^ u32::from(b)) & 0xff) as usize] ^ (crc >> 8);
+    }
+    crc
+}
+
+/// The CRC-32 of Ethernet and zlib.
+pub fn crc32(data: &[u8]) -> u32 {
+    !crc32_update(!0, data)
+}
+
+/// The two UDP endpoints of a datagram: what the ICRC covers besides the
+/// packet itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PseudoHeader {
+    /// Sender.
+    pub src: SocketAddrV4,
+    /// Receiver.
+    pub dst: SocketAddrV4,
+}
+
+fn ipv4_checksum(h: &[u8]) -> u16 {
+    let mut sum: u32 = h
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+impl PseudoHeader {
+    /// The IPv4 and UDP headers of a datagram carrying `udp_payload_len`
+    /// bytes between these endpoints: version 4, IHL 5, DSCP/ECN 0,
+    /// identification 0, don't-fragment, TTL 64, protocol UDP, a valid header
+    /// checksum, and UDP checksum 0 (none, legal over IPv4).
+    pub fn ip_udp_header(&self, udp_payload_len: usize) -> [u8; IP_UDP_LEN] {
+        let mut h = [0u8; IP_UDP_LEN];
+        let total = (IP_UDP_LEN + udp_payload_len) as u16;
+        let udp_len = (8 + udp_payload_len) as u16;
+        h[0] = 0x45;
+        h[2..4].copy_from_slice(&total.to_be_bytes());
+        h[6] = 0x40;
+        h[8] = 64;
+        h[9] = 17;
+        h[12..16].copy_from_slice(&self.src.ip().octets());
+        h[16..20].copy_from_slice(&self.dst.ip().octets());
+        let sum = ipv4_checksum(&h[..20]);
+        h[10..12].copy_from_slice(&sum.to_be_bytes());
+        h[20..22].copy_from_slice(&self.src.port().to_be_bytes());
+        h[22..24].copy_from_slice(&self.dst.port().to_be_bytes());
+        h[24..26].copy_from_slice(&udp_len.to_be_bytes());
+        h
+    }
+
+    /// The ICRC of `packet`, which holds everything from the BTH through the
+    /// pad but not the ICRC itself. `packet` must hold at least a BTH.
+    pub fn icrc(&self, packet: &[u8]) -> u32 {
+        let mut masked = self.ip_udp_header(packet.len() + LEN);
+        masked[1] = 0xff; // type of service
+        masked[8] = 0xff; // TTL
+        masked[10] = 0xff; // header checksum
+        masked[11] = 0xff;
+        masked[26] = 0xff; // UDP checksum
+        masked[27] = 0xff;
+        let mut crc = crc32_update(!0, &[0xff; 8]);
+        crc = crc32_update(crc, &masked);
+        let (bth, rest) = packet.split_at(packet.len().min(super::bth::HEADER_LEN));
+        let mut bth_masked = [0u8; super::bth::HEADER_LEN];
+        bth_masked[..bth.len()].copy_from_slice(bth);
+        bth_masked[4] = 0xff;
+        crc = crc32_update(crc, &bth_masked[..bth.len()]);
+        crc = crc32_update(crc, rest);
+        !crc
+    }
+
+    /// Writes the ICRC into the last 4 bytes of `datagram`, computed over the
+    /// bytes before them. Does nothing to a datagram shorter than 4 bytes.
+    pub fn seal(&self, datagram: &mut [u8]) {
+        let Some(body_len) = datagram.len().checked_sub(LEN) else {
+            return;
+        };
+        let icrc = self.icrc(&datagram[..body_len]);
+        datagram[body_len..].copy_from_slice(&icrc.to_le_bytes());
+    }
+
+    /// Whether the last 4 bytes of `datagram` are the ICRC of the rest.
+    pub fn verify(&self, datagram: &[u8]) -> bool {
+        let Some(body_len) = datagram.len().checked_sub(LEN) else {
+            return false;
+        };
+        let (body, tail) = datagram.split_at(body_len);
+        self.icrc(body).to_le_bytes() == tail
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    fn pseudo() -> PseudoHeader {
+        PseudoHeader {
+            src: SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 2), 4791),
+            dst: SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 3), 4791),
+        }
+    }
+
+    #[test]
+    fn crc32_check_value() {
+        assert_eq!(crc32(b"123456789"), 0xcbf4_3926);
+        assert_eq!(crc32(b""), 0);
+        // Long input exercises the 16-byte steps and the remainder.
+        let data: Vec<u8> = (0..1000u32).map(|i| (i * 7 + 3) as u8).collect();
+        let bytewise = !data.iter().fold(!0u32, |c, &b| {
+            TABLES[0][((c ^ u32::from(b)) & 0xff) as usize] ^ (c >> 8)
+        });
+        assert_eq!(crc32(&data), bytewise);
+    }
+
+    /// A known answer computed independently (Python's zlib.crc32 over the
+    /// masked headers, as scripts/softroce-tshark.sh does): an ACK from
+    /// 127.64.0.2 to 127.64.0.1, QP 0x11, PSN 0x100, MSN 1.
+    #[test]
+    fn icrc_known_answer() {
+        let p = PseudoHeader {
+            src: SocketAddrV4::new(Ipv4Addr::new(127, 64, 0, 2), 4791),
+            dst: SocketAddrV4::new(Ipv4Addr::new(127, 64, 0, 1), 4791),
+        };
+        let mut pkt = [
+            0x11, 0x40, 0xff, 0xff, 0x00, 0x00, 0x00, 0x11, 0x00, 0x00, 0x01, 0x00, 0x1f, 0x00, 0x00, 0x01,
+            0, 0, 0, 0,
+        ];
+        p.seal(&mut pkt);
+        assert_eq!(&pkt[16..], &[22, 93, 11, 42]);
+    }
+
+    #[test]
+    fn ip_header_checksum_is_valid() {
+        let h = pseudo().ip_udp_header(100);
+        assert_eq!(ipv4_checksum(&h[..20]), 0);
+        assert_eq!(u16::from_be_bytes([h[2], h[3]]), 128);
+        assert_eq!(u16::from_be_bytes([h[24], h[25]]), 108);
+    }
+
+    #[test]
+    fn seal_then_verify_and_masked_fields_do_not_matter() {
+        let mut pkt = [0u8; 12 + 8 + 4];
+        pkt[0] = 0x04; // SEND Only
+        pkt[1] = 0x40;
+        pkt[7] = 0x11;
+        pkt[12..20].copy_from_slice(b"payload!");
+        let p = pseudo();
+        p.seal(&mut pkt);
+        assert!(p.verify(&pkt));
+        // FECN/BECN live in the masked byte: flipping them keeps the ICRC.
+        pkt[4] = 0xc0;
+        assert!(p.verify(&pkt));
+        // Any other bit breaks it.
+        pkt[13] ^= 1;
+        assert!(!p.verify(&pkt));
+        pkt[13] ^= 1;
+        // So does a different source address.
+        let other = PseudoHeader {
+            src: SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 9), 4791),
+            ..p
+        };
+        assert!(!other.verify(&pkt));
+        assert!(!p.verify(&pkt[..3]));
+    }
+}

@@ -1,0 +1,193 @@
+//! The thread per device that plays the NIC's DMA engine.
+//!
+//! It owns the socket and the clock and pumps the engine: receive a batch
+//! with `recvmmsg`, hand every datagram to the engine (which writes payloads
+//! straight into registered memory), fire due timers, collect up to a batch
+//! of datagrams to send, send them with `sendmmsg`, and when there is
+//! nothing to do, sleep in `ppoll` on the socket and an eventfd that
+//! `post_send` signals, with the engine's next timer as the timeout. The
+//! responder side of every WRITE and READ runs here, never on application
+//! threads.
+
+use std::net::{SocketAddrV4, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crate::engine::{Engine, Time};
+use crate::link::faults::{Fate, FaultConfig, FaultInjector};
+use crate::link::pcap::PcapWriter;
+use crate::link::udp::{self, BATCH, RxBatch, SLOT, Waker};
+use crate::wire::PseudoHeader;
+
+/// What the application's threads and the worker share.
+#[derive(Debug)]
+pub(crate) struct Nic {
+    engine: Mutex<Engine>,
+    pub waker: Waker,
+    stop: AtomicBool,
+    epoch: Instant,
+    /// Socket errors other than "nothing to read".
+    pub link_errors: AtomicU64,
+}
+
+impl Nic {
+    pub fn new(engine: Engine, waker: Waker) -> Self {
+        Self {
+            engine: Mutex::new(engine),
+            waker,
+            stop: AtomicBool::new(false),
+            epoch: Instant::now(),
+            link_errors: AtomicU64::new(0),
+        }
+    }
+
+    /// The engine. A panic while it was held leaves it as it was; the RC
+    /// state stays consistent enough to fail work requests, so poisoning is
+    /// ignored.
+    pub fn lock(&self) -> MutexGuard<'_, Engine> {
+        self.engine.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn now(&self) -> Time {
+        Time::from_nanos(u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+}
+
+/// The running worker; dropping it stops and joins the thread.
+#[derive(Debug)]
+pub(crate) struct Worker {
+    nic: Arc<Nic>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Worker {
+    pub fn spawn(
+        nic: Arc<Nic>,
+        sock: UdpSocket,
+        faults: FaultConfig,
+        pcap: Option<PcapWriter<std::io::BufWriter<std::fs::File>>>,
+        name: String,
+    ) -> std::io::Result<Self> {
+        let n = nic.clone();
+        let handle = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || run(&n, &sock, faults, pcap))?;
+        Ok(Self {
+            nic,
+            handle: Some(handle),
+        })
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.nic.stop.store(true, Ordering::SeqCst);
+        self.nic.waker.wake();
+        if let Some(h) = self.handle.take() {
+            // A panic in the worker has already been reported on stderr.
+            let _ = h.join();
+        }
+    }
+}
+
+type Tap = Option<PcapWriter<std::io::BufWriter<std::fs::File>>>;
+
+fn run(nic: &Nic, sock: &UdpSocket, faults: FaultConfig, mut pcap: Tap) {
+    let local = nic.lock().config().local;
+    let mut rx = RxBatch::default();
+    let mut tx = vec![0u8; SLOT * BATCH];
+    let mut tx_meta = [(0usize, local); BATCH];
+    let mut injector = FaultInjector::new(faults);
+    let mut delayed: Vec<(Vec<u8>, SocketAddrV4)> = Vec::new();
+    let mut held: Vec<(Vec<u8>, SocketAddrV4)> = Vec::new();
+    while !nic.stop.load(Ordering::Relaxed) {
+        let n = rx.recv(sock).unwrap_or_else(|_| {
+            nic.link_errors.fetch_add(1, Ordering::Relaxed);
+            0
+        });
+        let (m, next_timer, now) = {
+            let mut engine = nic.lock();
+            let now = nic.now();
+            for i in 0..n {
+                let (data, from) = rx.get(i);
+                engine.handle_datagram(now, from, data);
+            }
+            if engine.poll_timeout().is_some_and(|t| t <= now) {
+                engine.handle_timeout(now);
+            }
+            let mut m = 0;
+            while m < BATCH {
+                let slot = &mut tx[m * SLOT..(m + 1) * SLOT];
+                match engine.poll_transmit(now, slot) {
+                    Some(t) => {
+                        tx_meta[m] = (t.len, t.dst);
+                        m += 1;
+                    }
+                    None => break,
+                }
+            }
+            (m, engine.poll_timeout(), now)
+        };
+        if let Some(p) = pcap.as_mut() {
+            for i in 0..n {
+                let (data, from) = rx.get(i);
+                let _ = p.record(
+                    &PseudoHeader {
+                        src: from,
+                        dst: local,
+                    },
+                    data,
+                );
+            }
+        }
+        if m > 0 || !held.is_empty() {
+            let mut items: Vec<(&[u8], SocketAddrV4)> = Vec::with_capacity(2 * BATCH);
+            for (i, &(len, dst)) in tx_meta.iter().enumerate().take(m) {
+                let data = &tx[i * SLOT..i * SLOT + len];
+                match injector.fate() {
+                    Fate::Deliver => items.push((data, dst)),
+                    Fate::Drop => {}
+                    Fate::Duplicate => {
+                        items.push((data, dst));
+                        items.push((data, dst));
+                    }
+                    Fate::Delay => delayed.push((data.to_vec(), dst)),
+                }
+            }
+            // Packets held back from the batch before go out after this one.
+            items.extend(held.iter().map(|(d, a)| (d.as_slice(), *a)));
+            if let Some(p) = pcap.as_mut() {
+                for (data, dst) in &items {
+                    let _ = p.record(
+                        &PseudoHeader {
+                            src: local,
+                            dst: *dst,
+                        },
+                        data,
+                    );
+                }
+            }
+            if udp::send(sock, &items).is_err() {
+                nic.link_errors.fetch_add(1, Ordering::Relaxed);
+            }
+            drop(items);
+            held.clear();
+            std::mem::swap(&mut held, &mut delayed);
+        }
+        if n == 0 && m == 0 && held.is_empty() {
+            if let Some(p) = pcap.as_mut() {
+                let _ = p.flush();
+            }
+            let timeout = next_timer.map(|t| t.saturating_since(now));
+            if udp::wait(sock, &nic.waker, timeout).is_err() {
+                nic.link_errors.fetch_add(1, Ordering::Relaxed);
+            }
+            nic.waker.drain();
+        }
+    }
+    if let Some(p) = pcap.as_mut() {
+        let _ = p.flush();
+    }
+}
