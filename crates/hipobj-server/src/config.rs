@@ -1,0 +1,290 @@
+//! The server's configuration: a TOML file, with command-line flags on top
+//! (see `main.rs` and docs/server.md for every key).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Everything the server needs to start.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Where the HTTP listener binds. Port 0 picks a free port.
+    pub address: SocketAddr,
+    /// Access keys that may sign requests (SigV4).
+    pub credentials: Vec<AccessKey>,
+    /// Serve unsigned requests too (off unless configured).
+    pub anonymous: bool,
+    /// Where objects live.
+    pub storage: StorageConfig,
+    /// Size limits of the S3 side.
+    pub limits: Limits,
+    /// The RDMA side (docs/protocol.md §4).
+    pub rdma: RdmaConfig,
+    /// How long shutdown waits for requests in flight, in seconds.
+    pub shutdown_grace_secs: u64,
+    /// Log the transfer counters this often, in seconds (0: never).
+    pub metrics_log_secs: u64,
+    /// Serve `GET /.hipobj/metrics` (Prometheus text) and `/.hipobj/health`.
+    pub metrics_endpoint: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            address: SocketAddr::from(([127, 0, 0, 1], 9000)),
+            credentials: Vec::new(),
+            anonymous: false,
+            storage: StorageConfig::default(),
+            limits: Limits::default(),
+            rdma: RdmaConfig::default(),
+            shutdown_grace_secs: 30,
+            metrics_log_secs: 60,
+            metrics_endpoint: true,
+        }
+    }
+}
+
+/// One access key and its secret.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessKey {
+    /// The access key id.
+    pub access_key: String,
+    /// The secret key.
+    pub secret_key: String,
+}
+
+impl std::fmt::Debug for AccessKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AccessKey")
+            .field("access_key", &self.access_key)
+            .field("secret_key", &"<redacted>")
+            .finish()
+    }
+}
+
+/// The storage back end.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum StorageConfig {
+    /// The embedded filesystem store.
+    Fs {
+        /// The data directory (created if missing).
+        data_dir: PathBuf,
+    },
+    /// Another S3 service.
+    S3(RemoteConfig),
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        Self::Fs {
+            data_dir: PathBuf::from("hipobj-data"),
+        }
+    }
+}
+
+/// The S3 service the S3 back end forwards to.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteConfig {
+    /// Its URL, e.g. `http://127.0.0.1:9001`.
+    pub endpoint: String,
+    /// The region to sign for.
+    #[serde(default = "default_region")]
+    pub region: String,
+    /// Access key id at that service.
+    pub access_key: String,
+    /// Secret key at that service.
+    pub secret_key: String,
+    /// Path-style addressing (`/bucket/key`); most self-hosted services need it.
+    #[serde(default = "yes")]
+    pub path_style: bool,
+}
+
+impl std::fmt::Debug for RemoteConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteConfig")
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .field("access_key", &self.access_key)
+            .field("path_style", &self.path_style)
+            .finish_non_exhaustive()
+    }
+}
+
+fn default_region() -> String {
+    "us-east-1".into()
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Size limits of the S3 side.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Largest PutObject or UploadPart, in bytes (HTTP or RDMA).
+    pub max_object_size: u64,
+    /// Smallest part but the last in a multipart upload.
+    pub min_part_size: u64,
+    /// fsync each object before it becomes visible.
+    pub fsync: bool,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_object_size: 5 << 30,
+            min_part_size: 5 << 20,
+            fsync: true,
+        }
+    }
+}
+
+/// Which verbs implementation opens the device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VerbsBackend {
+    /// libibverbs, loaded at run time: real NICs and the kernel's rxe.
+    #[default]
+    Ibverbs,
+}
+
+/// The RDMA side.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RdmaConfig {
+    /// Serve `x-amz-rdma-token` requests; when off they get `501`.
+    pub enabled: bool,
+    /// The NIC to use (e.g. `mlx5_0`, `rxe0`); none: selection picks one.
+    pub device: Option<String>,
+    /// How the device is opened.
+    pub backend: VerbsBackend,
+    /// Largest transfer one token may ask for, in bytes.
+    pub max_transfer: u64,
+    /// Most client QPs bound at once.
+    pub max_bindings: usize,
+    /// Transfers running at once; more wait their turn.
+    pub max_concurrent: usize,
+    /// A binding unused this long is dropped, in seconds.
+    pub idle_timeout_secs: u64,
+    /// How long one RDMA work request may take, in seconds.
+    pub completion_timeout_secs: u64,
+    /// Bytes per RDMA work request (the bounce buffer size).
+    pub chunk_size: usize,
+}
+
+impl Default for RdmaConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            device: None,
+            backend: VerbsBackend::Ibverbs,
+            max_transfer: 1 << 30,
+            max_bindings: 1024,
+            max_concurrent: 64,
+            idle_timeout_secs: 120,
+            completion_timeout_secs: 10,
+            chunk_size: 1 << 20,
+        }
+    }
+}
+
+impl RdmaConfig {
+    /// The peer's settings.
+    pub fn peer_config(&self) -> hipobj_peer::PeerConfig {
+        hipobj_peer::PeerConfig {
+            idle_timeout: Duration::from_secs(self.idle_timeout_secs),
+            max_bindings: self.max_bindings.max(1),
+            max_transfer: self.max_transfer,
+            chunk: self.chunk_size.max(4096),
+            pooled_buffers: self.max_concurrent.max(1),
+            completion_timeout: Duration::from_secs(self.completion_timeout_secs.max(1)),
+        }
+    }
+}
+
+impl Config {
+    /// Reads a TOML file.
+    pub fn from_file(path: &Path) -> Result<Self, crate::Error> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| crate::Error::Config(format!("{}: {e}", path.display())))?;
+        Self::from_toml(&text).map_err(|e| crate::Error::Config(format!("{}: {e}", path.display())))
+    }
+
+    /// Parses TOML text.
+    pub fn from_toml(text: &str) -> Result<Self, crate::Error> {
+        toml::from_str(text).map_err(|e| crate::Error::Config(e.to_string()))
+    }
+
+    /// Checks what serde cannot.
+    pub fn validate(&self) -> Result<(), crate::Error> {
+        let bad = |m: &str| Err(crate::Error::Config(m.to_owned()));
+        if self.credentials.is_empty() && !self.anonymous {
+            return bad(
+                "no credentials are configured and anonymous access is off: no request could succeed",
+            );
+        }
+        for c in &self.credentials {
+            if c.access_key.is_empty() || c.secret_key.is_empty() {
+                return bad("an access key or secret key is empty");
+            }
+        }
+        if self.limits.max_object_size == 0 {
+            return bad("limits.max_object_size must be above 0");
+        }
+        if self.rdma.enabled && self.rdma.max_transfer == 0 {
+            return bad("rdma.max_transfer must be above 0");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_full_file() {
+        let c = Config::from_toml(
+            r#"
+            address = "127.0.0.1:0"
+            anonymous = false
+            [[credentials]]
+            access_key = "ak"
+            secret_key = "sk"
+            [storage]
+            kind = "s3"
+            endpoint = "http://127.0.0.1:5000"
+            access_key = "a"
+            secret_key = "b"
+            [limits]
+            max_object_size = 1024
+            [rdma]
+            enabled = true
+            device = "rxe0"
+            max_transfer = 4096
+            "#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.address.port(), 0);
+        assert!(matches!(c.storage, StorageConfig::S3(ref r) if r.region == "us-east-1" && r.path_style));
+        assert_eq!(c.limits.max_object_size, 1024);
+        assert_eq!(c.limits.min_part_size, 5 << 20);
+        assert!(c.rdma.enabled);
+        assert_eq!(c.rdma.peer_config().max_transfer, 4096);
+        assert!(c.validate().is_ok());
+        assert!(!format!("{:?}", c.credentials).contains("sk\""));
+    }
+
+    #[test]
+    fn rejects_unknown_keys_and_useless_configs() {
+        assert!(Config::from_toml("adress = \"127.0.0.1:1\"").is_err());
+        assert!(Config::default().validate().is_err());
+    }
+}

@@ -1,0 +1,152 @@
+//! The `hipobj-server` command: flags over a TOML file (docs/server.md).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use hipobj_server::config::{AccessKey, StorageConfig};
+use hipobj_server::{Config, Server};
+
+/// An S3 server that also serves hipObject's RDMA transfers.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// TOML configuration file; flags override it.
+    #[arg(short, long, env = "HIPOBJ_SERVER_CONFIG")]
+    config: Option<PathBuf>,
+    /// Address to listen on (e.g. 127.0.0.1:9000).
+    #[arg(short, long)]
+    address: Option<SocketAddr>,
+    /// Data directory of the filesystem store.
+    #[arg(short, long)]
+    data_dir: Option<PathBuf>,
+    /// Access key that may sign requests (with --secret-key).
+    #[arg(long, env = "HIPOBJ_ACCESS_KEY", requires = "secret_key")]
+    access_key: Option<String>,
+    /// Its secret key.
+    #[arg(long, env = "HIPOBJ_SECRET_KEY", hide_env_values = true)]
+    secret_key: Option<String>,
+    /// Serve unsigned requests.
+    #[arg(long)]
+    anonymous: bool,
+    /// Serve RDMA on this NIC (e.g. mlx5_0, rxe0).
+    #[arg(long)]
+    rdma_device: Option<String>,
+    /// Serve RDMA on the NIC that selection picks.
+    #[arg(long)]
+    rdma: bool,
+    /// Largest RDMA transfer, in bytes.
+    #[arg(long)]
+    max_transfer: Option<u64>,
+    /// Largest object or part, in bytes.
+    #[arg(long)]
+    max_object_size: Option<u64>,
+    /// Print the effective configuration (secrets redacted) and exit.
+    #[arg(long)]
+    print_config: bool,
+}
+
+fn config(args: &Args) -> Result<Config, hipobj_server::Error> {
+    let mut c = match &args.config {
+        Some(p) => Config::from_file(p)?,
+        None => Config::default(),
+    };
+    if let Some(a) = args.address {
+        c.address = a;
+    }
+    if let Some(d) = &args.data_dir {
+        c.storage = StorageConfig::Fs { data_dir: d.clone() };
+    }
+    if let (Some(a), Some(s)) = (&args.access_key, &args.secret_key) {
+        c.credentials.push(AccessKey {
+            access_key: a.clone(),
+            secret_key: s.clone(),
+        });
+    }
+    if args.anonymous {
+        c.anonymous = true;
+    }
+    if args.rdma || args.rdma_device.is_some() {
+        c.rdma.enabled = true;
+    }
+    if let Some(d) = &args.rdma_device {
+        c.rdma.device = Some(d.clone());
+    }
+    if let Some(n) = args.max_transfer {
+        c.rdma.max_transfer = n;
+    }
+    if let Some(n) = args.max_object_size {
+        c.limits.max_object_size = n;
+    }
+    c.validate()?;
+    Ok(c)
+}
+
+async fn signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT"),
+                    _ = term.recv() => tracing::info!("SIGTERM"),
+                }
+            }
+            Err(e) => {
+                tracing::warn!("cannot watch SIGTERM ({e}); only SIGINT stops the server");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("HIPOBJ_LOG")
+                // s3s logs every client error (a 404, a 409 bind) at ERROR;
+                // HIPOBJ_LOG=info,s3s=debug shows them.
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,s3s=off")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let config = match config(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("hipobj-server: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.print_config {
+        println!("{config:#?}");
+        return ExitCode::SUCCESS;
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("hipobj-server: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(async {
+        let handle = match Server::start(config).await {
+            Ok(h) => h,
+            Err(e) => {
+                eprintln!("hipobj-server: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        // Scripts read the address from this line.
+        println!("listening on {}", handle.addr());
+        signal().await;
+        handle.shutdown().await;
+        ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,133 @@
+//! Counters of what the server did, served as Prometheus text at
+//! `GET /.hipobj/metrics` and logged periodically (docs/server.md).
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+/// The server's counters. All are totals since start except `in_flight`.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// HTTP requests received.
+    pub http_requests: AtomicU64,
+    /// Requests that carried `x-amz-rdma-token`.
+    pub rdma_requests: AtomicU64,
+    /// `409` replies: a client QP was bound.
+    pub rdma_binds: AtomicU64,
+    /// `501` replies: RDMA off or a transport not served.
+    pub rdma_declines: AtomicU64,
+    /// GETs served over RDMA (server WRITEs).
+    pub rdma_gets: AtomicU64,
+    /// PUTs and UploadParts served over RDMA (server READs).
+    pub rdma_puts: AtomicU64,
+    /// Bytes written into clients' memory.
+    pub rdma_bytes_written: AtomicU64,
+    /// Bytes read from clients' memory.
+    pub rdma_bytes_read: AtomicU64,
+    /// Token requests that ended in an S3 error (not counting 409 and 501).
+    pub rdma_errors: AtomicU64,
+    /// RDMA transfers running now.
+    pub rdma_in_flight: AtomicI64,
+}
+
+/// Adds one to a counter.
+pub fn inc(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+impl Metrics {
+    /// A copy of the counters, in exposition order.
+    pub fn snapshot(&self) -> Vec<(&'static str, &'static str, i64)> {
+        let g = |c: &AtomicU64| i64::try_from(c.load(Ordering::Relaxed)).unwrap_or(i64::MAX);
+        vec![
+            (
+                "hipobj_http_requests_total",
+                "HTTP requests received",
+                g(&self.http_requests),
+            ),
+            (
+                "hipobj_rdma_requests_total",
+                "requests carrying x-amz-rdma-token",
+                g(&self.rdma_requests),
+            ),
+            (
+                "hipobj_rdma_binds_total",
+                "409 replies (client QP bound)",
+                g(&self.rdma_binds),
+            ),
+            (
+                "hipobj_rdma_declines_total",
+                "501 replies (RDMA declined)",
+                g(&self.rdma_declines),
+            ),
+            (
+                "hipobj_rdma_gets_total",
+                "GETs served over RDMA",
+                g(&self.rdma_gets),
+            ),
+            (
+                "hipobj_rdma_puts_total",
+                "PUTs and UploadParts served over RDMA",
+                g(&self.rdma_puts),
+            ),
+            (
+                "hipobj_rdma_bytes_written_total",
+                "bytes written into client memory",
+                g(&self.rdma_bytes_written),
+            ),
+            (
+                "hipobj_rdma_bytes_read_total",
+                "bytes read from client memory",
+                g(&self.rdma_bytes_read),
+            ),
+            (
+                "hipobj_rdma_errors_total",
+                "token requests that failed",
+                g(&self.rdma_errors),
+            ),
+            (
+                "hipobj_rdma_in_flight",
+                "RDMA transfers running",
+                self.rdma_in_flight.load(Ordering::Relaxed),
+            ),
+        ]
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self, bindings: Option<usize>) -> String {
+        let mut s = String::new();
+        let mut all = self.snapshot();
+        if let Some(b) = bindings {
+            all.push((
+                "hipobj_rdma_bindings",
+                "client QPs bound now",
+                i64::try_from(b).unwrap_or(i64::MAX),
+            ));
+        }
+        for (name, help, v) in all {
+            let kind = if name.ends_with("_total") {
+                "counter"
+            } else {
+                "gauge"
+            };
+            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+        }
+        s
+    }
+
+    /// One log line of the RDMA counters.
+    pub fn summary(&self) -> String {
+        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        format!(
+            "requests={} rdma: gets={} puts={} bytes_written={} bytes_read={} binds={} declines={} errors={} in_flight={}",
+            l(&self.http_requests),
+            l(&self.rdma_gets),
+            l(&self.rdma_puts),
+            l(&self.rdma_bytes_written),
+            l(&self.rdma_bytes_read),
+            l(&self.rdma_binds),
+            l(&self.rdma_declines),
+            l(&self.rdma_errors),
+            self.rdma_in_flight.load(Ordering::Relaxed)
+        )
+    }
+}

@@ -1,0 +1,68 @@
+//! The S3 service and the server's own endpoints in front of it.
+
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use s3s::auth::SimpleAuth;
+use s3s::service::{S3Service, S3ServiceBuilder};
+use s3s::{Body, HttpError};
+
+use super::access::Policy;
+use crate::config::Config;
+use crate::metrics::{Metrics, inc};
+use crate::rdma::{Rdma, RdmaS3};
+
+/// Builds the s3s service over the RDMA layer, with auth and policy.
+pub fn s3_service(layer: RdmaS3, config: &Config) -> S3Service {
+    let mut b = S3ServiceBuilder::new(layer);
+    let mut auth = SimpleAuth::new();
+    for c in &config.credentials {
+        auth.register(c.access_key.clone(), c.secret_key.clone().into());
+    }
+    b.set_auth(auth);
+    b.set_access(Policy {
+        anonymous: config.anonymous,
+    });
+    b.build()
+}
+
+/// What every connection serves: `/.hipobj/metrics`, `/.hipobj/health`,
+/// and S3 for everything else. Bucket names cannot start with `.`, so the
+/// server's paths never hide a bucket.
+#[derive(Clone, Debug)]
+pub struct Front {
+    /// The S3 service.
+    pub s3: S3Service,
+    /// The counters.
+    pub metrics: Arc<Metrics>,
+    /// The RDMA engine, for the binding count.
+    pub rdma: Option<Arc<Rdma>>,
+    /// Whether `/.hipobj/*` is served.
+    pub endpoints: bool,
+}
+
+impl Front {
+    /// Serves one request.
+    pub async fn call(&self, req: http::Request<Incoming>) -> Result<http::Response<Body>, HttpError> {
+        inc(&self.metrics.http_requests);
+        if self.endpoints && req.method() == http::Method::GET {
+            let text = match req.uri().path() {
+                "/.hipobj/metrics" => Some(
+                    self.metrics
+                        .render(self.rdma.as_ref().map(|r| r.peer().stats().bindings)),
+                ),
+                "/.hipobj/health" => Some("ok\n".to_owned()),
+                _ => None,
+            };
+            if let Some(text) = text {
+                let mut resp = http::Response::new(Body::from(text));
+                resp.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("text/plain; version=0.0.4"),
+                );
+                return Ok(resp);
+            }
+        }
+        self.s3.call(req.map(Body::from)).await
+    }
+}

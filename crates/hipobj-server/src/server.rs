@@ -1,0 +1,211 @@
+//! Starting and stopping the server in-process: [`Server::start`] binds,
+//! serves on the current tokio runtime, and returns a [`Handle`].
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::Error;
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::rdma::{Rdma, RdmaS3, VerbsProvider};
+use crate::s3::service::{Front, s3_service};
+
+/// The server, as a library.
+#[derive(Debug)]
+pub struct Server;
+
+/// A running server.
+#[derive(Debug)]
+pub struct Handle {
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+    metrics: Arc<Metrics>,
+    rdma: Option<Arc<Rdma>>,
+}
+
+impl Server {
+    /// Starts a server as `config` says; RDMA, when enabled, opens the
+    /// device with the configured verbs backend.
+    pub async fn start(config: Config) -> Result<Handle, Error> {
+        let provider = if config.rdma.enabled {
+            Some(match config.rdma.backend {
+                crate::config::VerbsBackend::Ibverbs => VerbsProvider::ibverbs()?,
+            })
+        } else {
+            None
+        };
+        Self::start_with(config, provider).await
+    }
+
+    /// Starts a server whose RDMA device (if `config.rdma.enabled`) comes
+    /// from `provider`: a soft NIC, a fake, or libibverbs.
+    pub async fn start_with(config: Config, provider: Option<VerbsProvider>) -> Result<Handle, Error> {
+        config.validate()?;
+        let metrics = Arc::new(Metrics::default());
+        let rdma = match (config.rdma.enabled, provider) {
+            (true, Some(p)) => Some(Arc::new(Rdma::open(&p, &config.rdma)?)),
+            (true, None) => {
+                return Err(Error::Rdma(
+                    "RDMA is enabled but no verbs backend was given".into(),
+                ));
+            }
+            (false, _) => None,
+        };
+        let store = crate::storage::open(&config)?;
+        let layer = RdmaS3::new(store, rdma.clone(), metrics.clone());
+        let front = Front {
+            s3: s3_service(layer, &config),
+            metrics: metrics.clone(),
+            rdma: rdma.clone(),
+            endpoints: config.metrics_endpoint,
+        };
+        let listener = TcpListener::bind(config.address)
+            .await
+            .map_err(|e| Error::Io(format!("binding {}", config.address), e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Error::Io("reading the bound address".into(), e))?;
+        let (stop, stopped) = watch::channel(false);
+        tracing::info!(%addr, rdma = rdma.is_some(), storage = ?config.storage, "hipobj-server listening");
+        if config.metrics_log_secs > 0 {
+            tokio::spawn(log_metrics(
+                metrics.clone(),
+                Duration::from_secs(config.metrics_log_secs),
+                stopped.clone(),
+            ));
+        }
+        let grace = Duration::from_secs(config.shutdown_grace_secs);
+        let task = tokio::spawn(serve(listener, front, stopped, grace));
+        Ok(Handle {
+            addr,
+            stop,
+            task: Some(task),
+            metrics,
+            rdma,
+        })
+    }
+}
+
+impl Handle {
+    /// Where the server listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://<addr>`.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The counters.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The RDMA engine, when enabled.
+    pub fn rdma(&self) -> Option<&Arc<Rdma>> {
+        self.rdma.as_ref()
+    }
+
+    /// Stops accepting connections, lets requests in flight (RDMA transfers
+    /// included) finish within the grace period, and returns when done.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(t) = self.task.take() {
+            let _ = t.await;
+        }
+    }
+
+    /// Waits until the server stops (after [`Handle::shutdown`] from
+    /// elsewhere, or a signal that the caller turns into one).
+    pub fn stopper(&self) -> watch::Sender<bool> {
+        self.stop.clone()
+    }
+
+    /// Waits for the serving task to end.
+    pub async fn wait(mut self) {
+        if let Some(t) = self.task.take() {
+            let _ = t.await;
+        }
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        // A dropped handle stops its server.
+        let _ = self.stop.send(true);
+    }
+}
+
+async fn stop_requested(rx: &mut watch::Receiver<bool>) {
+    // A closed channel (every sender gone) also means stop.
+    let _ = rx.wait_for(|s| *s).await;
+}
+
+async fn serve(listener: TcpListener, front: Front, mut stopped: watch::Receiver<bool>, grace: Duration) {
+    let graceful = GracefulShutdown::new();
+    loop {
+        tokio::select! {
+            () = stop_requested(&mut stopped) => break,
+            r = listener.accept() => {
+                let (stream, peer) = match r {
+                    Ok(c) => c,
+                    Err(e) => {
+                        // Out of file descriptors and the like: back off.
+                        tracing::warn!("accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let f = front.clone();
+                let service = hyper::service::service_fn(move |req| {
+                    let f = f.clone();
+                    async move { f.call(req).await }
+                });
+                let conn = auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), service)
+                    .into_owned();
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        tracing::debug!(%peer, "connection ended: {e}");
+                    }
+                });
+            }
+        }
+    }
+    drop(listener);
+    tracing::info!("shutting down: waiting for requests in flight");
+    tokio::select! {
+        () = graceful.shutdown() => tracing::info!("all connections closed"),
+        () = tokio::time::sleep(grace) => tracing::warn!("grace period over; dropping the connections left"),
+    }
+}
+
+async fn log_metrics(metrics: Arc<Metrics>, every: Duration, mut stopped: watch::Receiver<bool>) {
+    let mut last = String::new();
+    let mut tick = tokio::time::interval(every);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            () = stop_requested(&mut stopped) => break,
+            _ = tick.tick() => {
+                let now = metrics.summary();
+                if now != last {
+                    tracing::info!("metrics: {now}");
+                    last = now;
+                }
+            }
+        }
+    }
+    tracing::info!("metrics at exit: {}", metrics.summary());
+}

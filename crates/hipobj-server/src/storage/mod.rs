@@ -1,0 +1,32 @@
+//! Where objects live. Every back end is an [`s3s::S3`] implementation, so
+//! the RDMA layer (`crate::rdma`) and the HTTP front (`crate::s3`) work the
+//! same over each:
+//!
+//! * [`fs::FsStore`]: the embedded default, files under a data directory;
+//! * [`remote`]: forwards every request to another S3 service (MinIO, Ceph,
+//!   AWS, moto) through aws-sdk-s3.
+
+pub mod fs;
+pub mod names;
+pub mod remote;
+
+use std::sync::Arc;
+
+use crate::config::{Config, StorageConfig};
+
+/// Opens the back end the configuration names.
+pub fn open(config: &Config) -> Result<Arc<dyn s3s::S3>, crate::Error> {
+    Ok(match &config.storage {
+        StorageConfig::Fs { data_dir } => {
+            let limits = fs::FsLimits {
+                max_object_size: config.limits.max_object_size,
+                min_part_size: config.limits.min_part_size,
+                sync: config.limits.fsync,
+            };
+            let store = fs::FsStore::open(data_dir, limits)
+                .map_err(|e| crate::Error::Storage(format!("{}: {e}", data_dir.display())))?;
+            Arc::new(store)
+        }
+        StorageConfig::S3(remote) => Arc::new(remote::open(remote)),
+    })
+}
