@@ -391,6 +391,16 @@ where
             format!("{thing} does not exist ({what}, HTTP 404)"),
         );
     }
+    if status == Some(403) {
+        let code = e.code().map_or_else(String::new, |c| format!("{c}, "));
+        return CliError::coded(
+            ErrorKind::S3Error,
+            format!(
+                "the server refused access to s3://{}/{} ({code}HTTP 403): check the credentials",
+                url.bucket, url.key
+            ),
+        );
+    }
     hipobj_s3::Error::from_sdk(op, e).into()
 }
 
