@@ -470,7 +470,12 @@ fn check_count(got: u64, want: u64) -> CliResult {
     }
 }
 
-fn plain_get(session: &Session, url: &S3Url, range: Option<String>, dst: &mut [u8]) -> CliResult<u64> {
+pub(crate) fn plain_get(
+    session: &Session,
+    url: &S3Url,
+    range: Option<String>,
+    dst: &mut [u8],
+) -> CliResult<u64> {
     let s3 = session.s3.clone();
     session.rt.block_on(async {
         let out = s3
@@ -719,7 +724,7 @@ fn upload_parts(
     Ok(parts)
 }
 
-fn plain_put(
+pub(crate) fn plain_put(
     session: &Session,
     url: &S3Url,
     bytes: &[u8],

@@ -281,3 +281,34 @@ fn devices_runs_and_token_decode_prints_fields() {
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("127.0.0.5") && text.contains("64 bytes"), "{text}");
 }
+
+#[test]
+fn bench_prints_json_and_writes_a_plot() {
+    let env = Env::new();
+    let dir = tempfile::tempdir().unwrap();
+    let plot = dir.path().join("b.svg");
+    let o = run(env.cmd().args([
+        "bench",
+        "s3://bkt/b/",
+        "--sizes",
+        "4KiB,256KiB",
+        "--concurrency",
+        "2",
+        "--ops",
+        "6",
+        "--json",
+        "--plot",
+        plot.to_str().unwrap(),
+    ]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = v["results"].as_array().unwrap();
+    // No NIC here: HTTP only, PUT and GET per size.
+    assert_eq!(rows.len(), 4, "{v}");
+    assert!(
+        rows.iter()
+            .all(|r| r["mib_per_s"].as_f64().unwrap() > 0.0 && r["ops"] == 6)
+    );
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("GET http") && svg.contains("256 KiB"));
+}
