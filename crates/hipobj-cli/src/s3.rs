@@ -1,0 +1,801 @@
+//! `hipobj get` and `hipobj put`: objects through a registered buffer.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use aws_config::BehaviorVersion;
+use aws_config::meta::credentials::CredentialsProviderChain;
+use aws_config::meta::region::RegionProviderChain;
+use aws_sdk_s3::config::{Region, timeout::TimeoutConfig};
+use aws_sdk_s3::error::ProvideErrorMetadata;
+use hipobj::ErrorKind;
+use hipobj_s3::{RdmaS3Client, Span, Transfer};
+
+use crate::error::{CliError, CliResult};
+
+/// Largest buffer one registration may cover.
+pub const MAX_PART: u64 = 4 << 30;
+/// S3's smallest part but the last.
+pub const MIN_PART: u64 = 5 << 20;
+/// S3's most parts in one upload.
+pub const MAX_PARTS: u64 = 10_000;
+
+/// `s3://bucket/key`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct S3Url {
+    /// The bucket.
+    pub bucket: String,
+    /// The key (may be a prefix for `bench`).
+    pub key: String,
+}
+
+impl S3Url {
+    /// Parses `s3://bucket/key`; `need_key` says whether an empty key is an error.
+    pub fn parse(url: &str, need_key: bool) -> CliResult<Self> {
+        let rest = url
+            .strip_prefix("s3://")
+            .ok_or_else(|| CliError::plain(format!("{url:?} is not an S3 URL: write s3://bucket/key")))?;
+        let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(CliError::plain(format!(
+                "{url:?} names no bucket: write s3://bucket/key"
+            )));
+        }
+        if need_key && key.is_empty() {
+            return Err(CliError::plain(format!(
+                "{url:?} names no object key: write s3://bucket/key"
+            )));
+        }
+        Ok(Self {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+        })
+    }
+}
+
+/// Options shared by the commands that talk to S3.
+#[derive(Clone, Debug, clap::Args)]
+pub struct Conn {
+    /// The S3 endpoint (default: AWS, from the region). Path-style addressing is used with it.
+    #[arg(long, env = "AWS_ENDPOINT_URL")]
+    pub endpoint_url: Option<String>,
+    /// The AWS profile to read credentials and region from.
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// The region (default: from the environment or profile, else us-east-1).
+    #[arg(long)]
+    pub region: Option<String>,
+    /// RDMA devices that may be used, comma-separated (nicHint).
+    #[arg(long)]
+    pub nic_hint: Option<String>,
+    /// The GPU whose closest NIC to use (-1: the current GPU, or none).
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    pub gpu: i32,
+    /// Fail instead of falling back to plain HTTP when RDMA cannot be used.
+    #[arg(long)]
+    pub require_rdma: bool,
+}
+
+/// Everything a command needs to move objects.
+pub struct Session {
+    /// The runtime the SDK runs on (two workers: the calls block on it).
+    pub rt: tokio::runtime::Runtime,
+    /// The S3 client.
+    pub s3: aws_sdk_s3::Client,
+    /// The RDMA client, or why there is none.
+    pub rdma: Result<RdmaS3Client, CliError>,
+}
+
+impl Session {
+    /// Loads the credentials and region, builds the S3 client, and opens the NIC.
+    pub fn open(conn: &Conn) -> CliResult<Self> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| CliError::plain(format!("cannot start the I/O runtime: {e}")))?;
+        let s3 = rt.block_on(s3_client(conn))?;
+        let rdma = hipobj_client(conn)
+            .map(|h| RdmaS3Client::new(s3.clone(), h, rt.handle().clone()).fallback(!conn.require_rdma));
+        if let Err(e) = &rdma
+            && conn.require_rdma
+        {
+            return Err(CliError {
+                code: e.code,
+                message: e.message.clone(),
+            });
+        }
+        Ok(Self { rt, s3, rdma })
+    }
+
+    /// Says on stderr, once, that RDMA is not used and why.
+    pub fn warn_no_rdma(&self) {
+        if let Err(e) = &self.rdma {
+            eprintln!("hipobj: no RDMA: {e}; using plain HTTP");
+        }
+    }
+}
+
+fn hipobj_client(conn: &Conn) -> CliResult<hipobj::Client> {
+    let mut b = hipobj::Client::builder().gpu_device(conn.gpu);
+    if let Some(h) = &conn.nic_hint {
+        b = b.nic_hint(h.clone());
+    }
+    b.build()
+        .map_err(|e| CliError::coded(e.kind(), format!("the RDMA client could not start: {e}")))
+}
+
+async fn s3_client(conn: &Conn) -> CliResult<aws_sdk_s3::Client> {
+    // Credentials and region come from the environment and the profile
+    // files only: no instance metadata service, which would send traffic
+    // off this machine.
+    let env_region = aws_config::environment::EnvironmentVariableRegionProvider::new();
+    let mut profile_region = aws_config::profile::ProfileFileRegionProvider::builder();
+    let mut profile_creds = aws_config::profile::ProfileFileCredentialsProvider::builder();
+    if let Some(p) = &conn.profile {
+        profile_region = profile_region.profile_name(p);
+        profile_creds = profile_creds.profile_name(p);
+    }
+    let region = match &conn.region {
+        Some(r) => RegionProviderChain::first_try(Region::new(r.clone())),
+        None => RegionProviderChain::first_try(env_region)
+            .or_else(profile_region.build())
+            .or_else(Region::new("us-east-1")),
+    };
+    let creds = aws_sdk_s3::config::SharedCredentialsProvider::new(
+        CredentialsProviderChain::first_try(
+            "environment",
+            aws_config::environment::EnvironmentVariableCredentialsProvider::new(),
+        )
+        .or_else("profile", profile_creds.build()),
+    );
+    let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .region(region)
+        .credentials_provider(creds.clone())
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(Duration::from_secs(5))
+                .build(),
+        );
+    if let Some(p) = &conn.profile {
+        loader = loader.profile_name(p);
+    }
+    if let Some(url) = &conn.endpoint_url {
+        check_endpoint(url)?;
+        loader = loader.endpoint_url(url);
+    }
+    let sdk = loader.load().await;
+    use aws_sdk_s3::config::ProvideCredentials as _;
+    if creds.provide_credentials().await.is_err() {
+        return Err(CliError::coded(
+            ErrorKind::S3Error,
+            "no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or name a profile with --profile or AWS_PROFILE",
+        ));
+    }
+    let mut b = aws_sdk_s3::config::Builder::from(&sdk);
+    if conn.endpoint_url.is_some() {
+        b = b.force_path_style(true);
+    }
+    Ok(aws_sdk_s3::Client::from_conf(b.build()))
+}
+
+fn check_endpoint(url: &str) -> CliResult {
+    let ok = (url.starts_with("http://") || url.starts_with("https://"))
+        && url
+            .split_once("://")
+            .is_some_and(|(_, rest)| !rest.is_empty() && !rest.starts_with('/'));
+    if ok {
+        Ok(())
+    } else {
+        Err(CliError::plain(format!(
+            "--endpoint-url {url:?} is not an http:// or https:// URL"
+        )))
+    }
+}
+
+/// Parses a size: `4096`, `4KiB`, `1MiB`, `64MB`, `2GiB` (binary units
+/// for both spellings; `k`/`m`/`g` alone too).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (write e.g. 4096, 4KiB, 64MiB)"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        _ => return Err(format!("{s:?} has an unknown unit (use KiB, MiB, GiB)")),
+    };
+    n.checked_mul(mult).ok_or_else(|| format!("{s:?} is too large"))
+}
+
+/// A human size.
+pub fn human(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else if v.fract() == 0.0 {
+        format!("{v:.0} {}", UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// Resolves `--range` (`A-B`, `A-`, `-N`, with or without `bytes=`) against
+/// the object's size into (first byte, length).
+pub fn resolve_range(range: &str, size: u64) -> CliResult<(u64, u64)> {
+    let r = range.trim().strip_prefix("bytes=").unwrap_or(range.trim());
+    let bad = || CliError::plain(format!("--range {range:?} is not A-B, A- or -N"));
+    let (a, b) = r.split_once('-').ok_or_else(bad)?;
+    let (first, last) = match (a.is_empty(), b.is_empty()) {
+        (true, false) => {
+            let n: u64 = b.parse().map_err(|_| bad())?;
+            (
+                size.saturating_sub(n),
+                size.checked_sub(1).ok_or_else(|| empty_range(range, size))?,
+            )
+        }
+        (false, true) => (
+            a.parse().map_err(|_| bad())?,
+            size.checked_sub(1).ok_or_else(|| empty_range(range, size))?,
+        ),
+        (false, false) => {
+            let (a, b): (u64, u64) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+            (a, b.min(size.saturating_sub(1)))
+        }
+        (true, true) => return Err(bad()),
+    };
+    if first >= size || last < first {
+        return Err(empty_range(range, size));
+    }
+    Ok((first, last - first + 1))
+}
+
+fn empty_range(range: &str, size: u64) -> CliError {
+    CliError::plain(format!(
+        "--range {range:?} selects no byte of the {size}-byte object"
+    ))
+}
+
+/// Where `get` writes: a temporary file beside the target, renamed into
+/// place only when complete, or stdout.
+enum Sink {
+    File {
+        tmp: tempfile::NamedTempFile,
+        path: PathBuf,
+    },
+    Stdout(std::io::StdoutLock<'static>),
+}
+
+impl Sink {
+    fn open(target: &str) -> CliResult<Self> {
+        if target == "-" {
+            return Ok(Self::Stdout(std::io::stdout().lock()));
+        }
+        let path = PathBuf::from(target);
+        if path.is_dir() {
+            return Err(CliError::plain(format!(
+                "cannot write {target}: it is a directory"
+            )));
+        }
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let tmp = tempfile::Builder::new()
+            .prefix(".hipobj-")
+            .suffix(".part")
+            .tempfile_in(&dir)
+            .map_err(|e| CliError::plain(format!("cannot write {target}: {}", io_reason(&e))))?;
+        Ok(Self::File { tmp, path })
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> CliResult {
+        let r = match self {
+            Self::File { tmp, .. } => tmp.write_all(bytes),
+            Self::Stdout(s) => s.write_all(bytes),
+        };
+        r.map_err(|e| CliError::plain(format!("writing the output failed: {}", io_reason(&e))))
+    }
+
+    fn finish(self) -> CliResult {
+        match self {
+            Self::File { tmp, path } => {
+                tmp.as_file().sync_all().map_err(|e| {
+                    CliError::plain(format!("writing {} failed: {}", path.display(), io_reason(&e)))
+                })?;
+                tmp.persist(&path).map_err(|e| {
+                    CliError::plain(format!(
+                        "cannot move the download into {}: {}",
+                        path.display(),
+                        io_reason(&e.error)
+                    ))
+                })?;
+                Ok(())
+            }
+            Self::Stdout(mut s) => s
+                .flush()
+                .map_err(|e| CliError::plain(format!("writing the output failed: {}", io_reason(&e)))),
+        }
+    }
+}
+
+/// An I/O error as words, without Rust's `(os error N)` suffix.
+pub fn io_reason(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error") {
+        Some(i) => s[..i].to_lowercase(),
+        None => s,
+    }
+}
+
+/// Notes a declined transfer on stderr, once per command.
+#[derive(Default)]
+struct Declines(bool);
+
+impl Declines {
+    fn note(&mut self, t: &Transfer) {
+        if let Some(why) = &t.declined
+            && !self.0
+        {
+            self.0 = true;
+            eprintln!("hipobj: {why}; moved the bytes over plain HTTP instead");
+        }
+    }
+}
+
+fn head_size(session: &Session, url: &S3Url) -> CliResult<u64> {
+    let s3 = session.s3.clone();
+    let out = session
+        .rt
+        .block_on(s3.head_object().bucket(&url.bucket).key(&url.key).send());
+    match out {
+        Ok(o) => Ok(o
+            .content_length()
+            .and_then(|n| u64::try_from(n).ok())
+            .unwrap_or(0)),
+        Err(e) => Err(sdk_error("HeadObject", url, &e)),
+    }
+}
+
+/// One sentence for an SDK failure of a plain request.
+pub fn sdk_error<E>(
+    op: &str,
+    url: &S3Url,
+    e: &aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
+) -> CliError
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    let status = e.raw_response().map(|r| r.status().as_u16());
+    if status == Some(404) {
+        let what = e.code().unwrap_or("NotFound");
+        let thing = if what == "NoSuchBucket" {
+            format!("bucket {}", url.bucket)
+        } else {
+            format!("s3://{}/{}", url.bucket, url.key)
+        };
+        return CliError::coded(
+            ErrorKind::S3Error,
+            format!("{thing} does not exist ({what}, HTTP 404)"),
+        );
+    }
+    if status == Some(403) {
+        let code = e.code().map_or_else(String::new, |c| format!("{c}, "));
+        return CliError::coded(
+            ErrorKind::S3Error,
+            format!(
+                "the server refused access to s3://{}/{} ({code}HTTP 403): check the credentials",
+                url.bucket, url.key
+            ),
+        );
+    }
+    hipobj_s3::Error::from_sdk(op, e).into()
+}
+
+/// `hipobj get`.
+pub fn get(session: &Session, url: &S3Url, target: &str, range: Option<&str>, part_size: u64) -> CliResult {
+    let mut sink = Sink::open(target)?;
+    let size = head_size(session, url)?;
+    let (first, len) = match range {
+        Some(r) => resolve_range(r, size)?,
+        None => (0, size),
+    };
+    if len == 0 {
+        return sink.finish();
+    }
+    let chunk = part_size.min(len);
+    let chunk_usize =
+        usize::try_from(chunk).map_err(|_| CliError::plain("--part-size is too large for this machine"))?;
+    let mut declines = Declines::default();
+    let mut buf = vec![0u8; chunk_usize];
+    let whole = range.is_none() && len == chunk;
+    match &session.rdma {
+        Ok(client) => {
+            let mut reg = client.hipobj().register(&mut buf)?;
+            let mut at = first;
+            while at < first + len {
+                let n = chunk.min(first + len - at);
+                let r = (!whole).then(|| format!("bytes={at}-{}", at + n - 1));
+                let t = client.get_object(
+                    &mut reg,
+                    Span::whole(n as usize),
+                    &url.bucket,
+                    &url.key,
+                    r.as_deref(),
+                )?;
+                declines.note(&t);
+                check_count(t.bytes, n)?;
+                sink.write(&reg.bytes()[..n as usize])?;
+                at += n;
+            }
+        }
+        Err(_) => {
+            session.warn_no_rdma();
+            let mut at = first;
+            while at < first + len {
+                let n = chunk.min(first + len - at);
+                let r = (!whole).then(|| format!("bytes={at}-{}", at + n - 1));
+                let got = plain_get(session, url, r, &mut buf[..n as usize])?;
+                check_count(got, n)?;
+                sink.write(&buf[..n as usize])?;
+                at += n;
+            }
+        }
+    }
+    sink.finish()
+}
+
+fn check_count(got: u64, want: u64) -> CliResult {
+    if got == want {
+        Ok(())
+    } else {
+        Err(CliError::coded(
+            ErrorKind::S3Error,
+            format!(
+                "the server sent {got} bytes where {want} were expected; did the object change meanwhile?"
+            ),
+        ))
+    }
+}
+
+pub(crate) fn plain_get(
+    session: &Session,
+    url: &S3Url,
+    range: Option<String>,
+    dst: &mut [u8],
+) -> CliResult<u64> {
+    let s3 = session.s3.clone();
+    session.rt.block_on(async {
+        let out = s3
+            .get_object()
+            .bucket(&url.bucket)
+            .key(&url.key)
+            .set_range(range)
+            .send()
+            .await
+            .map_err(|e| sdk_error("GetObject", url, &e))?;
+        let mut body = out.body;
+        let mut n = 0usize;
+        while let Some(c) = body.next().await {
+            let c = c.map_err(|e| {
+                CliError::coded(ErrorKind::S3Error, format!("reading the object failed: {e}"))
+            })?;
+            let end = n + c.len();
+            let slot = dst.get_mut(n..end).ok_or_else(|| {
+                CliError::coded(ErrorKind::S3Error, "the server sent more bytes than asked for")
+            })?;
+            slot.copy_from_slice(&c);
+            n = end;
+        }
+        Ok(n as u64)
+    })
+}
+
+/// Where `put` reads from.
+enum Source {
+    File(std::fs::File, u64),
+    Memory(Vec<u8>),
+}
+
+impl Source {
+    fn open(src: &str) -> CliResult<Self> {
+        if src == "-" {
+            let mut v = Vec::new();
+            std::io::stdin()
+                .lock()
+                .read_to_end(&mut v)
+                .map_err(|e| CliError::plain(format!("reading stdin failed: {}", io_reason(&e))))?;
+            return Ok(Self::Memory(v));
+        }
+        let p = Path::new(src);
+        let f = std::fs::File::open(p)
+            .map_err(|e| CliError::plain(format!("cannot read {src}: {}", io_reason(&e))))?;
+        let meta = f
+            .metadata()
+            .map_err(|e| CliError::plain(format!("cannot read {src}: {}", io_reason(&e))))?;
+        if meta.is_dir() {
+            return Err(CliError::plain(format!("cannot read {src}: it is a directory")));
+        }
+        Ok(Self::File(f, meta.len()))
+    }
+
+    fn len(&self) -> u64 {
+        match self {
+            Self::File(_, n) => *n,
+            Self::Memory(v) => v.len() as u64,
+        }
+    }
+
+    /// Fills `dst` with the bytes at `at`.
+    fn read_at(&mut self, at: u64, dst: &mut [u8]) -> CliResult {
+        match self {
+            Self::File(f, _) => {
+                use std::io::{Seek, SeekFrom};
+                f.seek(SeekFrom::Start(at))
+                    .and_then(|_| f.read_exact(dst))
+                    .map_err(|e| CliError::plain(format!("reading the input failed: {}", io_reason(&e))))
+            }
+            Self::Memory(v) => {
+                let start = usize::try_from(at).map_err(|_| CliError::plain("input offset too large"))?;
+                let s = v
+                    .get(start..start + dst.len())
+                    .ok_or_else(|| CliError::plain("the input is shorter than it was"))?;
+                dst.copy_from_slice(s);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Checks `--part-size` and the number of parts an object of `size` needs.
+pub fn check_part_size(part_size: u64, size: u64) -> CliResult {
+    if part_size > MAX_PART {
+        return Err(CliError::coded(
+            ErrorKind::SizeTooLarge,
+            format!(
+                "--part-size {} is over the 4 GiB limit of one registered buffer",
+                human(part_size)
+            ),
+        ));
+    }
+    if part_size < MIN_PART {
+        return Err(CliError::plain(format!(
+            "--part-size {} is under S3's 5 MiB minimum part size",
+            human(part_size)
+        )));
+    }
+    let parts = size.div_ceil(part_size);
+    if parts > MAX_PARTS {
+        return Err(CliError::coded(
+            ErrorKind::SizeTooLarge,
+            format!(
+                "{} in parts of {} is {parts} parts, over S3's limit of {MAX_PARTS}; raise --part-size",
+                human(size),
+                human(part_size)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `hipobj put`.
+pub fn put(session: &Session, src: &str, url: &S3Url, part_size: u64) -> CliResult {
+    let mut source = Source::open(src)?;
+    let size = source.len();
+    check_part_size(part_size, size)?;
+    let mut declines = Declines::default();
+    if size == 0 {
+        // Nothing to register: an empty object is a plain request.
+        let s3 = session.s3.clone();
+        session
+            .rt
+            .block_on(s3.put_object().bucket(&url.bucket).key(&url.key).send())
+            .map_err(|e| sdk_error("PutObject", url, &e))?;
+        return Ok(());
+    }
+    let chunk = part_size.min(size);
+    let mut buf = vec![
+        0u8;
+        usize::try_from(chunk)
+            .map_err(|_| CliError::plain("--part-size is too large for this machine"))?
+    ];
+    if size <= part_size {
+        source.read_at(0, &mut buf)?;
+        return match &session.rdma {
+            Ok(c) => {
+                let reg = c.hipobj().register(&mut buf)?;
+                let t = c.put_object(&reg, Span::whole(size as usize), &url.bucket, &url.key)?;
+                declines.note(&t);
+                Ok(())
+            }
+            Err(_) => {
+                session.warn_no_rdma();
+                plain_put(session, url, &buf, None).map(|_| ())
+            }
+        };
+    }
+    let s3 = session.s3.clone();
+    let up = session
+        .rt
+        .block_on(
+            s3.create_multipart_upload()
+                .bucket(&url.bucket)
+                .key(&url.key)
+                .send(),
+        )
+        .map_err(|e| sdk_error("CreateMultipartUpload", url, &e))?;
+    let id = up
+        .upload_id()
+        .ok_or_else(|| CliError::coded(ErrorKind::S3Error, "CreateMultipartUpload returned no upload id"))?
+        .to_owned();
+    let result = upload_parts(
+        session,
+        &mut source,
+        url,
+        &id,
+        chunk,
+        size,
+        &mut buf,
+        &mut declines,
+    );
+    match result {
+        Ok(parts) => {
+            let done = aws_sdk_s3::types::CompletedMultipartUpload::builder()
+                .set_parts(Some(parts))
+                .build();
+            session
+                .rt
+                .block_on(
+                    s3.complete_multipart_upload()
+                        .bucket(&url.bucket)
+                        .key(&url.key)
+                        .upload_id(&id)
+                        .multipart_upload(done)
+                        .send(),
+                )
+                .map_err(|e| sdk_error("CompleteMultipartUpload", url, &e))?;
+            Ok(())
+        }
+        Err(e) => {
+            // Leave no half-uploaded parts behind.
+            let _ = session.rt.block_on(
+                s3.abort_multipart_upload()
+                    .bucket(&url.bucket)
+                    .key(&url.key)
+                    .upload_id(&id)
+                    .send(),
+            );
+            Err(e)
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn upload_parts(
+    session: &Session,
+    source: &mut Source,
+    url: &S3Url,
+    id: &str,
+    chunk: u64,
+    size: u64,
+    buf: &mut [u8],
+    declines: &mut Declines,
+) -> CliResult<Vec<aws_sdk_s3::types::CompletedPart>> {
+    let mut parts = Vec::new();
+    let mut number = 0i32;
+    let mut at = 0u64;
+    match &session.rdma {
+        Ok(c) => {
+            let mut reg = c.hipobj().register(buf)?;
+            while at < size {
+                let n = chunk.min(size - at);
+                number += 1;
+                source.read_at(at, &mut reg.bytes_mut()[..n as usize])?;
+                let t = c.upload_part(&reg, Span::whole(n as usize), &url.bucket, &url.key, id, number)?;
+                declines.note(&t);
+                parts.push(hipobj_s3::completed_part(number, t.etag));
+                at += n;
+            }
+        }
+        Err(_) => {
+            session.warn_no_rdma();
+            while at < size {
+                let n = chunk.min(size - at);
+                number += 1;
+                source.read_at(at, &mut buf[..n as usize])?;
+                let etag = plain_put(session, url, &buf[..n as usize], Some((id, number)))?;
+                parts.push(hipobj_s3::completed_part(number, etag));
+                at += n;
+            }
+        }
+    }
+    Ok(parts)
+}
+
+pub(crate) fn plain_put(
+    session: &Session,
+    url: &S3Url,
+    bytes: &[u8],
+    part: Option<(&str, i32)>,
+) -> CliResult<Option<String>> {
+    let s3 = session.s3.clone();
+    let body = aws_sdk_s3::primitives::ByteStream::from(bytes.to_vec());
+    session.rt.block_on(async {
+        match part {
+            Some((id, n)) => s3
+                .upload_part()
+                .bucket(&url.bucket)
+                .key(&url.key)
+                .upload_id(id)
+                .part_number(n)
+                .body(body)
+                .send()
+                .await
+                .map(|o| o.e_tag().map(str::to_owned))
+                .map_err(|e| sdk_error("UploadPart", url, &e)),
+            None => s3
+                .put_object()
+                .bucket(&url.bucket)
+                .key(&url.key)
+                .body(body)
+                .send()
+                .await
+                .map(|o| o.e_tag().map(str::to_owned))
+                .map_err(|e| sdk_error("PutObject", url, &e)),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            S3Url::parse("s3://b/k/x", true).ok(),
+            Some(S3Url {
+                bucket: "b".into(),
+                key: "k/x".into()
+            })
+        );
+        assert!(S3Url::parse("http://b/k", true).is_err());
+        assert!(S3Url::parse("s3:///k", true).is_err());
+        assert!(S3Url::parse("s3://b", true).is_err());
+        assert!(S3Url::parse("s3://b", false).is_ok());
+    }
+
+    #[test]
+    fn sizes_and_ranges() {
+        assert_eq!(parse_size("4KiB"), Ok(4096));
+        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_size("1g"), Ok(1 << 30));
+        assert!(parse_size("x").is_err());
+        assert!(parse_size("3 parsecs").is_err());
+        assert_eq!(resolve_range("0-9", 100).ok(), Some((0, 10)));
+        assert_eq!(resolve_range("bytes=90-", 100).ok(), Some((90, 10)));
+        assert_eq!(resolve_range("-5", 100).ok(), Some((95, 5)));
+        assert_eq!(resolve_range("50-1000", 100).ok(), Some((50, 50)));
+        assert!(resolve_range("100-", 100).is_err());
+        assert!(resolve_range("9-3", 100).is_err());
+        assert!(resolve_range("a-b", 100).is_err());
+        assert!(check_part_size(8 << 30, 1).is_err());
+        assert!(check_part_size(1 << 20, 1).is_err());
+        assert!(check_part_size(5 << 20, (5 << 20) * 10_001).is_err());
+        assert!(check_part_size(64 << 20, 1 << 30).is_ok());
+        assert_eq!(human(4096), "4 KiB");
+        assert_eq!(human(1536), "1.5 KiB");
+    }
+}

@@ -1,0 +1,314 @@
+//! The `hipobj` binary as a person runs it: against the real hipobj-server
+//! in-process on 127.0.0.1, and every failure a clear single line with a
+//! non-zero exit.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use hipobj_server::config::{AccessKey, StorageConfig};
+use hipobj_server::{Config, Handle, Server};
+
+const AK: &str = "hipobj-cli-test";
+const SK: &str = "hipobj-cli-secret";
+
+struct Env {
+    rt: tokio::runtime::Runtime,
+    server: Option<Handle>,
+    home: tempfile::TempDir,
+    _data: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Self {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let data = tempfile::tempdir().unwrap();
+        let mut config = Config {
+            address: "127.0.0.1:0".parse().unwrap(),
+            credentials: vec![AccessKey {
+                access_key: AK.into(),
+                secret_key: SK.into(),
+            }],
+            storage: StorageConfig::Fs {
+                data_dir: data.path().to_path_buf(),
+            },
+            metrics_log_secs: 0,
+            shutdown_grace_secs: 2,
+            ..Config::default()
+        };
+        config.limits.fsync = false;
+        let server = rt.block_on(Server::start(config)).unwrap();
+        std::fs::create_dir(data.path().join("bkt")).ok();
+        Self {
+            rt,
+            server: Some(server),
+            home: tempfile::tempdir().unwrap(),
+            _data: data,
+        }
+    }
+
+    fn endpoint(&self) -> String {
+        self.server.as_ref().unwrap().endpoint()
+    }
+
+    /// `hipobj args...` with the test's credentials and a bare HOME.
+    fn cmd(&self) -> Command {
+        let mut c = bare(self.home.path());
+        c.env("AWS_ACCESS_KEY_ID", AK)
+            .env("AWS_SECRET_ACCESS_KEY", SK)
+            .env("AWS_ENDPOINT_URL", self.endpoint());
+        c
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if let Some(s) = self.server.take() {
+            self.rt.block_on(s.shutdown());
+        }
+    }
+}
+
+/// `hipobj` with no AWS settings at all.
+fn bare(home: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_hipobj"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AWS_") || k.starts_with("HIPOBJ_") {
+            c.env_remove(k);
+        }
+    }
+    c.env("HOME", home).env("AWS_REGION", "us-east-1");
+    c
+}
+
+fn run(c: &mut Command) -> Output {
+    c.output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Fails with exactly one line on stderr that contains `want`.
+fn fails_with(o: &Output, want: &str) {
+    assert!(!o.status.success(), "succeeded: {}", stderr(o));
+    let err = stderr(o);
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("hipobj: error:")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].contains(want), "wanted {want:?} in {err}");
+}
+
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(13) ^ (i >> 10) as u8)
+        .collect()
+}
+
+#[test]
+fn put_then_get_round_trips_in_parts_and_ranges_and_says_it_used_http() {
+    let env = Env::new();
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src.bin");
+    let data = pattern((11 << 20) + 123);
+    std::fs::write(&src, &data).unwrap();
+    let o = run(env.cmd().args([
+        "put",
+        src.to_str().unwrap(),
+        "s3://bkt/obj",
+        "--part-size",
+        "5MiB",
+    ]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    // No NIC on this machine: it says it used HTTP, plainly.
+    assert!(stderr(&o).contains("plain HTTP"), "{}", stderr(&o));
+
+    let dst = dir.path().join("out.bin");
+    let o = run(env.cmd().args([
+        "get",
+        "s3://bkt/obj",
+        dst.to_str().unwrap(),
+        "--part-size",
+        "4MiB",
+    ]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&dst).unwrap(), data);
+
+    let o = run(env.cmd().args(["get", "s3://bkt/obj", "-", "--range", "100-199"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(o.stdout, &data[100..200]);
+    let o = run(env.cmd().args(["get", "s3://bkt/obj", "-", "--range=-10"]));
+    assert_eq!(o.stdout, &data[data.len() - 10..]);
+
+    // A small object from stdin, in one PutObject.
+    let mut c = env.cmd();
+    c.args(["put", "-", "s3://bkt/small"])
+        .stdin(std::process::Stdio::piped());
+    let mut child = c
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"hello").unwrap();
+    assert!(child.wait_with_output().unwrap().status.success());
+    let o = run(env.cmd().args(["get", "s3://bkt/small", "-"]));
+    assert_eq!(o.stdout, b"hello");
+    // Nothing but the outputs is left in the directory.
+    let mut names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["out.bin", "src.bin"]);
+}
+
+#[test]
+fn failures_are_one_clear_line() {
+    let env = Env::new();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.bin");
+    let out_s = out.to_str().unwrap();
+
+    fails_with(
+        &run(env.cmd().args(["get", "http://bkt/obj", out_s])),
+        "not an S3 URL",
+    );
+    fails_with(
+        &run(env.cmd().args(["get", "s3://bkt", out_s])),
+        "names no object key",
+    );
+    fails_with(
+        &run(env.cmd().args(["get", "s3://bkt/missing", out_s])),
+        "s3://bkt/missing does not exist (NotFound, HTTP 404) (hipObjS3Error)",
+    );
+    assert!(!out.exists(), "no partial file");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "no temp file left"
+    );
+    fails_with(
+        &run(env.cmd().args([
+            "get",
+            "s3://bkt/obj",
+            dir.path().join("no/such/dir/f").to_str().unwrap(),
+        ])),
+        "cannot write",
+    );
+    fails_with(
+        &run(env.cmd().args(["put", "/no/such/file", "s3://bkt/obj"])),
+        "cannot read /no/such/file: no such file or directory",
+    );
+    fails_with(
+        &run(env
+            .cmd()
+            .args(["put", out_s, "s3://bkt/obj", "--part-size", "8GiB"])),
+        "over the 4 GiB limit of one registered buffer (hipObjSizeTooLarge)",
+    );
+    // Bad arguments are clap's usage errors: exit 2, one line saying why.
+    let o = run(env
+        .cmd()
+        .args(["put", out_s, "s3://bkt/obj", "--part-size", "lots"]));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o)
+            .lines()
+            .next()
+            .unwrap()
+            .contains("\"lots\" is not a size"),
+        "{}",
+        stderr(&o)
+    );
+
+    // Missing credentials: nothing in the environment, an empty HOME.
+    let o =
+        run(bare(env.home.path()).args(["get", "s3://bkt/obj", out_s, "--endpoint-url", &env.endpoint()]));
+    fails_with(&o, "no AWS credentials");
+    // Wrong credentials: the server's own answer.
+    let o = run(env
+        .cmd()
+        .env("AWS_SECRET_ACCESS_KEY", "wrong")
+        .args(["get", "s3://bkt/obj", out_s]));
+    fails_with(&o, "refused access to s3://bkt/obj");
+
+    // Nobody listening.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", l.local_addr().unwrap());
+    drop(l);
+    let o = run(env
+        .cmd()
+        .args(["get", "s3://bkt/obj", out_s, "--endpoint-url", &dead]));
+    fails_with(&o, "could not be reached");
+    fails_with(
+        &run(env
+            .cmd()
+            .args(["get", "s3://bkt/obj", out_s, "--endpoint-url", "ftp://x"])),
+        "not an http",
+    );
+    fails_with(
+        &run(env.cmd().args(["token", "decode", "zz"])),
+        "not a hipObject token",
+    );
+    fails_with(
+        &run(env.cmd().args(["reply", "parse", "2000"])),
+        "not an x-amz-rdma-reply value",
+    );
+}
+
+#[test]
+fn devices_runs_and_token_decode_prints_fields() {
+    let home = tempfile::tempdir().unwrap();
+    let o = run(bare(home.path()).args(["devices", "--json"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["devices"].is_array() && v["choice"].is_object(), "{v}");
+    let tok = hipobj_proto::Token {
+        transport: hipobj_proto::Transport::Rc,
+        qpn: 7,
+        gid: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 5],
+        rkey: 9,
+        addr: 0x1000,
+        len: 64,
+        port: 1,
+        lid: 0,
+    };
+    let o = run(bare(home.path()).args(["token", "decode", tok.encode().as_str()]));
+    assert!(o.status.success());
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("127.0.0.5") && text.contains("64 bytes"), "{text}");
+}
+
+#[test]
+fn bench_prints_json_and_writes_a_plot() {
+    let env = Env::new();
+    let dir = tempfile::tempdir().unwrap();
+    let plot = dir.path().join("b.svg");
+    let o = run(env.cmd().args([
+        "bench",
+        "s3://bkt/b/",
+        "--sizes",
+        "4KiB,256KiB",
+        "--concurrency",
+        "2",
+        "--ops",
+        "6",
+        "--json",
+        "--plot",
+        plot.to_str().unwrap(),
+    ]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = v["results"].as_array().unwrap();
+    // No NIC here: HTTP only, PUT and GET per size.
+    assert_eq!(rows.len(), 4, "{v}");
+    assert!(
+        rows.iter()
+            .all(|r| r["mib_per_s"].as_f64().unwrap() > 0.0 && r["ops"] == 6)
+    );
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("GET http") && svg.contains("256 KiB"));
+}

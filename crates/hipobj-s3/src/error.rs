@@ -1,0 +1,135 @@
+//! The error of an S3 call over RDMA: a hipObject error code, the S3 side's
+//! status and code when the server answered with an error, and a sentence.
+
+use std::fmt;
+
+use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+use hipobj::ErrorKind;
+
+/// Why a call failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Error {
+    kind: ErrorKind,
+    status: Option<u16>,
+    s3_code: Option<String>,
+    declined: bool,
+    unreachable: bool,
+    detail: String,
+}
+
+/// This crate's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// A failure of `kind`, described by `detail`.
+    pub fn new(kind: ErrorKind, detail: impl Into<String>) -> Self {
+        Self {
+            kind,
+            status: None,
+            s3_code: None,
+            declined: false,
+            unreachable: false,
+            detail: detail.into(),
+        }
+    }
+
+    pub(crate) fn declined(op: &str, why: String) -> Self {
+        Self {
+            declined: true,
+            ..Self::new(
+                ErrorKind::S3Error,
+                format!("{op}: {why}, and falling back to HTTP is off"),
+            )
+        }
+    }
+
+    /// An SDK failure of `op`.
+    pub fn from_sdk<E>(op: &str, e: &SdkError<E, HttpResponse>) -> Self
+    where
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        match e {
+            SdkError::ServiceError(se) => {
+                let status = Some(se.raw().status().as_u16());
+                let err = se.err();
+                let code = err.code().map(str::to_owned);
+                let what = match (&code, err.message()) {
+                    (Some(c), Some(m)) => format!("{c}: {m}"),
+                    (Some(c), None) => c.clone(),
+                    (None, Some(m)) => m.to_owned(),
+                    (None, None) => "no error code".to_owned(),
+                };
+                Self {
+                    status,
+                    s3_code: code,
+                    ..Self::new(
+                        ErrorKind::S3Error,
+                        format!(
+                            "{op} failed with HTTP {}: {what}",
+                            status.map_or_else(|| "error".into(), |s| s.to_string())
+                        ),
+                    )
+                }
+            }
+            SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => Self {
+                unreachable: true,
+                ..Self::new(
+                    ErrorKind::S3Error,
+                    format!(
+                        "{op}: the S3 server could not be reached: {}",
+                        DisplayErrorContext(e)
+                    ),
+                )
+            },
+            other => Self::new(
+                ErrorKind::S3Error,
+                format!("{op} failed: {}", DisplayErrorContext(other)),
+            ),
+        }
+    }
+
+    /// The hipObject error code behind it.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The HTTP status of the S3 error response, if one came.
+    pub fn status(&self) -> Option<u16> {
+        self.status
+    }
+
+    /// The S3 error code (`NoSuchKey`, `AccessDenied`, ...), if one came.
+    pub fn s3_code(&self) -> Option<&str> {
+        self.s3_code.as_deref()
+    }
+
+    /// Whether the server declined RDMA and fallback was off.
+    pub fn is_declined(&self) -> bool {
+        self.declined
+    }
+
+    /// Whether no response came at all (connection refused, timeout).
+    pub fn is_unreachable(&self) -> bool {
+        self.unreachable
+    }
+
+    /// The sentence for people.
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.detail)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<hipobj::Error> for Error {
+    fn from(e: hipobj::Error) -> Self {
+        Self::new(e.kind(), e.to_string())
+    }
+}

@@ -1,0 +1,567 @@
+//! hipObject with aws-sdk-s3: GetObject (with an optional Range),
+//! PutObject and UploadPart straight into and out of memory registered
+//! with a [`hipobj::Client`], the bytes moved by the server with RDMA.
+//!
+//! [`RdmaS3Client`] pairs an [`aws_sdk_s3::Client`] with a
+//! [`hipobj::Client`]. Each call runs one hipObject transfer
+//! (docs/protocol.md §3) whose [`hipobj::Control`] is an ordinary SDK call
+//! with the token in the `x-amz-rdma-token` header:
+//!
+//! - the header is added by `customize().mutate_request`, which runs before
+//!   SigV4 signing, so the token is among the signed headers;
+//! - PutObject and UploadPart send no body (`Content-Length: 0`) and sign
+//!   `UNSIGNED-PAYLOAD`; the server READs the bytes from the buffer;
+//! - request checksums are only computed where S3 requires them and SDK
+//!   retries are off for these requests: a checksum of the empty body would
+//!   be wrong, and a retried request would pair one reply with another
+//!   request's token exchange;
+//! - the response's `x-amz-rdma-reply`, `x-amz-rdma-bytes-transferred`,
+//!   `ETag` and status are read from the raw response by an interceptor, so
+//!   the reply of a `409` binding answer, which the SDK turns into an error,
+//!   is still seen.
+//!
+//! When the server declines RDMA (reply `501`, HTTP 501 with no reply, or a
+//! plain success with no reply header at all: a server that does not speak
+//! the protocol), the call falls back to plain HTTP through the same
+//! registered buffer and says so in [`Transfer::declined`]; never silently.
+//! [`RdmaS3Client::fallback`] turns that off.
+//!
+//! # Threads
+//!
+//! The calls are blocking. Each SDK request is driven with
+//! [`tokio::runtime::Handle::block_on`] on the runtime handle given to
+//! [`RdmaS3Client::new`], from inside the transfer's callbacks, on the
+//! calling thread. So call them from a thread that is not running
+//! asynchronous code of that runtime: a plain thread, `main` outside
+//! `block_on`, or [`tokio::task::spawn_blocking`]. A multi-thread runtime
+//! is needed (its workers drive the connections while the caller blocks).
+//! The client is cheap to clone, and many threads may run transfers at
+//! once; each takes one of the hipObject client's connections.
+//!
+//! ```no_run
+//! # fn demo(s3: aws_sdk_s3::Client, rt: &tokio::runtime::Runtime) -> Result<(), hipobj_s3::Error> {
+//! use hipobj_s3::{RdmaS3Client, Span};
+//! let hipobj = hipobj::Client::builder().nic_hint("softroce0").build()?;
+//! let client = RdmaS3Client::new(s3, hipobj.clone(), rt.handle().clone());
+//! let mut buf = vec![0u8; 1 << 20];
+//! let mut reg = hipobj.register(&mut buf)?;
+//! let got = client.get_object(&mut reg, Span::whole(1 << 20), "bucket", "key", None)?;
+//! println!("{} bytes, over RDMA: {}", got.bytes, got.rdma);
+//! # Ok(()) }
+//! ```
+
+mod capture;
+mod error;
+
+use std::sync::Arc;
+
+use aws_sdk_s3::config::retry::RetryConfig;
+use aws_sdk_s3::config::{RequestChecksumCalculation, ResponseChecksumValidation};
+use aws_sdk_s3::primitives::ByteStream;
+use hipobj::{Control, ControlError, ErrorKind, Registration};
+
+use capture::{Capture, Exchange};
+pub use error::{Error, Result};
+
+/// Where in a registration a transfer reads or writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    /// Bytes from the start of the registration.
+    pub offset: usize,
+    /// Bytes: exactly this many for a PUT or part; at most this many for a GET.
+    pub len: usize,
+}
+
+impl Span {
+    /// `len` bytes from the start.
+    pub const fn whole(len: usize) -> Self {
+        Self { offset: 0, len }
+    }
+}
+
+/// What one call did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Transfer {
+    /// Bytes moved into (GET) or out of (PUT, part) the buffer.
+    pub bytes: u64,
+    /// The ETag the server returned.
+    pub etag: Option<String>,
+    /// Whether the bytes moved by RDMA (false: plain HTTP).
+    pub rdma: bool,
+    /// Why RDMA was not used, when the server declined it.
+    pub declined: Option<String>,
+    /// The whole object's size, when the response says (`Content-Range` of a
+    /// ranged GET, or the length of a plain GET).
+    pub object_size: Option<u64>,
+    /// The HTTP status of the response that finished the call.
+    pub status: u16,
+}
+
+/// An S3 client whose GetObject, PutObject and UploadPart move the bytes by
+/// RDMA into and out of memory registered with a [`hipobj::Client`].
+#[derive(Clone, Debug)]
+pub struct RdmaS3Client {
+    s3: aws_sdk_s3::Client,
+    hipobj: hipobj::Client,
+    rt: tokio::runtime::Handle,
+    fallback: bool,
+}
+
+/// The S3 request a transfer drives.
+#[derive(Clone, Copy, Debug)]
+enum Op<'a> {
+    Get { range: Option<&'a str> },
+    Put,
+    Part { upload_id: &'a str, number: i32 },
+}
+
+impl Op<'_> {
+    fn name(&self) -> &'static str {
+        match self {
+            Op::Get { .. } => "GetObject",
+            Op::Put => "PutObject",
+            Op::Part { .. } => "UploadPart",
+        }
+    }
+}
+
+impl RdmaS3Client {
+    /// Pairs an S3 client with a hipObject client. SDK calls run on `rt`
+    /// (see the crate docs on threads).
+    pub fn new(s3: aws_sdk_s3::Client, hipobj: hipobj::Client, rt: tokio::runtime::Handle) -> Self {
+        Self {
+            s3,
+            hipobj,
+            rt,
+            fallback: true,
+        }
+    }
+
+    /// Whether a declined transfer falls back to plain HTTP (the default) or
+    /// fails with [`Error::is_declined`].
+    #[must_use]
+    pub fn fallback(mut self, allow: bool) -> Self {
+        self.fallback = allow;
+        self
+    }
+
+    /// The S3 client.
+    pub fn s3(&self) -> &aws_sdk_s3::Client {
+        &self.s3
+    }
+
+    /// The hipObject client.
+    pub fn hipobj(&self) -> &hipobj::Client {
+        &self.hipobj
+    }
+
+    /// The runtime the SDK runs on.
+    pub fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.rt
+    }
+
+    /// GetObject (with `range`, an HTTP Range value such as
+    /// `bytes=0-1023`) into `at` of `reg`. The server writes the object or
+    /// the range at `reg`'s `at.offset`; it refuses an object larger than
+    /// `at.len` rather than truncating it.
+    pub fn get_object(
+        &self,
+        reg: &mut Registration<'_>,
+        at: Span,
+        bucket: &str,
+        key: &str,
+        range: Option<&str>,
+    ) -> Result<Transfer> {
+        let op = Op::Get { range };
+        let mut ex = Exchanger::new(self, bucket, key, op);
+        let outcome = self.hipobj.get(reg, at.offset, at.len, &mut ex);
+        match self.conclude(outcome, ex.last.take(), op)? {
+            Ok(t) => Ok(t),
+            Err((declined, last)) => self.plain_get(reg, at, bucket, key, range, declined, last),
+        }
+    }
+
+    /// PutObject of the `at.len` bytes at `at.offset` of `reg`.
+    pub fn put_object(&self, reg: &Registration<'_>, at: Span, bucket: &str, key: &str) -> Result<Transfer> {
+        self.put_like(reg, at, bucket, key, Op::Put)
+    }
+
+    /// UploadPart `number` of multipart upload `upload_id`, from the
+    /// `at.len` bytes at `at.offset` of `reg`.
+    pub fn upload_part(
+        &self,
+        reg: &Registration<'_>,
+        at: Span,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        number: i32,
+    ) -> Result<Transfer> {
+        self.put_like(reg, at, bucket, key, Op::Part { upload_id, number })
+    }
+
+    fn put_like(
+        &self,
+        reg: &Registration<'_>,
+        at: Span,
+        bucket: &str,
+        key: &str,
+        op: Op<'_>,
+    ) -> Result<Transfer> {
+        let mut ex = Exchanger::new(self, bucket, key, op);
+        let outcome = self.hipobj.put(reg, at.offset, at.len, &mut ex);
+        match self.conclude(outcome, ex.last.take(), op)? {
+            Ok(t) => Ok(t),
+            Err((declined, _)) => self.plain_put(reg, at, bucket, key, op, declined),
+        }
+    }
+
+    /// Turns a transfer's outcome into a result, or into the reason to fall
+    /// back (with the last exchange, whose body a plain GET may reuse).
+    #[allow(clippy::type_complexity)]
+    fn conclude(
+        &self,
+        outcome: hipobj::Result<()>,
+        last: Option<Exchange>,
+        op: Op<'_>,
+    ) -> Result<std::result::Result<Transfer, (String, Option<Exchange>)>> {
+        let Some(last) = last else {
+            // The transfer failed before it sent anything.
+            return Err(Error::from(outcome.err().unwrap_or_else(|| {
+                hipobj::Error::new(
+                    ErrorKind::InternalError,
+                    "the transfer ended without an S3 exchange",
+                )
+            })));
+        };
+        if let Err(e) = outcome {
+            return match last.declined() {
+                Some(why) if self.fallback => Ok(Err((why, Some(last)))),
+                Some(why) => Err(Error::declined(op.name(), why)),
+                None => Err(last.error(op.name()).unwrap_or_else(|| Error::from(e))),
+            };
+        }
+        let bytes = match (op, last.bytes) {
+            (_, Some(n)) => n,
+            (Op::Get { .. }, None) => last.range_len().ok_or_else(|| {
+                Error::new(
+                    ErrorKind::S3Error,
+                    "the server reported an RDMA GET as done but not how many bytes it wrote (no x-amz-rdma-bytes-transferred)",
+                )
+            })?,
+            (_, None) => 0,
+        };
+        Ok(Ok(Transfer {
+            bytes,
+            etag: last.etag.clone(),
+            rdma: true,
+            declined: None,
+            object_size: last.object_size(),
+            status: last.status.unwrap_or(0),
+        }))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn plain_get(
+        &self,
+        reg: &mut Registration<'_>,
+        at: Span,
+        bucket: &str,
+        key: &str,
+        range: Option<&str>,
+        declined: String,
+        last: Option<Exchange>,
+    ) -> Result<Transfer> {
+        let dst = reg
+            .bytes_mut()
+            .get_mut(at.offset..)
+            .and_then(|b| b.get_mut(..at.len))
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::InvalidValue,
+                    "the span runs past the registration's end",
+                )
+            })?;
+        // A server that ignored the token already sent the body: use it.
+        if let Some(ex) = last.filter(|e| e.body.is_some())
+            && let Some(body) = &ex.body
+        {
+            copy_in(dst, 0, body)?;
+            return Ok(Transfer {
+                bytes: body.len() as u64,
+                etag: ex.etag.clone(),
+                rdma: false,
+                declined: Some(declined),
+                object_size: ex.object_size().or(Some(body.len() as u64)),
+                status: ex.status.unwrap_or(0),
+            });
+        }
+        let s3 = self.s3.clone();
+        let (bucket, key, range) = (bucket.to_owned(), key.to_owned(), range.map(str::to_owned));
+        self.rt.block_on(async move {
+            let out = s3
+                .get_object()
+                .bucket(bucket)
+                .key(key)
+                .set_range(range)
+                .send()
+                .await
+                .map_err(|e| Error::from_sdk("GetObject", &e))?;
+            let status = if out.content_range().is_some() { 206 } else { 200 };
+            let object_size = out
+                .content_range()
+                .and_then(capture::total_of_content_range)
+                .or_else(|| out.content_length().and_then(|n| u64::try_from(n).ok()));
+            let etag = out.e_tag().map(str::to_owned);
+            let mut body = out.body;
+            let mut n = 0usize;
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk.map_err(|e| {
+                    Error::new(
+                        ErrorKind::S3Error,
+                        format!("reading the GetObject body failed: {e}"),
+                    )
+                })?;
+                copy_in(dst, n, &chunk)?;
+                n += chunk.len();
+            }
+            Ok(Transfer {
+                bytes: n as u64,
+                etag,
+                rdma: false,
+                declined: Some(declined),
+                object_size,
+                status,
+            })
+        })
+    }
+
+    fn plain_put(
+        &self,
+        reg: &Registration<'_>,
+        at: Span,
+        bucket: &str,
+        key: &str,
+        op: Op<'_>,
+        declined: String,
+    ) -> Result<Transfer> {
+        let src = reg
+            .bytes()
+            .get(at.offset..)
+            .and_then(|b| b.get(..at.len))
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::InvalidValue,
+                    "the span runs past the registration's end",
+                )
+            })?;
+        let body = ByteStream::from(bytes::Bytes::copy_from_slice(src));
+        let s3 = self.s3.clone();
+        let (bucket, key) = (bucket.to_owned(), key.to_owned());
+        let etag = self.rt.block_on(async move {
+            match op {
+                Op::Part { upload_id, number } => s3
+                    .upload_part()
+                    .bucket(bucket)
+                    .key(key)
+                    .upload_id(upload_id)
+                    .part_number(number)
+                    .body(body)
+                    .send()
+                    .await
+                    .map(|o| o.e_tag().map(str::to_owned))
+                    .map_err(|e| Error::from_sdk("UploadPart", &e)),
+                _ => s3
+                    .put_object()
+                    .bucket(bucket)
+                    .key(key)
+                    .body(body)
+                    .send()
+                    .await
+                    .map(|o| o.e_tag().map(str::to_owned))
+                    .map_err(|e| Error::from_sdk("PutObject", &e)),
+            }
+        })?;
+        Ok(Transfer {
+            bytes: at.len as u64,
+            etag,
+            rdma: false,
+            declined: Some(declined),
+            object_size: None,
+            status: 200,
+        })
+    }
+
+    /// Sends `op` with `token` and reports what came back.
+    async fn send_rdma(&self, bucket: &str, key: &str, op: Op<'_>, token: &str) -> Exchange {
+        let cap = Capture::default();
+        let header = hipobj_proto::TOKEN_HEADER;
+        let t = token.to_owned();
+        let inject = move |req: &mut aws_smithy_runtime_api::http::Request| {
+            req.headers_mut().insert(header, t.clone());
+        };
+        let o = rdma_overrides();
+        let failure = match op {
+            Op::Get { range } => {
+                let r = self
+                    .s3
+                    .get_object()
+                    .bucket(bucket)
+                    .key(key)
+                    .set_range(range.map(str::to_owned))
+                    .customize()
+                    .config_override(o)
+                    .mutate_request(inject)
+                    .interceptor(cap.clone())
+                    .send()
+                    .await;
+                match r {
+                    Ok(out) => match out.body.collect().await {
+                        Ok(body) => {
+                            let body = body.into_bytes();
+                            // Keep a body only when it is the object (no RDMA happened).
+                            cap.set_body(body);
+                            None
+                        }
+                        Err(e) => Some(Error::new(
+                            ErrorKind::S3Error,
+                            format!("reading the GetObject body failed: {e}"),
+                        )),
+                    },
+                    Err(e) => Some(Error::from_sdk("GetObject", &e)),
+                }
+            }
+            Op::Put => self
+                .s3
+                .put_object()
+                .bucket(bucket)
+                .key(key)
+                .customize()
+                .config_override(o)
+                .disable_payload_signing()
+                .mutate_request(inject)
+                .interceptor(cap.clone())
+                .send()
+                .await
+                .err()
+                .map(|e| Error::from_sdk("PutObject", &e)),
+            Op::Part { upload_id, number } => self
+                .s3
+                .upload_part()
+                .bucket(bucket)
+                .key(key)
+                .upload_id(upload_id)
+                .part_number(number)
+                .customize()
+                .config_override(o)
+                .disable_payload_signing()
+                .mutate_request(inject)
+                .interceptor(cap.clone())
+                .send()
+                .await
+                .err()
+                .map(|e| Error::from_sdk("UploadPart", &e)),
+        };
+        cap.finish(failure)
+    }
+}
+
+/// Settings of every request that carries a token.
+fn rdma_overrides() -> aws_sdk_s3::config::Builder {
+    aws_sdk_s3::config::Builder::default()
+        .retry_config(RetryConfig::disabled())
+        .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
+        .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
+}
+
+fn copy_in(dst: &mut [u8], at: usize, chunk: &[u8]) -> Result<()> {
+    let end = at
+        .checked_add(chunk.len())
+        .filter(|&e| e <= dst.len())
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::SizeTooLarge,
+                format!("the object is larger than the {}-byte buffer", dst.len()),
+            )
+        })?;
+    dst[at..end].copy_from_slice(chunk);
+    Ok(())
+}
+
+/// The [`Control`] of one call: each `send_request` is one SDK request.
+struct Exchanger<'a> {
+    client: &'a RdmaS3Client,
+    bucket: &'a str,
+    key: &'a str,
+    op: Op<'a>,
+    last: Option<Exchange>,
+}
+
+impl<'a> Exchanger<'a> {
+    fn new(client: &'a RdmaS3Client, bucket: &'a str, key: &'a str, op: Op<'a>) -> Self {
+        Self {
+            client,
+            bucket,
+            key,
+            op,
+            last: None,
+        }
+    }
+}
+
+impl Control for Exchanger<'_> {
+    fn send_request(&mut self, token: &str) -> std::result::Result<(), ControlError> {
+        let ex = self
+            .client
+            .rt
+            .block_on(self.client.send_rdma(self.bucket, self.key, self.op, token));
+        let unreachable = ex.status.is_none();
+        let why = ex.failure.as_ref().map(ToString::to_string);
+        self.last = Some(ex);
+        match (unreachable, why) {
+            (true, Some(why)) => Err(ControlError(why)),
+            _ => Ok(()),
+        }
+    }
+
+    fn recv_reply(&mut self, reply: &mut [u8]) -> std::result::Result<usize, ControlError> {
+        let Some(ex) = &self.last else {
+            return Err(ControlError("no request was sent".into()));
+        };
+        let Some(value) = &ex.reply else {
+            return Err(ControlError(match &ex.failure {
+                Some(e) => e.to_string(),
+                None => format!(
+                    "the {} response (HTTP {}) has no {} header",
+                    self.op.name(),
+                    ex.status.unwrap_or(0),
+                    hipobj_proto::REPLY_HEADER
+                ),
+            }));
+        };
+        let dst = reply.get_mut(..value.len()).ok_or_else(|| {
+            ControlError(format!(
+                "the {} value is {} bytes, longer than any valid reply",
+                hipobj_proto::REPLY_HEADER,
+                value.len()
+            ))
+        })?;
+        dst.copy_from_slice(value.as_bytes());
+        Ok(value.len())
+    }
+}
+
+/// The ETag the server gave each part, as CompleteMultipartUpload wants them.
+pub fn completed_part(number: i32, etag: Option<String>) -> aws_sdk_s3::types::CompletedPart {
+    aws_sdk_s3::types::CompletedPart::builder()
+        .part_number(number)
+        .set_e_tag(etag)
+        .build()
+}
+
+// A shared, `Send` handle is all the callbacks need.
+const _: fn() = || {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<RdmaS3Client>();
+    assert_send_sync::<Arc<RdmaS3Client>>();
+};

@@ -1,0 +1,287 @@
+//! RdmaS3Client against a test double speaking plain HTTP: what the token
+//! requests look like on the wire (signed token, UNSIGNED-PAYLOAD, no
+//! body), the 409 binding round read from an error response, and each way
+//! a server can decline RDMA, each falling back to HTTP and saying so. The
+//! client runs on the fake NIC, which binds but moves no bytes; transfers
+//! that move bytes run against hipobj-server on the soft NIC.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use hipobj::ErrorKind;
+use hipobj_platform::fake::FakePlatform;
+use hipobj_proto::Reply;
+use hipobj_s3::{RdmaS3Client, Span};
+use support::{Req, Resp, runtime, sdk, server_token, start};
+
+fn client(rt: &tokio::runtime::Runtime, endpoint: &str, p: &FakePlatform) -> RdmaS3Client {
+    let h = hipobj::Client::builder()
+        .nic_hint("fake0")
+        .platform(p.platform())
+        .build()
+        .unwrap();
+    RdmaS3Client::new(sdk(endpoint), h, rt.handle().clone())
+}
+
+fn bind_reply() -> String {
+    Reply::Bind {
+        token: server_token(),
+        psn: 0x123,
+    }
+    .to_string()
+}
+
+fn success(status: u16) -> String {
+    Reply::WithToken {
+        status,
+        token: server_token(),
+    }
+    .to_string()
+}
+
+/// First token request: 409 bind; then `then`.
+fn binding(
+    then: impl Fn(&Req) -> Resp + Send + Sync + 'static,
+) -> impl Fn(&Req, usize) -> Resp + Send + Sync {
+    move |req, i| {
+        if req.token().is_some() && i == 0 {
+            Resp::error(409, "RDMABindRequired").header(hipobj_proto::REPLY_HEADER, bind_reply())
+        } else {
+            then(req)
+        }
+    }
+}
+
+fn check_token_request(req: &Req) {
+    let signed = req.signed_headers();
+    assert!(
+        signed.iter().any(|h| h == "x-amz-rdma-token"),
+        "token not signed: {signed:?}"
+    );
+    assert_eq!(req.token().map(str::len), Some(88));
+    assert_eq!(req.header("content-length").unwrap_or("0"), "0");
+    assert!(req.body.is_empty());
+    assert!(
+        !req.headers.keys().any(|k| k.starts_with("x-amz-checksum-")),
+        "a checksum of the empty body was sent: {:?}",
+        req.headers
+    );
+}
+
+#[test]
+fn get_binds_on_409_then_reads_the_success_reply() {
+    let rt = runtime();
+    let d = start(
+        &rt,
+        binding(|_| {
+            Resp::new(200)
+                .header(hipobj_proto::REPLY_HEADER, success(200))
+                .header(hipobj_proto::BYTES_HEADER, "5")
+                .header("etag", "\"abc\"")
+        }),
+    );
+    let p = FakePlatform::host_only();
+    let c = client(&rt, &d.endpoint(), &p);
+    let mut buf = vec![0u8; 64];
+    let mut reg = c.hipobj().register(&mut buf).unwrap();
+    let t = c
+        .get_object(&mut reg, Span::whole(64), "bkt", "obj", None)
+        .unwrap();
+    assert!(t.rdma && t.declined.is_none(), "{t:?}");
+    assert_eq!((t.bytes, t.etag.as_deref(), t.status), (5, Some("\"abc\""), 200));
+    let reqs = d.requests();
+    assert_eq!(reqs.len(), 2, "one bind round, one transfer");
+    for r in &reqs {
+        assert_eq!(
+            (r.method.as_str(), r.target.as_str()),
+            ("GET", "/bkt/obj?x-id=GetObject")
+        );
+        check_token_request(r);
+    }
+    assert_eq!(reqs[0].token(), reqs[1].token(), "the same token both times");
+    let tok = hipobj_proto::Token::decode(reqs[0].token().unwrap().as_bytes()).unwrap();
+    assert_eq!(tok.len, 64);
+}
+
+#[test]
+fn a_ranged_get_sends_the_range_and_counts_from_content_range() {
+    let rt = runtime();
+    let d = start(
+        &rt,
+        binding(|_| {
+            Resp::new(206)
+                .header(hipobj_proto::REPLY_HEADER, success(206))
+                .header("content-range", "bytes 10-19/100")
+        }),
+    );
+    let p = FakePlatform::host_only();
+    let c = client(&rt, &d.endpoint(), &p);
+    let mut buf = vec![0u8; 16];
+    let mut reg = c.hipobj().register(&mut buf).unwrap();
+    let t = c
+        .get_object(&mut reg, Span::whole(16), "bkt", "obj", Some("bytes=10-19"))
+        .unwrap();
+    assert_eq!(
+        (t.bytes, t.object_size, t.status, t.rdma),
+        (10, Some(100), 206, true)
+    );
+    assert_eq!(d.requests()[1].header("range"), Some("bytes=10-19"));
+}
+
+#[test]
+fn put_and_upload_part_send_no_body_and_sign_unsigned_payload() {
+    let rt = runtime();
+    let d = start(
+        &rt,
+        binding(|_| {
+            Resp::new(200)
+                .header(hipobj_proto::REPLY_HEADER, "200")
+                .header(hipobj_proto::BYTES_HEADER, "4096")
+                .header("etag", "\"e1\"")
+        }),
+    );
+    let p = FakePlatform::host_only();
+    let c = client(&rt, &d.endpoint(), &p);
+    let mut buf = vec![7u8; 8192];
+    let reg = c.hipobj().register(&mut buf).unwrap();
+    let t = c
+        .put_object(
+            &reg,
+            Span {
+                offset: 4096,
+                len: 4096,
+            },
+            "bkt",
+            "obj",
+        )
+        .unwrap();
+    assert_eq!((t.bytes, t.etag.as_deref(), t.rdma), (4096, Some("\"e1\""), true));
+    let t = c
+        .upload_part(&reg, Span::whole(4096), "bkt", "obj", "up1", 3)
+        .unwrap();
+    assert!(t.rdma);
+    let reqs = d.requests();
+    assert_eq!(reqs.len(), 3, "bind, put, part (the QP stays bound)");
+    for r in &reqs {
+        assert_eq!(r.method, "PUT");
+        check_token_request(r);
+        assert_eq!(r.header("x-amz-content-sha256"), Some("UNSIGNED-PAYLOAD"));
+    }
+    assert!(reqs[2].target.contains("partNumber=3") && reqs[2].target.contains("uploadId=up1"));
+    let tok = hipobj_proto::Token::decode(reqs[1].token().unwrap().as_bytes()).unwrap();
+    assert_eq!(tok.len, 4096);
+}
+
+fn plain_object() -> Vec<u8> {
+    (0..1000u32).map(|i| (i * 7 % 251) as u8).collect()
+}
+
+#[test]
+fn reply_501_falls_back_to_http_and_says_so() {
+    let rt = runtime();
+    let d = start(&rt, |req, _| {
+        if req.token().is_some() {
+            Resp::error(501, "NotImplemented").header(hipobj_proto::REPLY_HEADER, "501")
+        } else {
+            Resp::new(200).header("etag", "\"plain\"").body(plain_object())
+        }
+    });
+    let p = FakePlatform::host_only();
+    let c = client(&rt, &d.endpoint(), &p);
+    let mut buf = vec![0u8; 4096];
+    let mut reg = c.hipobj().register(&mut buf).unwrap();
+    let t = c
+        .get_object(&mut reg, Span::whole(4096), "bkt", "obj", None)
+        .unwrap();
+    assert!(!t.rdma);
+    assert!(t.declined.as_deref().unwrap().contains("declined RDMA"), "{t:?}");
+    assert_eq!((t.bytes, t.etag.as_deref()), (1000, Some("\"plain\"")));
+    assert_eq!(&reg.bytes()[..1000], &plain_object()[..]);
+    let reqs = d.requests();
+    assert_eq!(reqs.len(), 2);
+    assert!(reqs[1].token().is_none(), "the fallback carries no token");
+
+    // With fallback off it is an error that says why.
+    let strict = c.clone().fallback(false);
+    let e = strict
+        .get_object(&mut reg, Span::whole(4096), "bkt", "obj", None)
+        .unwrap_err();
+    assert!(e.is_declined() && e.kind() == ErrorKind::S3Error, "{e}");
+}
+
+#[test]
+fn http_501_without_a_reply_falls_back_for_put() {
+    let rt = runtime();
+    let d = start(&rt, |req, _| {
+        if req.token().is_some() {
+            Resp::error(501, "NotImplemented")
+        } else {
+            Resp::new(200).header("etag", "\"put\"")
+        }
+    });
+    let p = FakePlatform::host_only();
+    let c = client(&rt, &d.endpoint(), &p);
+    let mut buf = plain_object();
+    let reg = c.hipobj().register(&mut buf).unwrap();
+    let t = c
+        .put_object(&reg, Span { offset: 10, len: 990 }, "bkt", "obj")
+        .unwrap();
+    assert!(
+        !t.rdma && t.declined.as_deref().unwrap().contains("HTTP 501"),
+        "{t:?}"
+    );
+    assert_eq!((t.bytes, t.etag.as_deref()), (990, Some("\"put\"")));
+    let reqs = d.requests();
+    assert_eq!(reqs[1].body, &plain_object()[10..]);
+}
+
+#[test]
+fn a_server_that_ignores_the_token_is_a_decline_and_its_body_is_used() {
+    let rt = runtime();
+    let d = start(&rt, |_, _| Resp::new(200).body(plain_object()));
+    let p = FakePlatform::host_only();
+    let c = client(&rt, &d.endpoint(), &p);
+    let mut buf = vec![0u8; 1000];
+    let mut reg = c.hipobj().register(&mut buf).unwrap();
+    let t = c
+        .get_object(&mut reg, Span::whole(1000), "bkt", "obj", None)
+        .unwrap();
+    assert!(
+        !t.rdma && t.declined.as_deref().unwrap().contains("does not speak"),
+        "{t:?}"
+    );
+    assert_eq!(reg.bytes(), &plain_object()[..]);
+    assert_eq!(d.requests().len(), 1, "the body that came back is the object");
+}
+
+#[test]
+fn s3_errors_and_unreachable_servers_are_errors_with_their_code() {
+    let rt = runtime();
+    let d = start(&rt, |_, _| Resp::error(404, "NoSuchKey"));
+    let p = FakePlatform::host_only();
+    let c = client(&rt, &d.endpoint(), &p);
+    let mut buf = vec![0u8; 16];
+    let mut reg = c.hipobj().register(&mut buf).unwrap();
+    let e = c
+        .get_object(&mut reg, Span::whole(16), "bkt", "nope", None)
+        .unwrap_err();
+    assert_eq!(
+        (e.kind(), e.status(), e.s3_code()),
+        (ErrorKind::S3Error, Some(404), Some("NoSuchKey")),
+        "{e}"
+    );
+    assert!(e.to_string().contains("NoSuchKey"), "{e}");
+
+    // A port nobody listens on.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", l.local_addr().unwrap());
+    drop(l);
+    drop(reg);
+    let c = RdmaS3Client::new(sdk(&dead), c.hipobj().clone(), rt.handle().clone());
+    let mut reg = c.hipobj().register(&mut buf).unwrap();
+    let e = c
+        .get_object(&mut reg, Span::whole(16), "bkt", "obj", None)
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::S3Error, "{e}");
+    assert!(e.to_string().contains("could not be reached"), "{e}");
+}
