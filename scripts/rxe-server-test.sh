@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build -q -p hipobj-server --bin hipobj-server
-exe=$(cargo test -p hipobj-server --test rdma_rxe --no-run --message-format=json |
-    grep '"name":"rdma_rxe"' | grep -o '"executable":"[^"]*"' | tail -1 | cut -d'"' -f4)
+exe=$(cargo test -p hipobj-server --test rdma_two_process --no-run --message-format=json |
+    grep '"name":"rdma_two_process"' | grep -o '"executable":"[^"]*"' | tail -1 | cut -d'"' -f4)
 [[ -n $exe && -x $exe ]] || { echo "rxe-server-test: could not build the test" >&2; exit 1; }
-exec scripts/rxe-vm.sh /usr/bin/env HIPOBJ_RXE_BIG="${HIPOBJ_RXE_BIG:-}" "$exe" --ignored --test-threads=1 --nocapture "$@"
+exec scripts/rxe-vm.sh /usr/bin/env HIPOBJ_RXE_BIG="${HIPOBJ_RXE_BIG:-}" "$exe" --ignored --exact rdma_between_two_processes_on_rxe --test-threads=1 --nocapture "$@"

@@ -153,6 +153,8 @@ pub enum VerbsBackend {
     /// libibverbs, loaded at run time: real NICs and the kernel's rxe.
     #[default]
     Ibverbs,
+    /// The project's soft RoCE NIC over loopback UDP (device `softroce0`).
+    Softroce,
 }
 
 /// The RDMA side.

@@ -30,9 +30,13 @@ struct Args {
     /// Serve unsigned requests.
     #[arg(long)]
     anonymous: bool,
-    /// Serve RDMA on this NIC (e.g. mlx5_0, rxe0).
+    /// Serve RDMA on this NIC (e.g. mlx5_0, rxe0, or softroce0 for the soft
+    /// RoCE NIC, which also selects the soft backend).
     #[arg(long)]
     rdma_device: Option<String>,
+    /// How the RDMA device is opened: ibverbs (real NICs, rxe) or softroce.
+    #[arg(long, value_parser = ["ibverbs", "softroce"])]
+    rdma_backend: Option<String>,
     /// Serve RDMA on the NIC that selection picks.
     #[arg(long)]
     rdma: bool,
@@ -72,6 +76,16 @@ fn config(args: &Args) -> Result<Config, hipobj_server::Error> {
     }
     if let Some(d) = &args.rdma_device {
         c.rdma.device = Some(d.clone());
+        let soft_name =
+            std::env::var("HIPOBJ_SOFTROCE_NAME").unwrap_or_else(|_| hipobj_softroce::DEFAULT_NAME.into());
+        if *d == soft_name {
+            c.rdma.backend = hipobj_server::config::VerbsBackend::Softroce;
+        }
+    }
+    match args.rdma_backend.as_deref() {
+        Some("softroce") => c.rdma.backend = hipobj_server::config::VerbsBackend::Softroce,
+        Some("ibverbs") => c.rdma.backend = hipobj_server::config::VerbsBackend::Ibverbs,
+        _ => {}
     }
     if let Some(n) = args.max_transfer {
         c.rdma.max_transfer = n;

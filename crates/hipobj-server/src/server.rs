@@ -39,6 +39,7 @@ impl Server {
         let provider = if config.rdma.enabled {
             Some(match config.rdma.backend {
                 crate::config::VerbsBackend::Ibverbs => VerbsProvider::ibverbs()?,
+                crate::config::VerbsBackend::Softroce => VerbsProvider::softroce()?,
             })
         } else {
             None

@@ -46,6 +46,16 @@ impl VerbsProvider {
             topology: Arc::new(hipobj_ibverbs::SysfsTopology::system()),
         })
     }
+
+    /// The soft RoCE NIC (`softroce0`, configured by the `HIPOBJ_SOFTROCE_*`
+    /// environment variables; see docs/soft-roce.md), with no topology.
+    pub fn softroce() -> Result<Self, crate::Error> {
+        let verbs = hipobj_softroce::SoftVerbs::from_env().map_err(|e| crate::Error::Rdma(e.to_string()))?;
+        Ok(Self {
+            verbs: Arc::new(verbs),
+            topology: Arc::new(hipobj_platform::NoTopology),
+        })
+    }
 }
 
 /// The open device, its bindings, and the limit on transfers at once.

@@ -1,11 +1,12 @@
-//! RDMA transfers between two processes on a real verbs device: the
-//! `hipobj-server` binary serving RDMA on rxe0, and this test as the client
-//! (the `hipobj` library, with a `Control` that sends the real S3 request
-//! through aws-sdk-s3). Bytes and ETags exact; ranges; multipart with parts
-//! over RDMA; 32 clients at once; a server restart (every binding stale).
+//! RDMA transfers between two processes: the `hipobj-server` binary serving
+//! RDMA, and this test as the client (the `hipobj` library, with a `Control`
+//! that sends the real S3 request through aws-sdk-s3). Bytes and ETags
+//! exact; ranges; multipart with parts over RDMA; 32 clients at once; a
+//! server restart (every binding stale).
 //!
-//! Ignored by default: it needs rxe0, so it runs inside the rxe VM
-//! (scripts/rxe-server-test.sh).
+//! It runs twice: on the soft RoCE NIC (each process on its own 127.x
+//! address, bytes over loopback UDP), and on the kernel's rxe0 (ignored by
+//! default: it runs inside the rxe VM, scripts/rxe-server-test.sh).
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -88,7 +89,12 @@ struct ServerProc {
     addr: std::net::SocketAddr,
 }
 
+fn is_soft(dev: &str) -> bool {
+    dev == hipobj_softroce::DEFAULT_NAME
+}
+
 fn start_server(dev: &str, data: &std::path::Path, port: u16) -> ServerProc {
+    let backend = if is_soft(dev) { "softroce" } else { "ibverbs" };
     let cfg = data.with_extension("toml");
     std::fs::write(
         &cfg,
@@ -97,7 +103,7 @@ fn start_server(dev: &str, data: &std::path::Path, port: u16) -> ServerProc {
              [[credentials]]\naccess_key = \"{}\"\nsecret_key = \"{}\"\n\
              [storage]\nkind = \"fs\"\ndata_dir = \"{}\"\n\
              [limits]\nfsync = false\nmin_part_size = 1048576\n\
-             [rdma]\nenabled = true\ndevice = \"{dev}\"\nmax_transfer = 134217728\nchunk_size = 1048576\n",
+             [rdma]\nenabled = true\ndevice = \"{dev}\"\nbackend = \"{backend}\"\nmax_transfer = 134217728\nchunk_size = 1048576\n",
             support::AK,
             support::SK,
             data.display()
@@ -144,10 +150,20 @@ fn stop_server(mut s: ServerProc) {
 }
 
 fn client(dev: &str, max_transfers: u32) -> Client {
-    let platform = Platform {
-        verbs: Arc::new(hipobj_ibverbs::IbVerbs::load().unwrap()),
-        gpu: Arc::new(NoGpu::new("the rxe VM has no GPU")),
-        topology: Arc::new(hipobj_ibverbs::SysfsTopology::system()),
+    let platform = if is_soft(dev) {
+        Platform {
+            verbs: Arc::new(hipobj_softroce::SoftVerbs::new(
+                hipobj_softroce::SoftConfig::default(),
+            )),
+            gpu: Arc::new(NoGpu::new("a test on the soft NIC")),
+            topology: Arc::new(hipobj_platform::NoTopology),
+        }
+    } else {
+        Platform {
+            verbs: Arc::new(hipobj_ibverbs::IbVerbs::load().unwrap()),
+            gpu: Arc::new(NoGpu::new("the rxe VM has no GPU")),
+            topology: Arc::new(hipobj_ibverbs::SysfsTopology::system()),
+        }
     };
     Client::builder()
         .nic_hint(dev)
@@ -203,6 +219,11 @@ fn put_get(rt: &tokio::runtime::Handle, s3: &aws_sdk_s3::Client, c: &Client, key
 }
 
 #[test]
+fn rdma_between_two_processes_on_the_soft_nic() {
+    scenario(hipobj_softroce::DEFAULT_NAME, 64 << 20);
+}
+
+#[test]
 #[ignore = "needs an rxe device: run inside scripts/rxe-vm.sh (scripts/rxe-server-test.sh does)"]
 fn rdma_between_two_processes_on_rxe() {
     let dev = std::env::var("HIPOBJ_RXE_DEVICE").unwrap_or_else(|_| "rxe0".into());
@@ -210,6 +231,11 @@ fn rdma_between_two_processes_on_rxe() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(64 << 20);
+    scenario(&dev, big);
+}
+
+fn scenario(dev: &str, big: usize) {
+    let dev = dev.to_owned();
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().join("data");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -246,7 +272,7 @@ fn rdma_between_two_processes_on_rxe() {
     for (key, len) in [("one", 1usize), ("mib", 1 << 20), ("big", big)] {
         let t = Instant::now();
         put_get(&h, &s3, &c, key, &pattern(len, len as u8));
-        println!("rxe: PUT+GET {len} bytes in {:?}", t.elapsed());
+        println!("{dev}: PUT+GET {len} bytes in {:?}", t.elapsed());
     }
 
     // A ranged GET: the range lands at the token's address, reply 206.
@@ -347,7 +373,7 @@ fn rdma_between_two_processes_on_rxe() {
             sc.spawn(move || put_get(h, s3, c, &format!("par-{i}"), &pattern(256 << 10, i)));
         }
     });
-    println!("rxe: 32 concurrent PUT+GET of 256 KiB in {:?}", t.elapsed());
+    println!("{dev}: 32 concurrent PUT+GET of 256 KiB in {:?}", t.elapsed());
 
     // Server restart: every binding the client holds is now stale; each
     // QP gets a 409, rebinds, and the transfer succeeds.
@@ -380,5 +406,5 @@ fn rdma_between_two_processes_on_rxe() {
     println!("{metrics}");
     assert!(metrics.contains("hipobj_rdma_gets_total 1\n"), "{metrics}");
     stop_server(server);
-    println!("rxe: all done in {:?}", t0.elapsed());
+    println!("{dev}: all done in {:?}", t0.elapsed());
 }
