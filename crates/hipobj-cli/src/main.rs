@@ -2,6 +2,7 @@
 //! and the protocol's header values, at a terminal. See docs/cli.md.
 
 mod bench;
+mod demo;
 mod devices;
 mod error;
 mod s3;
@@ -64,6 +65,9 @@ enum Command {
     },
     /// Measure GET and PUT throughput, latency and client CPU, RDMA beside plain HTTP.
     Bench(bench::Args),
+    /// Start a server on the soft RoCE NIC, PUT and GET an object through
+    /// hipObject, and check every byte: the whole system, no set-up.
+    Demo(demo::Args),
     /// Work with x-amz-rdma-token values.
     Token {
         #[command(subcommand)]
@@ -144,6 +148,7 @@ fn run(cli: Cli) -> CliResult {
             s3::put(&session, &file, &url, part_size)?;
         }
         Command::Bench(args) => bench::run(&args)?,
+        Command::Demo(args) => demo::run(&args)?,
     }
     Ok(())
 }

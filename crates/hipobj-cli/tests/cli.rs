@@ -312,3 +312,27 @@ fn bench_prints_json_and_writes_a_plot() {
     let svg = std::fs::read_to_string(&plot).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("GET http") && svg.contains("256 KiB"));
 }
+
+#[test]
+fn demo_moves_an_object_over_the_soft_nic_and_verifies_it() {
+    let out = Command::new(env!("CARGO_BIN_EXE_hipobj"))
+        .args(["demo", "--size", "3MiB", "--rounds", "1"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "demo failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("all 3145728 bytes match"), "{stdout}");
+    assert!(
+        stdout.contains("verified: the object made the round trip over RDMA"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("MiB/s"), "the demo prints a throughput: {stdout}");
+    assert!(
+        stdout.contains("binds=1"),
+        "one binding served every transfer: {stdout}"
+    );
+}
