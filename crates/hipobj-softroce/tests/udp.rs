@@ -8,7 +8,7 @@ use std::net::{SocketAddrV4, UdpSocket};
 use std::time::Duration;
 
 use common::{Node, RW, attrs, pair, pattern, sge, wait};
-use hipobj_platform::{AccessFlags, Mtu, QpState, RecvWr, SendOp, SendWr, WcOpcode, WcStatus};
+use hipobj_platform::{AccessFlags, Mtu, QpAttr, QpState, RecvWr, SendOp, SendWr, WcOpcode, WcStatus};
 use hipobj_softroce::wire::bth::{BthRepr, DEFAULT_PKEY};
 use hipobj_softroce::wire::reth::RethRepr;
 use hipobj_softroce::wire::{Headers, Opcode, PseudoHeader, ROCE_PORT};
@@ -201,7 +201,10 @@ fn reset_responder_ends_in_retry_exceeded_over_udp() {
         node(Mtu::Mtu4096, FaultConfig::NONE),
         node(Mtu::Mtu4096, FaultConfig::NONE),
     );
-    let attr = attrs(Mtu::Mtu4096);
+    let attr = QpAttr {
+        timeout: 8,
+        ..attrs(Mtu::Mtu4096)
+    };
     a.init(&attr);
     a.connect(&attr, b.gid(), b.qp.qp_num(), 0, 0);
     let src = HostBuffer::new(64);

@@ -23,12 +23,16 @@ pub struct Node {
     pub qp: Box<dyn QueuePair>,
 }
 
-/// QP attributes the tests connect with: a 1 ms local ACK timeout.
+/// QP attributes the tests connect with: a 67 ms local ACK timeout (the
+/// usual RoCE value), so that 8 timeouts in a row, half a second without
+/// progress, only happen when something is wrong, not because a loaded
+/// machine did not schedule a worker for a few milliseconds. Tests of the
+/// retry rules shorten it.
 pub fn attrs(mtu: Mtu) -> QpAttr {
     QpAttr {
         qp_access_flags: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
         path_mtu: mtu,
-        timeout: 8,
+        timeout: 14,
         retry_cnt: 7,
         rnr_retry: 7,
         min_rnr_timer: 1,
