@@ -201,3 +201,184 @@ impl<C: Control> Control for Recorder<'_, C> {
         self.inner.recv_reply(reply)
     }
 }
+
+fn server(name: &str, config: PeerConfig) -> Server {
+    let verbs = soft(name, 0.0);
+    Server::new(RdmaPeer::open(verbs.as_ref() as &dyn Verbs, &NoTopology, Some(name), config).unwrap())
+}
+
+/// One GET of `key` from `server` into `buf`, counting binding rounds.
+fn get_into(
+    inst: &Instance,
+    server: &Server,
+    key: &str,
+    buf: hipobj_platform::MemRegion,
+) -> Result<usize, ErrorKind> {
+    let mut req = server.request(support::server::Op::Get(key.into()));
+    let r = inst.transfer(Direction::Get, buf.addr(), buf.len(), 0, &mut req);
+    r.map(|()| req.rounds).map_err(|e| e.kind())
+}
+
+/// Peer switch: one client QP goes back and forth between servers A and B.
+/// Going to B rebinds the QP (B answers 409). Coming back to A finds A's
+/// binding stale: A's packets carry PSNs the QP no longer expects, so A's
+/// RDMA fails and A binds afresh (409), or the duplicate is acknowledged
+/// without being executed and A's echoed token names the wrong QP, which
+/// the client refuses. Either way no GET ever succeeds with the wrong bytes,
+/// and a failed GET succeeds when retried.
+#[test]
+fn switching_servers_never_delivers_a_false_success() {
+    let a = server("softroce-a", PeerConfig::default());
+    let b = server("softroce-b", PeerConfig::default());
+    a.objects.lock().unwrap().insert("k".into(), vec![0xaa; 8192]);
+    b.objects.lock().unwrap().insert("k".into(), vec![0xbb; 8192]);
+    let client = soft("softroce-c", 0.0);
+    let lib = Library::new();
+    let cfg = hipobj::Config {
+        flags: 0,
+        gpu_device: -1,
+        nic_hint: Some("softroce-c".into()),
+    };
+    lib.init(
+        &cfg,
+        || {
+            Ok(Platform {
+                verbs: client,
+                gpu: Arc::new(NoGpu::new("test")),
+                topology: Arc::new(NoTopology),
+            })
+        },
+        || Options {
+            max_transfers: 1,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let inst = lib.instance().unwrap();
+    let buf = host_buf(8192);
+    inst.register_host(buf).unwrap();
+    let (mut retried, mut rebound) = (0, 0);
+    for i in 0..8 {
+        let (srv, byte) = if i % 2 == 0 { (&a, 0xaa) } else { (&b, 0xbb) };
+        support::fill(buf, &[0u8; 8192]);
+        match get_into(&inst, srv, "k", buf) {
+            Ok(rounds) => {
+                rebound += usize::from(rounds > 1);
+                assert!(
+                    read(buf).iter().all(|&x| x == byte),
+                    "round {i}: a success with the wrong bytes"
+                );
+            }
+            Err(kind) => {
+                assert!(
+                    matches!(kind, ErrorKind::RdmaError | ErrorKind::S3Error),
+                    "round {i}: {kind:?}"
+                );
+                retried += 1;
+                support::fill(buf, &[0u8; 8192]);
+                get_into(&inst, srv, "k", buf).unwrap();
+                assert!(
+                    read(buf).iter().all(|&x| x == byte),
+                    "round {i}: the retry brought wrong bytes"
+                );
+            }
+        }
+    }
+    println!(
+        "peer switch: {rebound} GETs rebound in the same request, {retried} failed once and succeeded on retry"
+    );
+}
+
+/// Server restart, as the client sees it: every binding is gone. The
+/// client's QP is still bound to the old server QP; the server answers 409
+/// and the client rebinds the same QP in the same request.
+#[test]
+fn a_server_that_forgot_its_bindings_rebinds_in_one_request() {
+    let (lib, server) = pair(0.0);
+    let inst = lib.instance().unwrap();
+    server.objects.lock().unwrap().insert("k".into(), vec![3u8; 4096]);
+    let buf = host_buf(4096);
+    inst.register_host(buf).unwrap();
+    assert_eq!(get_into(&inst, &server, "k", buf), Ok(2), "the first GET binds");
+    assert_eq!(
+        get_into(&inst, &server, "k", buf),
+        Ok(1),
+        "then one round suffices"
+    );
+    server.peer.forget_bindings();
+    assert_eq!(
+        get_into(&inst, &server, "k", buf),
+        Ok(2),
+        "a restarted server binds again"
+    );
+    assert_eq!(read(buf), vec![3u8; 4096]);
+}
+
+/// Client restart: the library goes away with its QPs and comes back on the
+/// same device, where new QPs may reuse the old numbers. A server binding
+/// for such a number is stale; the RDMA on it fails and the server binds
+/// afresh, so the first GET after the restart still succeeds.
+#[test]
+fn a_restarted_client_recovers_from_stale_bindings() {
+    let server = server("softroce-srv", PeerConfig::default());
+    server.objects.lock().unwrap().insert("k".into(), vec![9u8; 4096]);
+    let client = soft("softroce-cli", 0.0);
+    let cfg = hipobj::Config {
+        flags: 0,
+        gpu_device: -1,
+        nic_hint: Some("softroce-cli".into()),
+    };
+    let platform = Platform {
+        verbs: client,
+        gpu: Arc::new(NoGpu::new("test")),
+        topology: Arc::new(NoTopology),
+    };
+    let lib = Library::new();
+    for life in 0..3 {
+        let p = platform.clone();
+        lib.init(
+            &cfg,
+            || Ok(p),
+            || Options {
+                max_transfers: 2,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        let inst = lib.instance().unwrap();
+        let buf = host_buf(4096);
+        inst.register_host(buf).unwrap();
+        let rounds = get_into(&inst, &server, "k", buf).unwrap_or_else(|e| panic!("life {life}: {e:?}"));
+        assert_eq!(rounds, 2, "life {life}: a new QP is bound first");
+        assert_eq!(read(buf), vec![9u8; 4096]);
+        drop(inst);
+        lib.shutdown();
+    }
+}
+
+/// Idle expiry: a binding unused for longer than the server's idle timeout
+/// is dropped, and the next request binds again in the same request.
+#[test]
+fn an_expired_binding_rebinds_in_one_request() {
+    let server = server(
+        "softroce-idle",
+        PeerConfig {
+            idle_timeout: std::time::Duration::from_millis(200),
+            ..PeerConfig::default()
+        },
+    );
+    let (lib, _) = pair(0.0);
+    let inst = lib.instance().unwrap();
+    server.objects.lock().unwrap().insert("k".into(), vec![5u8; 1024]);
+    let buf = host_buf(1024);
+    inst.register_host(buf).unwrap();
+    assert_eq!(get_into(&inst, &server, "k", buf), Ok(2));
+    assert_eq!(get_into(&inst, &server, "k", buf), Ok(1));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(
+        get_into(&inst, &server, "k", buf),
+        Ok(2),
+        "expired, so bound again"
+    );
+    assert_eq!(server.peer.stats().bindings, 1);
+}

@@ -55,16 +55,20 @@ impl Drop for InFlight {
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, PeerError> + Send + 'static,
 ) -> S3Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| {
-            error(
-                "RDMATransferFailed",
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("the transfer task failed: {e}"),
-            )
-        })?
-        .map_err(peer_error)
+    blocking_raw(f).await?.map_err(peer_error)
+}
+
+/// As [`blocking`], keeping the peer's own error for the caller to judge.
+async fn blocking_raw<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, PeerError> + Send + 'static,
+) -> S3Result<Result<T, PeerError>> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        error(
+            "RDMATransferFailed",
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the transfer task failed: {e}"),
+        )
+    })
 }
 
 /// The token a request carries: `None` without the header, an error for a
@@ -148,6 +152,39 @@ impl RdmaS3 {
         }
     }
 
+    /// The answer to an RDMA that failed on a binding: the peer has dropped
+    /// the binding (the client QP was reset, recycled or rebound elsewhere,
+    /// or the connection broke), so bind afresh and answer `409`, and a
+    /// client whose QP went stale recovers in the same request
+    /// (docs/protocol.md §4). Moving no data, the new binding costs nothing
+    /// if the client gives up instead.
+    async fn rebind(&self, token: &Token, why: String) -> s3s::S3Error {
+        let Some(rdma) = &self.rdma else {
+            return peer_error(PeerError::Transfer(why));
+        };
+        tracing::info!(
+            client_qpn = token.qpn,
+            "RDMA on a binding failed ({why}); binding afresh"
+        );
+        let peer = rdma.peer.clone();
+        let t = *token;
+        match blocking(move || peer.step(&t)).await {
+            Ok(Step::Bind(reply)) => {
+                inc(&self.metrics.rdma_binds);
+                inc(&self.metrics.rdma_errors);
+                let e = error(
+                    "RDMABindRequired",
+                    StatusCode::CONFLICT,
+                    format!(
+                        "the RDMA on this client QP's old binding failed ({why}): connect it to the QP in x-amz-rdma-reply and resend"
+                    ),
+                );
+                with_reply(e, &reply.to_string())
+            }
+            Ok(Step::Bound) | Err(_) => peer_error(PeerError::Transfer(why)),
+        }
+    }
+
     /// Counts a failed token request (binds and declines have their own counters).
     fn failed<T>(&self, r: S3Result<T>) -> S3Result<T> {
         if let Err(e) = &r {
@@ -185,12 +222,17 @@ impl RdmaS3 {
         let _flight = InFlight::new(&self.metrics);
         let peer = cleared.peer.clone();
         let rt = tokio::runtime::Handle::current();
-        let sent = blocking(move || {
+        let sent = match blocking_raw(move || {
             let _slot = cleared;
             let mut src = BlockingBody::new(rt, body);
             peer.write_to_client(&token, len, &mut |_, chunk| src.fill(chunk))
         })
-        .await?;
+        .await?
+        {
+            Ok(n) => n,
+            Err(PeerError::Transfer(why)) => return Err(self.rebind(&token, why).await),
+            Err(e) => return Err(peer_error(e)),
+        };
         inc(&self.metrics.rdma_gets);
         self.metrics.rdma_bytes_written.fetch_add(sent, Ordering::Relaxed);
         let status = if out.content_range.is_some() { 206 } else { 200 };
@@ -257,8 +299,9 @@ impl RdmaS3 {
             // The store stopped on its own (no such bucket, a bad digest):
             // the mover then failed only because nobody took its chunks.
             (Err(e), Err(PeerError::Io(_)) | Ok(_)) => return Err(e),
-            // The transfer failed: that is the cause, whatever the store
-            // made of the short body (it stored nothing).
+            // The RDMA failed: that is the cause, whatever the store made
+            // of the short body (it stored nothing). Bind afresh.
+            (_, Err(PeerError::Transfer(why))) => return Err(self.rebind(&token, why).await),
             (_, Err(e)) => return Err(peer_error(e)),
         };
         inc(&self.metrics.rdma_puts);

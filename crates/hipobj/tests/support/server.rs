@@ -51,8 +51,21 @@ impl Server {
     }
 
     fn serve(&self, op: &Op, token: &Token) -> Result<String, String> {
+        match self.move_bytes(op, token) {
+            // As the real server does: an RDMA that failed on a binding
+            // dropped it; bind afresh and answer 409.
+            Err(hipobj_peer::PeerError::Transfer(_)) => match self.peer.step(token) {
+                Ok(Step::Bind(reply)) => Ok(reply.to_string()),
+                _ => Err("RDMATransferFailed".into()),
+            },
+            Err(e) => Err(e.to_string()),
+            Ok(reply) => Ok(reply),
+        }
+    }
+
+    fn move_bytes(&self, op: &Op, token: &Token) -> Result<String, hipobj_peer::PeerError> {
         let peer = &self.peer;
-        if let Step::Bind(reply) = peer.step(token).map_err(|e| e.to_string())? {
+        if let Step::Bind(reply) = peer.step(token)? {
             return Ok(reply.to_string());
         }
         match op {
@@ -63,29 +76,24 @@ impl Server {
                     .unwrap()
                     .get(key)
                     .cloned()
-                    .ok_or("NoSuchKey")?;
+                    .ok_or_else(|| hipobj_peer::PeerError::InvalidToken("NoSuchKey".into()))?;
                 let n = data.len() as u64;
                 peer.write_to_client(token, n, &mut |off, chunk| {
                     let off = off as usize;
                     chunk.copy_from_slice(&data[off..off + chunk.len()]);
                     Ok(())
-                })
-                .map_err(|e| e.to_string())?;
+                })?;
             }
             Op::Put(key) => {
                 let mut body = Vec::with_capacity(token.len as usize);
                 peer.read_from_client(token, token.len, &mut |_, chunk| {
                     body.extend_from_slice(chunk);
                     Ok(())
-                })
-                .map_err(|e| e.to_string())?;
+                })?;
                 self.objects.lock().unwrap().insert(key.clone(), body);
             }
         }
-        Ok(peer
-            .success_reply(token, 200)
-            .map_err(|e| e.to_string())?
-            .to_string())
+        Ok(peer.success_reply(token, 200)?.to_string())
     }
 }
 
