@@ -2,7 +2,7 @@
 //! in one process, bytes really crossing loopback UDP: PUT and GET from 1 B
 //! to 64 MiB, an application-driven GET, loss, and the proof that a server
 //! writing late cannot reach a buffer once the call has returned.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, unsafe_code)]
 
 mod support;
 
@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use hipobj::{Control, ControlError, Direction, ErrorKind, Instance, Library, Options};
 use hipobj_peer::{PeerConfig, PeerError, RdmaPeer, Step};
-use hipobj_platform::{NoGpu, NoTopology, Platform, Verbs};
+use hipobj_platform::{MemRegion, NoGpu, NoTopology, Platform, Verbs};
 use hipobj_proto::Token;
 use hipobj_softroce::{FaultConfig, SoftConfig, SoftVerbs};
 
@@ -381,4 +381,90 @@ fn an_expired_binding_rebinds_in_one_request() {
         "expired, so bound again"
     );
     assert_eq!(server.peer.stats().bindings, 1);
+}
+
+/// GPU memory the NIC cannot reach (the fake GPU's device memory has no host
+/// access, and the soft NIC, like a real NIC's driver, refuses to register
+/// such memory) is staged through pinned host memory: PUT copies device to
+/// staging before the server's RDMA READ, GET copies staging to device after
+/// the server's RDMA WRITE, and the bytes come out exact in device memory.
+#[test]
+fn gpu_memory_the_nic_cannot_reach_is_staged_and_moves_exact_bytes() {
+    use hipobj::buffers::BufKind;
+    use hipobj_platform::fake::{FakeGpu, Faults};
+    let gpu = Arc::new(FakeGpu::new(1, Faults::default()));
+    let lib = Library::new();
+    let cfg = hipobj::Config {
+        flags: 0,
+        gpu_device: 0,
+        nic_hint: Some("softroce-gpu".into()),
+    };
+    let g = gpu.clone();
+    lib.init(
+        &cfg,
+        || {
+            Ok(Platform {
+                verbs: soft("softroce-gpu", 0.0),
+                gpu: g,
+                topology: Arc::new(NoTopology),
+            })
+        },
+        Options::default,
+    )
+    .unwrap();
+    let inst = lib.instance().unwrap();
+    let server = server("softroce-gpu-srv", PeerConfig::default());
+    let len = 3 << 20;
+    let pattern: Vec<u8> = (0..len).map(|i| (i * 13 % 251) as u8).collect();
+    let src = gpu.alloc_device(0, len);
+    let dst = gpu.alloc_device(0, len);
+    assert!(gpu.write(src, &pattern));
+    // SAFETY: the fake GPU keeps both allocations for the rest of the test,
+    // after the library has deregistered them.
+    let (src_r, dst_r) = unsafe { (MemRegion::new(src, len), MemRegion::new(dst, len)) };
+    inst.register_device(src_r).unwrap();
+    inst.register_device(dst_r).unwrap();
+    assert_eq!(inst.buffers().find(src).unwrap().kind(), BufKind::Staged);
+    assert_eq!(inst.buffers().find(dst).unwrap().kind(), BufKind::Staged);
+
+    let mut put = server.request(support::server::Op::Put("gpu".into()));
+    inst.transfer(Direction::Put, src, len, 0, &mut put).unwrap();
+    assert!(
+        server.objects.lock().unwrap()["gpu"] == pattern,
+        "the PUT did not carry the device bytes"
+    );
+
+    let mut get = server.request(support::server::Op::Get("gpu".into()));
+    inst.transfer(Direction::Get, dst, len, 0, &mut get).unwrap();
+    assert!(
+        gpu.read(dst, len).unwrap() == pattern,
+        "the GET did not land in device memory"
+    );
+
+    // An application-driven GET into a staged buffer: the token names the
+    // staging buffer, and HIPOBJ_SYNC_TO_DEVICE brings the bytes over.
+    assert!(gpu.write(dst, &vec![0u8; len]));
+    let token = inst.rdma_token(dst, len, Direction::Get).unwrap();
+    let t = Token::decode(token.as_bytes()).unwrap();
+    assert_eq!(
+        t.addr,
+        inst.buffers().find(dst).unwrap().staging_addr().unwrap() as u64
+    );
+    let mut req = server.request(support::server::Op::Get("gpu".into()));
+    loop {
+        req.send_request(token.as_str()).unwrap();
+        let mut reply = [0u8; 512];
+        let n = req.recv_reply(&mut reply).unwrap();
+        if inst.handle_token_reply(&reply[..n]).unwrap() != 409 {
+            break;
+        }
+    }
+    assert!(
+        gpu.read(dst, len).unwrap().iter().all(|&b| b == 0),
+        "not synced yet"
+    );
+    inst.sync(dst, len, 0, hipobj::SyncDirection::ToDevice).unwrap();
+    assert!(gpu.read(dst, len).unwrap() == pattern);
+    inst.deregister(src).unwrap();
+    inst.deregister(dst).unwrap();
 }

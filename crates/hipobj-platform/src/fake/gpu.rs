@@ -1,6 +1,11 @@
-//! A GPU double: "device memory" is host memory the fake allocated and
-//! remembers; copies run on a thread of their own, at a speed the test sets,
-//! and can be made to hang until the test releases them.
+//! A GPU double. Its "device memory" is like a real GPU's as the host sees
+//! it: an address range the process cannot read or write (mapped with no
+//! access), so a NIC that checks, such as the soft NIC, refuses to register
+//! it and the library stages it. The bytes live in a shared-memory file
+//! that the fake also maps readable and writable for its copy engine.
+//! Copies run on a thread of their own, at a speed the test sets, and can
+//! be made to hang until the test releases them. (Under Miri, which cannot
+//! map files, device memory is plain heap memory.)
 #![allow(unsafe_code)]
 
 use std::os::fd::OwnedFd;
@@ -36,10 +41,107 @@ impl Bytes {
     }
 }
 
+/// Device memory: one shared-memory file mapped twice, once with no
+/// access (the address handed out) and once readable and writable (where
+/// the copy engine and the test accessors reach the bytes).
+#[cfg(not(miri))]
+#[derive(Debug)]
+struct Mapped {
+    device_view: usize,
+    host_view: usize,
+    len: usize,
+    _file: OwnedFd,
+}
+
+#[cfg(not(miri))]
+impl Mapped {
+    fn new(len: usize) -> Option<Self> {
+        use std::os::fd::FromRawFd;
+        let len = len.max(1);
+        // SAFETY: memfd_create with a NUL-terminated name; the fd returned is
+        // owned by the OwnedFd below.
+        let fd = unsafe { libc::memfd_create(c"hipobj-fake-gpu".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: fd is a fresh, owned file descriptor.
+        let file = unsafe { OwnedFd::from_raw_fd(fd) };
+        let size = libc::off_t::try_from(len).ok()?;
+        // SAFETY: resizing the file we own.
+        if unsafe { libc::ftruncate(fd, size) } != 0 {
+            return None;
+        }
+        let map = |prot| {
+            // SAFETY: a new shared mapping of the whole file at an address
+            // the kernel chooses; nothing else refers to it yet.
+            let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd, 0) };
+            (p != libc::MAP_FAILED).then(|| p.expose_provenance())
+        };
+        let device_view = map(libc::PROT_NONE)?;
+        let Some(host_view) = map(libc::PROT_READ | libc::PROT_WRITE) else {
+            // SAFETY: unmapping the mapping made just above.
+            unsafe { libc::munmap(std::ptr::with_exposed_provenance_mut(device_view), len) };
+            return None;
+        };
+        Some(Self {
+            device_view,
+            host_view,
+            len,
+            _file: file,
+        })
+    }
+}
+
+#[cfg(not(miri))]
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        for view in [self.device_view, self.host_view] {
+            // SAFETY: both views were mapped by `new` with this length and
+            // are unmapped once, here.
+            unsafe { libc::munmap(std::ptr::with_exposed_provenance_mut(view), self.len) };
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Mem {
+    Heap(Bytes),
+    #[cfg(not(miri))]
+    Mapped(Mapped),
+}
+
+impl Mem {
+    /// The address the fake hands out.
+    fn addr(&self) -> usize {
+        match self {
+            Mem::Heap(b) => b.addr(),
+            #[cfg(not(miri))]
+            Mem::Mapped(m) => m.device_view,
+        }
+    }
+
+    /// Where the bytes at `addr()` can be read and written.
+    fn host_addr(&self) -> usize {
+        match self {
+            Mem::Heap(b) => b.addr(),
+            #[cfg(not(miri))]
+            Mem::Mapped(m) => m.host_view,
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Mem::Heap(b) => b.len(),
+            #[cfg(not(miri))]
+            Mem::Mapped(m) => m.len,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Allocation {
     device: Option<i32>,
-    mem: Bytes,
+    mem: Mem,
 }
 
 #[derive(Debug, Default)]
@@ -110,7 +212,10 @@ impl FakeGpu {
 
     /// Allocates `len` bytes of simulated memory on `device` and returns its address.
     pub fn alloc_device(&self, device: i32, len: usize) -> usize {
-        let mem = Bytes::zeroed(len);
+        #[cfg(not(miri))]
+        let mem = Mapped::new(len).map_or_else(|| Mem::Heap(Bytes::zeroed(len)), Mem::Mapped);
+        #[cfg(miri)]
+        let mem = Mem::Heap(Bytes::zeroed(len));
         let addr = mem.addr();
         self.lock().allocations.push(Allocation {
             device: Some(device),
@@ -122,7 +227,7 @@ impl FakeGpu {
     /// Allocates `len` bytes of pinned host memory that the fake reports as
     /// host memory, and returns its address.
     pub fn alloc_host(&self, len: usize) -> usize {
-        let mem = Bytes::zeroed(len);
+        let mem = Mem::Heap(Bytes::zeroed(len));
         let addr = mem.addr();
         self.lock().allocations.push(Allocation { device: None, mem });
         addr
@@ -133,27 +238,22 @@ impl FakeGpu {
         self.lock().allocations.retain(|a| a.mem.addr() != addr);
     }
 
-    /// Whether `[addr, addr + len)` lies in fake device memory, fake host
-    /// memory, or a live pinned buffer.
-    fn known(&self, addr: usize, len: usize) -> bool {
+    /// Where the bytes of `[addr, addr + len)` can be reached, if the range
+    /// lies in fake device memory, fake host memory, or a live pinned buffer.
+    fn host_view(&self, addr: usize, len: usize) -> Option<usize> {
         let inside = |base: usize, size: usize| addr >= base && len <= size && addr - base <= size - len;
         let st = self.lock();
-        st.allocations.iter().any(|a| inside(a.mem.addr(), a.mem.len()))
-            || self
-                .shared
-                .pinned
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .iter()
-                .any(|&(b, l)| inside(b, l))
+        if let Some(a) = st.allocations.iter().find(|a| inside(a.mem.addr(), a.mem.len())) {
+            return Some(a.mem.host_addr() + (addr - a.mem.addr()));
+        }
+        let pinned = self.shared.pinned.lock().unwrap_or_else(PoisonError::into_inner);
+        pinned.iter().any(|&(b, l)| inside(b, l)).then_some(addr)
     }
 
     /// Reads memory the fake owns (device, host or pinned), or `None` when
     /// the range is not all in one of its buffers.
     pub fn read(&self, addr: usize, len: usize) -> Option<Vec<u8>> {
-        if !self.known(addr, len) {
-            return None;
-        }
+        let addr = self.host_view(addr, len)?;
         let mut out = vec![0u8; len];
         // SAFETY: the range lies inside a live buffer of this fake (checked
         // above), and the test that asks does not free it meanwhile.
@@ -170,9 +270,9 @@ impl FakeGpu {
     /// Writes memory the fake owns; says whether the range was inside one of
     /// its buffers.
     pub fn write(&self, addr: usize, data: &[u8]) -> bool {
-        if !self.known(addr, data.len()) {
+        let Some(addr) = self.host_view(addr, data.len()) else {
             return false;
-        }
+        };
         // SAFETY: as in `read`; the fake's buffers are plain bytes.
         unsafe {
             std::ptr::copy_nonoverlapping(
@@ -370,6 +470,10 @@ impl GpuRuntime for FakeGpu {
 
     fn copy_async(&self, dst: usize, src: usize, len: usize) -> Result<Box<dyn CopyEvent>, GpuError> {
         self.check("copy_async")?;
+        // The copy engine reaches device memory through its readable view;
+        // other memory (the library's staging buffers) as it is.
+        let dst = self.host_view(dst, len).unwrap_or(dst);
+        let src = self.host_view(src, len).unwrap_or(src);
         let done = Arc::new(AtomicBool::new(false));
         let shared = self.shared.clone();
         let flag = done.clone();
