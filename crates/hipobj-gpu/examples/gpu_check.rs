@@ -10,11 +10,15 @@ use std::io::{Seek, SeekFrom};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hipobj::{Config, Library, Options};
+use hipobj::{Config, Control, ControlError, Direction, Library, Options};
 use hipobj_gpu::cuda::CudaRuntime;
+use hipobj_peer::{PeerConfig, RdmaPeer, Step};
+use hipobj_platform::NoTopology;
 use hipobj_platform::fake::{FakeDeviceSpec, FakeTopology, FakeVerbs, Faults};
 use hipobj_platform::gpu::wait_for_copy;
 use hipobj_platform::{GpuRuntime, MemRegion, Platform, PointerKind};
+use hipobj_proto::Token;
+use hipobj_softroce::{SoftConfig, SoftVerbs};
 
 const LEN: usize = 4 << 20;
 const COPY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -265,8 +269,143 @@ fn main() {
             r.check("core init for GPU 0", false, e);
         }
     }
+    staged_on_the_soft_nic(&mut r, &rt);
     drop((a, b, dev));
     finish(&r, started);
+}
+
+/// The server's side of a transfer, in process: `hipobj-peer` on a second
+/// soft RoCE device, keeping one object in memory.
+struct Serve<'a> {
+    peer: &'a RdmaPeer,
+    object: &'a std::sync::Mutex<Vec<u8>>,
+    put: bool,
+    reply: Option<String>,
+}
+
+impl Control for Serve<'_> {
+    fn send_request(&mut self, token: &str) -> Result<(), ControlError> {
+        let t = Token::decode(token.as_bytes()).map_err(|e| ControlError(e.to_string()))?;
+        let err = |e: hipobj_peer::PeerError| ControlError(e.to_string());
+        self.reply = Some(match self.peer.step(&t).map_err(err)? {
+            Step::Bind(reply) => reply.to_string(),
+            Step::Bound => {
+                let mut obj = self.object.lock().map_err(|_| ControlError("poisoned".into()))?;
+                if self.put {
+                    obj.clear();
+                    self.peer
+                        .read_from_client(&t, t.len, &mut |_, c| {
+                            obj.extend_from_slice(c);
+                            Ok(())
+                        })
+                        .map_err(err)?;
+                } else {
+                    let data = obj.clone();
+                    self.peer
+                        .write_to_client(&t, data.len() as u64, &mut |off, c| {
+                            let off = off as usize;
+                            c.copy_from_slice(&data[off..off + c.len()]);
+                            Ok(())
+                        })
+                        .map_err(err)?;
+                }
+                self.peer.success_reply(&t, 200).map_err(err)?.to_string()
+            }
+        });
+        Ok(())
+    }
+
+    fn recv_reply(&mut self, reply: &mut [u8]) -> Result<usize, ControlError> {
+        let r = self.reply.take().ok_or_else(|| ControlError("no reply".into()))?;
+        reply[..r.len()].copy_from_slice(r.as_bytes());
+        Ok(r.len())
+    }
+}
+
+/// cuMemAlloc'd memory through the library on the soft RoCE NIC: says
+/// whether registration chose dma-buf, a plain MR or staging, then PUTs from
+/// GPU memory and GETs into GPU memory, checking the bytes with the GPU's
+/// own copies.
+#[allow(unsafe_code)]
+fn staged_on_the_soft_nic(r: &mut Report, rt: &CudaRuntime) {
+    use hipobj_platform::PinnedHostBuffer;
+    const LEN: usize = 8 << 20;
+    let platform = Platform {
+        verbs: Arc::new(SoftVerbs::new(SoftConfig {
+            name: "softroce-gpu".into(),
+            ..SoftConfig::default()
+        })),
+        gpu: Arc::new(rt.clone()),
+        topology: Arc::new(NoTopology),
+    };
+    let lib = Library::new();
+    let config = Config {
+        flags: 0,
+        gpu_device: 0,
+        nic_hint: Some("softroce-gpu".into()),
+    };
+    if let Err(e) = lib.init(&config, || Ok(platform), Options::default) {
+        r.check("soft NIC: init for GPU 0", false, e);
+        return;
+    }
+    let Ok(inst) = lib.instance() else { return };
+    let server = SoftVerbs::new(SoftConfig {
+        name: "softroce-gpu-srv".into(),
+        ..SoftConfig::default()
+    });
+    let peer = match RdmaPeer::open(&server, &NoTopology, Some("softroce-gpu-srv"), PeerConfig::default()) {
+        Ok(p) => p,
+        Err(e) => {
+            r.check("soft NIC: server peer", false, e);
+            return;
+        }
+    };
+    let (Ok(src), Ok(dst), Ok(host)) = (rt.alloc_device(LEN), rt.alloc_device(LEN), rt.alloc_pinned_buffer(LEN))
+    else {
+        r.check("soft NIC: allocations", false, "cuMemAlloc or cuMemHostAlloc failed");
+        return;
+    };
+    let want = pattern(LEN, 7);
+    host.write(0, &want);
+    if let Err(e) = copy(rt, src.addr(), host.addr(), LEN) {
+        r.check("soft NIC: fill GPU memory", false, e);
+        return;
+    }
+    // SAFETY: both device buffers outlive the instance (shut down below).
+    let (src_r, dst_r) = unsafe { (MemRegion::new(src.addr(), LEN), MemRegion::new(dst.addr(), LEN)) };
+    let reg = inst.register_device(src_r).and_then(|()| inst.register_device(dst_r));
+    if !r.check("soft NIC: register cuMemAlloc memory", reg.is_ok(), format!("{reg:?}")) {
+        return;
+    }
+    let kind = inst.buffers().find(src.addr()).map(|e| e.kind());
+    r.info("soft NIC: registration chose", format!("{kind:?} (Staged: through pinned host memory)"));
+    let object = std::sync::Mutex::new(Vec::new());
+    let t = Instant::now();
+    let mut put = Serve {
+        peer: &peer,
+        object: &object,
+        put: true,
+        reply: None,
+    };
+    let res = inst.transfer(Direction::Put, src.addr(), LEN, 0, &mut put);
+    let ok = res.is_ok() && object.lock().map(|o| *o == want).unwrap_or(false);
+    r.check("soft NIC: PUT 8 MiB from GPU memory", ok, format!("{res:?} in {:?}", t.elapsed()));
+    let t = Instant::now();
+    let mut get = Serve {
+        peer: &peer,
+        object: &object,
+        put: false,
+        reply: None,
+    };
+    let res = inst.transfer(Direction::Get, dst.addr(), LEN, 0, &mut get);
+    host.write(0, &vec![0u8; LEN]);
+    let back = copy(rt, host.addr(), dst.addr(), LEN).map(|_| host.read(0, LEN).unwrap_or_default());
+    let ok = res.is_ok() && matches!(&back, Ok(b) if *b == want);
+    r.check("soft NIC: GET 8 MiB into GPU memory", ok, format!("{res:?} in {:?}", t.elapsed()));
+    let _ = inst.deregister(src.addr());
+    let _ = inst.deregister(dst.addr());
+    drop(inst);
+    lib.shutdown();
 }
 
 fn finish(r: &Report, started: Instant) -> ! {
