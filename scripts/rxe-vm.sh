@@ -140,7 +140,6 @@ mount -t 9p -o trans=virtio,version=9p2000.L,ro host /host || echo "rxe-vm: 9p m
 mount -t proc proc /host/proc
 mount -t sysfs sys /host/sys
 mount -t devtmpfs dev /host/dev
-mount -t tmpfs tmp /host/tmp
 mount -t tmpfs run /host/run
 chroot /host /bin/sh $WORK/job/run.sh
 rc=\$?
@@ -161,7 +160,10 @@ build_initrd
 mkdir -p "$WORK/job"
 {
     echo 'set -u'
-    echo 'export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp'
+    # The host's /tmp stays visible (read-only, like all of /), since the
+    # checkout and its binaries may live there; scratch files go to a tmpfs.
+    echo 'mkdir -p /run/scratch'
+    echo 'export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/run/scratch TMPDIR=/run/scratch'
     # Carry selected variables of the caller into the guest.
     for v in RUST_BACKTRACE RUST_TEST_THREADS HIPOBJ_RXE_DEVICE; do
         [[ -n ${!v:-} ]] && printf 'export %s=%q\n' "$v" "${!v}"
