@@ -353,16 +353,28 @@ fn staged_on_the_soft_nic(r: &mut Report, rt: &CudaRuntime) {
         name: "softroce-gpu-srv".into(),
         ..SoftConfig::default()
     });
-    let peer = match RdmaPeer::open(&server, &NoTopology, Some("softroce-gpu-srv"), PeerConfig::default()) {
+    let peer = match RdmaPeer::open(
+        &server,
+        &NoTopology,
+        Some("softroce-gpu-srv"),
+        PeerConfig::default(),
+    ) {
         Ok(p) => p,
         Err(e) => {
             r.check("soft NIC: server peer", false, e);
             return;
         }
     };
-    let (Ok(src), Ok(dst), Ok(host)) = (rt.alloc_device(LEN), rt.alloc_device(LEN), rt.alloc_pinned_buffer(LEN))
-    else {
-        r.check("soft NIC: allocations", false, "cuMemAlloc or cuMemHostAlloc failed");
+    let (Ok(src), Ok(dst), Ok(host)) = (
+        rt.alloc_device(LEN),
+        rt.alloc_device(LEN),
+        rt.alloc_pinned_buffer(LEN),
+    ) else {
+        r.check(
+            "soft NIC: allocations",
+            false,
+            "cuMemAlloc or cuMemHostAlloc failed",
+        );
         return;
     };
     let want = pattern(LEN, 7);
@@ -373,12 +385,21 @@ fn staged_on_the_soft_nic(r: &mut Report, rt: &CudaRuntime) {
     }
     // SAFETY: both device buffers outlive the instance (shut down below).
     let (src_r, dst_r) = unsafe { (MemRegion::new(src.addr(), LEN), MemRegion::new(dst.addr(), LEN)) };
-    let reg = inst.register_device(src_r).and_then(|()| inst.register_device(dst_r));
-    if !r.check("soft NIC: register cuMemAlloc memory", reg.is_ok(), format!("{reg:?}")) {
+    let reg = inst
+        .register_device(src_r)
+        .and_then(|()| inst.register_device(dst_r));
+    if !r.check(
+        "soft NIC: register cuMemAlloc memory",
+        reg.is_ok(),
+        format!("{reg:?}"),
+    ) {
         return;
     }
     let kind = inst.buffers().find(src.addr()).map(|e| e.kind());
-    r.info("soft NIC: registration chose", format!("{kind:?} (Staged: through pinned host memory)"));
+    r.info(
+        "soft NIC: registration chose",
+        format!("{kind:?} (Staged: through pinned host memory)"),
+    );
     let object = std::sync::Mutex::new(Vec::new());
     let t = Instant::now();
     let mut put = Serve {
@@ -389,7 +410,11 @@ fn staged_on_the_soft_nic(r: &mut Report, rt: &CudaRuntime) {
     };
     let res = inst.transfer(Direction::Put, src.addr(), LEN, 0, &mut put);
     let ok = res.is_ok() && object.lock().map(|o| *o == want).unwrap_or(false);
-    r.check("soft NIC: PUT 8 MiB from GPU memory", ok, format!("{res:?} in {:?}", t.elapsed()));
+    r.check(
+        "soft NIC: PUT 8 MiB from GPU memory",
+        ok,
+        format!("{res:?} in {:?}", t.elapsed()),
+    );
     let t = Instant::now();
     let mut get = Serve {
         peer: &peer,
@@ -401,7 +426,11 @@ fn staged_on_the_soft_nic(r: &mut Report, rt: &CudaRuntime) {
     host.write(0, &vec![0u8; LEN]);
     let back = copy(rt, host.addr(), dst.addr(), LEN).map(|_| host.read(0, LEN).unwrap_or_default());
     let ok = res.is_ok() && matches!(&back, Ok(b) if *b == want);
-    r.check("soft NIC: GET 8 MiB into GPU memory", ok, format!("{res:?} in {:?}", t.elapsed()));
+    r.check(
+        "soft NIC: GET 8 MiB into GPU memory",
+        ok,
+        format!("{res:?} in {:?}", t.elapsed()),
+    );
     let _ = inst.deregister(src.addr());
     let _ = inst.deregister(dst.addr());
     drop(inst);

@@ -9,11 +9,16 @@
 //!   loopback UDP included.
 //!
 //! `cargo bench -p hipobj --bench control_path`
+//!
+//! With `HIPOBJ_CALLGRIND_ITERATIONS=N` set it skips criterion and runs the
+//! control path N times, for instruction counts: run it under
+//! `valgrind --tool=callgrind` with two values of N and divide the
+//! difference in instructions by the difference in N (setup cancels out).
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::Criterion;
 use hipobj::{Config, Control, ControlError, Direction, Instance, Library, Options};
 use hipobj_peer::{PeerConfig, RdmaPeer, Step};
 use hipobj_platform::{MemRegion, NoGpu, NoTopology, Platform};
@@ -160,5 +165,37 @@ impl<C: Control> Control for Recorder<'_, C> {
     }
 }
 
-criterion_group!(control, benches);
-criterion_main!(control);
+/// Binds the connection and returns the canned reply of a bound server.
+fn bound(inst: &Instance, peer: &RdmaPeer, buf: MemRegion, data: &[u8]) -> String {
+    let mut get = Get {
+        peer,
+        data,
+        reply: String::new(),
+    };
+    let mut rec = Recorder {
+        inner: &mut get,
+        token: None,
+    };
+    inst.transfer(Direction::Get, buf.addr(), 4096, 0, &mut rec)
+        .unwrap();
+    peer.success_reply(&rec.token.unwrap(), 200).unwrap().to_string()
+}
+
+fn main() {
+    if let Some(n) = std::env::var("HIPOBJ_CALLGRIND_ITERATIONS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        let (_lib, inst, peer, buf) = setup();
+        let mut canned = Canned(bound(&inst, &peer, buf, &[0x5a; 4096]));
+        for _ in 0..n {
+            inst.transfer(Direction::Get, buf.addr(), 4096, 0, &mut canned)
+                .unwrap();
+        }
+        println!("{n} control-path transfers");
+        return;
+    }
+    let mut c = Criterion::default().configure_from_args();
+    benches(&mut c);
+    c.final_summary();
+}
