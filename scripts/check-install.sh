@@ -9,7 +9,7 @@ trap 'rm -rf "$prefix"' EXIT
 profile_flag=${HIPOBJ_INSTALL_PROFILE:---debug}
 cd "$root"
 cargo xtask install --prefix "$prefix" $profile_flag
-for f in lib/libhipobj.so lib/libhipobj.so.0 lib/libhipobj.a lib/pkgconfig/hipobj.pc include/hipobj.h; do
+for f in lib/libhipobj.so lib/libhipobj.so.0 lib/libhipobj.a lib/pkgconfig/hipobj.pc include/hipobj.h bin/hipobj bin/hipobj-server; do
     [ -e "$prefix/$f" ] || { echo "check-install: $f is missing" >&2; exit 1; }
 done
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
@@ -21,4 +21,6 @@ readelf -d "$prefix/consumer" | grep -q 'NEEDED.*libhipobj.so.0' || { echo "chec
 # shellcheck disable=SC2046
 cc -std=c99 tests/c/consumer.c $(pkg-config --cflags hipobj) "$prefix/lib/libhipobj.a" $(pkg-config --libs-only-l --static hipobj | sed 's/-lhipobj//') -o "$prefix/consumer-static"
 "$prefix/consumer-static"
-echo "check-install: install, pkg-config build, shared and static link all work"
+"$prefix/bin/hipobj" --version | grep -q '^hipobj ' || { echo "check-install: bin/hipobj does not run" >&2; exit 1; }
+"$prefix/bin/hipobj-server" --help >/dev/null || { echo "check-install: bin/hipobj-server does not run" >&2; exit 1; }
+echo "check-install: install (library, header, pkg-config file, CLI, server), pkg-config build, shared and static link all work"

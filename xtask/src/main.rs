@@ -8,6 +8,7 @@
 //! PREFIX/lib/libhipobj.a
 //! PREFIX/lib/pkgconfig/hipobj.pc
 //! PREFIX/include/hipobj.h
+//! PREFIX/bin/hipobj, PREFIX/bin/hipobj-server
 //! ```
 //!
 //! It does what `cargo cinstall` would, without needing cargo-c (a seven
@@ -81,7 +82,15 @@ fn install(opts: &Install) -> Result<(), String> {
     let root = workspace_root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut build = Command::new(&cargo);
-    build.current_dir(&root).args(["build", "-p", "hipobj-capi"]);
+    build.current_dir(&root).args([
+        "build",
+        "-p",
+        "hipobj-capi",
+        "-p",
+        "hipobj-cli",
+        "-p",
+        "hipobj-server",
+    ]);
     if !opts.debug {
         build.arg("--release");
     }
@@ -95,7 +104,8 @@ fn install(opts: &Install) -> Result<(), String> {
     let libdir = under(opts.destdir.as_deref(), &libdir_path);
     let includedir = under(opts.destdir.as_deref(), &includedir_path);
     let pcdir = libdir.join("pkgconfig");
-    for d in [&libdir, &includedir, &pcdir] {
+    let bindir = under(opts.destdir.as_deref(), &opts.prefix.join("bin"));
+    for d in [&libdir, &includedir, &pcdir, &bindir] {
         std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
     }
     let copy = |from: PathBuf, to: PathBuf| {
@@ -116,6 +126,9 @@ fn install(opts: &Install) -> Result<(), String> {
         std::os::unix::fs::symlink(to, &path).map_err(|e| format!("cannot link {}: {e}", path.display()))?;
     }
     copy(root.join("include/hipobj.h"), includedir.join("hipobj.h"))?;
+    for bin in ["hipobj", "hipobj-server"] {
+        copy(built.join(bin), bindir.join(bin))?;
+    }
     let pc = format!(
         "prefix={prefix}\n\
          libdir={libdir}\n\

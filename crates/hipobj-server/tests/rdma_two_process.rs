@@ -269,7 +269,7 @@ fn scenario(dev: &str, big: usize) {
         .unwrap();
     assert_eq!(got.content_length(), Some(0));
 
-    for (key, len) in [("one", 1usize), ("mib", 1 << 20), ("big", big)] {
+    for (key, len) in [("one", 1usize), ("4k", 4096), ("mib", 1 << 20), ("big", big)] {
         let t = Instant::now();
         put_get(&h, &s3, &c, key, &pattern(len, len as u8));
         println!("{dev}: PUT+GET {len} bytes in {:?}", t.elapsed());

@@ -1,0 +1,134 @@
+/* One signed S3 request with libcurl, shaped for hipObject's callbacks:
+ * the token goes in x-amz-rdma-token, the body is empty, the payload is
+ * UNSIGNED-PAYLOAD, and the response's x-amz-rdma-reply is kept for
+ * recvReply. Shared by get-object.c and put-object.c. */
+#pragma once
+
+#include <curl/curl.h>
+#include <hipobj.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+struct s3_request {
+    const char *method;   /* "GET" or "PUT" */
+    char url[1024];
+    char userpwd[512];
+    char reply[512];      /* the last x-amz-rdma-reply value */
+    size_t reply_len;     /* 0: the response had none */
+    long status;          /* the last HTTP status */
+    unsigned long long bytes; /* x-amz-rdma-bytes-transferred */
+};
+
+static size_t s3_header(char *line, size_t size, size_t n, void *userdata) {
+    struct s3_request *r = userdata;
+    size_t len = size * n;
+    static const char reply[] = "x-amz-rdma-reply:";
+    static const char bytes[] = "x-amz-rdma-bytes-transferred:";
+    if (len > sizeof reply - 1 && strncasecmp(line, reply, sizeof reply - 1) == 0) {
+        const char *v = line + sizeof reply - 1;
+        size_t vlen = len - (sizeof reply - 1);
+        while (vlen > 0 && (*v == ' ' || *v == '\t')) { v++; vlen--; }
+        while (vlen > 0 && (v[vlen - 1] == '\r' || v[vlen - 1] == '\n' || v[vlen - 1] == ' ')) vlen--;
+        if (vlen < sizeof r->reply) {
+            memcpy(r->reply, v, vlen);
+            r->reply_len = vlen;
+        }
+    } else if (len > sizeof bytes - 1 && strncasecmp(line, bytes, sizeof bytes - 1) == 0) {
+        r->bytes = strtoull(line + sizeof bytes - 1, NULL, 10);
+    }
+    return len;
+}
+
+static size_t s3_discard(char *data, size_t size, size_t n, void *userdata) {
+    (void)data;
+    (void)userdata;
+    return size * n;
+}
+
+static size_t s3_no_body(char *buf, size_t size, size_t n, void *userdata) {
+    (void)buf;
+    (void)size;
+    (void)n;
+    (void)userdata;
+    return 0;
+}
+
+/* hipObjOps_t::sendRequest: one signed request carrying the token. */
+static int s3_send(void *ctx, const char *token, size_t token_len) {
+    struct s3_request *r = ctx;
+    char header[160];
+    if (token_len > 100) return -1;
+    snprintf(header, sizeof header, "x-amz-rdma-token: %.*s", (int)token_len, token);
+    CURL *c = curl_easy_init();
+    if (c == NULL) return -1;
+    struct curl_slist *h = NULL;
+    h = curl_slist_append(h, header);
+    h = curl_slist_append(h, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+    curl_easy_setopt(c, CURLOPT_URL, r->url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_AWS_SIGV4, "aws:amz:us-east-1:s3");
+    curl_easy_setopt(c, CURLOPT_USERPWD, r->userpwd);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, s3_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, s3_discard);
+    if (strcmp(r->method, "PUT") == 0) {
+        /* The bytes go by RDMA: an empty body. */
+        curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(c, CURLOPT_READFUNCTION, s3_no_body);
+        curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)0);
+    }
+    r->reply_len = 0;
+    CURLcode rc = curl_easy_perform(c);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
+    curl_slist_free_all(h);
+    curl_easy_cleanup(c);
+    if (rc != CURLE_OK) {
+        fprintf(stderr, "request failed: %s\n", curl_easy_strerror(rc));
+        return -1;
+    }
+    return 0;
+}
+
+/* hipObjOps_t::recvReply: the response's x-amz-rdma-reply, if it had one. */
+static int s3_recv(void *ctx, char *reply, size_t *reply_len) {
+    struct s3_request *r = ctx;
+    if (r->reply_len == 0 || r->reply_len > *reply_len) {
+        fprintf(stderr, "HTTP %ld without a usable x-amz-rdma-reply\n", r->status);
+        return -1;
+    }
+    memcpy(reply, r->reply, r->reply_len);
+    *reply_len = r->reply_len;
+    return 0;
+}
+
+/* Fills in the URL and credentials; exits with a message when they are missing. */
+static void s3_setup(struct s3_request *r, const char *method, const char *endpoint, const char *bucket,
+                     const char *key) {
+    const char *ak = getenv("AWS_ACCESS_KEY_ID");
+    const char *sk = getenv("AWS_SECRET_ACCESS_KEY");
+    if (ak == NULL || sk == NULL) {
+        fprintf(stderr, "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY\n");
+        exit(2);
+    }
+    memset(r, 0, sizeof *r);
+    r->method = method;
+    snprintf(r->url, sizeof r->url, "%s/%s/%s", endpoint, bucket, key);
+    snprintf(r->userpwd, sizeof r->userpwd, "%s:%s", ak, sk);
+}
+
+/* Starts hipObject on the NIC $HIPOBJ_NIC names (default: the soft NIC). */
+static int hipobj_start(void) {
+    hipObjConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gpuDevice = -1;
+    cfg.nicHint = getenv("HIPOBJ_NIC") != NULL ? getenv("HIPOBJ_NIC") : "softroce0";
+    hipObjError_t e = hipObjInit(&cfg);
+    if (e.opError != hipObjSuccess) {
+        fprintf(stderr, "hipObjInit: %s\n", hipObjGetErrorString(e.opError));
+        return -1;
+    }
+    return 0;
+}
