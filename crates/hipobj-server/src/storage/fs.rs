@@ -124,6 +124,25 @@ impl Sums {
     }
 }
 
+/// What a PutObject or UploadPart request says its body must be: its
+/// Content-MD5, its `x-amz-checksum-*` values, and the checksum algorithm
+/// (the two inputs are different types with the same fields).
+macro_rules! expected_of {
+    ($input:ident, $req:ident) => {
+        Expected {
+            content_md5: $input.content_md5.clone(),
+            sums: Sums {
+                crc32: $input.checksum_crc32,
+                crc32c: $input.checksum_crc32c,
+                sha1: $input.checksum_sha1,
+                sha256: $input.checksum_sha256,
+                crc64nvme: $input.checksum_crc64nvme,
+            },
+            algorithm: $input.checksum_algorithm.or_else(|| sdk_algorithm(&$req.headers)),
+        }
+    };
+}
+
 /// What a request says the bytes must hash to.
 #[derive(Debug, Default)]
 struct Expected {
@@ -849,17 +868,7 @@ impl S3 for FsStore {
     ) -> S3Result<S3Response<dto::PutObjectOutput>> {
         let input = req.input;
         let dest = self.object_path(&input.bucket, &input.key).await?;
-        let mut expected = Expected {
-            content_md5: input.content_md5.clone(),
-            sums: Sums {
-                crc32: input.checksum_crc32,
-                crc32c: input.checksum_crc32c,
-                sha1: input.checksum_sha1,
-                sha256: input.checksum_sha256,
-                crc64nvme: input.checksum_crc64nvme,
-            },
-            algorithm: input.checksum_algorithm.or_else(|| sdk_algorithm(&req.headers)),
-        };
+        let mut expected = expected_of!(input, req);
         let (tmp, size, md5, computed) = self
             .receive(
                 input.body,
@@ -1290,17 +1299,7 @@ impl S3 for FsStore {
         let (dir, _) = self
             .load_upload(&input.upload_id, &input.bucket, &input.key, owner)
             .await?;
-        let mut expected = Expected {
-            content_md5: input.content_md5.clone(),
-            sums: Sums {
-                crc32: input.checksum_crc32,
-                crc32c: input.checksum_crc32c,
-                sha1: input.checksum_sha1,
-                sha256: input.checksum_sha256,
-                crc64nvme: input.checksum_crc64nvme,
-            },
-            algorithm: input.checksum_algorithm.or_else(|| sdk_algorithm(&req.headers)),
-        };
+        let mut expected = expected_of!(input, req);
         let (tmp, size, md5, computed) = self
             .receive(
                 input.body,
