@@ -276,6 +276,7 @@ impl Device for IbDevice {
             max_cqe: nonneg(a.max_cqe),
             max_mr_size: a.max_mr_size,
             max_qp_rd_atom: nonneg(a.max_qp_rd_atom),
+            mw_type2: false,
         })
     }
 
@@ -566,6 +567,9 @@ impl MemoryRegion for IbMr {
     }
     fn len(&self) -> usize {
         self.len
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 
@@ -925,6 +929,13 @@ impl QueuePair for IbQp {
             SendOp::Read { remote_addr, rkey } => {
                 raw.opcode = ffi::IBV_WR_RDMA_READ;
                 raw.wr = rdma(remote_addr, rkey);
+            }
+            SendOp::LocalInv { .. } => {
+                return Err(VerbsError::new(
+                    "ibv_post_send",
+                    VerbsErrorKind::Unsupported,
+                    "memory windows are not wired to libibverbs yet",
+                ));
             }
         }
         let mut bad: *mut ffi::ibv_send_wr = ptr::null_mut();

@@ -36,9 +36,9 @@ pub use gpu::{CopyEvent, Dmabuf, GpuError, GpuRuntime, NoGpu, PinnedHostBuffer, 
 pub use memory::MemRegion;
 pub use topology::{GidInfo, GidKind, NicInfo, NicPort, NicTopology, NoTopology, TopologyError};
 pub use verbs::{
-    AccessFlags, CompletionQueue, Device, DeviceAttr, Gid, LinkLayer, MemoryRegion, Mtu, PortAttr, PortState,
-    ProtectionDomain, QpAttr, QpAttrMask, QpInitAttr, QpState, QueuePair, RecvWr, SendOp, SendWr, Sge, Verbs,
-    VerbsError, VerbsErrorKind, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, BindMwWr, CompletionQueue, Device, DeviceAttr, Gid, LinkLayer, MemoryRegion, MemoryWindow,
+    Mtu, PortAttr, PortState, ProtectionDomain, QpAttr, QpAttrMask, QpInitAttr, QpState, QueuePair, RecvWr,
+    SendOp, SendWr, Sge, Verbs, VerbsError, VerbsErrorKind, WcOpcode, WcStatus, WorkCompletion,
 };
 
 /// The outside world as the library sees it: one implementation of each seam.

@@ -10,6 +10,7 @@
 //! QP holds its PD, a PD holds its device), so dropping handles in any order
 //! is safe, and dropping a handle releases the object.
 
+use std::any::Any;
 use std::fmt;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
@@ -133,6 +134,10 @@ impl AccessFlags {
     pub const REMOTE_READ: Self = Self(4);
     /// A peer may run atomics on the memory.
     pub const REMOTE_ATOMIC: Self = Self(8);
+    /// Memory windows may be bound over the memory (`IBV_ACCESS_MW_BIND`).
+    /// A registration with only this right (and `LOCAL_WRITE`) gives a peer
+    /// nothing by its own key: access goes through windows alone.
+    pub const MW_BIND: Self = Self(16);
 
     /// Whether every right in `other` is present in `self`.
     pub const fn contains(self, other: Self) -> bool {
@@ -160,6 +165,7 @@ impl fmt::Debug for AccessFlags {
             (Self::REMOTE_WRITE, "REMOTE_WRITE"),
             (Self::REMOTE_READ, "REMOTE_READ"),
             (Self::REMOTE_ATOMIC, "REMOTE_ATOMIC"),
+            (Self::MW_BIND, "MW_BIND"),
         ];
         let set: Vec<&str> = names
             .iter()
@@ -300,6 +306,9 @@ pub struct DeviceAttr {
     pub max_mr_size: u64,
     /// Most outstanding RDMA READs a QP may issue or answer.
     pub max_qp_rd_atom: u32,
+    /// Whether the device binds type-2 memory windows by work request
+    /// (`IBV_DEVICE_MEM_WINDOW_TYPE_2A` or `_2B` in `device_cap_flags`).
+    pub mw_type2: bool,
 }
 
 /// What `ibv_query_port` reports that the library uses.
@@ -603,6 +612,31 @@ pub enum SendOp {
         /// Remote key.
         rkey: u32,
     },
+    /// Local invalidate (`IBV_WR_LOCAL_INV`): the memory window bound under
+    /// `rkey` on this QP stops granting access once this request completes.
+    LocalInv {
+        /// The window's current key.
+        rkey: u32,
+    },
+}
+
+/// A type-2 memory window bind (`IBV_WR_BIND_MW`), posted on a send queue.
+#[derive(Clone, Copy, Debug)]
+pub struct BindMwWr<'a> {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// The window to bind. A type-2 window is bound to the QP that binds it.
+    pub mw: &'a dyn MemoryWindow,
+    /// The registration the window covers; it must allow `MW_BIND`.
+    pub mr: &'a dyn MemoryRegion,
+    /// First byte the window grants, inside `mr`.
+    pub addr: u64,
+    /// Bytes the window grants.
+    pub length: u64,
+    /// The remote rights the window grants (a subset of REMOTE_READ, REMOTE_WRITE).
+    pub access: AccessFlags,
+    /// Whether the bind completes on the send CQ when it succeeds.
+    pub signaled: bool,
 }
 
 /// A send work request (`struct ibv_send_wr`, one at a time).
@@ -698,6 +732,10 @@ pub enum WcOpcode {
     RdmaWrite = 1,
     /// An RDMA READ completed.
     RdmaRead = 2,
+    /// A memory window bind completed.
+    BindMw = 5,
+    /// A local invalidate completed.
+    LocalInv = 6,
     /// A SEND arrived into a posted receive.
     Recv = 128,
     /// An RDMA WRITE with immediate arrived and consumed a posted receive.
@@ -791,6 +829,27 @@ pub trait ProtectionDomain: Send + Sync + fmt::Debug {
 
     /// Creates a reliable-connected queue pair in RESET (`ibv_create_qp`).
     fn create_qp(&self, init: &QpInitAttr) -> Result<Box<dyn QueuePair>, VerbsError>;
+
+    /// Allocates a type-2 memory window (`ibv_alloc_mw(pd, IBV_MW_TYPE_2)`),
+    /// unbound: its key grants nothing until a QP binds it.
+    fn alloc_mw(&self) -> Result<Box<dyn MemoryWindow>, VerbsError> {
+        Err(VerbsError::new(
+            "ibv_alloc_mw",
+            VerbsErrorKind::Unsupported,
+            "this device has no type-2 memory windows",
+        ))
+    }
+}
+
+/// A type-2 memory window (`struct ibv_mw`). Dropping it deallocates it,
+/// which also ends any binding.
+pub trait MemoryWindow: Send + Sync + fmt::Debug {
+    /// The key of the window's latest binding (before the first bind: the
+    /// key it was allocated with, which grants nothing).
+    fn rkey(&self) -> u32;
+    /// The backend's own object, so that the backend that made it can find
+    /// its handle in [`QueuePair::bind_mw`].
+    fn as_any(&self) -> &dyn Any;
 }
 
 /// A registered memory region (`struct ibv_mr`). Dropping it deregisters.
@@ -807,6 +866,9 @@ pub trait MemoryRegion: Send + Sync + fmt::Debug {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// The backend's own object, so that the backend that made it can find
+    /// its handle in [`QueuePair::bind_mw`].
+    fn as_any(&self) -> &dyn Any;
 }
 
 /// A completion queue (`struct ibv_cq`).
@@ -837,6 +899,20 @@ pub trait QueuePair: Send + Sync + fmt::Debug {
 
     /// Posts one receive work request (`ibv_post_recv`).
     fn post_recv(&self, wr: &RecvWr<'_>) -> Result<(), VerbsError>;
+
+    /// Posts a type-2 memory window bind (`IBV_WR_BIND_MW`) and returns the
+    /// window's new key. The backend picks the key's low byte so that it
+    /// differs from the window's previous key and is hard to guess; the key
+    /// grants access only through this QP, and only once the bind has
+    /// executed (it is ordered before later send work requests).
+    fn bind_mw(&self, wr: &BindMwWr<'_>) -> Result<u32, VerbsError> {
+        let _ = wr;
+        Err(VerbsError::new(
+            "ibv_post_send",
+            VerbsErrorKind::Unsupported,
+            "this device has no type-2 memory windows",
+        ))
+    }
 }
 
 #[cfg(test)]

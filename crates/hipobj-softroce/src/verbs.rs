@@ -379,6 +379,7 @@ impl Device for SoftDevice {
             max_cqe: 1 << 22,
             max_mr_size: 1 << 40,
             max_qp_rd_atom: 16,
+            mw_type2: false,
         })
     }
 
@@ -575,6 +576,9 @@ impl MemoryRegion for SoftMr {
 
     fn len(&self) -> usize {
         self.region.len()
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 

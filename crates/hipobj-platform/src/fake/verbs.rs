@@ -277,6 +277,7 @@ impl Device for FakeDevice {
             max_cqe: 65536,
             max_mr_size: u64::MAX,
             max_qp_rd_atom: 16,
+            mw_type2: false,
         })
     }
 
@@ -468,6 +469,9 @@ impl MemoryRegion for FakeMr {
     }
     fn len(&self) -> usize {
         self.len
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 

@@ -34,7 +34,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hipobj_platform::{
-    AccessFlags, MemRegion, Mtu, QpAttr, QpAttrMask, QpState, RecvWr, SendWr, VerbsError, VerbsErrorKind,
+    AccessFlags, MemRegion, Mtu, QpAttr, QpAttrMask, QpState, RecvWr, SendOp, SendWr, VerbsError,
+    VerbsErrorKind,
 };
 
 use crate::mem::{Mr, MrTable};
@@ -376,6 +377,13 @@ impl Engine {
             .qps
             .get_mut(&qpn)
             .ok_or_else(|| not_found("ibv_post_send", format!("no QP {qpn:#x}")))?;
+        if let SendOp::LocalInv { .. } = wr.op {
+            return Err(VerbsError::new(
+                "ibv_post_send",
+                VerbsErrorKind::Unsupported,
+                "the soft NIC has no memory windows yet",
+            ));
+        }
         let mut ctx = Ctx {
             now: Time::ZERO,
             mrs: &self.mrs,

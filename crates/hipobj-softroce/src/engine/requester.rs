@@ -48,6 +48,7 @@ impl SendWqe {
             SendOp::Send | SendOp::SendWithImm { .. } => WcOpcode::Send,
             SendOp::Write { .. } | SendOp::WriteWithImm { .. } => WcOpcode::RdmaWrite,
             SendOp::Read { .. } => WcOpcode::RdmaRead,
+            SendOp::LocalInv { .. } => WcOpcode::LocalInv,
         }
     }
 
@@ -270,7 +271,7 @@ impl Qp {
                         };
                         (opcode, imm, reth)
                     }
-                    SendOp::Read { .. } => return None,
+                    SendOp::Read { .. } | SendOp::LocalInv { .. } => return None,
                 };
                 let ack_req = last || r.since_ack_req + 1 >= ctx.config.ack_every || in_flight + 1 >= window;
                 let h = Headers {
