@@ -23,13 +23,13 @@ static LIBRARY: Library = Library::new();
 static TOKENS: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
 
 /// `HIPOBJ_RDMA_OP_PUT`.
-const OP_PUT: c_int = 0;
+pub(crate) const OP_PUT: c_int = 0;
 /// `HIPOBJ_RDMA_OP_GET`.
-const OP_GET: c_int = 1;
+pub(crate) const OP_GET: c_int = 1;
 /// `HIPOBJ_SYNC_TO_HOST`.
-const SYNC_TO_HOST: c_int = 0;
+pub(crate) const SYNC_TO_HOST: c_int = 0;
 /// `HIPOBJ_SYNC_TO_DEVICE`.
-const SYNC_TO_DEVICE: c_int = 1;
+pub(crate) const SYNC_TO_DEVICE: c_int = 1;
 
 fn err(kind: ErrorKind) -> HipObjError {
     HipObjError::code(kind)

@@ -7,6 +7,8 @@
 
 mod api;
 mod boundary;
+#[cfg(test)]
+mod header_check;
 mod strings;
 #[doc(hidden)]
 pub mod testing;
