@@ -5,6 +5,7 @@
 //!   Verbs or GPU backend is compiled into it;
 //! - no backend crate depends on the core, not even for its tests;
 //! - the server does not depend on the client core;
+//! - the core's modules are private (its API is what lib.rs re-exports);
 //! - the table of workspace dependencies in docs/architecture.md is exactly
 //!   the normal dependencies each workspace crate declares.
 
@@ -195,4 +196,21 @@ fn list(deps: &BTreeSet<String>) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     }
+}
+
+/// The core's public API is the names its root re-exports (docs/architecture.md);
+/// its modules stay private, so programs cannot come to depend on internals.
+#[test]
+fn the_core_exposes_no_modules() {
+    let lib =
+        std::fs::read_to_string(root().join("crates/hipobj/src/lib.rs")).expect("crates/hipobj/src/lib.rs");
+    let public: Vec<&str> = lib
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| l.starts_with("pub mod "))
+        .collect();
+    assert!(
+        public.is_empty(),
+        "the core exposes modules; re-export the names programs need instead: {public:?}"
+    );
 }
