@@ -134,15 +134,17 @@ fn a_failed_gpu_synchronize_destroys_the_connection() {
     let r = unsafe { MemRegion::new(addr, 4096) };
     inst.register_device(r).unwrap();
     p.faults.set("synchronize", Fault::Fail);
-    let mut s = Script::serving(&p, &[&bind_reply(), &done(4096)]);
-    let e = inst.transfer(Direction::Get, addr, 4096, 0, &mut s).unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::RdmaError, "{e}");
-    let qpn = qpn_of(&s.tokens[0]);
-    assert_eq!(
-        p.verbs.qp_state(qpn),
-        None,
-        "the QP stayed alive after the failure"
-    );
+    for dir in [Direction::Put, Direction::Get] {
+        let mut s = Script::serving(&p, &[&bind_reply(), &done(4096)]);
+        let e = inst.transfer(dir, addr, 4096, 0, &mut s).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::RdmaError, "{dir:?}: {e}");
+        let qpn = qpn_of(&s.tokens[0]);
+        assert_eq!(
+            p.verbs.qp_state(qpn),
+            None,
+            "{dir:?}: the QP stayed alive after the failure"
+        );
+    }
     p.faults.clear();
     inst.deregister(addr).unwrap();
 }
