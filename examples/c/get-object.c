@@ -1,6 +1,8 @@
-/* get-object ENDPOINT BUCKET KEY SIZE OUTFILE: downloads an object of at
- * most SIZE bytes with hipObjGet; the server RDMA WRITEs it into the
- * registered buffer, and the bytes it reports are written to OUTFILE.
+/* get-object ENDPOINT BUCKET KEY SIZE OUTFILE: downloads an object of
+ * exactly SIZE bytes with hipObjGet; the server RDMA WRITEs it into the
+ * registered buffer, and the bytes are written to OUTFILE. hipObjGet
+ * succeeds only when the server moved every byte asked for: an object
+ * shorter than SIZE fails with hipObjS3Error (a HEAD request tells the size).
  * Credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY. NIC: HIPOBJ_NIC. */
 #include "s3-request.h"
 
@@ -28,9 +30,11 @@ int main(int argc, char **argv) {
     if (e.opError != hipObjSuccess) {
         fprintf(stderr, "hipObjGet: %s (HTTP %ld, reply %.*s)\n", hipObjGetErrorString(e.opError), req.status,
                 (int)req.reply_len, req.reply);
+        if (e.opError == hipObjS3Error && req.bytes < size)
+            fprintf(stderr, "the server moved %llu of %zu bytes: is SIZE the object's size?\n", req.bytes, size);
         return 1;
     }
-    if (req.bytes > size) { fprintf(stderr, "the server reports %llu bytes\n", req.bytes); return 1; }
+    if (req.bytes != size) { fprintf(stderr, "the server reports %llu bytes\n", req.bytes); return 1; }
     FILE *f = fopen(argv[5], "wb");
     if (f == NULL || fwrite(buf, 1, req.bytes, f) != req.bytes || fclose(f) != 0) { perror(argv[5]); return 1; }
     printf("GET %llu bytes over RDMA: HTTP %ld, reply %.*s\n", req.bytes, req.status, (int)req.reply_len, req.reply);

@@ -297,7 +297,7 @@ fn scenario(dev: &str, big: usize) {
             ..
         }
     ));
-    assert!(reg.to_vec() == &whole[5000..6000]);
+    assert!(reg.to_vec() == whole[5000..6000]);
     // A buffer smaller than the object: refused, nothing written.
     reg.fill(0xAA);
     let mut ctl = S3Control::new(

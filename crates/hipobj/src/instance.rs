@@ -495,7 +495,13 @@ impl Instance {
                     Some(imm) => minted
                         .iter()
                         .rev()
-                        .find(|m| m.dir == Direction::Get && m.rkey == imm),
+                        .find(|m| m.dir == Direction::Get && m.rkey == imm && m.len == bytes)
+                        .or_else(|| {
+                            minted
+                                .iter()
+                                .rev()
+                                .find(|m| m.dir == Direction::Get && m.rkey == imm)
+                        }),
                     None => minted
                         .iter()
                         .rev()

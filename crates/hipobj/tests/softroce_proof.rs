@@ -171,10 +171,13 @@ fn a_short_get_is_an_error_not_a_success() {
     assert_eq!(read(exact), vec![1u8; 100]);
 }
 
+/// How a malicious server rewrites its full success reply.
+type Rewrite = fn(Reply) -> String;
+
 /// A malicious server: does the real transfer, then rewrites its success.
 struct Tamper<'a> {
     inner: support::server::Request<'a>,
-    rewrite: fn(Reply) -> String,
+    rewrite: Rewrite,
 }
 
 impl Control for Tamper<'_> {
@@ -245,7 +248,7 @@ fn a_tampered_success_fails_the_transfer() {
         };
         Reply::WithToken { status, token }.to_string()
     }
-    let cases: [(&str, fn(Reply) -> String, ErrorKind); 4] = [
+    let cases: [(&str, Rewrite, ErrorKind); 4] = [
         ("another server QP", other_qp, ErrorKind::RdmaError),
         ("one byte fewer", fewer, ErrorKind::S3Error),
         ("one byte more", more, ErrorKind::RdmaError),
