@@ -463,8 +463,9 @@ HIPOBJ_API hipObjError_t hipObjBufSync(void *devPtr, size_t size, off_t offset, 
  * hipObjPutRdmaToken(). @p op is HIPOBJ_RDMA_OP_PUT or HIPOBJ_RDMA_OP_GET
  * and picks what the token lets the server do: a PUT token carries a key
  * that allows only RDMA READ of the buffer, a GET token one that allows only
- * RDMA WRITE. hipObjHandleRdmaReply() checks a success against it (a GET's
- * WRITE WITH IMMEDIATE carries the token's key; the count must be @p size).
+ * RDMA WRITE. The reply handler, hipObjHandleRdmaReply, checks a success
+ * against it (a GET's WRITE WITH IMMEDIATE carries the token's key; the
+ * count must be @p size).
  *
  * Returns hipObjBusy while a timed-out staging copy of the buffer still runs
  * (see hipObjBufSync()).
