@@ -164,6 +164,13 @@ fn a_short_get_is_an_error_not_a_success() {
     let e = get(&inst, &srv, "small", buf).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::S3Error, "{e}");
     assert!(e.to_string().contains("100 bytes of the 8192"), "{e}");
+    // An empty object: the server's one zero-length WRITE WITH IMMEDIATE
+    // proves the (empty) GET reached the QP, and the count of 0 makes it a
+    // short GET, not a broken one.
+    srv.objects.lock().unwrap().insert("empty".into(), Vec::new());
+    let e = get(&inst, &srv, "empty", buf).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::S3Error, "{e}");
+    assert!(e.to_string().contains("0 bytes of the 8192"), "{e}");
     // Asking for exactly the object works.
     let exact = host_buf(100);
     inst.register_host(exact).unwrap();
