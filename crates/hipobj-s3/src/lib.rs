@@ -70,7 +70,9 @@ pub use error::{Error, Result};
 pub struct Span {
     /// Bytes from the start of the registration.
     pub offset: usize,
-    /// Bytes: exactly this many for a PUT or part; at most this many for a GET.
+    /// Bytes: exactly this many for a PUT or part, and for a GET by RDMA (a
+    /// shorter object or range fails with `S3Error`: the server's count must
+    /// match); at most this many for a GET that fell back to plain HTTP.
     pub len: usize,
 }
 
