@@ -350,3 +350,33 @@ fn bogus_server_tokens_are_never_connected_to() {
         );
     }
 }
+
+/// A malicious server that sends a WRITE WITH IMMEDIATE with the right key
+/// between transfers, then answers the next GET with a full success without
+/// writing: the completion waiting on the CQ is not taken as that GET's
+/// proof. The connection it sits on is destroyed when leased, and the GET
+/// fails.
+#[test]
+fn a_write_with_immediate_sent_early_proves_no_later_get() {
+    let p = fake(0, FakeDeviceSpec::default());
+    let lib = started(&p, 1);
+    let inst = lib.instance().unwrap();
+    let buf = host_buf(512);
+    inst.register_host(buf).unwrap();
+    let mut s = Script::serving(&p, &[&bind_reply(), &done(512)]);
+    inst.transfer(Direction::Get, buf.addr(), 512, 0, &mut s).unwrap();
+    let t = Token::decode(s.tokens[0].as_bytes()).unwrap();
+    // Between transfers: the next GET's proof, sent ahead of time.
+    assert!(deliver_get_proof(&p.verbs, &t));
+    let mut replay = Script::replying(&[&done(512)]);
+    let e = inst
+        .transfer(Direction::Get, buf.addr(), 512, 0, &mut replay)
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::RdmaError, "{e}");
+    assert_eq!(
+        p.verbs.qp_state(t.qpn),
+        None,
+        "the connection with the early completion was used"
+    );
+    assert_ne!(qpn_of(&replay.tokens[0]), t.qpn);
+}
