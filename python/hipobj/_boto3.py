@@ -102,6 +102,7 @@ class Boto3(_Front):
         install(s3)
         self.s3 = s3
         self.fallback = fallback
+        self.last_etag: Optional[str] = None
 
     def _transfer(self, get: bool, buf, offset, nbytes, method, params, op) -> int:
         def go(reg, at, n):
@@ -116,6 +117,7 @@ class Boto3(_Front):
                     raise error("hipObjS3Error", f"{op}: the server declined RDMA ({why})") from None
                 _warn_declined(op, why)
                 return self._plain(get, buf, at - (reg_off(buf, reg)), n, method, params, ex)
+            self.last_etag = ex.headers.get("etag")
             if get:
                 got = ex.headers.get(_BYTES_HEADER)
                 return int(got) if got is not None else n
@@ -137,7 +139,8 @@ class Boto3(_Front):
         p = dict(params)
         p["Body"] = bytes(mv[at : at + n])
         p["ContentLength"] = n
-        self.s3_response = getattr(self.s3, method)(**p)
+        resp = getattr(self.s3, method)(**p)
+        self.last_etag = resp.get("ETag")
         return n
 
     def get_into(self, buf: Any, bucket: str, key: str, *, offset: int = 0, nbytes: Optional[int] = None, range: Optional[str] = None) -> int:
