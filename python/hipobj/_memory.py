@@ -221,6 +221,7 @@ class RegistrationCache:
         self._client = client
         self._limit = limit
         self._lock = threading.Lock()
+        self._miss_lock = threading.Lock()
         self._entries: "OrderedDict[tuple, Entry]" = OrderedDict()
         self.registrations = 0  # native registrations made
         self.hits = 0
@@ -231,32 +232,34 @@ class RegistrationCache:
 
     def acquire(self, t: Target) -> Entry:
         key = (t.root_addr, t.root_nbytes, t.device)
+        hit = self._hit(key)
+        if hit is not None:
+            return hit
+        # Misses register one at a time, so two threads that miss on the
+        # same allocation do not both register it (the second would fail).
+        with self._miss_lock:
+            hit = self._hit(key)
+            if hit is not None:
+                return hit
+            with self._lock:
+                victims = self._make_room()
+            for v in victims:
+                v.reg.release()
+            e = self._register(t, key)
+            with self._lock:
+                e.users += 1
+                self._entries[key] = e
+                self.registrations += 1
+            return e
+
+    def _hit(self, key) -> Optional[Entry]:
         with self._lock:
             e = self._entries.get(key)
             if e is not None:
                 self._entries.move_to_end(key)
                 e.users += 1
                 self.hits += 1
-                return e
-            victims = self._make_room()
-        for v in victims:
-            v.reg.release()
-        e = self._register(t, key)
-        with self._lock:
-            other = self._entries.get(key)
-            if other is not None:  # another thread registered it meanwhile
-                other.users += 1
-                self.hits += 1
-                loser = e
-                e = other
-            else:
-                loser = None
-                e.users += 1
-                self._entries[key] = e
-                self.registrations += 1
-        if loser is not None:
-            loser.reg.release()
-        return e
+            return e
 
     def _make_room(self):
         victims = []
