@@ -1,0 +1,66 @@
+"""Type stubs for the hipobj package (see docs/python.md)."""
+
+from typing import Any, Dict, Optional, Union
+import collections.abc
+
+MAX_BUFFERS: int
+MAX_BUFFER_SIZE: int
+CODES: Dict[str, int]
+__version__: str
+
+class HipObjError(Exception):
+    """A hipObject failure."""
+
+    code: int
+    """The hipObjOpError_t value (1 = hipObjInvalidValue ... 12 = hipObjBusy)."""
+    name: str
+    """Its C name, e.g. ``"hipObjS3Error"``."""
+    status: Optional[int]
+    """The S3 response's HTTP status, when the built-in client saw one."""
+    s3_code: Optional[str]
+    declined: bool
+
+class RdmaFallbackWarning(UserWarning): ...
+
+# Memory a transfer can use: any buffer-protocol object (NumPy arrays,
+# bytearray, memoryview, mmap), a DLPack producer, or an object with
+# __cuda_array_interface__.
+Memory = Any
+
+class RegistrationCache:
+    registrations: int
+    hits: int
+    releases: int
+    def __len__(self) -> int: ...
+    def clear(self) -> None: ...
+
+class Client:
+    cache: RegistrationCache
+    def __init__(self, nic_hint: Optional[str] = None, gpu_device: Optional[int] = None, *, cache_limit: int = 128) -> None: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def connections(self) -> int: ...
+    def registered_count(self) -> int: ...
+    def register(self, obj: Memory) -> None: ...
+    def release(self, obj: Memory) -> bool: ...
+    def close(self) -> None: ...
+
+class _Front:
+    client: Client
+    def get_into(self, buf: Memory, bucket: str, key: str, *, offset: int = 0, nbytes: Optional[int] = None, range: Optional[str] = None) -> int: ...
+    def put_from(self, buf: Memory, bucket: str, key: str, *, offset: int = 0, nbytes: Optional[int] = None) -> int: ...
+    async def get_into_async(self, buf: Memory, bucket: str, key: str, *, offset: int = 0, nbytes: Optional[int] = None, range: Optional[str] = None) -> int: ...
+    async def put_from_async(self, buf: Memory, bucket: str, key: str, *, offset: int = 0, nbytes: Optional[int] = None) -> int: ...
+
+class S3(_Front):
+    last: Optional[Dict[str, Any]]
+    def __init__(self, client: Client, endpoint: str, access_key: str, secret_key: str, *, region: str = "us-east-1", fallback: bool = True) -> None: ...
+    def upload_part_from(self, buf: Memory, bucket: str, key: str, upload_id: str, number: int, *, offset: int = 0, nbytes: Optional[int] = None) -> Dict[str, Any]: ...
+
+class Boto3(_Front):
+    s3: Any
+    fallback: bool
+    last_etag: Optional[str]
+    def __init__(self, client: Client, s3: Any, *, fallback: bool = True) -> None: ...
+    def upload_part_from(self, buf: Memory, bucket: str, key: str, upload_id: str, number: int, *, offset: int = 0, nbytes: Optional[int] = None) -> int: ...

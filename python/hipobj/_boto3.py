@@ -1,0 +1,169 @@
+"""boto3 integration: the token goes into GetObject, PutObject and
+UploadPart at signing time, and the reply header back to the library."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Optional
+
+from ._client import Client, _Front, _warn_declined
+from ._errors import HipObjError, error
+
+_TOKEN_HEADER = "x-amz-rdma-token"
+_REPLY_HEADER = "x-amz-rdma-reply"
+_BYTES_HEADER = "x-amz-rdma-bytes-transferred"
+_OPS = ("GetObject", "PutObject", "UploadPart")
+
+# The token of the request this thread is sending, read by the signing hook.
+_tls = threading.local()
+
+
+def _add_token(request: Any, **_: Any) -> None:
+    token = getattr(_tls, "token", None)
+    if token is None:
+        return
+    request.headers[_TOKEN_HEADER] = token
+    # The request carries no body: the server READs the buffer. A checksum
+    # botocore computed over the empty body would not describe the object.
+    for h in list(request.headers.keys()):
+        low = h.lower()
+        if low.startswith("x-amz-checksum-") or low in ("content-md5", "x-amz-sdk-checksum-algorithm", "x-amz-trailer"):
+            del request.headers[h]
+
+
+def install(s3: Any) -> None:
+    """Adds hipObject's signing hook to a boto3 S3 client (idempotent)."""
+    if getattr(s3.meta, "_hipobj_hooked", False):
+        return
+    for op in _OPS:
+        s3.meta.events.register(f"before-sign.s3.{op}", _add_token, unique_id=f"hipobj-token-{op}")
+    s3.meta._hipobj_hooked = True
+
+
+class _Exchange:
+    """One transfer's S3 side over boto3 (called by the library, maybe twice)."""
+
+    def __init__(self, s3: Any, method: str, params: dict):
+        self.s3 = s3
+        self.method = method
+        self.params = params
+        self.status: Optional[int] = None
+        self.headers: dict = {}
+        self.response: Optional[dict] = None
+        self.body: Optional[bytes] = None
+        self.error: Optional[BaseException] = None
+
+    def send_request(self, token: str) -> None:
+        from botocore.exceptions import ClientError
+
+        self.response, self.body, self.error = None, None, None
+        _tls.token = token
+        try:
+            resp = getattr(self.s3, self.method)(**self.params)
+            meta = resp.get("ResponseMetadata", {})
+            self.response = resp
+            if "Body" in resp:
+                # Empty when the bytes came by RDMA; the object itself when
+                # the server ignored the token (kept for the fallback).
+                self.body = resp["Body"].read()
+        except ClientError as e:
+            meta = e.response.get("ResponseMetadata", {})
+            self.error = e
+        finally:
+            _tls.token = None
+        self.status = meta.get("HTTPStatusCode")
+        self.headers = {k.lower(): v for k, v in meta.get("HTTPHeaders", {}).items()}
+
+    def recv_reply(self) -> str:
+        return self.headers.get(_REPLY_HEADER, "")
+
+    def declined(self) -> Optional[str]:
+        """Why the server did not do RDMA, if it declined."""
+        reply = self.headers.get(_REPLY_HEADER)
+        if reply is not None and reply.split(":", 1)[0] == "501":
+            return "x-amz-rdma-reply 501"
+        if reply is None and self.status == 501:
+            return "HTTP 501"
+        if reply is None and self.status is not None and 200 <= self.status < 300:
+            return "the server does not speak the RDMA protocol (no x-amz-rdma-reply)"
+        return None
+
+
+class Boto3(_Front):
+    """hipObject transfers through a boto3 S3 client the program already has.
+
+    Create the boto3 client with ``botocore.config.Config(retries={"max_attempts": 1})``
+    or similar: hipObject handles the binding round (409) itself, and a retry
+    would pair one reply with another request's token.
+    """
+
+    def __init__(self, client: Client, s3: Any, *, fallback: bool = True):
+        super().__init__(client)
+        install(s3)
+        self.s3 = s3
+        self.fallback = fallback
+        self.last_etag: Optional[str] = None
+
+    def _transfer(self, get: bool, buf, offset, nbytes, method, params, op) -> int:
+        def go(reg, at, n):
+            ex = _Exchange(self.s3, method, params)
+            try:
+                (reg.get if get else reg.put)(at, n, ex)
+            except HipObjError:
+                why = ex.declined()
+                if why is None:
+                    raise
+                if not self.fallback:
+                    raise error("hipObjS3Error", f"{op}: the server declined RDMA ({why})") from None
+                _warn_declined(op, why)
+                return self._plain(get, buf, at - (reg_off(buf, reg)), n, method, params, ex)
+            self.last_etag = ex.headers.get("etag")
+            if get:
+                got = ex.headers.get(_BYTES_HEADER)
+                return int(got) if got is not None else n
+            return n
+
+        return self.client._run(buf, offset, nbytes, get, go)
+
+    def _plain(self, get, buf, at, n, method, params, ex) -> int:
+        mv = memoryview(buf).cast("B")
+        if get:
+            body = ex.body
+            if body is None or ex.status == 501 or ex.headers.get(_REPLY_HEADER) is not None:
+                resp = getattr(self.s3, method)(**params)
+                body = resp["Body"].read()
+            if len(body) > n:
+                raise error("hipObjSizeTooLarge", f"the object ({len(body)} bytes) is larger than the {n}-byte span")
+            mv[at : at + len(body)] = body
+            return len(body)
+        p = dict(params)
+        p["Body"] = bytes(mv[at : at + n])
+        p["ContentLength"] = n
+        resp = getattr(self.s3, method)(**p)
+        self.last_etag = resp.get("ETag")
+        return n
+
+    def get_into(self, buf: Any, bucket: str, key: str, *, offset: int = 0, nbytes: Optional[int] = None, range: Optional[str] = None) -> int:
+        """GetObject (or the HTTP ``range``) into ``buf`` at ``offset``; returns the bytes written."""
+        params = {"Bucket": bucket, "Key": key}
+        if range is not None:
+            params["Range"] = range
+        return self._transfer(True, buf, offset, nbytes, "get_object", params, "GetObject")
+
+    def put_from(self, buf: Any, bucket: str, key: str, *, offset: int = 0, nbytes: Optional[int] = None) -> int:
+        """PutObject of ``nbytes`` of ``buf`` from ``offset``; returns the bytes sent."""
+        params = {"Bucket": bucket, "Key": key, "Body": b"", "ContentLength": 0}
+        return self._transfer(False, buf, offset, nbytes, "put_object", params, "PutObject")
+
+    def upload_part_from(self, buf: Any, bucket: str, key: str, upload_id: str, number: int, *, offset: int = 0, nbytes: Optional[int] = None) -> int:
+        """UploadPart ``number`` of ``upload_id``; returns the bytes sent."""
+        params = {"Bucket": bucket, "Key": key, "UploadId": upload_id, "PartNumber": number, "Body": b"", "ContentLength": 0}
+        return self._transfer(False, buf, offset, nbytes, "upload_part", params, "UploadPart")
+
+
+def reg_off(buf: Any, reg: Any) -> int:
+    """How far ``buf``'s first byte lies past the registration's start."""
+    from ._memory import target_of
+
+    t = target_of(buf, for_get=False)
+    return t.addr - reg.addr

@@ -1,0 +1,339 @@
+"""What memory a Python object holds, and the registration cache.
+
+Host memory comes from the buffer protocol (NumPy arrays, bytearray,
+memoryview, mmap, ...) or a DLPack producer whose device is the CPU; GPU
+memory from ``__cuda_array_interface__`` or a DLPack producer on a GPU. The
+cache registers the whole allocation behind an object (a NumPy array's
+base, a memoryview's exporter) once, so slices and repeated transfers reuse
+the registration.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from . import _native
+from ._errors import error
+
+# DLPack device types (dlpack.h).
+_KDL_CPU = 1
+_KDL_CUDA = 2
+_KDL_CUDA_HOST = 3
+_KDL_ROCM = 10
+_KDL_ROCM_HOST = 11
+
+
+@dataclass
+class Target:
+    """Memory a transfer reads or writes."""
+
+    addr: int
+    nbytes: int
+    readonly: bool
+    device: bool
+    owner: Any  # the object whose lifetime bounds the memory (the allocation's root)
+    root_addr: int
+    root_nbytes: int
+    keepalive: Any = None  # e.g. a DLPack capsule that must outlive the registration
+
+
+def _buffer_root(obj: Any) -> Any:
+    """The object that owns the allocation behind ``obj``'s buffer."""
+    o = obj
+    for _ in range(64):
+        base = o.obj if isinstance(o, memoryview) else getattr(o, "base", None)
+        if base is None or base is o:
+            return o
+        try:
+            memoryview(base).release()
+        except TypeError:
+            return o  # the base exports no buffer (e.g. a DLPack holder)
+        o = base
+    return o
+
+
+def host_target(obj: Any, *, for_get: bool) -> Target:
+    """Checks ``obj``'s buffer and finds the allocation it lives in."""
+    try:
+        mv = memoryview(obj)
+    except TypeError:
+        raise error(
+            "hipObjInvalidValue",
+            f"{type(obj).__name__} exports no buffer, __dlpack__ or __cuda_array_interface__",
+        ) from None
+    with mv:
+        if not mv.c_contiguous:
+            raise error("hipObjInvalidValue", "the buffer is not C-contiguous: pass a contiguous copy")
+        if for_get and mv.readonly:
+            raise error("hipObjInvalidValue", "a GET needs writable memory; this buffer is read-only")
+        nbytes = mv.nbytes
+    if nbytes == 0:
+        raise error("hipObjInvalidValue", "the buffer is empty")
+    if nbytes > _native.MAX_BUFFER_SIZE:
+        raise error("hipObjSizeTooLarge", f"{nbytes} bytes is over the 4 GiB limit of one registration")
+    addr, n, readonly = _native.buffer_info(obj)
+    root = _buffer_root(obj)
+    raddr, rn = addr, n
+    if root is not obj:
+        try:
+            raddr, rn, _ = _native.buffer_info(root)
+        except (TypeError, BufferError, ValueError):
+            root = obj
+        if not (raddr <= addr and addr + n <= raddr + rn) or rn > _native.MAX_BUFFER_SIZE:
+            root, raddr, rn = obj, addr, n  # register the view alone
+    return Target(addr, n, readonly, False, root, raddr, rn)
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def dlpack_target(obj: Any, *, for_get: bool) -> Target:
+    """The memory of a DLPack producer (torch, CuPy, JAX, NumPy ...)."""
+    capsule = obj.__dlpack__()
+    # The capsule is not consumed: its destructor gives the tensor back when
+    # the capsule dies, which the registration's keepalive delays.
+    ptr = _capsule_pointer(capsule, b"dltensor")
+    t = _DLTensor.from_address(ptr)  # DLManagedTensor starts with its DLTensor
+    if t.dtype.bits % 8:
+        raise error("hipObjInvalidValue", f"DLPack dtype of {t.dtype.bits} bits is not byte-addressable")
+    item = t.dtype.bits // 8 * max(t.dtype.lanes, 1)
+    shape = [t.shape[i] for i in range(t.ndim)]
+    count = 1
+    for s in shape:
+        count *= s
+    if t.strides:
+        expect = 1
+        for i in reversed(range(t.ndim)):
+            if shape[i] != 1 and t.strides[i] != expect:
+                raise error("hipObjInvalidValue", "the DLPack tensor is not C-contiguous: pass a contiguous copy")
+            expect *= shape[i]
+    nbytes = count * item
+    if nbytes == 0:
+        raise error("hipObjInvalidValue", "the tensor is empty")
+    if nbytes > _native.MAX_BUFFER_SIZE:
+        raise error("hipObjSizeTooLarge", f"{nbytes} bytes is over the 4 GiB limit of one registration")
+    addr = (t.data or 0) + t.byte_offset
+    dev = t.device.device_type
+    if dev in (_KDL_CPU, _KDL_CUDA_HOST, _KDL_ROCM_HOST):
+        device = False
+    elif dev in (_KDL_CUDA, _KDL_ROCM):
+        device = True
+    else:
+        raise error("hipObjInvalidValue", f"DLPack device type {dev} is neither host memory nor a CUDA/ROCm GPU")
+    # A DLPack export carries no read-only flag (DLPack 1.0's flags live in
+    # the versioned capsule); host producers that are read-only NumPy
+    # arrays refuse to export at all.
+    return Target(addr, nbytes, False, device, obj, addr, nbytes, keepalive=capsule)
+
+
+def cuda_target(obj: Any, *, for_get: bool) -> Target:
+    """The memory of an object with ``__cuda_array_interface__``."""
+    cai = obj.__cuda_array_interface__
+    ptr, readonly = cai["data"]
+    shape = cai["shape"]
+    typestr = cai["typestr"]
+    item = int(typestr[2:])
+    count = 1
+    for s in shape:
+        count *= s
+    if cai.get("strides") is not None:
+        expect = item
+        for i in reversed(range(len(shape))):
+            if shape[i] != 1 and cai["strides"][i] != expect:
+                raise error("hipObjInvalidValue", "the CUDA array is not C-contiguous: pass a contiguous copy")
+            expect *= shape[i]
+    nbytes = count * item
+    if for_get and readonly:
+        raise error("hipObjInvalidValue", "a GET needs writable memory; this CUDA array is read-only")
+    if nbytes == 0:
+        raise error("hipObjInvalidValue", "the array is empty")
+    if nbytes > _native.MAX_BUFFER_SIZE:
+        raise error("hipObjSizeTooLarge", f"{nbytes} bytes is over the 4 GiB limit of one registration")
+    return Target(ptr, nbytes, bool(readonly), True, obj, ptr, nbytes)
+
+
+def target_of(obj: Any, *, for_get: bool) -> Target:
+    """Where ``obj``'s bytes are, checked before any I/O."""
+    if hasattr(obj, "__cuda_array_interface__"):
+        return cuda_target(obj, for_get=for_get)
+    try:
+        memoryview(obj).release()
+        return host_target(obj, for_get=for_get)
+    except TypeError:
+        pass
+    if hasattr(obj, "__dlpack__"):
+        return dlpack_target(obj, for_get=for_get)
+    return host_target(obj, for_get=for_get)  # raises the clear error
+
+
+class Entry:
+    """One cached registration."""
+
+    __slots__ = ("reg", "key", "users", "finalizer", "strong", "keepalive", "__weakref__")
+
+    def __init__(self, reg, key, strong, keepalive):
+        self.reg = reg
+        self.key = key
+        self.users = 0
+        self.finalizer = None
+        self.strong = strong  # the owner, when it cannot be watched by a weakref
+        self.keepalive = keepalive
+
+
+class RegistrationCache:
+    """Registrations keyed by the allocation (address, size, memory kind).
+
+    Bounded by ``limit`` (at most the library's 256 buffers): when full, the
+    least recently used entry that no transfer is using is released. An
+    entry whose owner dies is released by a finalizer before the memory goes.
+    """
+
+    def __init__(self, client: "_native.Client", limit: int):
+        if not 1 <= limit <= _native.MAX_BUFFERS:
+            raise error("hipObjInvalidValue", f"the cache limit must be 1 to {_native.MAX_BUFFERS}")
+        self._client = client
+        self._limit = limit
+        self._lock = threading.Lock()
+        self._miss_lock = threading.Lock()
+        self._entries: "OrderedDict[tuple, Entry]" = OrderedDict()
+        self.registrations = 0  # native registrations made
+        self.hits = 0
+        self.releases = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def acquire(self, t: Target) -> Entry:
+        key = (t.root_addr, t.root_nbytes, t.device)
+        hit = self._hit(key)
+        if hit is not None:
+            return hit
+        # Misses register one at a time, so two threads that miss on the
+        # same allocation do not both register it (the second would fail).
+        with self._miss_lock:
+            hit = self._hit(key)
+            if hit is not None:
+                return hit
+            with self._lock:
+                victims = self._make_room()
+            for v in victims:
+                v.reg.release()
+            e = self._register(t, key)
+            with self._lock:
+                e.users += 1
+                self._entries[key] = e
+                self.registrations += 1
+            return e
+
+    def _hit(self, key) -> Optional[Entry]:
+        with self._lock:
+            e = self._entries.get(key)
+            if e is not None:
+                self._entries.move_to_end(key)
+                e.users += 1
+                self.hits += 1
+            return e
+
+    def _make_room(self):
+        victims = []
+        while len(self._entries) >= self._limit:
+            for k, v in self._entries.items():
+                if v.users == 0:
+                    del self._entries[k]
+                    if v.finalizer is not None:
+                        v.finalizer.detach()
+                    victims.append(v)
+                    self.releases += 1
+                    break
+            else:
+                raise error(
+                    "hipObjBusy",
+                    f"all {self._limit} cached registrations are in use by transfers; retry later",
+                )
+        return victims
+
+    def _register(self, t: Target, key) -> Entry:
+        try:
+            weakref.ref(t.owner)
+            weak = True
+        except TypeError:
+            weak = False
+        if t.device or t.keepalive is not None:
+            # GPU memory, or a DLPack export of host memory: registered by
+            # address; the owner (and the DLPack capsule) must outlive it.
+            reg = _native.Registration.raw(self._client, t.root_addr, t.root_nbytes, t.device, t.readonly)
+        else:
+            # A buffer export. Weak: a finalizer releases the registration
+            # before the owner's memory is freed. Otherwise the registration
+            # keeps the export, which keeps the memory (and the owner).
+            reg = _native.Registration.host(self._client, t.owner, not weak)
+        keep_owner = (t.device or t.keepalive is not None) and not weak
+        e = Entry(reg, key, t.owner if keep_owner else None, t.keepalive)
+        if weak:
+            e.finalizer = weakref.finalize(t.owner, self._owner_died, key, reg)
+        return e
+
+    def _owner_died(self, key, reg) -> None:
+        with self._lock:
+            e = self._entries.get(key)
+            if e is not None and e.reg is reg:
+                del self._entries[key]
+                self.releases += 1
+        reg.release()
+
+    def release_for(self, t: Target) -> bool:
+        """Releases the registration covering ``t``'s allocation, if cached."""
+        key = (t.root_addr, t.root_nbytes, t.device)
+        with self._lock:
+            e = self._entries.get(key)
+            if e is None:
+                return False
+            if e.users:
+                raise error("hipObjBusy", "a transfer is using this registration")
+            del self._entries[key]
+            self.releases += 1
+        if e.finalizer is not None:
+            e.finalizer.detach()
+        e.reg.release()
+        return True
+
+    def done(self, e: Entry) -> None:
+        with self._lock:
+            e.users -= 1
+
+    def clear(self) -> None:
+        with self._lock:
+            entries = list(self._entries.values())
+            self._entries.clear()
+            self.releases += len(entries)
+        for e in entries:
+            if e.finalizer is not None:
+                e.finalizer.detach()
+            e.reg.release()

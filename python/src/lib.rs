@@ -1,0 +1,120 @@
+//! `hipobj._native`: the extension module under the `hipobj` Python
+//! package (docs/python.md).
+//!
+//! It is a thin layer over the core's public API: [`hipobj::Client`] on
+//! the production platform, registrations of memory a Python object
+//! exports, transfers driven by a Python object's `send_request` /
+//! `recv_reply` (boto3, in `hipobj/_boto3.py`), and the aws-sdk-s3
+//! integration (`hipobj-s3`) as a built-in S3 client. Every transfer runs
+//! with the GIL released. Caching, input checks that need Python
+//! (contiguity, the allocation behind a view) and the asyncio API live in
+//! the Python sources.
+
+mod memory;
+mod s3;
+
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+
+create_exception!(
+    _native,
+    HipObjError,
+    PyException,
+    "A hipObject failure: `code` is the hipObjOpError_t value, `name` its C name."
+);
+
+/// The C name of an error kind (`hipObjInvalidValue`, ...).
+fn kind_name(kind: hipobj::ErrorKind) -> String {
+    format!("hipObj{kind:?}")
+}
+
+/// A Python `HipObjError` carrying `kind`'s code and name.
+fn raise(py: Python<'_>, kind: hipobj::ErrorKind, msg: String) -> PyErr {
+    let err = HipObjError::new_err(msg);
+    let value = err.value(py);
+    // Setting attributes on a fresh exception object cannot fail in practice;
+    // if it did, the message still says what happened.
+    let _ = value.setattr("code", kind.code());
+    let _ = value.setattr("name", kind_name(kind));
+    err
+}
+
+/// A core error as a Python exception.
+pub(crate) fn core_err(py: Python<'_>, e: &hipobj::Error) -> PyErr {
+    raise(py, e.kind(), e.to_string())
+}
+
+/// An error of `kind` raised by this module itself.
+pub(crate) fn own_err(py: Python<'_>, kind: hipobj::ErrorKind, msg: impl Into<String>) -> PyErr {
+    raise(py, kind, msg.into())
+}
+
+/// An initialized hipObject: a NIC, its connections, its registrations.
+#[pyclass(module = "hipobj._native", name = "Client", frozen)]
+pub(crate) struct Client {
+    pub(crate) inner: hipobj::Client,
+}
+
+#[pymethods]
+impl Client {
+    #[new]
+    #[pyo3(signature = (nic_hint=None, gpu_device=None))]
+    fn new(py: Python<'_>, nic_hint: Option<String>, gpu_device: Option<i32>) -> PyResult<Self> {
+        let built = py.allow_threads(move || {
+            let mut b = hipobj::Client::builder(hipobj_system::platform());
+            if let Some(h) = nic_hint {
+                b = b.nic_hint(h);
+            }
+            if let Some(g) = gpu_device {
+                b = b.gpu_device(g);
+            }
+            b.build()
+        });
+        match built {
+            Ok(inner) => Ok(Self { inner }),
+            Err(e) => Err(core_err(py, &e)),
+        }
+    }
+
+    /// The RDMA device in use.
+    #[getter]
+    fn device(&self) -> String {
+        self.inner.instance().chosen().selection.device.clone()
+    }
+
+    /// How many buffers are registered with the NIC right now.
+    fn registered_count(&self) -> usize {
+        self.inner.instance().buffers().len()
+    }
+
+    /// RDMA connections in the pool (concurrent transfers).
+    fn connections(&self) -> usize {
+        self.inner.instance().pool().size()
+    }
+}
+
+/// The registration and size limits of the library.
+const MAX_BUFFERS: usize = hipobj::MAX_BUFFERS;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Client>()?;
+    m.add_class::<memory::Registration>()?;
+    m.add_class::<s3::S3Client>()?;
+    m.add("HipObjError", m.py().get_type::<HipObjError>())?;
+    m.add("MAX_BUFFERS", MAX_BUFFERS)?;
+    m.add("MAX_BUFFER_SIZE", hipobj::MAX_BUFFER_SIZE)?;
+    m.add_function(wrap_pyfunction!(memory::buffer_info, m)?)?;
+    Ok(())
+}
+
+/// A hipobj-s3 error as a Python exception, with the S3 status when there is one.
+pub(crate) fn raise_s3(py: Python<'_>, e: &hipobj_s3::Error) -> PyErr {
+    let err = raise(py, e.kind(), e.to_string());
+    let value = err.value(py);
+    let _ = value.setattr("status", e.status());
+    let _ = value.setattr("s3_code", e.s3_code());
+    let _ = value.setattr("declined", e.is_declined());
+    err
+}

@@ -1,0 +1,111 @@
+"""Fixtures: hipobj-server processes on the soft RoCE NIC, and clients.
+
+The server binary is $HIPOBJ_SERVER_BIN, else target/debug/hipobj-server
+or target/release/hipobj-server of this checkout (build it with
+`cargo build -p hipobj-server`).
+"""
+
+import os
+import pathlib
+import signal
+import subprocess
+
+import pytest
+
+import hipobj
+
+AK, SK = "hipobj-py", "hipobj-py-secret"
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def server_binary() -> str:
+    env = os.environ.get("HIPOBJ_SERVER_BIN")
+    if env:
+        return env
+    for profile in ("debug", "release"):
+        p = ROOT / "target" / profile / "hipobj-server"
+        if p.exists():
+            return str(p)
+    raise RuntimeError("no hipobj-server binary: run `cargo build -p hipobj-server` or set HIPOBJ_SERVER_BIN")
+
+
+class Server:
+    def __init__(self, data_dir: pathlib.Path, rdma: bool):
+        args = [
+            server_binary(),
+            "--address", "127.0.0.1:0",
+            "--data-dir", str(data_dir),
+            "--access-key", AK,
+            "--secret-key", SK,
+            "--max-object-size", str(1 << 30),
+        ]
+        if rdma:
+            args += ["--rdma-device", "softroce0", "--max-transfer", str(1 << 30)]
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.PIPE, env={**os.environ, "HIPOBJ_LOG": "warn"}, text=True
+        )
+        line = self.proc.stdout.readline().strip()
+        if not line.startswith("listening on "):
+            self.proc.kill()
+            raise RuntimeError(f"hipobj-server said {line!r}")
+        self.endpoint = "http://" + line[len("listening on "):]
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(timeout=60)
+        assert rc == 0, f"hipobj-server exited with {rc}"
+
+
+@pytest.fixture(scope="session")
+def rdma_server(tmp_path_factory):
+    s = Server(tmp_path_factory.mktemp("rdma-data"), rdma=True)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def plain_server(tmp_path_factory):
+    """A server with RDMA off: it answers token requests with 501."""
+    s = Server(tmp_path_factory.mktemp("plain-data"), rdma=False)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def client():
+    c = hipobj.Client(nic_hint="softroce0")
+    yield c
+    c.close()
+
+
+def boto3_client(endpoint: str):
+    boto3 = pytest.importorskip("boto3")
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=AK,
+        aws_secret_access_key=SK,
+        region_name="us-east-1",
+        config=Config(
+            s3={"addressing_style": "path"},
+            retries={"max_attempts": 1, "mode": "standard"},
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+        ),
+    )
+
+
+@pytest.fixture(scope="session")
+def bucket(rdma_server):
+    b = boto3_client(rdma_server.endpoint)
+    b.create_bucket(Bucket="pybucket")
+    return "pybucket"
+
+
+@pytest.fixture(scope="session")
+def plain_bucket(plain_server):
+    b = boto3_client(plain_server.endpoint)
+    b.create_bucket(Bucket="plain")
+    return "plain"

@@ -1,0 +1,197 @@
+"""Transfers against hipobj-server on the soft RoCE NIC: exact bytes."""
+
+import asyncio
+import sys
+import threading
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+import hipobj
+from conftest import AK, SK, boto3_client
+
+
+def pattern(n, seed):
+    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8)
+
+
+@pytest.fixture(scope="module")
+def s3(client, rdma_server):
+    return hipobj.S3(client, rdma_server.endpoint, AK, SK, fallback=False)
+
+
+@pytest.fixture(scope="module")
+def boto(client, rdma_server):
+    return hipobj.Boto3(client, boto3_client(rdma_server.endpoint), fallback=False)
+
+
+def test_builtin_put_and_get_exact_bytes(s3, bucket):
+    src = pattern(3 << 20, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # RDMA, no fallback warning
+        assert s3.put_from(src, bucket, "builtin") == src.nbytes
+        assert s3.last["rdma"] is True
+        dst = np.zeros_like(src)
+        assert s3.get_into(dst, bucket, "builtin") == src.nbytes
+        assert s3.last["rdma"] is True
+    assert np.array_equal(src, dst)
+
+
+def test_builtin_ranged_get_into_a_slice(s3, bucket):
+    src = pattern(1 << 20, 2)
+    s3.put_from(src, bucket, "ranged")
+    dst = np.zeros(2 << 20, dtype=np.uint8)
+    n = s3.get_into(dst[4096:], bucket, "ranged", range="bytes=1000-70999", nbytes=70000)
+    assert n == 70000
+    assert np.array_equal(dst[4096 : 4096 + n], src[1000:71000])
+    assert not dst[:4096].any() and not dst[4096 + n :].any()
+
+
+def test_put_from_a_byte_range_of_a_float_array(s3, bucket):
+    a = np.arange(1 << 16, dtype=np.float32)
+    assert s3.put_from(a, bucket, "f32-part", offset=400, nbytes=4000) == 4000
+    back = np.zeros(1000, dtype=np.float32)
+    assert s3.get_into(back, bucket, "f32-part") == 4000
+    assert np.array_equal(back, a[100:1100])
+
+
+def test_repeated_and_sliced_transfers_never_re_register(client, s3, bucket):
+    src = pattern(1 << 20, 3)
+    s3.put_from(src, bucket, "cache")
+    dst = np.zeros((4, 1 << 20), dtype=np.uint8)
+    s3.get_into(dst[0], bucket, "cache")
+    regs, native = client.cache.registrations, client.registered_count()
+    hits = client.cache.hits
+    for i in range(4):
+        for _ in range(3):
+            s3.get_into(dst[i], bucket, "cache")
+    s3.put_from(dst[2][10:], bucket, "cache2")
+    assert client.cache.registrations == regs  # counted: no new registration
+    assert client.registered_count() == native
+    assert client.cache.hits == hits + 13
+    assert all(np.array_equal(dst[i], src) for i in range(4))
+
+
+def test_boto3_put_get_exact_bytes(boto, bucket):
+    src = pattern((5 << 20) + 123, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert boto.put_from(src, bucket, "boto3") == src.nbytes
+        dst = np.zeros_like(src)
+        assert boto.get_into(dst, bucket, "boto3") == src.nbytes
+    assert np.array_equal(src, dst)
+    # The object is a real S3 object: plain boto3 reads the same bytes.
+    body = boto.s3.get_object(Bucket=bucket, Key="boto3")["Body"].read()
+    assert body == src.tobytes()
+
+
+def test_boto3_ranged_get_and_bytearray(boto, bucket):
+    src = pattern(300000, 5)
+    boto.put_from(src, bucket, "boto3-range")
+    dst = bytearray(50000)
+    assert boto.get_into(dst, bucket, "boto3-range", range="bytes=100-50099") == 50000
+    assert bytes(dst) == src[100:50100].tobytes()
+    boto.client.release(dst)
+
+
+def test_boto3_multipart_upload_parts_by_rdma(boto, bucket):
+    part = 5 << 20
+    src = pattern(2 * part + 777, 6)
+    s3 = boto.s3
+    up = s3.create_multipart_upload(Bucket=bucket, Key="mp")["UploadId"]
+    parts = []
+    for i, off in enumerate(range(0, src.nbytes, part)):
+        n = min(part, src.nbytes - off)
+        assert boto.upload_part_from(src, bucket, "mp", up, i + 1, offset=off, nbytes=n) == n
+        parts.append({"PartNumber": i + 1, "ETag": boto.last_etag})
+    s3.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=up, MultipartUpload={"Parts": parts})
+    dst = np.zeros_like(src)
+    assert boto.get_into(dst, bucket, "mp") == src.nbytes
+    assert np.array_equal(src, dst)
+
+
+def test_501_falls_back_to_plain_http_with_a_warning(client, plain_server, plain_bucket):
+    src = pattern(200000, 7)
+    for front in (
+        hipobj.S3(client, plain_server.endpoint, AK, SK),
+        hipobj.Boto3(client, boto3_client(plain_server.endpoint)),
+    ):
+        with pytest.warns(hipobj.RdmaFallbackWarning):
+            assert front.put_from(src, plain_bucket, "fb") == src.nbytes
+        dst = np.zeros(300000, dtype=np.uint8)
+        with pytest.warns(hipobj.RdmaFallbackWarning):
+            assert front.get_into(dst, plain_bucket, "fb", offset=1000) == src.nbytes
+        assert np.array_equal(dst[1000:201000], src)
+        assert not dst[:1000].any() and not dst[201000:].any()
+
+
+def test_501_without_fallback_is_an_error(client, plain_server, plain_bucket):
+    for front in (
+        hipobj.S3(client, plain_server.endpoint, AK, SK, fallback=False),
+        hipobj.Boto3(client, boto3_client(plain_server.endpoint), fallback=False),
+    ):
+        with pytest.raises(hipobj.HipObjError) as e:
+            front.put_from(np.zeros(100, dtype=np.uint8), plain_bucket, "nofb")
+        assert e.value.name == "hipObjS3Error"
+
+
+def test_s3_errors_raise_with_the_code(s3, boto, bucket):
+    with pytest.raises(hipobj.HipObjError) as e:
+        s3.get_into(np.zeros(100, dtype=np.uint8), bucket, "no-such-key")
+    assert e.value.name == "hipObjS3Error" and e.value.status == 404
+    with pytest.raises(hipobj.HipObjError) as e:
+        boto.get_into(np.zeros(100, dtype=np.uint8), bucket, "no-such-key")
+    assert e.value.name == "hipObjS3Error"
+
+
+@pytest.mark.parametrize("front", ["s3", "boto"])
+def test_32_concurrent_asyncio_gets(front, request, bucket):
+    f = request.getfixturevalue(front)
+    size = 256 << 10
+    objs = [pattern(size, 100 + i) for i in range(32)]
+    for i, o in enumerate(objs):
+        f.put_from(o, bucket, f"async-{front}-{i}")
+    dst = np.zeros((32, size), dtype=np.uint8)
+
+    async def main():
+        return await asyncio.gather(*(f.get_into_async(dst[i], bucket, f"async-{front}-{i}") for i in range(32)))
+
+    assert asyncio.run(main()) == [size] * 32
+    for i in range(32):
+        assert np.array_equal(dst[i], objs[i]), i
+
+
+def test_the_gil_is_released_during_a_transfer(s3, bucket):
+    src = pattern(64 << 20, 8)
+    s3.put_from(src, bucket, "big")
+    dst = np.zeros_like(src)
+    s3.get_into(dst, bucket, "big")  # registered now, so the call below is only the transfer
+    entry = s3.client.cache.acquire(hipobj._memory.target_of(dst, for_get=True))
+    counter = [0]
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            counter[0] += 1
+            time.sleep(0)  # hands the GIL back each turn
+
+    # A switch interval this long means the interpreter never takes the GIL
+    # from this thread by force: the spinner runs only while this thread
+    # gives the GIL up, which a native call holding it never does.
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(60.0)
+    t = threading.Thread(target=spin)
+    try:
+        t.start()
+        before = counter[0]
+        s3._s3.get_object(entry.reg, 0, dst.nbytes, bucket, "big", None)
+        during = counter[0] - before
+    finally:
+        stop.set()
+        sys.setswitchinterval(old)
+        t.join()
+        s3.client.cache.done(entry)
+    assert during > 0, "no Python thread ran during the 64 MiB transfer: the GIL was held"
+    assert np.array_equal(src, dst)
