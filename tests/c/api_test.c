@@ -139,7 +139,9 @@ int main(void) {
         EXPECT("register", hipObjBufRegisterHost(buf, sizeof buf).opError, hipObjSuccess);
         EXPECT("register again", hipObjBufRegisterHost(buf, sizeof buf).opError, hipObjBufAlreadyRegistered);
         EXPECT("register overlap", hipObjBufRegisterHost(buf + 100, 16).opError, hipObjBufAlreadyRegistered);
-        EXPECT("register host as device", hipObjBufRegister(buf + sizeof buf / 2, 16).opError,
+        /* Host memory no registration covers, through the GPU entry point. */
+        static char host_only[64];
+        EXPECT("register host as device", hipObjBufRegister(host_only, sizeof host_only).opError,
                hipObjInvalidValue);
         EXPECT("token", hipObjGetRdmaToken(buf, 64, HIPOBJ_RDMA_OP_GET, &token).opError, hipObjSuccess);
         EXPECT("token length", token != NULL && strlen(token) == 88, 1);
