@@ -80,6 +80,10 @@ pub(crate) struct Requester {
     /// second NAK for it before any progress does not rewind again.
     last_rewind: Option<u32>,
     since_ack_req: u32,
+    /// One past the highest PSN the responder has acknowledged (by ACK or
+    /// NAK). `una` can lag behind it while a READ before it waits for
+    /// responses sent again; when they come, `una` catches up.
+    acked: u32,
 }
 
 impl Requester {
@@ -89,6 +93,7 @@ impl Requester {
         self.next_psn = p;
         self.una = p;
         self.max_sent = p;
+        self.acked = p;
         self.cursor_idx = 0;
         self.cursor_pkt = 0;
         self.retry_left = attr.retry_cnt;
@@ -349,6 +354,9 @@ impl Qp {
             return false;
         }
         r.una = target;
+        if psn::lt(r.acked, target) {
+            r.acked = target;
+        }
         r.retry_left = self.attr.retry_cnt;
         r.rnr_left = self.attr.rnr_retry;
         r.last_rewind = None;
@@ -415,19 +423,32 @@ impl Qp {
             Syndrome::Ack { .. } => {
                 let to = psn::add(p, 1);
                 if psn::le(to, max_sent) {
+                    self.note_acked(to);
                     // Stale ACKs (behind una) make no progress and change nothing.
                     self.advance(ctx, to, true);
+                    // An ACK past a READ whose responses have not all come
+                    // says they were lost (the responder sends them before
+                    // anything later): a NAK in all but name. Ask again from
+                    // the first missing response.
+                    let una = self.req.una;
+                    if psn::lt(una, to) && self.req.last_rewind != Some(una) {
+                        self.retry(ctx);
+                    }
                 } else {
                     ctx.counters.drop_unexpected += 1;
                 }
             }
             Syndrome::NakSequence if in_range => {
+                // The NAK acknowledges everything before `p`, except READ
+                // responses that never came: `una` stops at the first one
+                // missing, and the retry starts there.
+                self.note_acked(p);
                 let progressed = self.advance(ctx, p, true);
-                if self.req.rnr_until.is_some() || (!progressed && self.req.last_rewind == Some(p)) {
+                let una = self.req.una;
+                if self.req.rnr_until.is_some() || (!progressed && self.req.last_rewind == Some(una)) {
                     return;
                 }
-                self.rewind(ctx, p);
-                self.req.last_rewind = Some(p);
+                self.retry(ctx);
             }
             Syndrome::RnrNak { timer } if in_range => {
                 self.advance(ctx, p, true);
@@ -439,7 +460,8 @@ impl Qp {
                     }
                     self.req.rnr_left -= 1;
                 }
-                self.rewind(ctx, p);
+                let una = self.req.una;
+                self.rewind(ctx, una);
                 self.req.rnr_until = Some(ctx.now + rnr_delay(timer));
                 self.req.retry_deadline = None;
             }
@@ -474,8 +496,10 @@ impl Qp {
             return;
         };
         if psn::lt(self.req.una, first_psn) && psn::le(r, self.req.max_sent) {
-            // A response to this READ acknowledges everything before it.
-            self.advance(ctx, first_psn, false);
+            // A response to this READ acknowledges everything before it, but
+            // not an earlier READ still missing responses (then `una` stays
+            // in that one, and the gap below asks for them again).
+            self.advance(ctx, first_psn, true);
         }
         let una = self.req.una;
         if r != una {
@@ -485,8 +509,7 @@ impl Qp {
                 // A response packet went missing: ask again from the gap.
                 ctx.counters.drop_unexpected += 1;
                 if self.req.last_rewind != Some(una) {
-                    self.rewind(ctx, una);
-                    self.req.last_rewind = Some(una);
+                    self.retry(ctx);
                 }
             }
             return;
@@ -506,6 +529,16 @@ impl Qp {
             return;
         }
         self.advance(ctx, psn::add(r, 1), false);
+        // ACKs that came while this READ was missing responses were held at
+        // it; now that it is whole they count.
+        let acked = self.req.acked;
+        self.advance(ctx, acked, true);
+    }
+
+    fn note_acked(&mut self, to: u32) {
+        if psn::lt(self.req.acked, to) {
+            self.req.acked = to;
+        }
     }
 
     pub fn requester_timeout(&mut self, ctx: &mut Ctx<'_>) {
@@ -524,14 +557,28 @@ impl Qp {
             return;
         }
         ctx.counters.timeouts += 1;
+        if self.retry(ctx) {
+            self.req.last_rewind = None;
+            self.arm_retry(now);
+        }
+    }
+
+    /// Goes back to `una` and sends again from there, spending one of
+    /// retry_cnt retries: a local ACK timeout, a sequence NAK, or a NAK
+    /// implied by a READ response gap. IBA resets the count on forward
+    /// progress (`advance`); with none left the work request at `una`
+    /// completes with RETRY_EXC_ERR and the QP moves to ERR. Returns whether
+    /// the QP is still sending.
+    fn retry(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        let una = self.req.una;
         if self.req.retry_left == 0 {
-            self.enter_error(ctx.counters, Some((0, WcStatus::RetryExcErr)));
-            return;
+            let at = self.req.index_of(una);
+            self.enter_error(ctx.counters, Some((at, WcStatus::RetryExcErr)));
+            return false;
         }
         self.req.retry_left -= 1;
-        let una = self.req.una;
         self.rewind(ctx, una);
-        self.req.last_rewind = None;
-        self.arm_retry(now);
+        self.req.last_rewind = Some(una);
+        true
     }
 }
