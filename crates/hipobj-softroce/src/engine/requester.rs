@@ -84,7 +84,33 @@ pub(crate) struct Requester {
     /// NAK). `una` can lag behind it while a READ before it waits for
     /// responses sent again; when they come, `una` catches up.
     acked: u32,
+    /// Smoothed round-trip time and its variation, in nanoseconds (RFC 6298),
+    /// once a first sample exists.
+    srtt: Option<u64>,
+    rttvar: u64,
+    /// The PSN whose acknowledgement gives the next round-trip sample, and
+    /// when it was first sent (never a retransmitted one: Karn's rule).
+    rtt_probe: Option<(u32, Time)>,
+    /// The retransmission timer: when it fires with no progress since it
+    /// was armed, the requester goes back to `una` without spending a retry.
+    pub rto_deadline: Option<Time>,
+    /// Doublings of the retransmission timeout since the last progress.
+    rto_backoff: u32,
+    /// The send window now, in packets: halved on each loss, grown back by
+    /// each packet acknowledged, never above the configured window.
+    cwnd: u32,
 }
+
+/// The retransmission timeout never goes below this. The soft NIC's round
+/// trip on loopback is tens of microseconds, but a worker that loses its
+/// core for a scheduler tick delays an ACK by milliseconds; a timeout that
+/// fires then costs a window of duplicates, not correctness.
+const RTO_MIN: u64 = 250_000;
+/// Before a first round-trip sample the retransmission timer is not armed:
+/// a peer that never answered (a responder in RESET, a wrong address) gets
+/// only the local ACK timeout's retries, as verbs defines them.
+/// The window shrinks to no fewer packets than this on loss.
+const CWND_MIN: u32 = 16;
 
 impl Requester {
     /// Entering RTS with `sq_psn`.
@@ -94,6 +120,12 @@ impl Requester {
         self.una = p;
         self.max_sent = p;
         self.acked = p;
+        self.srtt = None;
+        self.rttvar = 0;
+        self.rtt_probe = None;
+        self.rto_deadline = None;
+        self.rto_backoff = 0;
+        self.cwnd = u32::MAX;
         self.cursor_idx = 0;
         self.cursor_pkt = 0;
         self.retry_left = attr.retry_cnt;
@@ -104,6 +136,7 @@ impl Requester {
     /// Stops every timer (the QP left RTS).
     pub fn halt(&mut self) {
         self.retry_deadline = None;
+        self.rto_deadline = None;
         self.rnr_until = None;
         self.reads_inflight.clear();
         self.cursor_idx = 0;
@@ -188,6 +221,52 @@ impl Qp {
         self.req.retry_deadline = self.attr.ack_timeout().map(|t| now + t);
     }
 
+    /// The retransmission timeout: srtt + 4 rttvar, at least `RTO_MIN`,
+    /// doubled per expiry without progress, never past the local ACK
+    /// timeout (which then takes over). `None` before a first sample.
+    fn rto(&self) -> Option<std::time::Duration> {
+        let r = &self.req;
+        let srtt = r.srtt?;
+        let base = (srtt + 4 * r.rttvar).max(RTO_MIN);
+        let t = base.saturating_mul(1 << r.rto_backoff.min(16));
+        let cap = self
+            .attr
+            .ack_timeout()
+            .map_or(u64::MAX, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        (t < cap).then(|| std::time::Duration::from_nanos(t))
+    }
+
+    fn arm_rto(&mut self, now: Time) {
+        self.req.rto_deadline = self.rto().map(|t| now + t);
+    }
+
+    /// Takes a round-trip sample if `una` has passed the probed PSN.
+    fn sample_rtt(&mut self, now: Time) {
+        let r = &mut self.req;
+        let Some((p, sent)) = r.rtt_probe else { return };
+        if !psn::lt(p, r.una) {
+            return;
+        }
+        r.rtt_probe = None;
+        let m = now.saturating_since(sent).as_nanos() as u64;
+        match r.srtt {
+            None => {
+                r.srtt = Some(m);
+                r.rttvar = m / 2;
+            }
+            Some(s) => {
+                r.rttvar = (3 * r.rttvar + s.abs_diff(m)) / 4;
+                r.srtt = Some((7 * s + m) / 8);
+            }
+        }
+    }
+
+    /// A loss was seen: the window halves.
+    fn shrink_window(&mut self, ctx: &Ctx<'_>) {
+        let r = &mut self.req;
+        r.cwnd = (r.cwnd.min(ctx.config.window) / 2).max(CWND_MIN);
+    }
+
     pub fn requester_transmit(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
         if let Some(until) = self.req.rnr_until {
             if ctx.now < until {
@@ -195,7 +274,8 @@ impl Qp {
             }
             self.req.rnr_until = None;
         }
-        let window = ctx.config.window.max(1);
+        let full = ctx.config.window.max(1);
+        let window = self.req.cwnd.clamp(1, full);
         let mtu = self.attr.mtu;
         let r = &self.req;
         let wqe = r.sq.get(r.cursor_idx)?;
@@ -213,7 +293,7 @@ impl Qp {
                 // Chunks are aligned to the request, so a request sent again
                 // from a gap lies inside the one the responder saw first (a
                 // duplicate READ must not reach PSNs the responder has not).
-                let c = ctx.config.read_chunk.clamp(1, window);
+                let c = ctx.config.read_chunk.clamp(1, full);
                 let chunk_end = ((r.cursor_pkt / c + 1) * c).min(wqe.npkts);
                 let chunk = chunk_end - r.cursor_pkt;
                 if in_flight > 0 && in_flight + chunk > window {
@@ -308,6 +388,9 @@ impl Qp {
             ctx.counters.retransmits += 1;
         }
         let end = psn::add(p, advance);
+        if !psn::lt(p, r.max_sent) && r.rtt_probe.is_none() {
+            r.rtt_probe = Some((p, ctx.now));
+        }
         if psn::lt(r.max_sent, end) {
             r.max_sent = end;
         }
@@ -326,6 +409,9 @@ impl Qp {
         }
         if r.retry_deadline.is_none() {
             self.arm_retry(ctx.now);
+        }
+        if self.req.rto_deadline.is_none() {
+            self.arm_rto(ctx.now);
         }
         Some(len)
     }
@@ -353,6 +439,7 @@ impl Qp {
         if !psn::lt(r.una, target) {
             return false;
         }
+        let acked_now = psn::diff(target, r.una);
         r.una = target;
         if psn::lt(r.acked, target) {
             r.acked = target;
@@ -360,6 +447,8 @@ impl Qp {
         r.retry_left = self.attr.retry_cnt;
         r.rnr_left = self.attr.rnr_retry;
         r.last_rewind = None;
+        r.rto_backoff = 0;
+        r.cwnd = r.cwnd.min(ctx.config.window).saturating_add(acked_now);
         while r.reads_inflight.front().is_some_and(|&end| psn::le(end, target)) {
             r.reads_inflight.pop_front();
         }
@@ -367,10 +456,13 @@ impl Qp {
             r.seek(target);
         }
         self.complete_done(ctx);
+        self.sample_rtt(ctx.now);
         if self.req.una == self.req.max_sent {
             self.req.retry_deadline = None;
+            self.req.rto_deadline = None;
         } else {
             self.arm_retry(ctx.now);
+            self.arm_rto(ctx.now);
         }
         true
     }
@@ -394,6 +486,8 @@ impl Qp {
     fn rewind(&mut self, ctx: &mut Ctx<'_>, to: u32) {
         ctx.counters.rewinds += 1;
         let r = &mut self.req;
+        // Karn: no round-trip sample from a PSN that will be sent again.
+        r.rtt_probe = None;
         r.seek(to);
         r.reads_inflight.clear();
         r.since_ack_req = 0;
@@ -464,6 +558,7 @@ impl Qp {
                 self.rewind(ctx, una);
                 self.req.rnr_until = Some(ctx.now + rnr_delay(timer));
                 self.req.retry_deadline = None;
+                self.req.rto_deadline = None;
             }
             Syndrome::NakInvalidRequest
             | Syndrome::NakRemoteAccess
@@ -546,6 +641,22 @@ impl Qp {
         if self.req.rnr_until.is_some_and(|t| t <= now) {
             self.req.rnr_until = None;
         }
+        if self.req.rto_deadline.is_some_and(|t| t <= now) {
+            self.req.rto_deadline = None;
+            if self.req.una != self.req.max_sent && self.req.rnr_until.is_none() {
+                // Nothing came back for a few round trips: the retransmission
+                // (or the NAK asking for it) was lost, or the tail of a
+                // message was. Go back now rather than at the local ACK
+                // timeout; this is not one of retry_cnt's retries.
+                ctx.counters.rto_rewinds += 1;
+                self.req.rto_backoff += 1;
+                self.shrink_window(ctx);
+                let una = self.req.una;
+                self.rewind(ctx, una);
+                self.req.last_rewind = None;
+                self.arm_rto(now);
+            }
+        }
         let Some(deadline) = self.req.retry_deadline else {
             return;
         };
@@ -577,8 +688,10 @@ impl Qp {
             return false;
         }
         self.req.retry_left -= 1;
+        self.shrink_window(ctx);
         self.rewind(ctx, una);
         self.req.last_rewind = Some(una);
+        self.arm_rto(ctx.now);
         true
     }
 }
