@@ -357,7 +357,7 @@ fn main() {
         "loopback UDP ceiling, {datagram}-byte datagrams, sendmmsg/recvmmsg, one thread each way: {udp:.3} GB/s"
     );
     println!(
-        "{:>6} {:>10} {:>10} {:>9} {:>9} {:>11} {:>11} {:>11} {:>9} {:>8}",
+        "{:>6} {:>10} {:>10} {:>9} {:>9} {:>11} {:>11} {:>11} {:>9} {:>8} {:>6}",
         "loss",
         "WRITE GB/s",
         "READ GB/s",
@@ -367,14 +367,15 @@ fn main() {
         "READ/UDP",
         "retransmits",
         "timeouts",
-        "rewinds"
+        "rewinds",
+        "rto"
     );
     let (w0, r0) = (gbs(median(&mut w_t[0])), gbs(median(&mut r_t[0])));
     for (i, (n, _, _)) in pairs.iter().enumerate() {
         let (w, r) = (gbs(median(&mut w_t[i])), gbs(median(&mut r_t[i])));
         let c = n._verbs.counters().unwrap_or_default();
         println!(
-            "{:>5.1}% {w:>10.3} {r:>10.3} {:>9.2} {:>9.2} {:>11.2} {:>11.2} {:>11} {:>9} {:>8}",
+            "{:>5.1}% {w:>10.3} {r:>10.3} {:>9.2} {:>9.2} {:>11.2} {:>11.2} {:>11} {:>9} {:>8} {:>6}",
             levels[i].loss * 100.0,
             w / w0,
             r / r0,
@@ -382,10 +383,13 @@ fn main() {
             r * 1e9 / (udp * 1e9),
             c.retransmits,
             c.timeouts,
-            c.rewinds
+            c.rewinds,
+            c.rto_rewinds
         );
     }
-    println!("(retransmits, timeouts, rewinds: this process's requester, over all rounds)");
+    println!(
+        "(retransmits, local ACK timeouts, go-back-N rewinds, round-trip timer rewinds: this process's requester, all rounds)"
+    );
     println!(
         "CRC-32 (the ICRC, crc32fast) over 16 MiB of distinct 4 KiB pieces, one core: {:.2} GB/s",
         crc_rate()

@@ -101,16 +101,18 @@ pub(crate) struct Requester {
     cwnd: u32,
 }
 
-/// The retransmission timeout never goes below this. The soft NIC's round
-/// trip on loopback is tens of microseconds, but a worker that loses its
-/// core for a scheduler tick delays an ACK by milliseconds; a timeout that
-/// fires then costs a window of duplicates, not correctness.
-const RTO_MIN: u64 = 250_000;
-/// Before a first round-trip sample the retransmission timer is not armed:
-/// a peer that never answered (a responder in RESET, a wrong address) gets
-/// only the local ACK timeout's retries, as verbs defines them.
-/// The window shrinks to no fewer packets than this on loss.
-const CWND_MIN: u32 = 16;
+/// The retransmission timeout never goes below this (100 us). The soft
+/// NIC's round trip on an idle loopback is tens of microseconds; a worker
+/// that loses its core delays an ACK by more, and a timeout that fires then
+/// costs a window of duplicates, not correctness. Before a first round-trip
+/// sample the timer is not armed at all: a peer that never answered (a
+/// responder in RESET, a wrong address) gets only the local ACK timeout's
+/// retries, as verbs defines them.
+const RTO_MIN: u64 = 100_000;
+
+/// The window shrinks to no fewer packets than this on loss: fewer would
+/// leave the link idle for most of a round trip.
+const CWND_MIN: u32 = 32;
 
 impl Requester {
     /// Entering RTS with `sq_psn`.
@@ -233,7 +235,7 @@ impl Qp {
             .attr
             .ack_timeout()
             .map_or(u64::MAX, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-        (t < cap).then(|| std::time::Duration::from_nanos(t))
+        (base < cap / 2).then(|| std::time::Duration::from_nanos(t.min(cap / 2)))
     }
 
     fn arm_rto(&mut self, now: Time) {
@@ -294,7 +296,17 @@ impl Qp {
                 // from a gap lies inside the one the responder saw first (a
                 // duplicate READ must not reach PSNs the responder has not).
                 let c = ctx.config.read_chunk.clamp(1, full);
-                let chunk_end = ((r.cursor_pkt / c + 1) * c).min(wqe.npkts);
+                let mut chunk_end = ((r.cursor_pkt / c + 1) * c).min(wqe.npkts);
+                if !r.cursor_pkt.is_multiple_of(c) && psn::lt(p, r.max_sent) {
+                    // Asking again from inside a chunk: responses from it
+                    // came, so the responder executed the whole chunk (new
+                    // requests are always whole chunks) and any part of it
+                    // is a valid duplicate. Ask for no more than the window,
+                    // which bounds what the next loss wastes. From a chunk's
+                    // start the whole chunk goes again: its request may be
+                    // the one that was lost.
+                    chunk_end = chunk_end.min(r.cursor_pkt + window);
+                }
                 let chunk = chunk_end - r.cursor_pkt;
                 if in_flight > 0 && in_flight + chunk > window {
                     return None;

@@ -1285,3 +1285,35 @@ fn a_duplicate_reads_responses_carry_the_msn_it_was_executed_with() {
     assert_eq!((again[0].0, again[0].1.msn), (0, 1));
     assert_eq!(f.e(B).counters().duplicates, 1);
 }
+
+#[test]
+fn a_lost_tail_is_sent_again_after_a_few_round_trips_not_the_ack_timeout() {
+    let mut f = Fx::new();
+    f.connect();
+    let data = pattern(8192, 8);
+    let src = HostBuffer::from_bytes(&data);
+    let dst = HostBuffer::new(8192);
+    let ks = f.reg(A, &src, RW);
+    let kd = f.reg(B, &dst, RW);
+    // A first WRITE measures the round trip (10 us on this link).
+    f.post(A, 1, write_op(&dst, kd), sge(&src, ks));
+    let scq = f.s[A].scq.clone();
+    ok(&f.wait(&scq, 1)[0], 1, WcOpcode::RdmaWrite);
+    dst.write(0, &[0; 8192]);
+    // The second WRITE's last packet is lost: nothing after it can make the
+    // responder NAK, and no ACK comes.
+    f.post(A, 2, write_op(&dst, kd), sge(&src, ks));
+    let sent = pump(&mut f, A, |_, p| p != 3);
+    assert_eq!(sent, vec![(Opcode::WriteFirst, 2), (Opcode::WriteLast, 3)]);
+    let start = f.net.now();
+    let wcs = f.wait(&scq, 1);
+    ok(&wcs[0], 2, WcOpcode::RdmaWrite);
+    assert!(dst.to_vec() == data);
+    // Sent again from the gap after the retransmission timeout (at least
+    // 100 us), long before the local ACK timeout (4.096 us x 2^10 = 4.2 ms),
+    // and without spending a retry.
+    let took = f.net.now().saturating_since(start);
+    assert!(took < Duration::from_millis(1), "{took:?}");
+    let c = f.e(A).counters();
+    assert_eq!((c.timeouts, c.rto_rewinds), (0, 1), "{c:?}");
+}
