@@ -76,6 +76,9 @@ pub(crate) struct Requester {
     pub rnr_until: Option<Time>,
     /// End PSNs of READ requests whose responses are outstanding.
     reads_inflight: VecDeque<u32>,
+    /// Every READ request sent for the first time whose responses have not
+    /// all arrived, as (first PSN, end PSN): what a READ asked again may span.
+    read_reqs: VecDeque<(u32, u32)>,
     /// The PSN of the last rewind caused by a NAK or a READ gap, so that a
     /// second NAK for it before any progress does not rewind again.
     last_rewind: Option<u32>,
@@ -112,7 +115,7 @@ const RTO_MIN: u64 = 100_000;
 
 /// The window shrinks to no fewer packets than this on loss: fewer would
 /// leave the link idle for most of a round trip.
-const CWND_MIN: u32 = 32;
+const CWND_MIN: u32 = 16;
 
 impl Requester {
     /// Entering RTS with `sq_psn`.
@@ -122,6 +125,7 @@ impl Requester {
         self.una = p;
         self.max_sent = p;
         self.acked = p;
+        self.read_reqs.clear();
         self.srtt = None;
         self.rttvar = 0;
         self.rtt_probe = None;
@@ -224,8 +228,9 @@ impl Qp {
     }
 
     /// The retransmission timeout: srtt + 4 rttvar, at least `RTO_MIN`,
-    /// doubled per expiry without progress, never past the local ACK
-    /// timeout (which then takes over). `None` before a first sample.
+    /// doubled per expiry without progress up to half the local ACK timeout
+    /// (so that it always fires first). `None` before a first sample, or
+    /// when the local ACK timeout is that short anyway.
     fn rto(&self) -> Option<std::time::Duration> {
         let r = &self.req;
         let srtt = r.srtt?;
@@ -292,22 +297,27 @@ impl Qp {
                 if r.reads_inflight.len() >= usize::from(self.attr.max_rd_atomic.max(1)) {
                     return None;
                 }
-                // Chunks are aligned to the request, so a request sent again
-                // from a gap lies inside the one the responder saw first (a
-                // duplicate READ must not reach PSNs the responder has not).
-                let c = ctx.config.read_chunk.clamp(1, full);
-                let mut chunk_end = ((r.cursor_pkt / c + 1) * c).min(wqe.npkts);
-                if !r.cursor_pkt.is_multiple_of(c) && psn::lt(p, r.max_sent) {
-                    // Asking again from inside a chunk: responses from it
-                    // came, so the responder executed the whole chunk (new
-                    // requests are always whole chunks) and any part of it
-                    // is a valid duplicate. Ask for no more than the window,
-                    // which bounds what the next loss wastes. From a chunk's
-                    // start the whole chunk goes again: its request may be
-                    // the one that was lost.
-                    chunk_end = chunk_end.min(r.cursor_pkt + window);
-                }
-                let chunk = chunk_end - r.cursor_pkt;
+                let left = wqe.npkts - r.cursor_pkt;
+                let chunk = if !psn::lt(p, r.max_sent) {
+                    // A new request: at most `read_chunk` responses, and no
+                    // more than the window, so that after a loss the
+                    // responder's burst (which the requester cannot stop)
+                    // shrinks with it.
+                    ctx.config.read_chunk.clamp(1, full).min(window).min(left)
+                } else {
+                    // Asked again: a duplicate READ must lie inside one
+                    // request the responder executed (it must not reach PSNs
+                    // the responder has not, and rxe refuses one that spans
+                    // two). From inside a request, responses from it came,
+                    // so it was executed and any part of it will do: ask for
+                    // no more than the window. From its start the request
+                    // itself may be the one lost: send it whole, as before.
+                    match r.read_reqs.iter().find(|&&(f, e)| psn::le(f, p) && psn::lt(p, e)) {
+                        Some(&(f, e)) if f == p => psn::diff(e, p),
+                        Some(&(_, e)) => psn::diff(e, p).min(window),
+                        None => return None,
+                    }
+                };
                 if in_flight > 0 && in_flight + chunk > window {
                     return None;
                 }
@@ -400,7 +410,8 @@ impl Qp {
             ctx.counters.retransmits += 1;
         }
         let end = psn::add(p, advance);
-        if !psn::lt(p, r.max_sent) && r.rtt_probe.is_none() {
+        let fresh = !psn::lt(p, r.max_sent);
+        if fresh && r.rtt_probe.is_none() {
             r.rtt_probe = Some((p, ctx.now));
         }
         if psn::lt(r.max_sent, end) {
@@ -408,6 +419,9 @@ impl Qp {
         }
         if is_read {
             r.reads_inflight.push_back(end);
+            if fresh {
+                r.read_reqs.push_back((p, end));
+            }
         }
         r.since_ack_req = if headers.bth.ack_req {
             0
@@ -463,6 +477,9 @@ impl Qp {
         r.cwnd = r.cwnd.min(ctx.config.window).saturating_add(acked_now);
         while r.reads_inflight.front().is_some_and(|&end| psn::le(end, target)) {
             r.reads_inflight.pop_front();
+        }
+        while r.read_reqs.front().is_some_and(|&(_, end)| psn::le(end, target)) {
+            r.read_reqs.pop_front();
         }
         if psn::lt(r.cursor_psn(), target) {
             r.seek(target);
