@@ -92,7 +92,13 @@ pub(crate) struct Requester {
     srtt: Option<u64>,
     rttvar: u64,
     /// The PSN whose acknowledgement gives the next round-trip sample, and
-    /// when it was first sent (never a retransmitted one: Karn's rule).
+    /// when it was sent. A rewind drops it (Karn's rule), and the next packet
+    /// sent, a retransmission or not, becomes the probe: after a go-back-N
+    /// rewind the responder has dropped the earlier copies of everything
+    /// from `una` on, so the acknowledgement is for the copy timed (only a
+    /// spurious rewind breaks that, and gives a sample that is too short,
+    /// which `RTO_MIN` bounds). Sampling only packets never sent before
+    /// would take no sample at all while losses keep rewinding.
     rtt_probe: Option<(u32, Time)>,
     /// The retransmission timer: when it fires with no progress since it
     /// was armed, the requester goes back to `una` without spending a retry.
@@ -112,6 +118,12 @@ pub(crate) struct Requester {
 /// responder in RESET, a wrong address) gets only the local ACK timeout's
 /// retries, as verbs defines them.
 const RTO_MIN: u64 = 100_000;
+
+/// The retransmission timeout doubles at most this many times while nothing
+/// moves. Losses here are not congestion: a timer that kept doubling would
+/// hand recovery to the local ACK timeout after a few unlucky retries, and
+/// that costs 67 ms in hipObject.
+const RTO_DOUBLINGS: u32 = 3;
 
 /// The window shrinks to no fewer packets than this on loss: fewer would
 /// leave the link idle for most of a round trip.
@@ -228,19 +240,19 @@ impl Qp {
     }
 
     /// The retransmission timeout: srtt + 4 rttvar, at least `RTO_MIN`,
-    /// doubled per expiry without progress up to half the local ACK timeout
-    /// (so that it always fires first). `None` before a first sample, or
-    /// when the local ACK timeout is that short anyway.
+    /// doubled per expiry without progress (at most `RTO_DOUBLINGS` times),
+    /// never more than half the local ACK timeout (so that it fires first).
+    /// `None` before a first sample.
     fn rto(&self) -> Option<std::time::Duration> {
         let r = &self.req;
         let srtt = r.srtt?;
         let base = (srtt + 4 * r.rttvar).max(RTO_MIN);
-        let t = base.saturating_mul(1 << r.rto_backoff.min(16));
+        let t = base.saturating_mul(1 << r.rto_backoff.min(RTO_DOUBLINGS));
         let cap = self
             .attr
             .ack_timeout()
             .map_or(u64::MAX, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-        (base < cap / 2).then(|| std::time::Duration::from_nanos(t.min(cap / 2)))
+        Some(std::time::Duration::from_nanos(t.min(cap / 2)))
     }
 
     fn arm_rto(&mut self, now: Time) {
@@ -411,7 +423,7 @@ impl Qp {
         }
         let end = psn::add(p, advance);
         let fresh = !psn::lt(p, r.max_sent);
-        if fresh && r.rtt_probe.is_none() {
+        if r.rtt_probe.is_none() {
             r.rtt_probe = Some((p, ctx.now));
         }
         if psn::lt(r.max_sent, end) {
