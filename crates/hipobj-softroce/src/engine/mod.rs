@@ -120,6 +120,10 @@ pub struct Counters {
     pub naks_fatal: u64,
     /// Requester local ACK timeouts that fired.
     pub timeouts: u64,
+    /// Requester retransmission timeouts (sized from the measured round
+    /// trip, well before the local ACK timeout) that went back to the oldest
+    /// unacknowledged PSN without spending a retry.
+    pub rto_rewinds: u64,
     /// Requester go-back-N rewinds (NAKs, timeouts, READ response gaps).
     pub rewinds: u64,
     /// Packets sent again with a PSN sent before.

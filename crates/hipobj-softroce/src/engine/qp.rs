@@ -317,10 +317,10 @@ impl Qp {
         if self.state != QpState::Rts {
             return None;
         }
-        match (self.req.retry_deadline, self.req.rnr_until) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.req.retry_deadline, self.req.rnr_until, self.req.rto_deadline]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The next packet of this QP: a pending fatal NAK, then responder

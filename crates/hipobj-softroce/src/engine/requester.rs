@@ -76,11 +76,58 @@ pub(crate) struct Requester {
     pub rnr_until: Option<Time>,
     /// End PSNs of READ requests whose responses are outstanding.
     reads_inflight: VecDeque<u32>,
+    /// Every READ request sent for the first time whose responses have not
+    /// all arrived, as (first PSN, end PSN): what a READ asked again may span.
+    read_reqs: VecDeque<(u32, u32)>,
     /// The PSN of the last rewind caused by a NAK or a READ gap, so that a
     /// second NAK for it before any progress does not rewind again.
     last_rewind: Option<u32>,
     since_ack_req: u32,
+    /// One past the highest PSN the responder has acknowledged (by ACK or
+    /// NAK). `una` can lag behind it while a READ before it waits for
+    /// responses sent again; when they come, `una` catches up.
+    acked: u32,
+    /// Smoothed round-trip time and its variation, in nanoseconds (RFC 6298),
+    /// once a first sample exists.
+    srtt: Option<u64>,
+    rttvar: u64,
+    /// The PSN whose acknowledgement gives the next round-trip sample, and
+    /// when it was sent. A rewind drops it (Karn's rule), and the next packet
+    /// sent, a retransmission or not, becomes the probe: after a go-back-N
+    /// rewind the responder has dropped the earlier copies of everything
+    /// from `una` on, so the acknowledgement is for the copy timed (only a
+    /// spurious rewind breaks that, and gives a sample that is too short,
+    /// which `RTO_MIN` bounds). Sampling only packets never sent before
+    /// would take no sample at all while losses keep rewinding.
+    rtt_probe: Option<(u32, Time)>,
+    /// The retransmission timer: when it fires with no progress since it
+    /// was armed, the requester goes back to `una` without spending a retry.
+    pub rto_deadline: Option<Time>,
+    /// Doublings of the retransmission timeout since the last progress.
+    rto_backoff: u32,
+    /// The send window now, in packets: halved on each loss, grown back by
+    /// each packet acknowledged, never above the configured window.
+    cwnd: u32,
 }
+
+/// The retransmission timeout never goes below this (100 us). The soft
+/// NIC's round trip on an idle loopback is tens of microseconds; a worker
+/// that loses its core delays an ACK by more, and a timeout that fires then
+/// costs a window of duplicates, not correctness. Before a first round-trip
+/// sample the timer is not armed at all: a peer that never answered (a
+/// responder in RESET, a wrong address) gets only the local ACK timeout's
+/// retries, as verbs defines them.
+const RTO_MIN: u64 = 100_000;
+
+/// The retransmission timeout doubles at most this many times while nothing
+/// moves. Losses here are not congestion: a timer that kept doubling would
+/// hand recovery to the local ACK timeout after a few unlucky retries, and
+/// that costs 67 ms in hipObject.
+const RTO_DOUBLINGS: u32 = 3;
+
+/// The window shrinks to no fewer packets than this on loss: fewer would
+/// leave the link idle for most of a round trip.
+const CWND_MIN: u32 = 16;
 
 impl Requester {
     /// Entering RTS with `sq_psn`.
@@ -89,6 +136,14 @@ impl Requester {
         self.next_psn = p;
         self.una = p;
         self.max_sent = p;
+        self.acked = p;
+        self.read_reqs.clear();
+        self.srtt = None;
+        self.rttvar = 0;
+        self.rtt_probe = None;
+        self.rto_deadline = None;
+        self.rto_backoff = 0;
+        self.cwnd = u32::MAX;
         self.cursor_idx = 0;
         self.cursor_pkt = 0;
         self.retry_left = attr.retry_cnt;
@@ -99,6 +154,7 @@ impl Requester {
     /// Stops every timer (the QP left RTS).
     pub fn halt(&mut self) {
         self.retry_deadline = None;
+        self.rto_deadline = None;
         self.rnr_until = None;
         self.reads_inflight.clear();
         self.cursor_idx = 0;
@@ -183,6 +239,53 @@ impl Qp {
         self.req.retry_deadline = self.attr.ack_timeout().map(|t| now + t);
     }
 
+    /// The retransmission timeout: srtt + 4 rttvar, at least `RTO_MIN`,
+    /// doubled per expiry without progress (at most `RTO_DOUBLINGS` times),
+    /// never more than half the local ACK timeout (so that it fires first).
+    /// `None` before a first sample.
+    fn rto(&self) -> Option<std::time::Duration> {
+        let r = &self.req;
+        let srtt = r.srtt?;
+        let base = (srtt + 4 * r.rttvar).max(RTO_MIN);
+        let t = base.saturating_mul(1 << r.rto_backoff.min(RTO_DOUBLINGS));
+        let cap = self
+            .attr
+            .ack_timeout()
+            .map_or(u64::MAX, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        Some(std::time::Duration::from_nanos(t.min(cap / 2)))
+    }
+
+    fn arm_rto(&mut self, now: Time) {
+        self.req.rto_deadline = self.rto().map(|t| now + t);
+    }
+
+    /// Takes a round-trip sample if `una` has passed the probed PSN.
+    fn sample_rtt(&mut self, now: Time) {
+        let r = &mut self.req;
+        let Some((p, sent)) = r.rtt_probe else { return };
+        if !psn::lt(p, r.una) {
+            return;
+        }
+        r.rtt_probe = None;
+        let m = now.saturating_since(sent).as_nanos() as u64;
+        match r.srtt {
+            None => {
+                r.srtt = Some(m);
+                r.rttvar = m / 2;
+            }
+            Some(s) => {
+                r.rttvar = (3 * r.rttvar + s.abs_diff(m)) / 4;
+                r.srtt = Some((7 * s + m) / 8);
+            }
+        }
+    }
+
+    /// A loss was seen: the window halves.
+    fn shrink_window(&mut self, ctx: &Ctx<'_>) {
+        let r = &mut self.req;
+        r.cwnd = (r.cwnd.min(ctx.config.window) / 2).max(CWND_MIN);
+    }
+
     pub fn requester_transmit(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
         if let Some(until) = self.req.rnr_until {
             if ctx.now < until {
@@ -190,7 +293,8 @@ impl Qp {
             }
             self.req.rnr_until = None;
         }
-        let window = ctx.config.window.max(1);
+        let full = ctx.config.window.max(1);
+        let window = self.req.cwnd.clamp(1, full);
         let mtu = self.attr.mtu;
         let r = &self.req;
         let wqe = r.sq.get(r.cursor_idx)?;
@@ -205,12 +309,27 @@ impl Qp {
                 if r.reads_inflight.len() >= usize::from(self.attr.max_rd_atomic.max(1)) {
                     return None;
                 }
-                // Chunks are aligned to the request, so a request sent again
-                // from a gap lies inside the one the responder saw first (a
-                // duplicate READ must not reach PSNs the responder has not).
-                let c = ctx.config.read_chunk.clamp(1, window);
-                let chunk_end = ((r.cursor_pkt / c + 1) * c).min(wqe.npkts);
-                let chunk = chunk_end - r.cursor_pkt;
+                let left = wqe.npkts - r.cursor_pkt;
+                let chunk = if !psn::lt(p, r.max_sent) {
+                    // A new request: at most `read_chunk` responses, and no
+                    // more than the window, so that after a loss the
+                    // responder's burst (which the requester cannot stop)
+                    // shrinks with it.
+                    ctx.config.read_chunk.clamp(1, full).min(window).min(left)
+                } else {
+                    // Asked again: a duplicate READ must lie inside one
+                    // request the responder executed (it must not reach PSNs
+                    // the responder has not, and rxe refuses one that spans
+                    // two). From inside a request, responses from it came,
+                    // so it was executed and any part of it will do: ask for
+                    // no more than the window. From its start the request
+                    // itself may be the one lost: send it whole, as before.
+                    match r.read_reqs.iter().find(|&&(f, e)| psn::le(f, p) && psn::lt(p, e)) {
+                        Some(&(f, e)) if f == p => psn::diff(e, p),
+                        Some(&(_, e)) => psn::diff(e, p).min(window),
+                        None => return None,
+                    }
+                };
                 if in_flight > 0 && in_flight + chunk > window {
                     return None;
                 }
@@ -303,11 +422,18 @@ impl Qp {
             ctx.counters.retransmits += 1;
         }
         let end = psn::add(p, advance);
+        let fresh = !psn::lt(p, r.max_sent);
+        if r.rtt_probe.is_none() {
+            r.rtt_probe = Some((p, ctx.now));
+        }
         if psn::lt(r.max_sent, end) {
             r.max_sent = end;
         }
         if is_read {
             r.reads_inflight.push_back(end);
+            if fresh {
+                r.read_reqs.push_back((p, end));
+            }
         }
         r.since_ack_req = if headers.bth.ack_req {
             0
@@ -321,6 +447,9 @@ impl Qp {
         }
         if r.retry_deadline.is_none() {
             self.arm_retry(ctx.now);
+        }
+        if self.req.rto_deadline.is_none() {
+            self.arm_rto(ctx.now);
         }
         Some(len)
     }
@@ -348,21 +477,33 @@ impl Qp {
         if !psn::lt(r.una, target) {
             return false;
         }
+        let acked_now = psn::diff(target, r.una);
         r.una = target;
+        if psn::lt(r.acked, target) {
+            r.acked = target;
+        }
         r.retry_left = self.attr.retry_cnt;
         r.rnr_left = self.attr.rnr_retry;
         r.last_rewind = None;
+        r.rto_backoff = 0;
+        r.cwnd = r.cwnd.min(ctx.config.window).saturating_add(acked_now);
         while r.reads_inflight.front().is_some_and(|&end| psn::le(end, target)) {
             r.reads_inflight.pop_front();
+        }
+        while r.read_reqs.front().is_some_and(|&(_, end)| psn::le(end, target)) {
+            r.read_reqs.pop_front();
         }
         if psn::lt(r.cursor_psn(), target) {
             r.seek(target);
         }
         self.complete_done(ctx);
+        self.sample_rtt(ctx.now);
         if self.req.una == self.req.max_sent {
             self.req.retry_deadline = None;
+            self.req.rto_deadline = None;
         } else {
             self.arm_retry(ctx.now);
+            self.arm_rto(ctx.now);
         }
         true
     }
@@ -386,6 +527,8 @@ impl Qp {
     fn rewind(&mut self, ctx: &mut Ctx<'_>, to: u32) {
         ctx.counters.rewinds += 1;
         let r = &mut self.req;
+        // Karn: no round-trip sample from a PSN that will be sent again.
+        r.rtt_probe = None;
         r.seek(to);
         r.reads_inflight.clear();
         r.since_ack_req = 0;
@@ -415,19 +558,32 @@ impl Qp {
             Syndrome::Ack { .. } => {
                 let to = psn::add(p, 1);
                 if psn::le(to, max_sent) {
+                    self.note_acked(to);
                     // Stale ACKs (behind una) make no progress and change nothing.
                     self.advance(ctx, to, true);
+                    // An ACK past a READ whose responses have not all come
+                    // says they were lost (the responder sends them before
+                    // anything later): a NAK in all but name. Ask again from
+                    // the first missing response.
+                    let una = self.req.una;
+                    if psn::lt(una, to) && self.req.last_rewind != Some(una) {
+                        self.retry(ctx);
+                    }
                 } else {
                     ctx.counters.drop_unexpected += 1;
                 }
             }
             Syndrome::NakSequence if in_range => {
+                // The NAK acknowledges everything before `p`, except READ
+                // responses that never came: `una` stops at the first one
+                // missing, and the retry starts there.
+                self.note_acked(p);
                 let progressed = self.advance(ctx, p, true);
-                if self.req.rnr_until.is_some() || (!progressed && self.req.last_rewind == Some(p)) {
+                let una = self.req.una;
+                if self.req.rnr_until.is_some() || (!progressed && self.req.last_rewind == Some(una)) {
                     return;
                 }
-                self.rewind(ctx, p);
-                self.req.last_rewind = Some(p);
+                self.retry(ctx);
             }
             Syndrome::RnrNak { timer } if in_range => {
                 self.advance(ctx, p, true);
@@ -439,9 +595,11 @@ impl Qp {
                     }
                     self.req.rnr_left -= 1;
                 }
-                self.rewind(ctx, p);
+                let una = self.req.una;
+                self.rewind(ctx, una);
                 self.req.rnr_until = Some(ctx.now + rnr_delay(timer));
                 self.req.retry_deadline = None;
+                self.req.rto_deadline = None;
             }
             Syndrome::NakInvalidRequest
             | Syndrome::NakRemoteAccess
@@ -474,8 +632,10 @@ impl Qp {
             return;
         };
         if psn::lt(self.req.una, first_psn) && psn::le(r, self.req.max_sent) {
-            // A response to this READ acknowledges everything before it.
-            self.advance(ctx, first_psn, false);
+            // A response to this READ acknowledges everything before it, but
+            // not an earlier READ still missing responses (then `una` stays
+            // in that one, and the gap below asks for them again).
+            self.advance(ctx, first_psn, true);
         }
         let una = self.req.una;
         if r != una {
@@ -485,8 +645,7 @@ impl Qp {
                 // A response packet went missing: ask again from the gap.
                 ctx.counters.drop_unexpected += 1;
                 if self.req.last_rewind != Some(una) {
-                    self.rewind(ctx, una);
-                    self.req.last_rewind = Some(una);
+                    self.retry(ctx);
                 }
             }
             return;
@@ -506,12 +665,38 @@ impl Qp {
             return;
         }
         self.advance(ctx, psn::add(r, 1), false);
+        // ACKs that came while this READ was missing responses were held at
+        // it; now that it is whole they count.
+        let acked = self.req.acked;
+        self.advance(ctx, acked, true);
+    }
+
+    fn note_acked(&mut self, to: u32) {
+        if psn::lt(self.req.acked, to) {
+            self.req.acked = to;
+        }
     }
 
     pub fn requester_timeout(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now;
         if self.req.rnr_until.is_some_and(|t| t <= now) {
             self.req.rnr_until = None;
+        }
+        if self.req.rto_deadline.is_some_and(|t| t <= now) {
+            self.req.rto_deadline = None;
+            if self.req.una != self.req.max_sent && self.req.rnr_until.is_none() {
+                // Nothing came back for a few round trips: the retransmission
+                // (or the NAK asking for it) was lost, or the tail of a
+                // message was. Go back now rather than at the local ACK
+                // timeout; this is not one of retry_cnt's retries.
+                ctx.counters.rto_rewinds += 1;
+                self.req.rto_backoff += 1;
+                self.shrink_window(ctx);
+                let una = self.req.una;
+                self.rewind(ctx, una);
+                self.req.last_rewind = None;
+                self.arm_rto(now);
+            }
         }
         let Some(deadline) = self.req.retry_deadline else {
             return;
@@ -524,14 +709,30 @@ impl Qp {
             return;
         }
         ctx.counters.timeouts += 1;
+        if self.retry(ctx) {
+            self.req.last_rewind = None;
+            self.arm_retry(now);
+        }
+    }
+
+    /// Goes back to `una` and sends again from there, spending one of
+    /// retry_cnt retries: a local ACK timeout, a sequence NAK, or a NAK
+    /// implied by a READ response gap. IBA resets the count on forward
+    /// progress (`advance`); with none left the work request at `una`
+    /// completes with RETRY_EXC_ERR and the QP moves to ERR. Returns whether
+    /// the QP is still sending.
+    fn retry(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        let una = self.req.una;
         if self.req.retry_left == 0 {
-            self.enter_error(ctx.counters, Some((0, WcStatus::RetryExcErr)));
-            return;
+            let at = self.req.index_of(una);
+            self.enter_error(ctx.counters, Some((at, WcStatus::RetryExcErr)));
+            return false;
         }
         self.req.retry_left -= 1;
-        let una = self.req.una;
+        self.shrink_window(ctx);
         self.rewind(ctx, una);
-        self.req.last_rewind = None;
-        self.arm_retry(now);
+        self.req.last_rewind = Some(una);
+        self.arm_rto(ctx.now);
+        true
     }
 }

@@ -63,7 +63,15 @@ pub(crate) struct Responder {
     out: VecDeque<Out>,
     /// A fatal NAK sent even though the QP is in ERR.
     pub final_nak: Option<AckOut>,
+    /// The READs executed most recently, as (first PSN, PSNs, MSN), so that
+    /// the responses to a duplicate READ carry the MSN the READ got when
+    /// it was executed.
+    reads_done: VecDeque<(u32, u32, u32)>,
 }
+
+/// READs remembered for their MSN (a requester goes back at most a window,
+/// which holds fewer READs than this unless they are tiny).
+const READS_REMEMBERED: usize = 256;
 
 impl Responder {
     /// Entering RTR with `rq_psn`.
@@ -74,6 +82,7 @@ impl Responder {
         self.write = None;
         self.send_offset = None;
         self.out.clear();
+        self.reads_done.clear();
     }
 
     /// Stops all output but a pending fatal NAK (the QP entered ERR).
@@ -90,18 +99,25 @@ impl Responder {
         }
     }
 
-    /// Queues an ACK or NAK, replacing a trailing ACK or sequence NAK (the
-    /// newer one says everything the older one did).
+    /// Queues an ACK or NAK, replacing a trailing ACK or sequence NAK when
+    /// the new one says everything the old one did. A sequence NAK for PSN
+    /// `n` also acknowledges everything before `n`, so an ACK for an earlier
+    /// PSN (a duplicate's) adds nothing to it and must not replace it: the
+    /// NAK is the only one this gap gets.
     fn queue(&mut self, psn: u32, syndrome: Syndrome) {
         let ack = AckOut {
             psn,
             aeth: self.aeth(syndrome),
         };
-        if let Some(Out::Ack(last)) = self.out.back_mut()
-            && matches!(last.aeth.syndrome, Syndrome::Ack { .. } | Syndrome::NakSequence)
-        {
-            *last = ack;
-            return;
+        if let Some(Out::Ack(last)) = self.out.back_mut() {
+            match (last.aeth.syndrome, syndrome) {
+                (Syndrome::NakSequence, Syndrome::Ack { .. }) if psn::lt(psn, last.psn) => return,
+                (Syndrome::Ack { .. } | Syndrome::NakSequence, _) => {
+                    *last = ack;
+                    return;
+                }
+                _ => {}
+            }
         }
         self.out.push_back(Out::Ack(ack));
     }
@@ -136,6 +152,16 @@ impl Responder {
                 true
             }
         });
+    }
+
+    /// The MSN of the READ executed earlier that holds PSN `p`, if it is
+    /// remembered.
+    fn read_msn(&self, p: u32) -> Option<u32> {
+        self.reads_done
+            .iter()
+            .rev()
+            .find(|&&(first, n, _)| psn::diff(p, first) < n)
+            .map(|&(_, _, msn)| msn)
     }
 
     fn reads_queued(&self) -> usize {
@@ -180,7 +206,10 @@ impl Qp {
                     // gone back to it, so queued output from that PSN on is
                     // superseded; output before it is kept.
                     self.resp.supersede_from(p, self.attr.mtu);
-                    if let Err(Refusal::Fatal(s)) = self.start_read(ctx, packet, p) {
+                    // Its responses carry the MSN the READ got when it was
+                    // executed (the current one if it is too old to know).
+                    let msn = self.resp.read_msn(p).unwrap_or(self.resp.msn);
+                    if let Err(Refusal::Fatal(s)) = self.start_read(ctx, packet, p, msn) {
                         self.fatal(ctx, p, s);
                     }
                 } else {
@@ -330,17 +359,28 @@ impl Qp {
                 if self.resp.reads_queued() >= usize::from(self.attr.max_dest_rd_atomic.max(1)) {
                     return invalid;
                 }
-                let n = self.start_read(ctx, packet, p)?;
-                self.resp.msn = psn::add(self.resp.msn, 1);
+                let msn = psn::add(self.resp.msn, 1);
+                let n = self.start_read(ctx, packet, p, msn)?;
+                self.resp.msn = msn;
+                if self.resp.reads_done.len() >= READS_REMEMBERED {
+                    self.resp.reads_done.pop_front();
+                }
+                self.resp.reads_done.push_back((p, n, msn));
                 Ok(n)
             }
             _ => invalid,
         }
     }
 
-    /// Checks a READ request and queues its responses from PSN `p`; returns
-    /// how many PSNs the responses take.
-    fn start_read(&mut self, ctx: &mut Ctx<'_>, packet: &Packet<'_>, p: u32) -> Result<u32, Refusal> {
+    /// Checks a READ request and queues its responses from PSN `p`, carrying
+    /// `msn`; returns how many PSNs the responses take.
+    fn start_read(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        packet: &Packet<'_>,
+        p: u32,
+        msn: u32,
+    ) -> Result<u32, Refusal> {
         let Some(reth) = packet.headers.reth else {
             return Err(Refusal::Fatal(Syndrome::NakInvalidRequest));
         };
@@ -349,7 +389,6 @@ impl Qp {
         }
         self.remote(ctx, reth.rkey, reth.va, reth.dma_len, AccessFlags::REMOTE_READ)?;
         let npkts = reth.dma_len.div_ceil(self.attr.mtu).max(1);
-        let msn = psn::add(self.resp.msn, 1);
         self.resp.out.push_back(Out::Read(ReadStream {
             psn: p,
             va: reth.va,
