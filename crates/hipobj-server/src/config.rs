@@ -21,6 +21,8 @@ pub struct Config {
     pub storage: StorageConfig,
     /// Size limits of the S3 side.
     pub limits: Limits,
+    /// Connection limits and timeouts of the HTTP side.
+    pub http: HttpConfig,
     /// The RDMA side (docs/protocol.md §4).
     pub rdma: RdmaConfig,
     /// How long shutdown waits for requests in flight, in seconds.
@@ -39,6 +41,7 @@ impl Default for Config {
             anonymous: false,
             storage: StorageConfig::default(),
             limits: Limits::default(),
+            http: HttpConfig::default(),
             rdma: RdmaConfig::default(),
             shutdown_grace_secs: 30,
             metrics_log_secs: 60,
@@ -146,6 +149,36 @@ impl Default for Limits {
     }
 }
 
+/// Connection limits and timeouts of the HTTP side (docs/server.md,
+/// "Connections").
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Most connections open at once; more wait in the listen backlog
+    /// until one closes.
+    pub max_connections: usize,
+    /// A request head (request line and headers) must arrive within this
+    /// many seconds of its first byte.
+    pub header_read_timeout_secs: u64,
+    /// A connection with no request in flight and no bytes moving for
+    /// this many seconds is closed (also a response the client stopped
+    /// reading).
+    pub idle_timeout_secs: u64,
+    /// TCP keep-alive probes start after this many idle seconds (0: off).
+    pub tcp_keepalive_secs: u64,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            max_connections: 4096,
+            header_read_timeout_secs: 30,
+            idle_timeout_secs: 120,
+            tcp_keepalive_secs: 60,
+        }
+    }
+}
+
 /// Which verbs implementation opens the device.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -239,6 +272,12 @@ impl Config {
         }
         if self.limits.max_object_size == 0 {
             return bad("limits.max_object_size must be above 0");
+        }
+        if self.http.max_connections == 0 {
+            return bad("http.max_connections must be above 0");
+        }
+        if self.http.header_read_timeout_secs == 0 || self.http.idle_timeout_secs == 0 {
+            return bad("http.header_read_timeout_secs and http.idle_timeout_secs must be above 0");
         }
         if self.rdma.enabled && self.rdma.max_transfer == 0 {
             return bad("rdma.max_transfer must be above 0");
