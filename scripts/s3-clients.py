@@ -100,6 +100,30 @@ if prefix != "moto":
     code = error_code(s3.list_parts, Bucket=b, Key="aborted", UploadId=up2["UploadId"])[0]
     check(code == "NoSuchUpload", f"abort: {code}")
 
+if prefix != "moto":
+    # Pages of one entry with a delimiter: botocore's paginator stops with
+    # "same next token received twice" if a page repeats a common prefix.
+    for k in ["pg/a/1", "pg/a/2", "pg/b/1", "pg/c"]:
+        s3.put_object(Bucket=b, Key=k, Body=b"p")
+    for op in ["list_objects_v2", "list_objects"]:
+        got = []
+        for p in s3.get_paginator(op).paginate(Bucket=b, Prefix="pg/", Delimiter="/", PaginationConfig={"PageSize": 1}):
+            got += [x["Prefix"] for x in p.get("CommonPrefixes", [])] + [o["Key"] for o in p.get("Contents", [])]
+        check(got == ["pg/a/", "pg/b/", "pg/c"], f"{op} pages with a delimiter: {got}")
+    # Conditional requests.
+    etag = s3.head_object(Bucket=b, Key="one")["ETag"]
+    check(error_code(s3.get_object, Bucket=b, Key="one", IfNoneMatch=etag)[1] == 304, "GET If-None-Match is 304")
+    check(error_code(s3.get_object, Bucket=b, Key="one", IfMatch='"0"')[1] == 412, "GET If-Match is 412")
+    check(error_code(s3.put_object, Bucket=b, Key="one", Body=b"no", IfNoneMatch="*")[1] == 412, "PUT If-None-Match: * is 412")
+    check(s3.get_object(Bucket=b, Key="one")["Body"].read() == data(1, 3), "a refused PUT changed nothing")
+    # A retried CompleteMultipartUpload (first answer lost) is 200.
+    up3 = s3.create_multipart_upload(Bucket=b, Key="mp2")
+    r = s3.upload_part(Bucket=b, Key="mp2", UploadId=up3["UploadId"], PartNumber=1, Body=b"x")
+    mpu = {"Parts": [{"PartNumber": 1, "ETag": r["ETag"]}]}
+    e1 = s3.complete_multipart_upload(Bucket=b, Key="mp2", UploadId=up3["UploadId"], MultipartUpload=mpu)["ETag"]
+    e2 = s3.complete_multipart_upload(Bucket=b, Key="mp2", UploadId=up3["UploadId"], MultipartUpload=mpu)["ETag"]
+    check(e1 == e2, "retried CompleteMultipartUpload")
+
 check(error_code(s3.get_object, Bucket=b, Key="missing")[0] == "NoSuchKey", "NoSuchKey")
 check(error_code(s3.get_object, Bucket=f"{prefix}-nobucket", Key="k")[0] == "NoSuchBucket", "NoSuchBucket")
 check(error_code(s3.delete_bucket, Bucket=b)[0] == "BucketNotEmpty", "BucketNotEmpty")

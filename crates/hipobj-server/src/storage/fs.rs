@@ -74,6 +74,10 @@ struct Meta {
     /// Part sizes of an object made by CompleteMultipartUpload.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     parts: Vec<u64>,
+    /// The upload CompleteMultipartUpload made this object from, so that a
+    /// retried Complete (its first answer lost) gets the same answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    upload_id: Option<String>,
 }
 
 /// The headers an object keeps (Content-Type and friends, x-amz-meta-*).
@@ -319,6 +323,96 @@ fn i64_of(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+/// Seconds since the epoch of an S3 timestamp (HTTP dates have whole
+/// seconds, so conditions compare at that resolution).
+fn epoch_secs(t: &Timestamp) -> Option<i64> {
+    let mut out = Vec::new();
+    t.format(dto::TimestampFormat::EpochSeconds, &mut out).ok()?;
+    let text = String::from_utf8(out).ok()?;
+    text.split('.').next()?.parse().ok()
+}
+
+fn etag_matches(cond: &dto::ETagCondition, etag: &str) -> bool {
+    match cond {
+        dto::ETagCondition::Any => true,
+        dto::ETagCondition::ETag(e) => strip_quotes(etag_of(e)) == etag,
+    }
+}
+
+/// The conditions of a read (GET, HEAD) or of a copy source.
+#[derive(Default)]
+struct ReadConditions<'a> {
+    if_match: Option<&'a dto::ETagCondition>,
+    if_none_match: Option<&'a dto::ETagCondition>,
+    if_modified_since: Option<&'a Timestamp>,
+    if_unmodified_since: Option<&'a Timestamp>,
+}
+
+impl ReadConditions<'_> {
+    /// RFC 9110 section 13.2.2 as S3 applies it: If-Match, else
+    /// If-Unmodified-Since (412); then If-None-Match, else
+    /// If-Modified-Since (304 for a read; `copy` turns that into 412, as
+    /// S3 answers a copy whose source condition fails).
+    fn check(&self, meta: &Meta, copy: bool) -> S3Result<()> {
+        let modified = i64::try_from(meta.modified_ms / 1000).unwrap_or(i64::MAX);
+        let failed = |what: &str| {
+            S3Error::with_message(
+                S3ErrorCode::PreconditionFailed,
+                format!("At least one of the pre-conditions you specified did not hold ({what})"),
+            )
+        };
+        let not_modified = |what: &str| {
+            if copy {
+                failed(what)
+            } else {
+                S3Error::with_message(S3ErrorCode::NotModified, format!("Not Modified ({what})"))
+            }
+        };
+        match (self.if_match, self.if_unmodified_since) {
+            (Some(m), _) if !etag_matches(m, &meta.etag) => return Err(failed("If-Match")),
+            (None, Some(t)) if epoch_secs(t).is_some_and(|t| modified > t) => {
+                return Err(failed("If-Unmodified-Since"));
+            }
+            _ => {}
+        }
+        match (self.if_none_match, self.if_modified_since) {
+            (Some(m), _) if etag_matches(m, &meta.etag) => Err(not_modified("If-None-Match")),
+            (None, Some(t)) if epoch_secs(t).is_some_and(|t| modified <= t) => {
+                Err(not_modified("If-Modified-Since"))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// What a write says about the object it replaces.
+enum WriteCondition {
+    /// Overwrite whatever is there.
+    None,
+    /// `If-None-Match: *`: only if no object has the key.
+    Absent,
+    /// `If-Match`: only if the object exists with this ETag (or any, `*`).
+    Matches(dto::ETagCondition),
+}
+
+impl WriteCondition {
+    fn of(if_match: Option<dto::ETagCondition>, if_none_match: Option<dto::ETagCondition>) -> S3Result<Self> {
+        match (if_match, if_none_match) {
+            (Some(_), Some(_)) => Err(s3_error!(
+                NotImplemented,
+                "If-Match and If-None-Match together are not supported"
+            )),
+            (Some(m), None) => Ok(Self::Matches(m)),
+            (None, Some(dto::ETagCondition::Any)) => Ok(Self::Absent),
+            (None, Some(_)) => Err(s3_error!(
+                NotImplemented,
+                "a write's If-None-Match supports only '*'"
+            )),
+            (None, None) => Ok(Self::None),
+        }
+    }
+}
+
 /// A file in `.tmp` that is removed unless it is committed.
 struct TempFile {
     path: PathBuf,
@@ -334,6 +428,21 @@ impl TempFile {
         }
         tokio::fs::rename(&self.path, dest).await?;
         self.done = true;
+        Ok(())
+    }
+}
+
+impl TempFile {
+    /// Commits only if nothing is at `dest` yet: a hard link fails
+    /// atomically when the name exists, so two racing creators cannot both
+    /// win.
+    async fn commit_new(mut self, dest: &Path, sync: bool) -> std::io::Result<()> {
+        self.out.flush().await?;
+        if sync {
+            self.out.get_ref().sync_data().await?;
+        }
+        tokio::fs::hard_link(&self.path, dest).await?;
+        // Drop removes the temporary name; the object lives on at `dest`.
         Ok(())
     }
 }
@@ -358,6 +467,8 @@ pub struct FsStore {
     root: PathBuf,
     limits: FsLimits,
     counter: AtomicU64,
+    /// Held between the check and the commit of an If-Match write.
+    cond_lock: tokio::sync::Mutex<()>,
 }
 
 impl FsStore {
@@ -377,6 +488,7 @@ impl FsStore {
             root,
             limits,
             counter: AtomicU64::new(0),
+            cond_lock: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -540,6 +652,54 @@ impl FsStore {
         Ok((tmp, size, md5, computed))
     }
 
+    /// As [`FsStore::finish`], if `cond` holds for what is at `dest`
+    /// (`412 PreconditionFailed` otherwise; `404` for If-Match on no object).
+    async fn finish_if(&self, tmp: TempFile, meta: &Meta, dest: &Path, cond: WriteCondition) -> S3Result<()> {
+        match cond {
+            WriteCondition::None => self.finish(tmp, meta, dest).await,
+            WriteCondition::Absent => {
+                let tmp = self.seal(tmp, meta).await?;
+                match tmp.commit_new(dest, self.limits.sync).await {
+                    Ok(()) => Ok(()),
+                    Err(e) if io_kind(&e) == std::io::ErrorKind::AlreadyExists => Err(s3_error!(
+                        PreconditionFailed,
+                        "At least one of the pre-conditions you specified did not hold (If-None-Match: * and the object exists)"
+                    )),
+                    Err(e) => Err(internal("committing an object", e)),
+                }
+            }
+            WriteCondition::Matches(want) => {
+                // Conditional writers of this store take turns between the
+                // check and the rename.
+                let _turn = self.cond_lock.lock().await;
+                let Some(st) = Self::read_stored(dest).await? else {
+                    return Err(s3_error!(NoSuchKey, "If-Match: the object does not exist"));
+                };
+                if !etag_matches(&want, &st.meta.etag) {
+                    return Err(s3_error!(
+                        PreconditionFailed,
+                        "At least one of the pre-conditions you specified did not hold (If-Match)"
+                    ));
+                }
+                self.finish(tmp, meta, dest).await
+            }
+        }
+    }
+
+    /// Appends the trailer (the file is then complete, not yet visible).
+    async fn seal(&self, mut tmp: TempFile, meta: &Meta) -> S3Result<TempFile> {
+        let json = serde_json::to_vec(meta).map_err(|e| internal("encoding metadata", e))?;
+        let jlen = u32::try_from(json.len()).map_err(|e| internal("metadata too long", e))?;
+        let mut trailer = json;
+        trailer.extend_from_slice(&jlen.to_le_bytes());
+        trailer.extend_from_slice(MAGIC);
+        tmp.out
+            .write_all(&trailer)
+            .await
+            .map_err(|e| internal("writing metadata", e))?;
+        Ok(tmp)
+    }
+
     /// Appends the trailer and renames the file into place.
     async fn finish(&self, mut tmp: TempFile, meta: &Meta, dest: &Path) -> S3Result<()> {
         let json = serde_json::to_vec(meta).map_err(|e| internal("encoding metadata", e))?;
@@ -643,8 +803,12 @@ impl FsStore {
     /// by `delimiter`, at most `max` entries.
     async fn list(&self, q: ListQuery<'_>) -> S3Result<Listing> {
         let dir = self.existing_bucket(q.bucket).await?;
-        let keys = self.keys(&dir, q.prefix).await?;
         let mut listing = Listing::default();
+        if q.max == 0 {
+            // Nothing asked for: an empty page that is not truncated.
+            return Ok(listing);
+        }
+        let keys = self.keys(&dir, q.prefix).await?;
         let mut last_prefix: Option<String> = None;
         for (key, path) in keys {
             if q.after.is_some_and(|a| key.as_str() <= a) {
@@ -656,8 +820,10 @@ impl FsStore {
                     .map(|i| key[..q.prefix.len() + i + d.len()].to_owned())
             });
             if let Some(cp) = &common
-                && last_prefix.as_ref() == Some(cp)
+                && (last_prefix.as_ref() == Some(cp) || q.after.is_some_and(|a| cp.as_str() <= a))
             {
+                // Rolled up already: on this page, or (a marker or token
+                // that is this prefix) on an earlier one.
                 continue;
             }
             if listing.objects.len() + listing.prefixes.len() >= q.max {
@@ -749,8 +915,13 @@ fn encode_key(key: &str, url: bool) -> String {
     s
 }
 
-fn max_keys(n: Option<i32>) -> usize {
-    n.map_or(1000, |n| usize::try_from(n).unwrap_or(0).min(1000))
+fn max_keys(n: Option<i32>) -> S3Result<usize> {
+    match n {
+        None => Ok(1000),
+        Some(n) => usize::try_from(n)
+            .map(|n| n.min(1000))
+            .map_err(|_| s3_error!(InvalidArgument, "max-keys must be 0 or more")),
+    }
 }
 
 fn wants_url(e: Option<&dto::EncodingType>) -> bool {
@@ -868,6 +1039,7 @@ impl S3 for FsStore {
     ) -> S3Result<S3Response<dto::PutObjectOutput>> {
         let input = req.input;
         let dest = self.object_path(&input.bucket, &input.key).await?;
+        let cond = WriteCondition::of(input.if_match.clone(), input.if_none_match.clone())?;
         let mut expected = expected_of!(input, req);
         let (tmp, size, md5, computed) = self
             .receive(
@@ -892,8 +1064,9 @@ impl S3 for FsStore {
             ),
             sums: computed,
             parts: Vec::new(),
+            upload_id: None,
         };
-        self.finish(tmp, &meta, &dest).await?;
+        self.finish_if(tmp, &meta, &dest, cond).await?;
         tracing::debug!(bucket = %input.bucket, key = %meta.key, size, etag = %meta.etag, "stored");
         Ok(S3Response::new(dto::PutObjectOutput {
             e_tag: Some(ETag::Strong(meta.etag)),
@@ -916,6 +1089,13 @@ impl S3 for FsStore {
         let Some(Stored { meta, mut file }) = Self::read_stored(&path).await? else {
             return Err(s3_error!(NoSuchKey));
         };
+        ReadConditions {
+            if_match: input.if_match.as_ref(),
+            if_none_match: input.if_none_match.as_ref(),
+            if_modified_since: input.if_modified_since.as_ref(),
+            if_unmodified_since: input.if_unmodified_since.as_ref(),
+        }
+        .check(&meta, false)?;
         let size = meta.size;
         let (range, parts_count) = match (&input.range, input.part_number) {
             (Some(_), Some(_)) => {
@@ -996,6 +1176,13 @@ impl S3 for FsStore {
         let Some(Stored { meta, .. }) = Self::read_stored(&path).await? else {
             return Err(s3_error!(NoSuchKey));
         };
+        ReadConditions {
+            if_match: input.if_match.as_ref(),
+            if_none_match: input.if_none_match.as_ref(),
+            if_modified_since: input.if_modified_since.as_ref(),
+            if_unmodified_since: input.if_unmodified_since.as_ref(),
+        }
+        .check(&meta, false)?;
         let a = meta.attrs;
         let parts_count = input
             .part_number
@@ -1086,12 +1273,13 @@ impl S3 for FsStore {
         };
         let prefix = input.prefix.clone().unwrap_or_default();
         let after = after_token.as_deref().or(input.start_after.as_deref());
-        let max = max_keys(input.max_keys);
+        let max = max_keys(input.max_keys)?;
+        let delimiter = input.delimiter.filter(|d| !d.is_empty());
         let listing = self
             .list(ListQuery {
                 bucket: &input.bucket,
                 prefix: &prefix,
-                delimiter: input.delimiter.as_deref(),
+                delimiter: delimiter.as_deref(),
                 after,
                 max,
             })
@@ -1103,7 +1291,7 @@ impl S3 for FsStore {
         Ok(S3Response::new(dto::ListObjectsV2Output {
             name: Some(input.bucket),
             prefix: Some(encode_key(&prefix, url)),
-            delimiter: input.delimiter,
+            delimiter: delimiter.map(|d| encode_key(&d, url)),
             max_keys: Some(i32::try_from(max).unwrap_or(1000)),
             key_count: Some(i32::try_from(count).unwrap_or(i32::MAX)),
             is_truncated: Some(listing.truncated),
@@ -1123,13 +1311,15 @@ impl S3 for FsStore {
     ) -> S3Result<S3Response<dto::ListObjectsOutput>> {
         let input = req.input;
         let prefix = input.prefix.clone().unwrap_or_default();
-        let max = max_keys(input.max_keys);
+        let max = max_keys(input.max_keys)?;
+        let delimiter = input.delimiter.filter(|d| !d.is_empty());
+        let marker = input.marker.filter(|m| !m.is_empty());
         let listing = self
             .list(ListQuery {
                 bucket: &input.bucket,
                 prefix: &prefix,
-                delimiter: input.delimiter.as_deref(),
-                after: input.marker.as_deref(),
+                delimiter: delimiter.as_deref(),
+                after: marker.as_deref(),
                 max,
             })
             .await?;
@@ -1138,11 +1328,18 @@ impl S3 for FsStore {
         Ok(S3Response::new(dto::ListObjectsOutput {
             name: Some(input.bucket),
             prefix: Some(encode_key(&prefix, url)),
-            delimiter: input.delimiter,
-            marker: input.marker,
+            delimiter: delimiter.as_deref().map(|d| encode_key(d, url)),
+            // S3 always echoes the marker, empty when none was given.
+            marker: Some(marker.as_deref().map(|m| encode_key(m, url)).unwrap_or_default()),
             max_keys: Some(i32::try_from(max).unwrap_or(1000)),
             is_truncated: Some(listing.truncated),
-            next_marker: listing.next.as_deref().map(|k| encode_key(k, url)),
+            // S3 sends NextMarker only with a delimiter; without one the
+            // client continues from the last key.
+            next_marker: listing
+                .next
+                .as_deref()
+                .filter(|_| delimiter.is_some())
+                .map(|k| encode_key(k, url)),
             encoding_type: input.encoding_type,
             contents: Some(listing.contents(url)),
             common_prefixes: (!common.is_empty()).then_some(common),
@@ -1181,6 +1378,13 @@ impl S3 for FsStore {
         let Some(Stored { meta, file }) = Self::read_stored(&src).await? else {
             return Err(s3_error!(NoSuchKey, "the copy source does not exist"));
         };
+        ReadConditions {
+            if_match: input.copy_source_if_match.as_ref(),
+            if_none_match: input.copy_source_if_none_match.as_ref(),
+            if_modified_since: input.copy_source_if_modified_since.as_ref(),
+            if_unmodified_since: input.copy_source_if_unmodified_since.as_ref(),
+        }
+        .check(&meta, true)?;
         if meta.size > self.limits.max_object_size {
             return Err(s3_error!(EntityTooLarge));
         }
@@ -1236,6 +1440,7 @@ impl S3 for FsStore {
             attrs,
             sums: meta.sums,
             parts: Vec::new(),
+            upload_id: None,
         };
         self.finish(tmp, &new, &dest).await?;
         Ok(S3Response::new(dto::CopyObjectOutput {
@@ -1316,6 +1521,7 @@ impl S3 for FsStore {
             attrs: Attrs::default(),
             sums: computed,
             parts: Vec::new(),
+            upload_id: None,
         };
         // The upload may have been completed or aborted meanwhile: the
         // rename then fails and nothing is left behind.
@@ -1390,10 +1596,31 @@ impl S3 for FsStore {
     ) -> S3Result<S3Response<dto::CompleteMultipartUploadOutput>> {
         let input = req.input;
         let owner = req.credentials.as_ref().map(|c| c.access_key.as_str());
-        let (dir, up) = self
-            .load_upload(&input.upload_id, &input.bucket, &input.key, owner)
-            .await?;
         let dest = self.object_path(&input.bucket, &input.key).await?;
+        let (dir, up) = match self
+            .load_upload(&input.upload_id, &input.bucket, &input.key, owner)
+            .await
+        {
+            Ok(u) => u,
+            Err(e) if *e.code() == S3ErrorCode::NoSuchUpload => {
+                // A retry whose first answer was lost: the upload is gone
+                // because it made the object that is there now.
+                if let Some(st) = Self::read_stored(&dest).await?
+                    && st.meta.upload_id.as_deref() == Some(input.upload_id.as_str())
+                {
+                    return Ok(S3Response::new(dto::CompleteMultipartUploadOutput {
+                        bucket: Some(input.bucket.clone()),
+                        key: Some(input.key.clone()),
+                        location: Some(format!("/{}/{}", input.bucket, input.key)),
+                        e_tag: Some(ETag::Strong(st.meta.etag)),
+                        ..Default::default()
+                    }));
+                }
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
+        let cond = WriteCondition::of(input.if_match.clone(), input.if_none_match.clone())?;
         let wanted = input
             .multipart_upload
             .and_then(|m| m.parts)
@@ -1478,8 +1705,9 @@ impl S3 for FsStore {
             attrs: up.attrs,
             sums: Sums::default(),
             parts: chosen.iter().map(|(_, m)| m.size).collect(),
+            upload_id: Some(input.upload_id.clone()),
         };
-        self.finish(tmp, &meta, &dest).await?;
+        self.finish_if(tmp, &meta, &dest, cond).await?;
         if let Err(e) = tokio::fs::remove_dir_all(&dir).await {
             tracing::warn!("removing the finished upload {}: {e}", dir.display());
         }

@@ -1,0 +1,354 @@
+//! S3 behaviour that clients rely on beyond plain reads and writes:
+//! listing pagination, conditional requests, retried multipart completion.
+//! aws-sdk-s3 is the client (boto3 and curl repeat some of these in
+//! scripts/s3-clients.sh).
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use aws_sdk_s3::primitives::{ByteStream, DateTime};
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use support::{client, code, start};
+
+fn status<E>(e: &aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>) -> u16 {
+    e.raw_response().map_or(0, |r| r.status().as_u16())
+}
+
+async fn put(c: &aws_sdk_s3::Client, bucket: &str, key: &str, body: &'static [u8]) -> String {
+    c.put_object()
+        .bucket(bucket)
+        .key(key)
+        .body(ByteStream::from_static(body))
+        .send()
+        .await
+        .unwrap()
+        .e_tag()
+        .unwrap()
+        .to_owned()
+}
+
+/// Pages of one entry each, with a delimiter: a page that ends on a common
+/// prefix must not make the next page return it again (the loop that
+/// `aws s3 ls --page-size 1` reports as "same next token received twice").
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn listing_pages_ending_on_a_common_prefix_move_on() {
+    let (h, _dir) = start(|_| {}).await;
+    let c = client(&h);
+    c.create_bucket().bucket("bkt").send().await.unwrap();
+    for k in ["a/1", "a/2", "b/x/1", "b/y", "c", "d/1"] {
+        put(&c, "bkt", k, b"x").await;
+    }
+    let want = ["a/", "b/", "c", "d/"];
+
+    // v2
+    let mut seen = Vec::new();
+    let mut token: Option<String> = None;
+    for _ in 0..10 {
+        let r = c
+            .list_objects_v2()
+            .bucket("bkt")
+            .delimiter("/")
+            .max_keys(1)
+            .set_continuation_token(token.clone())
+            .send()
+            .await
+            .unwrap();
+        seen.extend(
+            r.common_prefixes()
+                .iter()
+                .filter_map(|p| p.prefix().map(str::to_owned)),
+        );
+        seen.extend(r.contents().iter().filter_map(|o| o.key().map(str::to_owned)));
+        if r.is_truncated() != Some(true) {
+            token = None;
+            break;
+        }
+        let next = r.next_continuation_token().map(str::to_owned);
+        assert_ne!(next, token, "the same continuation token twice");
+        token = next;
+    }
+    assert!(token.is_none(), "v2 listing did not end: {seen:?}");
+    assert_eq!(seen, want, "v2");
+
+    // v1, following NextMarker
+    let mut seen = Vec::new();
+    let mut marker: Option<String> = None;
+    for _ in 0..10 {
+        let r = c
+            .list_objects()
+            .bucket("bkt")
+            .delimiter("/")
+            .max_keys(1)
+            .set_marker(marker.clone())
+            .send()
+            .await
+            .unwrap();
+        seen.extend(
+            r.common_prefixes()
+                .iter()
+                .filter_map(|p| p.prefix().map(str::to_owned)),
+        );
+        seen.extend(r.contents().iter().filter_map(|o| o.key().map(str::to_owned)));
+        if r.is_truncated() != Some(true) {
+            marker = None;
+            break;
+        }
+        marker = r.next_marker().map(str::to_owned);
+        assert!(
+            marker.is_some(),
+            "a truncated v1 page with a delimiter has NextMarker"
+        );
+    }
+    assert!(marker.is_none(), "v1 listing did not end: {seen:?}");
+    assert_eq!(seen, want, "v1");
+    h.shutdown().await;
+}
+
+/// MaxKeys=0 is an empty page that is not truncated; an empty delimiter is
+/// no delimiter (and not echoed); v1 echoes the marker, empty if none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn listing_edge_parameters() {
+    let (h, _dir) = start(|_| {}).await;
+    let c = client(&h);
+    c.create_bucket().bucket("bkt").send().await.unwrap();
+    for k in ["a/1", "b"] {
+        put(&c, "bkt", k, b"x").await;
+    }
+    let r = c
+        .list_objects_v2()
+        .bucket("bkt")
+        .max_keys(0)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.is_truncated(), Some(false));
+    assert!(r.contents().is_empty());
+    let r = c.list_objects().bucket("bkt").max_keys(0).send().await.unwrap();
+    assert_eq!(r.is_truncated(), Some(false));
+
+    let r = c
+        .list_objects_v2()
+        .bucket("bkt")
+        .delimiter("")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.delimiter(), None);
+    assert_eq!(r.contents().len(), 2);
+    assert!(r.common_prefixes().is_empty());
+
+    let r = c.list_objects().bucket("bkt").send().await.unwrap();
+    assert_eq!(r.marker(), Some(""));
+    let e = c
+        .list_objects()
+        .bucket("bkt")
+        .max_keys(-1)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "InvalidArgument");
+    h.shutdown().await;
+}
+
+/// GET and HEAD honour If-Match (412), If-None-Match (304),
+/// If-Modified-Since (304) and If-Unmodified-Since (412).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn conditional_reads() {
+    let (h, _dir) = start(|_| {}).await;
+    let c = client(&h);
+    c.create_bucket().bucket("bkt").send().await.unwrap();
+    let etag = put(&c, "bkt", "k", b"conditional").await;
+    let past = DateTime::from_secs(1_000_000_000);
+    let future = DateTime::from_secs(4_000_000_000);
+
+    let get = || c.get_object().bucket("bkt").key("k");
+    get().if_match(&etag).send().await.unwrap();
+    get().if_none_match("\"0123\"").send().await.unwrap();
+    get().if_modified_since(past).send().await.unwrap();
+    get().if_unmodified_since(future).send().await.unwrap();
+
+    let e = get().if_match("\"0123\"").send().await.unwrap_err();
+    assert_eq!(status(&e), 412);
+    assert_eq!(code(&e), "PreconditionFailed");
+    let e = get().if_none_match(&etag).send().await.unwrap_err();
+    assert_eq!(status(&e), 304);
+    let e = get().if_modified_since(future).send().await.unwrap_err();
+    assert_eq!(status(&e), 304);
+    let e = get().if_unmodified_since(past).send().await.unwrap_err();
+    assert_eq!(status(&e), 412);
+    // If-Match that holds wins over If-Unmodified-Since that does not.
+    get()
+        .if_match(&etag)
+        .if_unmodified_since(past)
+        .send()
+        .await
+        .unwrap();
+
+    let head = || c.head_object().bucket("bkt").key("k");
+    let e = head().if_match("\"0123\"").send().await.unwrap_err();
+    assert_eq!(status(&e), 412);
+    let e = head().if_none_match(&etag).send().await.unwrap_err();
+    assert_eq!(status(&e), 304);
+    head().if_match(&etag).send().await.unwrap();
+    h.shutdown().await;
+}
+
+/// `PUT If-None-Match: *` creates only; `PUT If-Match` replaces only the
+/// version the client saw. A refused write leaves the object as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn conditional_writes() {
+    let (h, _dir) = start(|_| {}).await;
+    let c = client(&h);
+    c.create_bucket().bucket("bkt").send().await.unwrap();
+    let body = |b: &'static [u8]| ByteStream::from_static(b);
+    let first = c
+        .put_object()
+        .bucket("bkt")
+        .key("k")
+        .if_none_match("*")
+        .body(body(b"first"))
+        .send()
+        .await
+        .unwrap()
+        .e_tag()
+        .unwrap()
+        .to_owned();
+    let e = c
+        .put_object()
+        .bucket("bkt")
+        .key("k")
+        .if_none_match("*")
+        .body(body(b"second"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&e), 412);
+    let e = c
+        .put_object()
+        .bucket("bkt")
+        .key("k")
+        .if_match("\"00000000000000000000000000000000\"")
+        .body(body(b"third"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&e), 412);
+    let got = c.get_object().bucket("bkt").key("k").send().await.unwrap();
+    assert_eq!(got.body.collect().await.unwrap().into_bytes().as_ref(), b"first");
+
+    c.put_object()
+        .bucket("bkt")
+        .key("k")
+        .if_match(&first)
+        .body(body(b"fourth"))
+        .send()
+        .await
+        .unwrap();
+    let got = c.get_object().bucket("bkt").key("k").send().await.unwrap();
+    assert_eq!(got.body.collect().await.unwrap().into_bytes().as_ref(), b"fourth");
+    let e = c
+        .put_object()
+        .bucket("bkt")
+        .key("missing")
+        .if_match(&first)
+        .body(body(b"x"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "NoSuchKey");
+
+    // Copy-source conditions: a failed one is 412 and copies nothing.
+    let e = c
+        .copy_object()
+        .bucket("bkt")
+        .key("copy")
+        .copy_source("bkt/k")
+        .copy_source_if_match("\"0123\"")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&e), 412);
+    let e = c
+        .copy_object()
+        .bucket("bkt")
+        .key("copy")
+        .copy_source("bkt/k")
+        .copy_source_if_modified_since(DateTime::from_secs(4_000_000_000))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&e), 412);
+    let e = c
+        .head_object()
+        .bucket("bkt")
+        .key("copy")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&e), 404);
+    c.copy_object()
+        .bucket("bkt")
+        .key("copy")
+        .copy_source("bkt/k")
+        .copy_source_if_none_match("\"0123\"")
+        .send()
+        .await
+        .unwrap();
+    h.shutdown().await;
+}
+
+/// A CompleteMultipartUpload retried after its answer was lost gets 200
+/// and the same ETag, as from AWS; a different upload id is still refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn retried_complete_multipart_upload_succeeds() {
+    let (h, _dir) = start(|_| {}).await;
+    let c = client(&h);
+    c.create_bucket().bucket("bkt").send().await.unwrap();
+    let up = c
+        .create_multipart_upload()
+        .bucket("bkt")
+        .key("mp")
+        .send()
+        .await
+        .unwrap();
+    let id = up.upload_id().unwrap();
+    let part = c
+        .upload_part()
+        .bucket("bkt")
+        .key("mp")
+        .upload_id(id)
+        .part_number(1)
+        .body(ByteStream::from_static(b"only part"))
+        .send()
+        .await
+        .unwrap();
+    let done = CompletedMultipartUpload::builder()
+        .parts(
+            CompletedPart::builder()
+                .part_number(1)
+                .e_tag(part.e_tag().unwrap())
+                .build(),
+        )
+        .build();
+    let complete = || {
+        c.complete_multipart_upload()
+            .bucket("bkt")
+            .key("mp")
+            .upload_id(id)
+            .multipart_upload(done.clone())
+    };
+    let first = complete().send().await.unwrap();
+    let again = complete().send().await.unwrap();
+    assert_eq!(first.e_tag(), again.e_tag());
+    let e = c
+        .complete_multipart_upload()
+        .bucket("bkt")
+        .key("mp")
+        .upload_id("0123456789abcdef0123456789abcdef")
+        .multipart_upload(done.clone())
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "NoSuchUpload");
+    h.shutdown().await;
+}
