@@ -124,6 +124,69 @@ if prefix != "moto":
     e2 = s3.complete_multipart_upload(Bucket=b, Key="mp2", UploadId=up3["UploadId"], MultipartUpload=mpu)["ETag"]
     check(e1 == e2, "retried CompleteMultipartUpload")
 
+# Authentication beyond the signature itself, with botocore's own signers.
+import datetime
+
+import botocore.auth
+import urllib3
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+creds = Credentials(ak, sk)
+http = urllib3.PoolManager()
+
+
+def send(req):
+    r = http.request(req.method, req.url, headers=dict(req.headers.items()), body=req.body, retries=False)
+    return r.status, r.data.decode(errors="replace")
+
+
+# SigV2 carries no date: a captured request would replay forever.
+req = AWSRequest(method="GET", url=f"{endpoint}/{b}/one")
+botocore.auth.HmacV1Auth(creds).add_auth(req)
+st, body = send(req)
+check(st == 400 and "InvalidRequest" in body, f"SigV2 is refused ({st})")
+# A header added after signing must not change what a signed request does.
+req = AWSRequest(method="PUT", url=f"{endpoint}/{b}/hijack", data=b"")
+botocore.auth.S3SigV4Auth(creds, "s3", "us-east-1").add_auth(req)
+req.headers["x-amz-copy-source"] = f"/{b}/one"
+st, body = send(req)
+check(st == 403, f"an unsigned x-amz-copy-source is refused ({st})")
+check(error_code(s3.head_object, Bucket=b, Key="hijack")[1] == 404, "nothing was copied")
+# A request signed 20 minutes ago is outside AWS's 15-minute window.
+real_now = botocore.auth.get_current_datetime
+botocore.auth.get_current_datetime = lambda: real_now() - datetime.timedelta(minutes=20)
+req = AWSRequest(method="GET", url=f"{endpoint}/{b}/one")
+botocore.auth.S3SigV4Auth(creds, "s3", "us-east-1").add_auth(req)
+botocore.auth.get_current_datetime = real_now
+st, body = send(req)
+check(st == 403 and "RequestTimeTooSkewed" in body, f"a stale signature is refused ({st})")
+# Presigned URLs: at most 7 days, as AWS. (boto3 presigns with SigV2 unless
+# told s3v4, and SigV2 is refused.)
+url = s3.generate_presigned_url("get_object", Params={"Bucket": b, "Key": "one"}, ExpiresIn=3600)
+check(http.request("GET", url, retries=False).status == 400, "a SigV2 presigned URL is refused")
+s3 = boto3.client(
+    "s3",
+    endpoint_url=endpoint,
+    aws_access_key_id=ak,
+    aws_secret_access_key=sk,
+    region_name="us-east-1",
+    config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}, signature_version="s3v4"),
+)
+url = s3.generate_presigned_url("get_object", Params={"Bucket": b, "Key": "one"}, ExpiresIn=7 * 86400)
+check(http.request("GET", url, retries=False).status == 200, "a 7-day presigned URL works")
+url = s3.generate_presigned_url("get_object", Params={"Bucket": b, "Key": "one"}, ExpiresIn=8 * 86400)
+st = http.request("GET", url, retries=False).status
+check(st == 400, f"an 8-day presigned URL is refused ({st})")
+# What the server does not implement is refused, never silently ignored.
+key = b"k" * 32
+code, st = error_code(s3.put_object, Bucket=b, Key="sse-c", Body=b"secret", SSECustomerAlgorithm="AES256", SSECustomerKey=key)
+check(st == 501, f"SSE-C is 501 ({code})")
+check(error_code(s3.head_object, Bucket=b, Key="sse-c")[1] == 404, "an SSE-C PUT stored nothing")
+for extra in [{"ServerSideEncryption": "AES256"}, {"Tagging": "a=b"}, {"ACL": "public-read"}, {"ObjectLockLegalHoldStatus": "ON"}]:
+    check(error_code(s3.put_object, Bucket=b, Key="x", Body=b"x", **extra)[1] == 501, f"{extra} is 501")
+s3.put_object(Bucket=b, Key="acl-private", Body=b"x", ACL="private")
+
 check(error_code(s3.get_object, Bucket=b, Key="missing")[0] == "NoSuchKey", "NoSuchKey")
 check(error_code(s3.get_object, Bucket=f"{prefix}-nobucket", Key="k")[0] == "NoSuchBucket", "NoSuchBucket")
 check(error_code(s3.delete_bucket, Bucket=b)[0] == "BucketNotEmpty", "BucketNotEmpty")

@@ -352,3 +352,53 @@ async fn retried_complete_multipart_upload_succeeds() {
     assert_eq!(code(&e), "NoSuchUpload");
     h.shutdown().await;
 }
+
+/// Encryption, object lock, ACLs beyond private and tagging are not
+/// implemented: asking for them is `501 NotImplemented` and stores
+/// nothing (never plaintext where encryption was asked for).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unimplemented_features_are_refused_not_ignored() {
+    use aws_sdk_s3::types::{ObjectCannedAcl, ObjectLockLegalHoldStatus, ServerSideEncryption};
+    let (h, _dir) = start(|_| {}).await;
+    let c = client(&h);
+    c.create_bucket().bucket("bkt").send().await.unwrap();
+    let put = || {
+        c.put_object()
+            .bucket("bkt")
+            .key("k")
+            .body(ByteStream::from_static(b"secret"))
+    };
+    let key = "k".repeat(32);
+    let key_b64 = {
+        use base64_simd::STANDARD;
+        STANDARD.encode_to_string(key.as_bytes())
+    };
+    let key_md5 = base64_simd::STANDARD.encode_to_string(support::md5_bytes(key.as_bytes()));
+    let attempts = [
+        put()
+            .sse_customer_algorithm("AES256")
+            .sse_customer_key(&key_b64)
+            .sse_customer_key_md5(&key_md5)
+            .send()
+            .await,
+        put()
+            .server_side_encryption(ServerSideEncryption::Aes256)
+            .send()
+            .await,
+        put().tagging("a=b").send().await,
+        put().acl(ObjectCannedAcl::PublicRead).send().await,
+        put()
+            .object_lock_legal_hold_status(ObjectLockLegalHoldStatus::On)
+            .send()
+            .await,
+    ];
+    for (i, r) in attempts.into_iter().enumerate() {
+        let e = r.unwrap_err();
+        assert_eq!(status(&e), 501, "attempt {i}");
+        assert_eq!(code(&e), "NotImplemented", "attempt {i}");
+    }
+    let e = c.head_object().bucket("bkt").key("k").send().await.unwrap_err();
+    assert_eq!(status(&e), 404, "a refused PUT stored something");
+    put().acl(ObjectCannedAcl::Private).send().await.unwrap();
+    h.shutdown().await;
+}
