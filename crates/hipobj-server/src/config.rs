@@ -137,6 +137,9 @@ pub struct Limits {
     pub min_part_size: u64,
     /// fsync each object before it becomes visible.
     pub fsync: bool,
+    /// Multipart uploads (fs store) initiated longer ago than this, in
+    /// seconds, are removed with their parts.
+    pub multipart_expiry_secs: u64,
 }
 
 impl Default for Limits {
@@ -145,6 +148,7 @@ impl Default for Limits {
             max_object_size: 5 << 30,
             min_part_size: 5 << 20,
             fsync: true,
+            multipart_expiry_secs: 7 * 24 * 3600,
         }
     }
 }

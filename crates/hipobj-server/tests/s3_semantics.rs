@@ -402,3 +402,200 @@ async fn unimplemented_features_are_refused_not_ignored() {
     put().acl(ObjectCannedAcl::Private).send().await.unwrap();
     h.shutdown().await;
 }
+
+/// ListObjectVersions on an unversioned bucket: every object as its null
+/// version, paged by key marker, so tools that empty a bucket by listing
+/// versions (and deleting them by version id "null") work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn list_object_versions_shows_null_versions() {
+    use aws_sdk_s3::types::{Delete, ObjectIdentifier};
+    let (h, _dir) = start(|_| {}).await;
+    let c = client(&h);
+    c.create_bucket().bucket("bkt").send().await.unwrap();
+    for k in ["a", "b", "c"] {
+        put(&c, "bkt", k, b"v").await;
+    }
+    let mut seen = Vec::new();
+    let mut marker: Option<String> = None;
+    for _ in 0..10 {
+        let r = c
+            .list_object_versions()
+            .bucket("bkt")
+            .max_keys(2)
+            .set_key_marker(marker.clone())
+            .send()
+            .await
+            .unwrap();
+        for v in r.versions() {
+            assert_eq!(v.version_id(), Some("null"));
+            assert_eq!(v.is_latest(), Some(true));
+            seen.push(v.key().unwrap().to_owned());
+        }
+        if r.is_truncated() != Some(true) {
+            marker = None;
+            break;
+        }
+        marker = r.next_key_marker().map(str::to_owned);
+    }
+    assert!(marker.is_none());
+    assert_eq!(seen, ["a", "b", "c"]);
+    let objects: Vec<_> = seen
+        .iter()
+        .map(|k| {
+            ObjectIdentifier::builder()
+                .key(k)
+                .version_id("null")
+                .build()
+                .unwrap()
+        })
+        .collect();
+    c.delete_objects()
+        .bucket("bkt")
+        .delete(Delete::builder().set_objects(Some(objects)).build().unwrap())
+        .send()
+        .await
+        .unwrap();
+    c.delete_bucket().bucket("bkt").send().await.unwrap();
+    h.shutdown().await;
+}
+
+/// Uploads in progress are listed, keep their bucket from being deleted,
+/// and take their disk with them when aborted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn multipart_uploads_are_listed_block_delete_bucket_and_abort_frees_disk() {
+    let (h, dir) = start(|_| {}).await;
+    let c = client(&h);
+    c.create_bucket().bucket("bkt").send().await.unwrap();
+    let mut ids = Vec::new();
+    for k in ["x/1", "y"] {
+        let id = c
+            .create_multipart_upload()
+            .bucket("bkt")
+            .key(k)
+            .send()
+            .await
+            .unwrap()
+            .upload_id()
+            .unwrap()
+            .to_owned();
+        c.upload_part()
+            .bucket("bkt")
+            .key(k)
+            .upload_id(&id)
+            .part_number(1)
+            .body(ByteStream::from(vec![7u8; 100_000]))
+            .send()
+            .await
+            .unwrap();
+        ids.push((k, id));
+    }
+    let r = c.list_multipart_uploads().bucket("bkt").send().await.unwrap();
+    let listed: Vec<_> = r
+        .uploads()
+        .iter()
+        .map(|u| (u.key().unwrap().to_owned(), u.upload_id().unwrap().to_owned()))
+        .collect();
+    assert_eq!(
+        listed,
+        ids.iter()
+            .map(|(k, i)| ((*k).to_owned(), i.clone()))
+            .collect::<Vec<_>>()
+    );
+    let r = c
+        .list_multipart_uploads()
+        .bucket("bkt")
+        .delimiter("/")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.common_prefixes().len(), 1);
+    assert_eq!(r.uploads().len(), 1);
+
+    let e = c.delete_bucket().bucket("bkt").send().await.unwrap_err();
+    assert_eq!(code(&e), "BucketNotEmpty");
+
+    let upload_bytes = || {
+        support::files(&dir.path().join(".uploads"))
+            .iter()
+            .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
+            .sum::<u64>()
+    };
+    assert!(upload_bytes() >= 200_000);
+    for (k, id) in &ids {
+        c.abort_multipart_upload()
+            .bucket("bkt")
+            .key(*k)
+            .upload_id(id)
+            .send()
+            .await
+            .unwrap();
+    }
+    assert_eq!(upload_bytes(), 0, "aborted uploads left bytes on disk");
+    assert!(
+        c.list_multipart_uploads()
+            .bucket("bkt")
+            .send()
+            .await
+            .unwrap()
+            .uploads()
+            .is_empty()
+    );
+    c.delete_bucket().bucket("bkt").send().await.unwrap();
+    h.shutdown().await;
+}
+
+/// An upload abandoned for longer than `multipart_expiry_secs` is removed
+/// with its parts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn abandoned_uploads_expire() {
+    let (h, dir) = start(|c| c.limits.multipart_expiry_secs = 1).await;
+    let c = client(&h);
+    c.create_bucket().bucket("bkt").send().await.unwrap();
+    let old = c
+        .create_multipart_upload()
+        .bucket("bkt")
+        .key("old")
+        .send()
+        .await
+        .unwrap()
+        .upload_id()
+        .unwrap()
+        .to_owned();
+    c.upload_part()
+        .bucket("bkt")
+        .key("old")
+        .upload_id(&old)
+        .part_number(1)
+        .body(ByteStream::from_static(b"abandoned"))
+        .send()
+        .await
+        .unwrap();
+    // Older than the expiry age by any clock.
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    let new = c
+        .create_multipart_upload()
+        .bucket("bkt")
+        .key("new")
+        .send()
+        .await
+        .unwrap()
+        .upload_id()
+        .unwrap()
+        .to_owned();
+    let r = c.list_multipart_uploads().bucket("bkt").send().await.unwrap();
+    let ids: Vec<_> = r.uploads().iter().filter_map(|u| u.upload_id()).collect();
+    assert_eq!(ids, [new.as_str()]);
+    assert!(!dir.path().join(".uploads").join(&old).exists());
+    let e = c
+        .upload_part()
+        .bucket("bkt")
+        .key("old")
+        .upload_id(&old)
+        .part_number(2)
+        .body(ByteStream::from_static(b"late"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "NoSuchUpload");
+    h.shutdown().await;
+}

@@ -34,6 +34,8 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt, BufWriter};
 
 use super::names::{check_bucket, check_key};
 
+mod uploads;
+
 const MAGIC: &[u8; 4] = b"HOB1";
 const TRAILER: u64 = 8;
 /// Keys up to this many bytes are stored under their hex encoding.
@@ -48,6 +50,9 @@ pub struct FsLimits {
     pub min_part_size: u64,
     /// Flush each file to disk before it becomes visible.
     pub sync: bool,
+    /// Multipart uploads initiated longer ago than this (milliseconds) are
+    /// removed with their parts.
+    pub upload_expiry_ms: u64,
 }
 
 impl Default for FsLimits {
@@ -56,6 +61,7 @@ impl Default for FsLimits {
             max_object_size: 5 << 30,
             min_part_size: 5 << 20,
             sync: true,
+            upload_expiry_ms: 7 * 24 * 3600 * 1000,
         }
     }
 }
@@ -469,6 +475,8 @@ pub struct FsStore {
     counter: AtomicU64,
     /// Held between the check and the commit of an If-Match write.
     cond_lock: tokio::sync::Mutex<()>,
+    /// When stale uploads were last swept (`now_ms`), 0: never.
+    last_sweep_ms: AtomicU64,
 }
 
 impl FsStore {
@@ -489,6 +497,7 @@ impl FsStore {
             limits,
             counter: AtomicU64::new(0),
             cond_lock: tokio::sync::Mutex::new(()),
+            last_sweep_ms: AtomicU64::new(0),
         })
     }
 
@@ -969,6 +978,13 @@ impl S3 for FsStore {
         req: S3Request<dto::DeleteBucketInput>,
     ) -> S3Result<S3Response<dto::DeleteBucketOutput>> {
         let dir = self.existing_bucket(&req.input.bucket).await?;
+        self.sweep_stale_uploads().await;
+        if self.has_uploads(&req.input.bucket).await? {
+            return Err(s3_error!(
+                BucketNotEmpty,
+                "The bucket you tried to delete has multipart uploads in progress: complete or abort them first"
+            ));
+        }
         match tokio::fs::remove_dir(&dir).await {
             Ok(()) => Ok(S3Response::new(dto::DeleteBucketOutput {})),
             Err(e) if io_kind(&e) == std::io::ErrorKind::DirectoryNotEmpty => Err(s3_error!(BucketNotEmpty)),
@@ -1460,6 +1476,7 @@ impl S3 for FsStore {
         let input = req.input;
         check_key(&input.key)?;
         self.existing_bucket(&input.bucket).await?;
+        self.sweep_stale_uploads().await;
         let id = uuid::Uuid::new_v4().simple().to_string();
         let dir = self.upload_dir(&id)?;
         tokio::fs::create_dir(&dir)
@@ -1716,6 +1733,69 @@ impl S3 for FsStore {
             key: Some(input.key.clone()),
             location: Some(format!("/{}/{}", input.bucket, input.key)),
             e_tag: Some(ETag::Strong(meta.etag)),
+            ..Default::default()
+        }))
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<dto::ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<dto::ListMultipartUploadsOutput>> {
+        self.sweep_stale_uploads().await;
+        Ok(S3Response::new(self.list_uploads(req.input).await?))
+    }
+
+    async fn list_object_versions(
+        &self,
+        req: S3Request<dto::ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<dto::ListObjectVersionsOutput>> {
+        // Buckets are not versioned: every object is its only version, the
+        // null version, and there are no delete markers.
+        let input = req.input;
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let max = max_keys(input.max_keys)?;
+        let delimiter = input.delimiter.filter(|d| !d.is_empty());
+        let marker = input.key_marker.filter(|m| !m.is_empty());
+        let listing = self
+            .list(ListQuery {
+                bucket: &input.bucket,
+                prefix: &prefix,
+                delimiter: delimiter.as_deref(),
+                after: marker.as_deref(),
+                max,
+            })
+            .await?;
+        let url = wants_url(input.encoding_type.as_ref());
+        let versions = listing
+            .contents(url)
+            .into_iter()
+            .map(|o| dto::ObjectVersion {
+                key: o.key,
+                size: o.size,
+                e_tag: o.e_tag,
+                last_modified: o.last_modified,
+                is_latest: Some(true),
+                version_id: Some("null".into()),
+                storage_class: Some(dto::ObjectVersionStorageClass::from_static(
+                    dto::ObjectVersionStorageClass::STANDARD,
+                )),
+                ..Default::default()
+            })
+            .collect();
+        let common = listing.common_prefixes(url);
+        Ok(S3Response::new(dto::ListObjectVersionsOutput {
+            name: Some(input.bucket),
+            prefix: Some(encode_key(&prefix, url)),
+            delimiter: delimiter.map(|d| encode_key(&d, url)),
+            key_marker: Some(marker.map(|m| encode_key(&m, url)).unwrap_or_default()),
+            version_id_marker: Some(input.version_id_marker.unwrap_or_default()),
+            max_keys: Some(i32::try_from(max).unwrap_or(1000)),
+            is_truncated: Some(listing.truncated),
+            next_key_marker: listing.next.as_deref().map(|k| encode_key(k, url)),
+            next_version_id_marker: listing.truncated.then(|| "null".to_owned()),
+            encoding_type: input.encoding_type,
+            versions: Some(versions),
+            common_prefixes: (!common.is_empty()).then_some(common),
             ..Default::default()
         }))
     }
