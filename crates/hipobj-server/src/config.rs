@@ -17,6 +17,8 @@ pub struct Config {
     pub credentials: Vec<AccessKey>,
     /// Serve unsigned requests too (off unless configured).
     pub anonymous: bool,
+    /// Who may use which bucket.
+    pub access: AccessConfig,
     /// Where objects live.
     pub storage: StorageConfig,
     /// Size limits of the S3 side.
@@ -39,6 +41,7 @@ impl Default for Config {
             address: SocketAddr::from(([127, 0, 0, 1], 9000)),
             credentials: Vec::new(),
             anonymous: false,
+            access: AccessConfig::default(),
             storage: StorageConfig::default(),
             limits: Limits::default(),
             http: HttpConfig::default(),
@@ -67,6 +70,36 @@ impl std::fmt::Debug for AccessKey {
             .field("secret_key", &"<redacted>")
             .finish()
     }
+}
+
+/// Who may use which bucket (docs/server.md, "Access").
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AccessConfig {
+    /// Buckets belong to the key that created them; other keys are refused
+    /// unless `share` lists them (fs store).
+    pub bucket_owners: bool,
+    /// Buckets shared with keys other than their owner.
+    pub share: Vec<Share>,
+}
+
+impl Default for AccessConfig {
+    fn default() -> Self {
+        Self {
+            bucket_owners: true,
+            share: Vec::new(),
+        }
+    }
+}
+
+/// One bucket and the other keys that may use it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Share {
+    /// The bucket.
+    pub bucket: String,
+    /// Access keys that may use it besides its owner.
+    pub keys: Vec<String>,
 }
 
 /// The storage back end.

@@ -64,7 +64,7 @@ impl Server {
         let store = crate::storage::open(&config)?;
         let layer = RdmaS3::new(store, rdma.clone(), metrics.clone());
         let front = Front {
-            s3: s3_service(layer, &config),
+            s3: s3_service(layer, &config)?,
             metrics: metrics.clone(),
             rdma: rdma.clone(),
             endpoints: config.metrics_endpoint,

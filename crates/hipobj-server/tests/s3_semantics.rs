@@ -599,3 +599,95 @@ async fn abandoned_uploads_expire() {
     assert_eq!(code(&e), "NoSuchUpload");
     h.shutdown().await;
 }
+
+/// Buckets belong to the key that created them: another key is refused
+/// every operation on them (copying out of them included) and cannot
+/// create the same name, unless the configuration shares the bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn buckets_belong_to_the_key_that_created_them() {
+    use hipobj_server::config::{AccessKey, Share};
+    let (h, _dir) = start(|c| {
+        c.credentials.push(AccessKey {
+            access_key: "other".into(),
+            secret_key: "other-secret".into(),
+        });
+        c.access.share.push(Share {
+            bucket: "shared".into(),
+            keys: vec!["other".into()],
+        });
+    })
+    .await;
+    let owner = client(&h);
+    let other = support::client_for(&h.endpoint(), "other", "other-secret");
+    owner.create_bucket().bucket("mine").send().await.unwrap();
+    owner.create_bucket().bucket("shared").send().await.unwrap();
+    put(&owner, "mine", "k", b"private").await;
+    other.create_bucket().bucket("theirs").send().await.unwrap();
+
+    let denied = |r: u16, what: &str| assert_eq!(r, 403, "{what}");
+    let e = other
+        .get_object()
+        .bucket("mine")
+        .key("k")
+        .send()
+        .await
+        .unwrap_err();
+    denied(status(&e), "GET");
+    let e = other
+        .head_object()
+        .bucket("mine")
+        .key("k")
+        .send()
+        .await
+        .unwrap_err();
+    denied(status(&e), "HEAD");
+    let e = other
+        .put_object()
+        .bucket("mine")
+        .key("k")
+        .body(ByteStream::from_static(b"overwrite"))
+        .send()
+        .await
+        .unwrap_err();
+    denied(status(&e), "PUT");
+    let e = other
+        .delete_object()
+        .bucket("mine")
+        .key("k")
+        .send()
+        .await
+        .unwrap_err();
+    denied(status(&e), "DELETE");
+    let e = other.list_objects_v2().bucket("mine").send().await.unwrap_err();
+    denied(status(&e), "LIST");
+    let e = other.delete_bucket().bucket("mine").send().await.unwrap_err();
+    denied(status(&e), "DeleteBucket");
+    let e = other
+        .copy_object()
+        .bucket("theirs")
+        .key("stolen")
+        .copy_source("mine/k")
+        .send()
+        .await
+        .unwrap_err();
+    denied(status(&e), "copy out of another key's bucket");
+    let e = other.create_bucket().bucket("mine").send().await.unwrap_err();
+    assert_eq!(code(&e), "BucketAlreadyExists");
+    let got = owner.get_object().bucket("mine").key("k").send().await.unwrap();
+    assert_eq!(
+        got.body.collect().await.unwrap().into_bytes().as_ref(),
+        b"private"
+    );
+
+    // The shared bucket is open to the listed key.
+    put(&other, "shared", "from-other", b"hello").await;
+    let got = owner
+        .get_object()
+        .bucket("shared")
+        .key("from-other")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.body.collect().await.unwrap().into_bytes().as_ref(), b"hello");
+    h.shutdown().await;
+}

@@ -27,6 +27,8 @@ use crate::storage::names::check_key;
 pub struct Policy {
     /// Serve unsigned requests.
     pub anonymous: bool,
+    /// Who owns which bucket.
+    pub owners: super::owners::Owners,
 }
 
 /// The signed header names of a SigV4 request, from the Authorization
@@ -169,6 +171,17 @@ impl S3Access for Policy {
         if let S3Path::Object { key, .. } = cx.s3_path() {
             check_key(key)?;
         }
+        if let Some(who) = cx.credentials().map(|c| c.access_key.clone()) {
+            match cx.s3_path() {
+                S3Path::Bucket { bucket } if cx.s3_op().name() == "CreateBucket" => {
+                    self.owners.claim(bucket, &who).await?;
+                }
+                S3Path::Bucket { bucket } | S3Path::Object { bucket, .. } => {
+                    self.owners.check(bucket, &who).await?;
+                }
+                S3Path::Root => {}
+            }
+        }
         if signed && cx.headers().contains_key(hipobj_proto::TOKEN_HEADER) {
             let covered = signed_headers(cx.headers(), cx.uri())
                 .is_some_and(|h| h.iter().any(|n| n == hipobj_proto::TOKEN_HEADER));
@@ -183,15 +196,21 @@ impl S3Access for Policy {
     }
 
     async fn copy_object(&self, req: &mut S3Request<dto::CopyObjectInput>) -> S3Result<()> {
-        if let dto::CopySource::Bucket { key, .. } = &req.input.copy_source {
+        if let dto::CopySource::Bucket { bucket, key, .. } = &req.input.copy_source {
             check_key(key)?;
+            if let Some(c) = &req.credentials {
+                self.owners.check(bucket, &c.access_key).await?;
+            }
         }
         Ok(())
     }
 
     async fn upload_part_copy(&self, req: &mut S3Request<dto::UploadPartCopyInput>) -> S3Result<()> {
-        if let dto::CopySource::Bucket { key, .. } = &req.input.copy_source {
+        if let dto::CopySource::Bucket { bucket, key, .. } = &req.input.copy_source {
             check_key(key)?;
+            if let Some(c) = &req.credentials {
+                self.owners.check(bucket, &c.access_key).await?;
+            }
         }
         Ok(())
     }

@@ -13,7 +13,7 @@ use crate::metrics::{Metrics, inc};
 use crate::rdma::{Rdma, RdmaS3};
 
 /// Builds the s3s service over the RDMA layer, with auth and policy.
-pub fn s3_service(layer: RdmaS3, config: &Config) -> S3Service {
+pub fn s3_service(layer: RdmaS3, config: &Config) -> Result<S3Service, crate::Error> {
     let mut b = S3ServiceBuilder::new(layer);
     let mut auth = SimpleAuth::new();
     for c in &config.credentials {
@@ -22,8 +22,9 @@ pub fn s3_service(layer: RdmaS3, config: &Config) -> S3Service {
     b.set_auth(auth);
     b.set_access(Policy {
         anonymous: config.anonymous,
+        owners: super::owners::Owners::new(config)?,
     });
-    b.build()
+    Ok(b.build())
 }
 
 /// What every connection serves: `/.hipobj/metrics`, `/.hipobj/health`,
