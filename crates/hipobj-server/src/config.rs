@@ -173,6 +173,9 @@ pub struct Limits {
     /// Multipart uploads (fs store) initiated longer ago than this, in
     /// seconds, are removed with their parts.
     pub multipart_expiry_secs: u64,
+    /// DeleteBucket refuses (409 BucketNotEmpty) while uploads are in
+    /// progress, instead of aborting them as AWS does.
+    pub refuse_delete_with_uploads: bool,
 }
 
 impl Default for Limits {
@@ -182,6 +185,7 @@ impl Default for Limits {
             min_part_size: 5 << 20,
             fsync: true,
             multipart_expiry_secs: 7 * 24 * 3600,
+            refuse_delete_with_uploads: false,
         }
     }
 }

@@ -459,8 +459,8 @@ async fn list_object_versions_shows_null_versions() {
     h.shutdown().await;
 }
 
-/// Uploads in progress are listed, keep their bucket from being deleted,
-/// and take their disk with them when aborted.
+/// Uploads in progress are listed, and take their disk with them when
+/// aborted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn multipart_uploads_are_listed_block_delete_bucket_and_abort_frees_disk() {
     let (h, dir) = start(|_| {}).await;
@@ -510,9 +510,6 @@ async fn multipart_uploads_are_listed_block_delete_bucket_and_abort_frees_disk()
         .unwrap();
     assert_eq!(r.common_prefixes().len(), 1);
     assert_eq!(r.uploads().len(), 1);
-
-    let e = c.delete_bucket().bucket("bkt").send().await.unwrap_err();
-    assert_eq!(code(&e), "BucketNotEmpty");
 
     let upload_bytes = || {
         support::files(&dir.path().join(".uploads"))
@@ -690,4 +687,56 @@ async fn buckets_belong_to_the_key_that_created_them() {
         .unwrap();
     assert_eq!(got.body.collect().await.unwrap().into_bytes().as_ref(), b"hello");
     h.shutdown().await;
+}
+
+/// DeleteBucket with uploads in progress: by default they are aborted with
+/// the bucket, as AWS does (nothing stays on disk, unlistable); with
+/// `refuse_delete_with_uploads` the delete is refused instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn delete_bucket_with_uploads_in_progress() {
+    for refuse in [false, true] {
+        let (h, dir) = start(|c| c.limits.refuse_delete_with_uploads = refuse).await;
+        let c = client(&h);
+        c.create_bucket().bucket("bkt").send().await.unwrap();
+        let id = c
+            .create_multipart_upload()
+            .bucket("bkt")
+            .key("k")
+            .send()
+            .await
+            .unwrap()
+            .upload_id()
+            .unwrap()
+            .to_owned();
+        c.upload_part()
+            .bucket("bkt")
+            .key("k")
+            .upload_id(&id)
+            .part_number(1)
+            .body(ByteStream::from_static(b"part"))
+            .send()
+            .await
+            .unwrap();
+        put(&c, "bkt", "obj", b"x").await;
+        // Objects still keep a bucket.
+        let e = c.delete_bucket().bucket("bkt").send().await.unwrap_err();
+        assert_eq!(code(&e), "BucketNotEmpty");
+        assert!(
+            dir.path().join(".uploads").join(&id).exists(),
+            "a refused delete aborted the upload"
+        );
+        c.delete_object().bucket("bkt").key("obj").send().await.unwrap();
+        let r = c.delete_bucket().bucket("bkt").send().await;
+        if refuse {
+            assert_eq!(code(&r.unwrap_err()), "BucketNotEmpty");
+            assert!(dir.path().join(".uploads").join(&id).exists());
+        } else {
+            r.unwrap();
+            assert!(
+                support::files(&dir.path().join(".uploads")).is_empty(),
+                "parts left on disk"
+            );
+        }
+        h.shutdown().await;
+    }
 }

@@ -53,6 +53,9 @@ pub struct FsLimits {
     /// Multipart uploads initiated longer ago than this (milliseconds) are
     /// removed with their parts.
     pub upload_expiry_ms: u64,
+    /// DeleteBucket refuses while uploads are in progress (rather than
+    /// aborting them, as AWS does).
+    pub refuse_delete_with_uploads: bool,
 }
 
 impl Default for FsLimits {
@@ -62,6 +65,7 @@ impl Default for FsLimits {
             min_part_size: 5 << 20,
             sync: true,
             upload_expiry_ms: 7 * 24 * 3600 * 1000,
+            refuse_delete_with_uploads: false,
         }
     }
 }
@@ -979,12 +983,18 @@ impl S3 for FsStore {
     ) -> S3Result<S3Response<dto::DeleteBucketOutput>> {
         let dir = self.existing_bucket(&req.input.bucket).await?;
         self.sweep_stale_uploads().await;
-        if self.has_uploads(&req.input.bucket).await? {
+        if self.has_objects(&dir).await? {
+            return Err(s3_error!(BucketNotEmpty));
+        }
+        if self.limits.refuse_delete_with_uploads && self.has_uploads(&req.input.bucket).await? {
             return Err(s3_error!(
                 BucketNotEmpty,
                 "The bucket you tried to delete has multipart uploads in progress: complete or abort them first"
             ));
         }
+        // As AWS: uploads in progress go with their bucket (and their parts
+        // with them), never left behind unlistable.
+        self.abort_uploads_of(&req.input.bucket).await?;
         match tokio::fs::remove_dir(&dir).await {
             Ok(()) => Ok(S3Response::new(dto::DeleteBucketOutput {})),
             Err(e) if io_kind(&e) == std::io::ErrorKind::DirectoryNotEmpty => Err(s3_error!(BucketNotEmpty)),

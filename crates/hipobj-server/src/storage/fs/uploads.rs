@@ -49,6 +49,30 @@ impl FsStore {
             .any(|(_, _, u)| u.bucket == bucket))
     }
 
+    /// Aborts every upload of `bucket` (DeleteBucket).
+    pub(super) async fn abort_uploads_of(&self, bucket: &str) -> S3Result<()> {
+        for (_, dir, up) in self.all_uploads().await? {
+            if up.bucket == bucket {
+                tokio::fs::remove_dir_all(&dir)
+                    .await
+                    .map_err(|e| internal("aborting an upload of a deleted bucket", e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the bucket directory `dir` holds anything.
+    pub(super) async fn has_objects(&self, dir: &std::path::Path) -> S3Result<bool> {
+        let mut rd = tokio::fs::read_dir(dir)
+            .await
+            .map_err(|e| internal("reading a bucket", e))?;
+        Ok(rd
+            .next_entry()
+            .await
+            .map_err(|e| internal("reading a bucket", e))?
+            .is_some())
+    }
+
     /// Removes uploads initiated longer ago than the configured age, with
     /// their parts. Runs at start and then at most once a minute.
     pub(super) async fn sweep_stale_uploads(&self) {
