@@ -187,6 +187,17 @@ for extra in [{"ServerSideEncryption": "AES256"}, {"Tagging": "a=b"}, {"ACL": "p
     check(error_code(s3.put_object, Bucket=b, Key="x", Body=b"x", **extra)[1] == 501, f"{extra} is 501")
 s3.put_object(Bucket=b, Key="acl-private", Body=b"x", ACL="private")
 
+# Content-Encoding is the object's, not how the body travelled (boto3
+# sends aws-chunked bodies with "gzip,aws-chunked").
+s3.put_object(Bucket=b, Key="gz", Body=b"not really gzip", ContentEncoding="gzip", ChecksumAlgorithm="CRC32")
+ce = s3.head_object(Bucket=b, Key="gz").get("ContentEncoding")
+check(ce == "gzip", f"Content-Encoding stored as {ce!r}")
+try:
+    s3.get_object(Bucket=b, Key="missing")
+except ClientError as e:
+    rid = e.response["ResponseMetadata"].get("RequestId")
+    check(rid and e.response["Error"].get("RequestId", rid) == rid, "errors carry a request id")
+
 check(error_code(s3.get_object, Bucket=b, Key="missing")[0] == "NoSuchKey", "NoSuchKey")
 check(error_code(s3.get_object, Bucket=f"{prefix}-nobucket", Key="k")[0] == "NoSuchBucket", "NoSuchBucket")
 check(error_code(s3.delete_bucket, Bucket=b)[0] == "BucketNotEmpty", "BucketNotEmpty")

@@ -740,3 +740,77 @@ async fn delete_bucket_with_uploads_in_progress() {
         h.shutdown().await;
     }
 }
+
+/// The smaller S3 details: request ids in errors, DeleteObjects' 1000-key
+/// limit, Content-MD5 that is not an MD5, checksums only when asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn request_ids_key_limits_digests_and_checksum_mode() {
+    use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumMode, Delete, ObjectIdentifier};
+    let (h, _dir) = start(|_| {}).await;
+    let c = client(&h);
+    c.create_bucket().bucket("bkt").send().await.unwrap();
+
+    // An error's <RequestId> is its x-amz-request-id header.
+    let (st, text) = support::raw(
+        h.addr(),
+        "GET /bkt/k HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(st, 403);
+    let header = text
+        .lines()
+        .find_map(|l| l.strip_prefix("x-amz-request-id: "))
+        .expect("x-amz-request-id header")
+        .trim()
+        .to_owned();
+    assert!(
+        text.contains(&format!("<RequestId>{header}</RequestId>")),
+        "{text}"
+    );
+
+    let many: Vec<_> = (0..1001)
+        .map(|i| ObjectIdentifier::builder().key(format!("k{i}")).build().unwrap())
+        .collect();
+    let e = c
+        .delete_objects()
+        .bucket("bkt")
+        .delete(Delete::builder().set_objects(Some(many)).build().unwrap())
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "MalformedXML");
+
+    let e = c
+        .put_object()
+        .bucket("bkt")
+        .key("k")
+        .content_md5("AAAAAA==")
+        .body(ByteStream::from_static(b"x"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "InvalidDigest");
+
+    c.put_object()
+        .bucket("bkt")
+        .key("sum")
+        .checksum_algorithm(ChecksumAlgorithm::Crc32)
+        .body(ByteStream::from_static(b"checksummed"))
+        .send()
+        .await
+        .unwrap();
+    let plain = c.get_object().bucket("bkt").key("sum").send().await.unwrap();
+    assert_eq!(plain.checksum_crc32(), None, "a checksum nobody asked for");
+    let asked = c
+        .get_object()
+        .bucket("bkt")
+        .key("sum")
+        .checksum_mode(ChecksumMode::Enabled)
+        .send()
+        .await
+        .unwrap();
+    assert!(asked.checksum_crc32().is_some());
+    let head = c.head_object().bucket("bkt").key("sum").send().await.unwrap();
+    assert_eq!(head.checksum_crc32(), None);
+    h.shutdown().await;
+}

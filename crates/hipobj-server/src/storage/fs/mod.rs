@@ -231,6 +231,9 @@ impl Expected {
             let want = base64_simd::STANDARD
                 .decode_to_vec(b64.as_bytes())
                 .map_err(|_| s3_error!(InvalidDigest, "Content-MD5 is not base64"))?;
+            if want.len() != 16 {
+                return Err(s3_error!(InvalidDigest, "Content-MD5 is not 16 bytes of base64"));
+            }
             if want.as_slice() != md5.as_slice() {
                 return Err(s3_error!(
                     BadDigest,
@@ -937,6 +940,22 @@ fn max_keys(n: Option<i32>) -> S3Result<usize> {
     }
 }
 
+fn checksum_enabled(m: Option<&dto::ChecksumMode>) -> bool {
+    m.is_some_and(|m| m.as_str().eq_ignore_ascii_case(dto::ChecksumMode::ENABLED))
+}
+
+/// Content-Encoding as stored: without `aws-chunked`, which describes how
+/// the request body travelled, not the object.
+fn stored_encoding(e: Option<String>) -> Option<String> {
+    let e = e?;
+    let kept: Vec<&str> = e
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty() && !t.eq_ignore_ascii_case("aws-chunked"))
+        .collect();
+    (!kept.is_empty()).then(|| kept.join(", "))
+}
+
 fn wants_url(e: Option<&dto::EncodingType>) -> bool {
     e.is_some_and(|e| e.as_str() == dto::EncodingType::URL)
 }
@@ -951,7 +970,7 @@ fn attrs_from(
 ) -> Attrs {
     Attrs {
         content_type,
-        content_encoding,
+        content_encoding: stored_encoding(content_encoding),
         content_disposition,
         content_language,
         cache_control,
@@ -1169,7 +1188,13 @@ impl S3 for FsStore {
         // A Range or a partNumber selects bytes: 206 with Content-Range.
         let content_range = range.map(|r| format!("bytes {}-{}/{size}", r.start, r.end.saturating_sub(1)));
         let a = meta.attrs;
-        let sums = if whole { meta.sums } else { Sums::default() };
+        // Checksums only when asked for (x-amz-checksum-mode: ENABLED), as
+        // S3: a client that did not ask may not expect to validate them.
+        let sums = if whole && checksum_enabled(input.checksum_mode.as_ref()) {
+            meta.sums
+        } else {
+            Sums::default()
+        };
         Ok(S3Response::new(dto::GetObjectOutput {
             body: Some(StreamingBlob::wrap(body)),
             content_length: Some(i64_of(len)),
@@ -1210,6 +1235,11 @@ impl S3 for FsStore {
         }
         .check(&meta, false)?;
         let a = meta.attrs;
+        let sums = if checksum_enabled(input.checksum_mode.as_ref()) {
+            meta.sums
+        } else {
+            Sums::default()
+        };
         let parts_count = input
             .part_number
             .map(|_| i32::try_from(meta.parts.len().max(1)).unwrap_or(i32::MAX));
@@ -1225,11 +1255,11 @@ impl S3 for FsStore {
             content_disposition: a.content_disposition,
             content_language: a.content_language,
             cache_control: a.cache_control,
-            checksum_crc32: meta.sums.crc32,
-            checksum_crc32c: meta.sums.crc32c,
-            checksum_sha1: meta.sums.sha1,
-            checksum_sha256: meta.sums.sha256,
-            checksum_crc64nvme: meta.sums.crc64nvme,
+            checksum_crc32: sums.crc32,
+            checksum_crc32c: sums.crc32c,
+            checksum_sha1: sums.sha1,
+            checksum_sha256: sums.sha256,
+            checksum_crc64nvme: sums.crc64nvme,
             ..Default::default()
         }))
     }
@@ -1253,6 +1283,12 @@ impl S3 for FsStore {
     ) -> S3Result<S3Response<dto::DeleteObjectsOutput>> {
         let input = req.input;
         let dir = self.existing_bucket(&input.bucket).await?;
+        if input.delete.objects.len() > 1000 {
+            return Err(s3_error!(
+                MalformedXML,
+                "DeleteObjects takes at most 1000 keys per request"
+            ));
+        }
         let mut deleted = Vec::new();
         let mut errors = Vec::new();
         for obj in input.delete.objects {
