@@ -675,6 +675,17 @@ async fn buckets_belong_to_the_key_that_created_them() {
         got.body.collect().await.unwrap().into_bytes().as_ref(),
         b"private"
     );
+    let names = |r: aws_sdk_s3::operation::list_buckets::ListBucketsOutput| {
+        r.buckets()
+            .iter()
+            .filter_map(|b| b.name().map(str::to_owned))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names(other.list_buckets().send().await.unwrap()), ["theirs"]);
+    assert_eq!(
+        names(owner.list_buckets().send().await.unwrap()),
+        ["mine", "shared"]
+    );
 
     // The shared bucket is open to the listed key.
     put(&other, "shared", "from-other", b"hello").await;

@@ -1040,8 +1040,9 @@ impl S3 for FsStore {
 
     async fn list_buckets(
         &self,
-        _req: S3Request<dto::ListBucketsInput>,
+        req: S3Request<dto::ListBucketsInput>,
     ) -> S3Result<S3Response<dto::ListBucketsOutput>> {
+        let who = req.credentials.as_ref().map(|c| c.access_key.as_str());
         let mut buckets = Vec::new();
         let mut rd = tokio::fs::read_dir(&self.root)
             .await
@@ -1058,6 +1059,14 @@ impl S3 for FsStore {
             }
             let Ok(md) = ent.metadata().await else { continue };
             if !md.is_dir() {
+                continue;
+            }
+            // Another key's bucket (the owner records that s3::owners
+            // keeps in `.owners/`) is not listed, as in S3.
+            if let Some(who) = who
+                && let Ok(owner) = tokio::fs::read_to_string(self.root.join(".owners").join(name)).await
+                && owner.trim() != who
+            {
                 continue;
             }
             let created = md.created().or_else(|_| md.modified()).unwrap_or(UNIX_EPOCH);
