@@ -233,6 +233,16 @@ async fn conditional_writes() {
         .await
         .unwrap_err();
     assert_eq!(status(&e), 412);
+    let e = c
+        .put_object()
+        .bucket("bkt")
+        .key("k")
+        .if_none_match(&first)
+        .body(body(b"third"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&e), 412, "If-None-Match with the current ETag");
     let got = c.get_object().bucket("bkt").key("k").send().await.unwrap();
     assert_eq!(got.body.collect().await.unwrap().into_bytes().as_ref(), b"first");
 

@@ -406,6 +406,8 @@ enum WriteCondition {
     Absent,
     /// `If-Match`: only if the object exists with this ETag (or any, `*`).
     Matches(dto::ETagCondition),
+    /// `If-None-Match: <etag>`: unless the object exists with this ETag.
+    NoneMatch(dto::ETagCondition),
 }
 
 impl WriteCondition {
@@ -417,10 +419,7 @@ impl WriteCondition {
             )),
             (Some(m), None) => Ok(Self::Matches(m)),
             (None, Some(dto::ETagCondition::Any)) => Ok(Self::Absent),
-            (None, Some(_)) => Err(s3_error!(
-                NotImplemented,
-                "a write's If-None-Match supports only '*'"
-            )),
+            (None, Some(e)) => Ok(Self::NoneMatch(e)),
             (None, None) => Ok(Self::None),
         }
     }
@@ -683,6 +682,18 @@ impl FsStore {
                     )),
                     Err(e) => Err(internal("committing an object", e)),
                 }
+            }
+            WriteCondition::NoneMatch(not) => {
+                let _turn = self.cond_lock.lock().await;
+                if let Some(st) = Self::read_stored(dest).await?
+                    && etag_matches(&not, &st.meta.etag)
+                {
+                    return Err(s3_error!(
+                        PreconditionFailed,
+                        "At least one of the pre-conditions you specified did not hold (If-None-Match)"
+                    ));
+                }
+                self.finish(tmp, meta, dest).await
             }
             WriteCondition::Matches(want) => {
                 // Conditional writers of this store take turns between the
