@@ -17,10 +17,14 @@ pub struct Config {
     pub credentials: Vec<AccessKey>,
     /// Serve unsigned requests too (off unless configured).
     pub anonymous: bool,
+    /// Who may use which bucket.
+    pub access: AccessConfig,
     /// Where objects live.
     pub storage: StorageConfig,
     /// Size limits of the S3 side.
     pub limits: Limits,
+    /// Connection limits and timeouts of the HTTP side.
+    pub http: HttpConfig,
     /// The RDMA side (docs/protocol.md §4).
     pub rdma: RdmaConfig,
     /// How long shutdown waits for requests in flight, in seconds.
@@ -37,8 +41,10 @@ impl Default for Config {
             address: SocketAddr::from(([127, 0, 0, 1], 9000)),
             credentials: Vec::new(),
             anonymous: false,
+            access: AccessConfig::default(),
             storage: StorageConfig::default(),
             limits: Limits::default(),
+            http: HttpConfig::default(),
             rdma: RdmaConfig::default(),
             shutdown_grace_secs: 30,
             metrics_log_secs: 60,
@@ -64,6 +70,36 @@ impl std::fmt::Debug for AccessKey {
             .field("secret_key", &"<redacted>")
             .finish()
     }
+}
+
+/// Who may use which bucket (docs/server.md, "Access").
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AccessConfig {
+    /// Buckets belong to the key that created them; other keys are refused
+    /// unless `share` lists them (fs store).
+    pub bucket_owners: bool,
+    /// Buckets shared with keys other than their owner.
+    pub share: Vec<Share>,
+}
+
+impl Default for AccessConfig {
+    fn default() -> Self {
+        Self {
+            bucket_owners: true,
+            share: Vec::new(),
+        }
+    }
+}
+
+/// One bucket and the other keys that may use it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Share {
+    /// The bucket.
+    pub bucket: String,
+    /// Access keys that may use it besides its owner.
+    pub keys: Vec<String>,
 }
 
 /// The storage back end.
@@ -134,6 +170,12 @@ pub struct Limits {
     pub min_part_size: u64,
     /// fsync each object before it becomes visible.
     pub fsync: bool,
+    /// Multipart uploads (fs store) initiated longer ago than this, in
+    /// seconds, are removed with their parts.
+    pub multipart_expiry_secs: u64,
+    /// DeleteBucket refuses (409 BucketNotEmpty) while uploads are in
+    /// progress, instead of aborting them as AWS does.
+    pub refuse_delete_with_uploads: bool,
 }
 
 impl Default for Limits {
@@ -142,6 +184,38 @@ impl Default for Limits {
             max_object_size: 5 << 30,
             min_part_size: 5 << 20,
             fsync: true,
+            multipart_expiry_secs: 7 * 24 * 3600,
+            refuse_delete_with_uploads: false,
+        }
+    }
+}
+
+/// Connection limits and timeouts of the HTTP side (docs/server.md,
+/// "Connections").
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Most connections open at once; more wait in the listen backlog
+    /// until one closes.
+    pub max_connections: usize,
+    /// A request head (request line and headers) must arrive within this
+    /// many seconds of its first byte.
+    pub header_read_timeout_secs: u64,
+    /// A connection with no request in flight and no bytes moving for
+    /// this many seconds is closed (also a response the client stopped
+    /// reading).
+    pub idle_timeout_secs: u64,
+    /// TCP keep-alive probes start after this many idle seconds (0: off).
+    pub tcp_keepalive_secs: u64,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            max_connections: 4096,
+            header_read_timeout_secs: 30,
+            idle_timeout_secs: 120,
+            tcp_keepalive_secs: 60,
         }
     }
 }
@@ -239,6 +313,12 @@ impl Config {
         }
         if self.limits.max_object_size == 0 {
             return bad("limits.max_object_size must be above 0");
+        }
+        if self.http.max_connections == 0 {
+            return bad("http.max_connections must be above 0");
+        }
+        if self.http.header_read_timeout_secs == 0 || self.http.idle_timeout_secs == 0 {
+            return bad("http.header_read_timeout_secs and http.idle_timeout_secs must be above 0");
         }
         if self.rdma.enabled && self.rdma.max_transfer == 0 {
             return bad("rdma.max_transfer must be above 0");

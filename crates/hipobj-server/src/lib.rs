@@ -15,6 +15,7 @@
 //! `hipobj-server` binary is a thin command line over the same call.
 
 pub mod config;
+pub mod conn;
 pub mod metrics;
 pub mod rdma;
 pub mod s3;

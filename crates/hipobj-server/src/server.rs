@@ -5,15 +5,15 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
+use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
 
 use crate::Error;
-use crate::config::Config;
+use crate::config::{Config, HttpConfig};
+use crate::conn::{ConnState, Guarded, tune};
 use crate::metrics::Metrics;
 use crate::rdma::{Rdma, RdmaS3, VerbsProvider};
 use crate::s3::service::{Front, s3_service};
@@ -64,7 +64,7 @@ impl Server {
         let store = crate::storage::open(&config)?;
         let layer = RdmaS3::new(store, rdma.clone(), metrics.clone());
         let front = Front {
-            s3: s3_service(layer, &config),
+            s3: s3_service(layer, &config)?,
             metrics: metrics.clone(),
             rdma: rdma.clone(),
             endpoints: config.metrics_endpoint,
@@ -85,7 +85,7 @@ impl Server {
             ));
         }
         let grace = Duration::from_secs(config.shutdown_grace_secs);
-        let task = tokio::spawn(serve(listener, front, stopped, grace));
+        let task = tokio::spawn(serve(listener, front, stopped, grace, config.http.clone()));
         Ok(Handle {
             addr,
             stop,
@@ -152,9 +152,42 @@ async fn stop_requested(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await;
 }
 
-async fn serve(listener: TcpListener, front: Front, mut stopped: watch::Receiver<bool>, grace: Duration) {
+async fn serve(
+    listener: TcpListener,
+    front: Front,
+    mut stopped: watch::Receiver<bool>,
+    grace: Duration,
+    http: HttpConfig,
+) {
     let graceful = GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(http.max_connections));
+    let mut at_cap = false;
     loop {
+        // A slot first, then accept: past the cap, new connections wait in
+        // the kernel's listen backlog rather than costing a descriptor here.
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(s) => s,
+            Err(_) => {
+                if !at_cap {
+                    at_cap = true;
+                    tracing::warn!(
+                        max_connections = http.max_connections,
+                        "connection limit reached: new connections wait in the listen backlog until one closes"
+                    );
+                }
+                tokio::select! {
+                    () = stop_requested(&mut stopped) => break,
+                    s = slots.clone().acquire_owned() => match s {
+                        Ok(s) => s,
+                        Err(_) => break,
+                    },
+                }
+            }
+        };
+        if at_cap && slots.available_permits() > 0 {
+            at_cap = false;
+            tracing::info!("below the connection limit again");
+        }
         tokio::select! {
             () = stop_requested(&mut stopped) => break,
             r = listener.accept() => {
@@ -167,19 +200,28 @@ async fn serve(listener: TcpListener, front: Front, mut stopped: watch::Receiver
                         continue;
                     }
                 };
+                if let Err(e) = tune(&stream, &http) {
+                    tracing::debug!(%peer, "setting socket options: {e}");
+                }
+                let state = ConnState::new();
                 let f = front.clone();
+                let marks = state.clone();
                 let service = hyper::service::service_fn(move |req| {
                     let f = f.clone();
-                    async move { f.call(req).await }
+                    let serving = marks.serving();
+                    async move {
+                        let _serving = serving;
+                        f.call(req).await
+                    }
                 });
-                let conn = auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), service)
-                    .into_owned();
+                let io = TokioIo::new(Guarded::new(stream, state, &http));
+                let conn = hyper::server::conn::http1::Builder::new().serve_connection(io, service);
                 let conn = graceful.watch(conn);
                 tokio::spawn(async move {
                     if let Err(e) = conn.await {
                         tracing::debug!(%peer, "connection ended: {e}");
                     }
+                    drop(slot);
                 });
             }
         }

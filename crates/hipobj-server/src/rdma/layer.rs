@@ -391,5 +391,6 @@ layer! {
     complete_multipart_upload: CompleteMultipartUploadInput => CompleteMultipartUploadOutput,
     abort_multipart_upload: AbortMultipartUploadInput => AbortMultipartUploadOutput,
     list_multipart_uploads: ListMultipartUploadsInput => ListMultipartUploadsOutput,
+    list_object_versions: ListObjectVersionsInput => ListObjectVersionsOutput,
     upload_part_copy: UploadPartCopyInput => UploadPartCopyOutput,
 }

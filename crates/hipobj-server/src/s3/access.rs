@@ -1,11 +1,24 @@
 //! Who may do what: signed requests (SigV4, checked by s3s against the
 //! configured keys), anonymous ones only when configured, object keys that
-//! pass `storage::names`, and tokens that the signature covers.
+//! pass `storage::names`, and headers that the signature covers.
+//!
+//! Beyond what s3s checks, a signed request is refused when:
+//!
+//! * it is signed with SigV2 (no date in the signature: a captured request
+//!   would replay forever);
+//! * it carries an `x-amz-*` header that is not among its signed headers
+//!   (a header added in transit, such as `x-amz-copy-source`, would change
+//!   what the request does);
+//! * it is a presigned URL valid for more than 7 days.
+//!
+//! And any request asking for what the server does not implement
+//! (server-side encryption, object lock, ACLs other than private, tagging)
+//! is answered `501 NotImplemented` before anything is stored.
 
 use s3s::access::{S3Access, S3AccessContext};
 use s3s::dto;
 use s3s::path::S3Path;
-use s3s::{S3Request, S3Result, s3_error};
+use s3s::{S3Error, S3ErrorCode, S3Request, S3Result, s3_error};
 
 use crate::storage::names::check_key;
 
@@ -14,6 +27,8 @@ use crate::storage::names::check_key;
 pub struct Policy {
     /// Serve unsigned requests.
     pub anonymous: bool,
+    /// Who owns which bucket.
+    pub owners: super::owners::Owners,
 }
 
 /// The signed header names of a SigV4 request, from the Authorization
@@ -39,6 +54,106 @@ fn signed_headers<'a>(headers: &'a http::HeaderMap, uri: &'a http::Uri) -> Optio
         .map(|list| list.split(';').map(|h| h.trim().to_ascii_lowercase()).collect())
 }
 
+/// Longest validity of a presigned URL, as AWS: 7 days.
+pub const MAX_PRESIGN_SECS: u64 = 7 * 24 * 3600;
+
+/// `x-amz-*` headers an SDK may send outside the signature that change
+/// nothing the server does.
+const UNSIGNED_OK: &[&str] = &["x-amz-user-agent"];
+
+/// Whether the request is signed with SigV2 (header or query).
+fn is_sig_v2(headers: &http::HeaderMap, uri: &http::Uri) -> bool {
+    let header = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("AWS "));
+    let query = uri.query().is_some_and(|q| {
+        q.split('&')
+            .any(|kv| kv.starts_with("AWSAccessKeyId=") || kv.starts_with("Signature="))
+            && !q.split('&').any(|kv| kv.starts_with("X-Amz-Signature="))
+    });
+    header || query
+}
+
+/// The presigned URL's `X-Amz-Expires`, if any.
+fn presign_expires(uri: &http::Uri) -> Option<&str> {
+    uri.query()?
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("X-Amz-Expires="))
+}
+
+/// Refuses headers asking for features this server does not implement,
+/// so that nothing is stored without the protection the client asked for.
+fn refuse_unimplemented(headers: &http::HeaderMap) -> S3Result<()> {
+    for (name, value) in headers {
+        let n = name.as_str();
+        let what = if n.starts_with("x-amz-server-side-encryption")
+            || n.starts_with("x-amz-copy-source-server-side-encryption")
+        {
+            Some("server-side encryption")
+        } else if n.starts_with("x-amz-object-lock-") {
+            Some("object lock")
+        } else if n == "x-amz-bucket-object-lock-enabled" {
+            value
+                .to_str()
+                .is_ok_and(|v| v.eq_ignore_ascii_case("true"))
+                .then_some("object lock")
+        } else if n.starts_with("x-amz-grant-") {
+            Some("ACL grants")
+        } else if n == "x-amz-acl" {
+            (!matches!(value.to_str(), Ok("private" | "bucket-owner-full-control")))
+                .then_some("ACLs other than private")
+        } else if n == "x-amz-tagging" {
+            Some("object tagging")
+        } else {
+            None
+        };
+        if let Some(what) = what {
+            return Err(S3Error::with_message(
+                S3ErrorCode::NotImplemented,
+                format!("{what} is not implemented by this server ({n}); nothing was done"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The checks on a signed request that s3s does not make.
+fn check_signed(headers: &http::HeaderMap, uri: &http::Uri) -> S3Result<()> {
+    if is_sig_v2(headers, uri) {
+        return Err(s3_error!(
+            InvalidRequest,
+            "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256."
+        ));
+    }
+    let presigned = presign_expires(uri);
+    if let Some(exp) = presigned
+        && exp.parse::<u64>().map_or(true, |e| e > MAX_PRESIGN_SECS)
+    {
+        return Err(S3Error::with_message(
+            S3ErrorCode::AuthorizationQueryParametersError,
+            format!("X-Amz-Expires must be less than a week (in seconds) that is {MAX_PRESIGN_SECS}"),
+        ));
+    }
+    let signed = signed_headers(headers, uri).unwrap_or_default();
+    for name in headers.keys() {
+        let n = name.as_str();
+        if !n.starts_with("x-amz-") || UNSIGNED_OK.contains(&n) || signed.iter().any(|s| s == n) {
+            continue;
+        }
+        // A presigned request's body hash is checked against the body by
+        // s3s whether or not it was signed.
+        if presigned.is_some() && n == "x-amz-content-sha256" {
+            continue;
+        }
+        return Err(S3Error::with_message(
+            S3ErrorCode::AccessDenied,
+            format!("{n} must be one of the request's signed headers"),
+        ));
+    }
+    Ok(())
+}
+
 #[async_trait::async_trait]
 impl S3Access for Policy {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
@@ -49,8 +164,23 @@ impl S3Access for Policy {
                 "anonymous access is off on this server: sign the request (AWS SigV4)"
             ));
         }
+        if signed {
+            check_signed(cx.headers(), cx.uri())?;
+        }
+        refuse_unimplemented(cx.headers())?;
         if let S3Path::Object { key, .. } = cx.s3_path() {
             check_key(key)?;
+        }
+        if let Some(who) = cx.credentials().map(|c| c.access_key.clone()) {
+            match cx.s3_path() {
+                S3Path::Bucket { bucket } if cx.s3_op().name() == "CreateBucket" => {
+                    self.owners.claim(bucket, &who).await?;
+                }
+                S3Path::Bucket { bucket } | S3Path::Object { bucket, .. } => {
+                    self.owners.check(bucket, &who).await?;
+                }
+                S3Path::Root => {}
+            }
         }
         if signed && cx.headers().contains_key(hipobj_proto::TOKEN_HEADER) {
             let covered = signed_headers(cx.headers(), cx.uri())
@@ -66,15 +196,21 @@ impl S3Access for Policy {
     }
 
     async fn copy_object(&self, req: &mut S3Request<dto::CopyObjectInput>) -> S3Result<()> {
-        if let dto::CopySource::Bucket { key, .. } = &req.input.copy_source {
+        if let dto::CopySource::Bucket { bucket, key, .. } = &req.input.copy_source {
             check_key(key)?;
+            if let Some(c) = &req.credentials {
+                self.owners.check(bucket, &c.access_key).await?;
+            }
         }
         Ok(())
     }
 
     async fn upload_part_copy(&self, req: &mut S3Request<dto::UploadPartCopyInput>) -> S3Result<()> {
-        if let dto::CopySource::Bucket { key, .. } = &req.input.copy_source {
+        if let dto::CopySource::Bucket { bucket, key, .. } = &req.input.copy_source {
             check_key(key)?;
+            if let Some(c) = &req.credentials {
+                self.owners.check(bucket, &c.access_key).await?;
+            }
         }
         Ok(())
     }

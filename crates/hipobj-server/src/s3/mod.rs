@@ -3,4 +3,5 @@
 //! the server's own endpoints (`/.hipobj/...`) in front of the S3 service.
 
 pub mod access;
+pub mod owners;
 pub mod service;

@@ -13,7 +13,7 @@ use crate::metrics::{Metrics, inc};
 use crate::rdma::{Rdma, RdmaS3};
 
 /// Builds the s3s service over the RDMA layer, with auth and policy.
-pub fn s3_service(layer: RdmaS3, config: &Config) -> S3Service {
+pub fn s3_service(layer: RdmaS3, config: &Config) -> Result<S3Service, crate::Error> {
     let mut b = S3ServiceBuilder::new(layer);
     let mut auth = SimpleAuth::new();
     for c in &config.credentials {
@@ -22,8 +22,9 @@ pub fn s3_service(layer: RdmaS3, config: &Config) -> S3Service {
     b.set_auth(auth);
     b.set_access(Policy {
         anonymous: config.anonymous,
+        owners: super::owners::Owners::new(config)?,
     });
-    b.build()
+    Ok(b.build())
 }
 
 /// What every connection serves: `/.hipobj/metrics`, `/.hipobj/health`,
@@ -63,6 +64,41 @@ impl Front {
                 return Ok(resp);
             }
         }
-        self.s3.call(req.map(Body::from)).await
+        let mut resp = self.s3.call(req.map(Body::from)).await?;
+        with_request_id(&mut resp);
+        Ok(resp)
     }
+}
+
+/// Gives every response an `x-amz-request-id` (and `x-amz-id-2`), and an
+/// S3 error body the same id as `<RequestId>`, so a failure a client logs
+/// can be matched with the server's.
+fn with_request_id(resp: &mut http::Response<Body>) {
+    let id = uuid::Uuid::new_v4().simple().to_string().to_ascii_uppercase();
+    let id = &id[..16];
+    if let Ok(v) = http::HeaderValue::from_str(id) {
+        resp.headers_mut().insert("x-amz-request-id", v.clone());
+        resp.headers_mut().insert("x-amz-id-2", v);
+    }
+    if resp.status().as_u16() < 400 {
+        return;
+    }
+    // Only a body held whole (S3 errors are); a streamed one is left alone.
+    if resp.body().bytes().is_none() {
+        return;
+    }
+    let Some(body) = resp.body_mut().take_bytes() else {
+        return;
+    };
+    let text = String::from_utf8_lossy(&body);
+    let new = match text.rfind("</Error>") {
+        Some(at) if !text.contains("<RequestId>") => {
+            format!("{}<RequestId>{id}</RequestId>{}", &text[..at], &text[at..])
+        }
+        _ => text.into_owned(),
+    };
+    if let Ok(v) = http::HeaderValue::from_str(&new.len().to_string()) {
+        resp.headers_mut().insert(http::header::CONTENT_LENGTH, v);
+    }
+    *resp.body_mut() = Body::from(new);
 }

@@ -34,6 +34,8 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt, BufWriter};
 
 use super::names::{check_bucket, check_key};
 
+mod uploads;
+
 const MAGIC: &[u8; 4] = b"HOB1";
 const TRAILER: u64 = 8;
 /// Keys up to this many bytes are stored under their hex encoding.
@@ -48,6 +50,12 @@ pub struct FsLimits {
     pub min_part_size: u64,
     /// Flush each file to disk before it becomes visible.
     pub sync: bool,
+    /// Multipart uploads initiated longer ago than this (milliseconds) are
+    /// removed with their parts.
+    pub upload_expiry_ms: u64,
+    /// DeleteBucket refuses while uploads are in progress (rather than
+    /// aborting them, as AWS does).
+    pub refuse_delete_with_uploads: bool,
 }
 
 impl Default for FsLimits {
@@ -56,6 +64,8 @@ impl Default for FsLimits {
             max_object_size: 5 << 30,
             min_part_size: 5 << 20,
             sync: true,
+            upload_expiry_ms: 7 * 24 * 3600 * 1000,
+            refuse_delete_with_uploads: false,
         }
     }
 }
@@ -74,6 +84,10 @@ struct Meta {
     /// Part sizes of an object made by CompleteMultipartUpload.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     parts: Vec<u64>,
+    /// The upload CompleteMultipartUpload made this object from, so that a
+    /// retried Complete (its first answer lost) gets the same answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    upload_id: Option<String>,
 }
 
 /// The headers an object keeps (Content-Type and friends, x-amz-meta-*).
@@ -217,6 +231,9 @@ impl Expected {
             let want = base64_simd::STANDARD
                 .decode_to_vec(b64.as_bytes())
                 .map_err(|_| s3_error!(InvalidDigest, "Content-MD5 is not base64"))?;
+            if want.len() != 16 {
+                return Err(s3_error!(InvalidDigest, "Content-MD5 is not 16 bytes of base64"));
+            }
             if want.as_slice() != md5.as_slice() {
                 return Err(s3_error!(
                     BadDigest,
@@ -319,6 +336,95 @@ fn i64_of(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+/// Seconds since the epoch of an S3 timestamp (HTTP dates have whole
+/// seconds, so conditions compare at that resolution).
+fn epoch_secs(t: &Timestamp) -> Option<i64> {
+    let mut out = Vec::new();
+    t.format(dto::TimestampFormat::EpochSeconds, &mut out).ok()?;
+    let text = String::from_utf8(out).ok()?;
+    text.split('.').next()?.parse().ok()
+}
+
+fn etag_matches(cond: &dto::ETagCondition, etag: &str) -> bool {
+    match cond {
+        dto::ETagCondition::Any => true,
+        dto::ETagCondition::ETag(e) => strip_quotes(etag_of(e)) == etag,
+    }
+}
+
+/// The conditions of a read (GET, HEAD) or of a copy source.
+#[derive(Default)]
+struct ReadConditions<'a> {
+    if_match: Option<&'a dto::ETagCondition>,
+    if_none_match: Option<&'a dto::ETagCondition>,
+    if_modified_since: Option<&'a Timestamp>,
+    if_unmodified_since: Option<&'a Timestamp>,
+}
+
+impl ReadConditions<'_> {
+    /// RFC 9110 section 13.2.2 as S3 applies it: If-Match, else
+    /// If-Unmodified-Since (412); then If-None-Match, else
+    /// If-Modified-Since (304 for a read; `copy` turns that into 412, as
+    /// S3 answers a copy whose source condition fails).
+    fn check(&self, meta: &Meta, copy: bool) -> S3Result<()> {
+        let modified = i64::try_from(meta.modified_ms / 1000).unwrap_or(i64::MAX);
+        let failed = |what: &str| {
+            S3Error::with_message(
+                S3ErrorCode::PreconditionFailed,
+                format!("At least one of the pre-conditions you specified did not hold ({what})"),
+            )
+        };
+        let not_modified = |what: &str| {
+            if copy {
+                failed(what)
+            } else {
+                S3Error::with_message(S3ErrorCode::NotModified, format!("Not Modified ({what})"))
+            }
+        };
+        match (self.if_match, self.if_unmodified_since) {
+            (Some(m), _) if !etag_matches(m, &meta.etag) => return Err(failed("If-Match")),
+            (None, Some(t)) if epoch_secs(t).is_some_and(|t| modified > t) => {
+                return Err(failed("If-Unmodified-Since"));
+            }
+            _ => {}
+        }
+        match (self.if_none_match, self.if_modified_since) {
+            (Some(m), _) if etag_matches(m, &meta.etag) => Err(not_modified("If-None-Match")),
+            (None, Some(t)) if epoch_secs(t).is_some_and(|t| modified <= t) => {
+                Err(not_modified("If-Modified-Since"))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// What a write says about the object it replaces.
+enum WriteCondition {
+    /// Overwrite whatever is there.
+    None,
+    /// `If-None-Match: *`: only if no object has the key.
+    Absent,
+    /// `If-Match`: only if the object exists with this ETag (or any, `*`).
+    Matches(dto::ETagCondition),
+    /// `If-None-Match: <etag>`: unless the object exists with this ETag.
+    NoneMatch(dto::ETagCondition),
+}
+
+impl WriteCondition {
+    fn of(if_match: Option<dto::ETagCondition>, if_none_match: Option<dto::ETagCondition>) -> S3Result<Self> {
+        match (if_match, if_none_match) {
+            (Some(_), Some(_)) => Err(s3_error!(
+                NotImplemented,
+                "If-Match and If-None-Match together are not supported"
+            )),
+            (Some(m), None) => Ok(Self::Matches(m)),
+            (None, Some(dto::ETagCondition::Any)) => Ok(Self::Absent),
+            (None, Some(e)) => Ok(Self::NoneMatch(e)),
+            (None, None) => Ok(Self::None),
+        }
+    }
+}
+
 /// A file in `.tmp` that is removed unless it is committed.
 struct TempFile {
     path: PathBuf,
@@ -334,6 +440,21 @@ impl TempFile {
         }
         tokio::fs::rename(&self.path, dest).await?;
         self.done = true;
+        Ok(())
+    }
+}
+
+impl TempFile {
+    /// Commits only if nothing is at `dest` yet: a hard link fails
+    /// atomically when the name exists, so two racing creators cannot both
+    /// win.
+    async fn commit_new(mut self, dest: &Path, sync: bool) -> std::io::Result<()> {
+        self.out.flush().await?;
+        if sync {
+            self.out.get_ref().sync_data().await?;
+        }
+        tokio::fs::hard_link(&self.path, dest).await?;
+        // Drop removes the temporary name; the object lives on at `dest`.
         Ok(())
     }
 }
@@ -358,6 +479,10 @@ pub struct FsStore {
     root: PathBuf,
     limits: FsLimits,
     counter: AtomicU64,
+    /// Held between the check and the commit of an If-Match write.
+    cond_lock: tokio::sync::Mutex<()>,
+    /// When stale uploads were last swept (`now_ms`), 0: never.
+    last_sweep_ms: AtomicU64,
 }
 
 impl FsStore {
@@ -377,6 +502,8 @@ impl FsStore {
             root,
             limits,
             counter: AtomicU64::new(0),
+            cond_lock: tokio::sync::Mutex::new(()),
+            last_sweep_ms: AtomicU64::new(0),
         })
     }
 
@@ -540,6 +667,66 @@ impl FsStore {
         Ok((tmp, size, md5, computed))
     }
 
+    /// As [`FsStore::finish`], if `cond` holds for what is at `dest`
+    /// (`412 PreconditionFailed` otherwise; `404` for If-Match on no object).
+    async fn finish_if(&self, tmp: TempFile, meta: &Meta, dest: &Path, cond: WriteCondition) -> S3Result<()> {
+        match cond {
+            WriteCondition::None => self.finish(tmp, meta, dest).await,
+            WriteCondition::Absent => {
+                let tmp = self.seal(tmp, meta).await?;
+                match tmp.commit_new(dest, self.limits.sync).await {
+                    Ok(()) => Ok(()),
+                    Err(e) if io_kind(&e) == std::io::ErrorKind::AlreadyExists => Err(s3_error!(
+                        PreconditionFailed,
+                        "At least one of the pre-conditions you specified did not hold (If-None-Match: * and the object exists)"
+                    )),
+                    Err(e) => Err(internal("committing an object", e)),
+                }
+            }
+            WriteCondition::NoneMatch(not) => {
+                let _turn = self.cond_lock.lock().await;
+                if let Some(st) = Self::read_stored(dest).await?
+                    && etag_matches(&not, &st.meta.etag)
+                {
+                    return Err(s3_error!(
+                        PreconditionFailed,
+                        "At least one of the pre-conditions you specified did not hold (If-None-Match)"
+                    ));
+                }
+                self.finish(tmp, meta, dest).await
+            }
+            WriteCondition::Matches(want) => {
+                // Conditional writers of this store take turns between the
+                // check and the rename.
+                let _turn = self.cond_lock.lock().await;
+                let Some(st) = Self::read_stored(dest).await? else {
+                    return Err(s3_error!(NoSuchKey, "If-Match: the object does not exist"));
+                };
+                if !etag_matches(&want, &st.meta.etag) {
+                    return Err(s3_error!(
+                        PreconditionFailed,
+                        "At least one of the pre-conditions you specified did not hold (If-Match)"
+                    ));
+                }
+                self.finish(tmp, meta, dest).await
+            }
+        }
+    }
+
+    /// Appends the trailer (the file is then complete, not yet visible).
+    async fn seal(&self, mut tmp: TempFile, meta: &Meta) -> S3Result<TempFile> {
+        let json = serde_json::to_vec(meta).map_err(|e| internal("encoding metadata", e))?;
+        let jlen = u32::try_from(json.len()).map_err(|e| internal("metadata too long", e))?;
+        let mut trailer = json;
+        trailer.extend_from_slice(&jlen.to_le_bytes());
+        trailer.extend_from_slice(MAGIC);
+        tmp.out
+            .write_all(&trailer)
+            .await
+            .map_err(|e| internal("writing metadata", e))?;
+        Ok(tmp)
+    }
+
     /// Appends the trailer and renames the file into place.
     async fn finish(&self, mut tmp: TempFile, meta: &Meta, dest: &Path) -> S3Result<()> {
         let json = serde_json::to_vec(meta).map_err(|e| internal("encoding metadata", e))?;
@@ -643,8 +830,12 @@ impl FsStore {
     /// by `delimiter`, at most `max` entries.
     async fn list(&self, q: ListQuery<'_>) -> S3Result<Listing> {
         let dir = self.existing_bucket(q.bucket).await?;
-        let keys = self.keys(&dir, q.prefix).await?;
         let mut listing = Listing::default();
+        if q.max == 0 {
+            // Nothing asked for: an empty page that is not truncated.
+            return Ok(listing);
+        }
+        let keys = self.keys(&dir, q.prefix).await?;
         let mut last_prefix: Option<String> = None;
         for (key, path) in keys {
             if q.after.is_some_and(|a| key.as_str() <= a) {
@@ -656,8 +847,10 @@ impl FsStore {
                     .map(|i| key[..q.prefix.len() + i + d.len()].to_owned())
             });
             if let Some(cp) = &common
-                && last_prefix.as_ref() == Some(cp)
+                && (last_prefix.as_ref() == Some(cp) || q.after.is_some_and(|a| cp.as_str() <= a))
             {
+                // Rolled up already: on this page, or (a marker or token
+                // that is this prefix) on an earlier one.
                 continue;
             }
             if listing.objects.len() + listing.prefixes.len() >= q.max {
@@ -749,8 +942,29 @@ fn encode_key(key: &str, url: bool) -> String {
     s
 }
 
-fn max_keys(n: Option<i32>) -> usize {
-    n.map_or(1000, |n| usize::try_from(n).unwrap_or(0).min(1000))
+fn max_keys(n: Option<i32>) -> S3Result<usize> {
+    match n {
+        None => Ok(1000),
+        Some(n) => usize::try_from(n)
+            .map(|n| n.min(1000))
+            .map_err(|_| s3_error!(InvalidArgument, "max-keys must be 0 or more")),
+    }
+}
+
+fn checksum_enabled(m: Option<&dto::ChecksumMode>) -> bool {
+    m.is_some_and(|m| m.as_str().eq_ignore_ascii_case(dto::ChecksumMode::ENABLED))
+}
+
+/// Content-Encoding as stored: without `aws-chunked`, which describes how
+/// the request body travelled, not the object.
+fn stored_encoding(e: Option<String>) -> Option<String> {
+    let e = e?;
+    let kept: Vec<&str> = e
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty() && !t.eq_ignore_ascii_case("aws-chunked"))
+        .collect();
+    (!kept.is_empty()).then(|| kept.join(", "))
 }
 
 fn wants_url(e: Option<&dto::EncodingType>) -> bool {
@@ -767,7 +981,7 @@ fn attrs_from(
 ) -> Attrs {
     Attrs {
         content_type,
-        content_encoding,
+        content_encoding: stored_encoding(content_encoding),
         content_disposition,
         content_language,
         cache_control,
@@ -798,6 +1012,19 @@ impl S3 for FsStore {
         req: S3Request<dto::DeleteBucketInput>,
     ) -> S3Result<S3Response<dto::DeleteBucketOutput>> {
         let dir = self.existing_bucket(&req.input.bucket).await?;
+        self.sweep_stale_uploads().await;
+        if self.has_objects(&dir).await? {
+            return Err(s3_error!(BucketNotEmpty));
+        }
+        if self.limits.refuse_delete_with_uploads && self.has_uploads(&req.input.bucket).await? {
+            return Err(s3_error!(
+                BucketNotEmpty,
+                "The bucket you tried to delete has multipart uploads in progress: complete or abort them first"
+            ));
+        }
+        // As AWS: uploads in progress go with their bucket (and their parts
+        // with them), never left behind unlistable.
+        self.abort_uploads_of(&req.input.bucket).await?;
         match tokio::fs::remove_dir(&dir).await {
             Ok(()) => Ok(S3Response::new(dto::DeleteBucketOutput {})),
             Err(e) if io_kind(&e) == std::io::ErrorKind::DirectoryNotEmpty => Err(s3_error!(BucketNotEmpty)),
@@ -824,8 +1051,9 @@ impl S3 for FsStore {
 
     async fn list_buckets(
         &self,
-        _req: S3Request<dto::ListBucketsInput>,
+        req: S3Request<dto::ListBucketsInput>,
     ) -> S3Result<S3Response<dto::ListBucketsOutput>> {
+        let who = req.credentials.as_ref().map(|c| c.access_key.as_str());
         let mut buckets = Vec::new();
         let mut rd = tokio::fs::read_dir(&self.root)
             .await
@@ -842,6 +1070,14 @@ impl S3 for FsStore {
             }
             let Ok(md) = ent.metadata().await else { continue };
             if !md.is_dir() {
+                continue;
+            }
+            // Another key's bucket (the owner records that s3::owners
+            // keeps in `.owners/`) is not listed, as in S3.
+            if let Some(who) = who
+                && let Ok(owner) = tokio::fs::read_to_string(self.root.join(".owners").join(name)).await
+                && owner.trim() != who
+            {
                 continue;
             }
             let created = md.created().or_else(|_| md.modified()).unwrap_or(UNIX_EPOCH);
@@ -868,6 +1104,7 @@ impl S3 for FsStore {
     ) -> S3Result<S3Response<dto::PutObjectOutput>> {
         let input = req.input;
         let dest = self.object_path(&input.bucket, &input.key).await?;
+        let cond = WriteCondition::of(input.if_match.clone(), input.if_none_match.clone())?;
         let mut expected = expected_of!(input, req);
         let (tmp, size, md5, computed) = self
             .receive(
@@ -892,8 +1129,9 @@ impl S3 for FsStore {
             ),
             sums: computed,
             parts: Vec::new(),
+            upload_id: None,
         };
-        self.finish(tmp, &meta, &dest).await?;
+        self.finish_if(tmp, &meta, &dest, cond).await?;
         tracing::debug!(bucket = %input.bucket, key = %meta.key, size, etag = %meta.etag, "stored");
         Ok(S3Response::new(dto::PutObjectOutput {
             e_tag: Some(ETag::Strong(meta.etag)),
@@ -916,6 +1154,13 @@ impl S3 for FsStore {
         let Some(Stored { meta, mut file }) = Self::read_stored(&path).await? else {
             return Err(s3_error!(NoSuchKey));
         };
+        ReadConditions {
+            if_match: input.if_match.as_ref(),
+            if_none_match: input.if_none_match.as_ref(),
+            if_modified_since: input.if_modified_since.as_ref(),
+            if_unmodified_since: input.if_unmodified_since.as_ref(),
+        }
+        .check(&meta, false)?;
         let size = meta.size;
         let (range, parts_count) = match (&input.range, input.part_number) {
             (Some(_), Some(_)) => {
@@ -963,7 +1208,13 @@ impl S3 for FsStore {
         // A Range or a partNumber selects bytes: 206 with Content-Range.
         let content_range = range.map(|r| format!("bytes {}-{}/{size}", r.start, r.end.saturating_sub(1)));
         let a = meta.attrs;
-        let sums = if whole { meta.sums } else { Sums::default() };
+        // Checksums only when asked for (x-amz-checksum-mode: ENABLED), as
+        // S3: a client that did not ask may not expect to validate them.
+        let sums = if whole && checksum_enabled(input.checksum_mode.as_ref()) {
+            meta.sums
+        } else {
+            Sums::default()
+        };
         Ok(S3Response::new(dto::GetObjectOutput {
             body: Some(StreamingBlob::wrap(body)),
             content_length: Some(i64_of(len)),
@@ -996,7 +1247,19 @@ impl S3 for FsStore {
         let Some(Stored { meta, .. }) = Self::read_stored(&path).await? else {
             return Err(s3_error!(NoSuchKey));
         };
+        ReadConditions {
+            if_match: input.if_match.as_ref(),
+            if_none_match: input.if_none_match.as_ref(),
+            if_modified_since: input.if_modified_since.as_ref(),
+            if_unmodified_since: input.if_unmodified_since.as_ref(),
+        }
+        .check(&meta, false)?;
         let a = meta.attrs;
+        let sums = if checksum_enabled(input.checksum_mode.as_ref()) {
+            meta.sums
+        } else {
+            Sums::default()
+        };
         let parts_count = input
             .part_number
             .map(|_| i32::try_from(meta.parts.len().max(1)).unwrap_or(i32::MAX));
@@ -1012,11 +1275,11 @@ impl S3 for FsStore {
             content_disposition: a.content_disposition,
             content_language: a.content_language,
             cache_control: a.cache_control,
-            checksum_crc32: meta.sums.crc32,
-            checksum_crc32c: meta.sums.crc32c,
-            checksum_sha1: meta.sums.sha1,
-            checksum_sha256: meta.sums.sha256,
-            checksum_crc64nvme: meta.sums.crc64nvme,
+            checksum_crc32: sums.crc32,
+            checksum_crc32c: sums.crc32c,
+            checksum_sha1: sums.sha1,
+            checksum_sha256: sums.sha256,
+            checksum_crc64nvme: sums.crc64nvme,
             ..Default::default()
         }))
     }
@@ -1040,6 +1303,12 @@ impl S3 for FsStore {
     ) -> S3Result<S3Response<dto::DeleteObjectsOutput>> {
         let input = req.input;
         let dir = self.existing_bucket(&input.bucket).await?;
+        if input.delete.objects.len() > 1000 {
+            return Err(s3_error!(
+                MalformedXML,
+                "DeleteObjects takes at most 1000 keys per request"
+            ));
+        }
         let mut deleted = Vec::new();
         let mut errors = Vec::new();
         for obj in input.delete.objects {
@@ -1086,12 +1355,13 @@ impl S3 for FsStore {
         };
         let prefix = input.prefix.clone().unwrap_or_default();
         let after = after_token.as_deref().or(input.start_after.as_deref());
-        let max = max_keys(input.max_keys);
+        let max = max_keys(input.max_keys)?;
+        let delimiter = input.delimiter.filter(|d| !d.is_empty());
         let listing = self
             .list(ListQuery {
                 bucket: &input.bucket,
                 prefix: &prefix,
-                delimiter: input.delimiter.as_deref(),
+                delimiter: delimiter.as_deref(),
                 after,
                 max,
             })
@@ -1103,7 +1373,7 @@ impl S3 for FsStore {
         Ok(S3Response::new(dto::ListObjectsV2Output {
             name: Some(input.bucket),
             prefix: Some(encode_key(&prefix, url)),
-            delimiter: input.delimiter,
+            delimiter: delimiter.map(|d| encode_key(&d, url)),
             max_keys: Some(i32::try_from(max).unwrap_or(1000)),
             key_count: Some(i32::try_from(count).unwrap_or(i32::MAX)),
             is_truncated: Some(listing.truncated),
@@ -1123,13 +1393,15 @@ impl S3 for FsStore {
     ) -> S3Result<S3Response<dto::ListObjectsOutput>> {
         let input = req.input;
         let prefix = input.prefix.clone().unwrap_or_default();
-        let max = max_keys(input.max_keys);
+        let max = max_keys(input.max_keys)?;
+        let delimiter = input.delimiter.filter(|d| !d.is_empty());
+        let marker = input.marker.filter(|m| !m.is_empty());
         let listing = self
             .list(ListQuery {
                 bucket: &input.bucket,
                 prefix: &prefix,
-                delimiter: input.delimiter.as_deref(),
-                after: input.marker.as_deref(),
+                delimiter: delimiter.as_deref(),
+                after: marker.as_deref(),
                 max,
             })
             .await?;
@@ -1138,11 +1410,18 @@ impl S3 for FsStore {
         Ok(S3Response::new(dto::ListObjectsOutput {
             name: Some(input.bucket),
             prefix: Some(encode_key(&prefix, url)),
-            delimiter: input.delimiter,
-            marker: input.marker,
+            delimiter: delimiter.as_deref().map(|d| encode_key(d, url)),
+            // S3 always echoes the marker, empty when none was given.
+            marker: Some(marker.as_deref().map(|m| encode_key(m, url)).unwrap_or_default()),
             max_keys: Some(i32::try_from(max).unwrap_or(1000)),
             is_truncated: Some(listing.truncated),
-            next_marker: listing.next.as_deref().map(|k| encode_key(k, url)),
+            // S3 sends NextMarker only with a delimiter; without one the
+            // client continues from the last key.
+            next_marker: listing
+                .next
+                .as_deref()
+                .filter(|_| delimiter.is_some())
+                .map(|k| encode_key(k, url)),
             encoding_type: input.encoding_type,
             contents: Some(listing.contents(url)),
             common_prefixes: (!common.is_empty()).then_some(common),
@@ -1181,6 +1460,13 @@ impl S3 for FsStore {
         let Some(Stored { meta, file }) = Self::read_stored(&src).await? else {
             return Err(s3_error!(NoSuchKey, "the copy source does not exist"));
         };
+        ReadConditions {
+            if_match: input.copy_source_if_match.as_ref(),
+            if_none_match: input.copy_source_if_none_match.as_ref(),
+            if_modified_since: input.copy_source_if_modified_since.as_ref(),
+            if_unmodified_since: input.copy_source_if_unmodified_since.as_ref(),
+        }
+        .check(&meta, true)?;
         if meta.size > self.limits.max_object_size {
             return Err(s3_error!(EntityTooLarge));
         }
@@ -1236,6 +1522,7 @@ impl S3 for FsStore {
             attrs,
             sums: meta.sums,
             parts: Vec::new(),
+            upload_id: None,
         };
         self.finish(tmp, &new, &dest).await?;
         Ok(S3Response::new(dto::CopyObjectOutput {
@@ -1255,6 +1542,7 @@ impl S3 for FsStore {
         let input = req.input;
         check_key(&input.key)?;
         self.existing_bucket(&input.bucket).await?;
+        self.sweep_stale_uploads().await;
         let id = uuid::Uuid::new_v4().simple().to_string();
         let dir = self.upload_dir(&id)?;
         tokio::fs::create_dir(&dir)
@@ -1316,6 +1604,7 @@ impl S3 for FsStore {
             attrs: Attrs::default(),
             sums: computed,
             parts: Vec::new(),
+            upload_id: None,
         };
         // The upload may have been completed or aborted meanwhile: the
         // rename then fails and nothing is left behind.
@@ -1390,10 +1679,31 @@ impl S3 for FsStore {
     ) -> S3Result<S3Response<dto::CompleteMultipartUploadOutput>> {
         let input = req.input;
         let owner = req.credentials.as_ref().map(|c| c.access_key.as_str());
-        let (dir, up) = self
-            .load_upload(&input.upload_id, &input.bucket, &input.key, owner)
-            .await?;
         let dest = self.object_path(&input.bucket, &input.key).await?;
+        let (dir, up) = match self
+            .load_upload(&input.upload_id, &input.bucket, &input.key, owner)
+            .await
+        {
+            Ok(u) => u,
+            Err(e) if *e.code() == S3ErrorCode::NoSuchUpload => {
+                // A retry whose first answer was lost: the upload is gone
+                // because it made the object that is there now.
+                if let Some(st) = Self::read_stored(&dest).await?
+                    && st.meta.upload_id.as_deref() == Some(input.upload_id.as_str())
+                {
+                    return Ok(S3Response::new(dto::CompleteMultipartUploadOutput {
+                        bucket: Some(input.bucket.clone()),
+                        key: Some(input.key.clone()),
+                        location: Some(format!("/{}/{}", input.bucket, input.key)),
+                        e_tag: Some(ETag::Strong(st.meta.etag)),
+                        ..Default::default()
+                    }));
+                }
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
+        let cond = WriteCondition::of(input.if_match.clone(), input.if_none_match.clone())?;
         let wanted = input
             .multipart_upload
             .and_then(|m| m.parts)
@@ -1478,8 +1788,9 @@ impl S3 for FsStore {
             attrs: up.attrs,
             sums: Sums::default(),
             parts: chosen.iter().map(|(_, m)| m.size).collect(),
+            upload_id: Some(input.upload_id.clone()),
         };
-        self.finish(tmp, &meta, &dest).await?;
+        self.finish_if(tmp, &meta, &dest, cond).await?;
         if let Err(e) = tokio::fs::remove_dir_all(&dir).await {
             tracing::warn!("removing the finished upload {}: {e}", dir.display());
         }
@@ -1488,6 +1799,69 @@ impl S3 for FsStore {
             key: Some(input.key.clone()),
             location: Some(format!("/{}/{}", input.bucket, input.key)),
             e_tag: Some(ETag::Strong(meta.etag)),
+            ..Default::default()
+        }))
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<dto::ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<dto::ListMultipartUploadsOutput>> {
+        self.sweep_stale_uploads().await;
+        Ok(S3Response::new(self.list_uploads(req.input).await?))
+    }
+
+    async fn list_object_versions(
+        &self,
+        req: S3Request<dto::ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<dto::ListObjectVersionsOutput>> {
+        // Buckets are not versioned: every object is its only version, the
+        // null version, and there are no delete markers.
+        let input = req.input;
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let max = max_keys(input.max_keys)?;
+        let delimiter = input.delimiter.filter(|d| !d.is_empty());
+        let marker = input.key_marker.filter(|m| !m.is_empty());
+        let listing = self
+            .list(ListQuery {
+                bucket: &input.bucket,
+                prefix: &prefix,
+                delimiter: delimiter.as_deref(),
+                after: marker.as_deref(),
+                max,
+            })
+            .await?;
+        let url = wants_url(input.encoding_type.as_ref());
+        let versions = listing
+            .contents(url)
+            .into_iter()
+            .map(|o| dto::ObjectVersion {
+                key: o.key,
+                size: o.size,
+                e_tag: o.e_tag,
+                last_modified: o.last_modified,
+                is_latest: Some(true),
+                version_id: Some("null".into()),
+                storage_class: Some(dto::ObjectVersionStorageClass::from_static(
+                    dto::ObjectVersionStorageClass::STANDARD,
+                )),
+                ..Default::default()
+            })
+            .collect();
+        let common = listing.common_prefixes(url);
+        Ok(S3Response::new(dto::ListObjectVersionsOutput {
+            name: Some(input.bucket),
+            prefix: Some(encode_key(&prefix, url)),
+            delimiter: delimiter.map(|d| encode_key(&d, url)),
+            key_marker: Some(marker.map(|m| encode_key(&m, url)).unwrap_or_default()),
+            version_id_marker: Some(input.version_id_marker.unwrap_or_default()),
+            max_keys: Some(i32::try_from(max).unwrap_or(1000)),
+            is_truncated: Some(listing.truncated),
+            next_key_marker: listing.next.as_deref().map(|k| encode_key(k, url)),
+            next_version_id_marker: listing.truncated.then(|| "null".to_owned()),
+            encoding_type: input.encoding_type,
+            versions: Some(versions),
+            common_prefixes: (!common.is_empty()).then_some(common),
             ..Default::default()
         }))
     }
