@@ -50,11 +50,45 @@ fn set_buffer(fd: RawFd, force: libc::c_int, plain: libc::c_int) {
     }
 }
 
-/// Binds a UDP socket at `addr` with large buffers. Fails with the OS error
+/// Makes the kernel send every datagram of `fd` with don't-fragment set and
+/// IP identification 0, the header the ICRC is computed over
+/// ([`crate::wire::PseudoHeader::ip_udp_header`]).
+///
+/// Linux numbers the datagrams of a socket with `IP_PMTUDISC_WANT` (the
+/// default) from a hash of the addresses, because it may still fragment
+/// them; with `IP_PMTUDISC_DO` it never fragments (a datagram over the path
+/// MTU fails with EMSGSIZE), sets DF, and gives an unconnected socket's DF
+/// datagrams identification 0 (`ip_select_ident_segs`). A *connected*
+/// socket would get a per-socket counter instead, so the link never
+/// connects its socket. `scripts/softroce-wire-check.sh` checks the result
+/// on a capture of the loopback wire with scapy.
+pub fn set_dont_fragment(fd: RawFd) -> io::Result<()> {
+    let v: libc::c_int = libc::IP_PMTUDISC_DO;
+    let len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: passes a pointer to a live c_int of `len` bytes; the fd is open.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            (&raw const v).cast(),
+            len,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Binds a UDP socket at `addr` with large buffers, don't-fragment and IP
+/// identification 0 ([`set_dont_fragment`]). Fails with the OS error
 /// (EADDRINUSE when another device holds the address).
 pub fn bind(addr: SocketAddrV4) -> io::Result<UdpSocket> {
     let sock = UdpSocket::bind(addr)?;
     let fd = sock.as_raw_fd();
+    set_dont_fragment(fd)?;
     set_buffer(fd, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF);
     set_buffer(fd, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF);
     Ok(sock)
@@ -181,6 +215,9 @@ pub fn send(sock: &UdpSocket, items: &[(&[u8], SocketAddrV4)]) -> io::Result<()>
                         libc::ECONNREFUSED,
                         libc::EHOSTUNREACH,
                         libc::ENETUNREACH,
+                        // Longer than the path MTU (DF is set): a port MTU
+                        // above the interface's, which RoCE never fragments.
+                        libc::EMSGSIZE,
                     ]
                     .contains(&c)
                 }) =>

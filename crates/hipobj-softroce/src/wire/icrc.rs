@@ -13,11 +13,12 @@
 //! It is appended after the pad in little-endian byte order (the order in
 //! which the CRC register shifts out, as Linux rxe and hardware emit it).
 //!
-//! This NIC sends over a UDP socket and never sees the IP and UDP headers the
-//! kernel builds, so both ends synthesize the same IPv4 header from the two
-//! socket addresses and the datagram length ([`PseudoHeader::ip_udp_header`]).
-//! The same bytes open every packet in the pcap tap, so a capture verifies
-//! with any dissector that checks the ICRC.
+//! The IP and UDP headers covered must be the ones on the wire. The UDP link
+//! never sees them, so it seals over the header the kernel is made to build
+//! ([`PseudoHeader::ip_udp_header`]: identification 0 and DF, which the link
+//! obtains with `IP_PMTUDISC_DO` on an unconnected socket, see
+//! `link::udp::set_dont_fragment`). The same bytes open every packet in the
+//! pcap tap.
 
 use std::net::SocketAddrV4;
 
