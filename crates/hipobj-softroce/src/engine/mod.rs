@@ -105,6 +105,9 @@ pub struct Counters {
     /// Dropped: the QP's state accepts no packets (RESET, INIT, ERR), or no
     /// packets of that kind (responses in RTR).
     pub drop_qp_state: u64,
+    /// Dropped: an RC packet whose IPv4 source is not the address of the
+    /// QP's connected peer (its destination GID), however well it is sealed.
+    pub drop_foreign_source: u64,
     /// Dropped: a response that matches no outstanding request.
     pub drop_unexpected: u64,
     /// Duplicate requests seen by responders (acknowledged, not executed;
@@ -424,6 +427,18 @@ impl Engine {
             self.counters.drop_no_qp += 1;
             return;
         };
+        // RC: only the connected peer speaks to a QP. Its address is the
+        // destination GID (IPv4-mapped); the UDP source port of RoCEv2 is
+        // flow entropy, so it is not compared. A QP before RTR has no peer
+        // yet and drops everything on its own (counted as a state drop).
+        let connected = matches!(
+            qp.state,
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        );
+        if connected && from.ip() != qp.peer().ip() {
+            self.counters.drop_foreign_source += 1;
+            return;
+        }
         let mut ctx = Ctx {
             now,
             mrs: &self.mrs,
