@@ -9,8 +9,8 @@
 #     one must verify, and there must be packets;
 #   - tshark decodes the capture as RoCEv2 with no malformed frame.
 #
-# The demo runs once per link in $HIPOBJ_WIRE_LINKS (default "udp",
-# the UDP-socket link; "raw" is the raw IPv4 socket link, which needs
+# The demo runs once per link in $HIPOBJ_WIRE_LINKS (default "udp raw":
+# the UDP-socket link, and the raw IPv4 socket link, which needs
 # CAP_NET_RAW). Object size $HIPOBJ_WIRE_SIZE (default 4MiB).
 #
 # Usage: scripts/softroce-wire-check.sh [OUT_DIR]   (default: target/softroce-wire)
@@ -25,7 +25,7 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 venv="${HIPOBJ_SCAPY_VENV:-/tmp/hipobj-scapy-venv}"
 size="${HIPOBJ_WIRE_SIZE:-4MiB}"
-links="${HIPOBJ_WIRE_LINKS:-udp}"
+links="${HIPOBJ_WIRE_LINKS:-udp raw}"
 
 if ! command -v dumpcap >/dev/null && ! command -v tcpdump >/dev/null || ! command -v tshark >/dev/null; then
     [ "$(id -u)" = 0 ] || { echo "tshark/dumpcap missing: apt-get install tshark" >&2; exit 1; }
