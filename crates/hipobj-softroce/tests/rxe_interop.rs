@@ -111,15 +111,14 @@ impl End {
             let mr = pd.reg_mr(b.region(), ALL).unwrap();
             (b, mr)
         });
-        let e = End {
+        End {
             _dev: dev,
             _pd: pd,
             scq,
             rcq,
             qp,
             bufs,
-        };
-        e
+        }
     }
 
     fn sge(&self, i: usize) -> Sge {
