@@ -85,6 +85,16 @@ fuzz_target!(|data: &[u8]| {
     }
     .seal(&mut sealed);
     e.handle_datagram(Time::from_nanos(2), from, &sealed);
+    // The raw link's entry: the input as a whole IPv4 packet, and the sealed
+    // datagram behind the headers it was sealed under.
+    e.handle_ipv4(Time::from_nanos(2), data);
+    let pseudo = PseudoHeader {
+        src: from,
+        dst: SocketAddrV4::new(LOCAL, 4791),
+    };
+    let mut ip = pseudo.ip_udp_header(sealed.len()).to_vec();
+    ip.extend_from_slice(&sealed);
+    e.handle_ipv4(Time::from_nanos(2), &ip);
     let mut out = vec![0u8; 9000];
     for i in 0..8 {
         if e.poll_transmit(Time::from_nanos(3 + i), &mut out).is_none() {

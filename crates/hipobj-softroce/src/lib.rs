@@ -29,4 +29,4 @@ mod worker;
 pub use engine::Counters;
 pub use link::faults::FaultConfig;
 pub use mem::HostBuffer;
-pub use verbs::{AddrChoice, DEFAULT_NAME, SoftConfig, SoftDevice, SoftVerbs};
+pub use verbs::{AddrChoice, DEFAULT_NAME, LinkKind, SoftConfig, SoftDevice, SoftVerbs};

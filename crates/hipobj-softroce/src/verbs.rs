@@ -15,7 +15,11 @@
 //! * `HIPOBJ_SOFTROCE_PCAP=path` writes a capture of everything the device
 //!   sends and receives;
 //! * `HIPOBJ_SOFTROCE_LOSS`, `_DUP`, `_REORDER` (fractions 0..1) and
-//!   `_SEED` inject faults on transmit.
+//!   `_SEED` inject faults on transmit;
+//! * `HIPOBJ_SOFTROCE_LINK=udp` (default) sends over a UDP socket, `raw`
+//!   over a raw IPv4 socket (needs CAP_NET_RAW) that carries the IPv4 and
+//!   UDP headers the NIC built and checks each ICRC against the headers
+//!   that arrived, as a NIC on an interface does.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -34,9 +38,9 @@ use hipobj_platform::{
 use crate::engine::{Counters, Cq, Engine, EngineConfig, QpConfig};
 use crate::link::faults::FaultConfig;
 use crate::link::pcap::PcapWriter;
-use crate::link::udp::{self, Waker};
+use crate::link::udp::{self, RawSocket, Waker};
 use crate::wire::ROCE_PORT;
-use crate::worker::{Nic, Worker};
+use crate::worker::{Link, Nic, Worker};
 
 /// The default device name.
 pub const DEFAULT_NAME: &str = "softroce0";
@@ -49,6 +53,16 @@ pub enum AddrChoice {
     /// An address in 127/8 derived from the process id, moving on to the
     /// next candidate while one is taken.
     FromPid,
+}
+
+/// How a device reaches the wire.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LinkKind {
+    /// A UDP socket at the device's address, port 4791.
+    #[default]
+    Udp,
+    /// A raw IPv4 socket at the device's address (needs CAP_NET_RAW).
+    Raw,
 }
 
 /// Everything that shapes a soft device.
@@ -66,6 +80,8 @@ pub struct SoftConfig {
     pub pcap: Option<PathBuf>,
     /// Packets in flight per QP.
     pub window: u32,
+    /// The link.
+    pub link: LinkKind,
 }
 
 impl Default for SoftConfig {
@@ -77,6 +93,7 @@ impl Default for SoftConfig {
             faults: FaultConfig::NONE,
             pcap: None,
             window: 256,
+            link: LinkKind::Udp,
         }
     }
 }
@@ -121,6 +138,13 @@ impl SoftConfig {
                 .and_then(Mtu::from_bytes)
                 .filter(|m| *m >= Mtu::Mtu1024)
                 .ok_or_else(|| env_err("HIPOBJ_SOFTROCE_MTU", &v, "1024, 2048 or 4096"))?;
+        }
+        if let Ok(v) = std::env::var("HIPOBJ_SOFTROCE_LINK") {
+            c.link = match v.as_str() {
+                "udp" => LinkKind::Udp,
+                "raw" => LinkKind::Raw,
+                _ => return Err(env_err("HIPOBJ_SOFTROCE_LINK", &v, "udp or raw")),
+            };
         }
         if let Ok(v) = std::env::var("HIPOBJ_SOFTROCE_PCAP") {
             c.pcap = Some(PathBuf::from(v));
@@ -260,19 +284,31 @@ impl Drop for DevInner {
 impl DevInner {
     fn open(config: &SoftConfig) -> Result<Self, VerbsError> {
         let op = "ibv_open_device";
+        let what = match config.link {
+            LinkKind::Udp => "bind",
+            LinkKind::Raw => "open a raw IPv4 socket (needs CAP_NET_RAW) at",
+        };
+        let open = |ip: Ipv4Addr| -> std::io::Result<Link> {
+            let at = SocketAddrV4::new(ip, ROCE_PORT);
+            match config.link {
+                LinkKind::Udp => udp::bind(at).map(Link::Udp),
+                LinkKind::Raw => RawSocket::open(at).map(Link::Raw),
+            }
+        };
         let sock = match config.addr {
-            AddrChoice::Fixed(ip) => udp::bind(SocketAddrV4::new(ip, ROCE_PORT))
-                .map_err(|e| os_err(op, &e, format!("cannot bind {ip}:{ROCE_PORT}")))?,
+            AddrChoice::Fixed(ip) => {
+                open(ip).map_err(|e| os_err(op, &e, format!("cannot {what} {ip}:{ROCE_PORT}")))?
+            }
             AddrChoice::FromPid => {
                 let mut bound = None;
                 for ip in candidates(std::process::id()) {
-                    match udp::bind(SocketAddrV4::new(ip, ROCE_PORT)) {
+                    match open(ip) {
                         Ok(s) => {
                             bound = Some(s);
                             break;
                         }
                         Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {}
-                        Err(e) => return Err(os_err(op, &e, format!("cannot bind {ip}:{ROCE_PORT}"))),
+                        Err(e) => return Err(os_err(op, &e, format!("cannot {what} {ip}:{ROCE_PORT}"))),
                     }
                 }
                 bound.ok_or_else(|| {
@@ -285,16 +321,19 @@ impl DevInner {
                 })?
             }
         };
-        let ip = match sock.local_addr() {
-            Ok(std::net::SocketAddr::V4(a)) => *a.ip(),
-            Ok(other) => {
-                return Err(VerbsError::new(
-                    op,
-                    VerbsErrorKind::Os,
-                    format!("bound {other}, not IPv4"),
-                ));
-            }
-            Err(e) => return Err(os_err(op, &e, "no local address".into())),
+        let ip = match &sock {
+            Link::Raw(r) => *r.local().ip(),
+            Link::Udp(u) => match u.local_addr() {
+                Ok(std::net::SocketAddr::V4(a)) => *a.ip(),
+                Ok(other) => {
+                    return Err(VerbsError::new(
+                        op,
+                        VerbsErrorKind::Os,
+                        format!("bound {other}, not IPv4"),
+                    ));
+                }
+                Err(e) => return Err(os_err(op, &e, "no local address".into())),
+            },
         };
         let mut ec = EngineConfig::new(ip);
         ec.mtu = config.mtu;

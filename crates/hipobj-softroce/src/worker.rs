@@ -10,6 +10,7 @@
 //! threads.
 
 use std::net::{SocketAddrV4, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
@@ -18,7 +19,7 @@ use std::time::Instant;
 use crate::engine::{Engine, Time};
 use crate::link::faults::{Fate, FaultConfig, FaultInjector};
 use crate::link::pcap::PcapWriter;
-use crate::link::udp::{self, BATCH, RxBatch, SLOT, Waker};
+use crate::link::udp::{self, BATCH, RawSocket, RxBatch, SLOT, Waker};
 use crate::wire::PseudoHeader;
 
 /// What the application's threads and the worker share.
@@ -55,6 +56,36 @@ impl Nic {
     }
 }
 
+/// How the device reaches the wire.
+#[derive(Debug)]
+pub(crate) enum Link {
+    /// A UDP socket at the device's address and port 4791: the kernel
+    /// builds the IPv4 and UDP headers (identification 0 and DF, which the
+    /// ICRC assumes) and hides those it receives.
+    Udp(UdpSocket),
+    /// A raw IPv4 socket: the NIC sends the headers it sealed under, and
+    /// checks each received ICRC against the headers that arrived.
+    Raw(RawSocket),
+}
+
+impl AsRawFd for Link {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Link::Udp(s) => s.as_raw_fd(),
+            Link::Raw(s) => s.as_raw_fd(),
+        }
+    }
+}
+
+impl Link {
+    fn send(&self, items: &[(&[u8], SocketAddrV4)]) -> std::io::Result<()> {
+        match self {
+            Link::Udp(s) => udp::send(s, items),
+            Link::Raw(s) => s.send(items),
+        }
+    }
+}
+
 /// The running worker; dropping it stops and joins the thread.
 #[derive(Debug)]
 pub(crate) struct Worker {
@@ -65,7 +96,7 @@ pub(crate) struct Worker {
 impl Worker {
     pub fn spawn(
         nic: Arc<Nic>,
-        sock: UdpSocket,
+        sock: Link,
         faults: FaultConfig,
         pcap: Option<PcapWriter<std::io::BufWriter<std::fs::File>>>,
         name: String,
@@ -94,7 +125,7 @@ impl Drop for Worker {
 
 type Tap = Option<PcapWriter<std::io::BufWriter<std::fs::File>>>;
 
-fn run(nic: &Nic, sock: &UdpSocket, faults: FaultConfig, mut pcap: Tap) {
+fn run(nic: &Nic, sock: &Link, faults: FaultConfig, mut pcap: Tap) {
     let local = nic.lock().config().local;
     let mut rx = RxBatch::default();
     let mut tx = vec![0u8; SLOT * BATCH];
@@ -102,6 +133,7 @@ fn run(nic: &Nic, sock: &UdpSocket, faults: FaultConfig, mut pcap: Tap) {
     let mut injector = FaultInjector::new(faults);
     let mut delayed: Vec<(Vec<u8>, SocketAddrV4)> = Vec::new();
     let mut held: Vec<(Vec<u8>, SocketAddrV4)> = Vec::new();
+    let mut ours = [false; BATCH];
     while !nic.stop.load(Ordering::Relaxed) {
         let n = rx.recv(sock).unwrap_or_else(|_| {
             nic.link_errors.fetch_add(1, Ordering::Relaxed);
@@ -110,9 +142,15 @@ fn run(nic: &Nic, sock: &UdpSocket, faults: FaultConfig, mut pcap: Tap) {
         let (m, next_timer, now) = {
             let mut engine = nic.lock();
             let now = nic.now();
-            for i in 0..n {
+            for (i, mine) in ours.iter_mut().enumerate().take(n) {
                 let (data, from) = rx.get(i);
-                engine.handle_datagram(now, from, data);
+                *mine = match sock {
+                    Link::Udp(_) => {
+                        engine.handle_datagram(now, from, data);
+                        true
+                    }
+                    Link::Raw(_) => engine.handle_ipv4(now, data),
+                };
             }
             if engine.poll_timeout().is_some_and(|t| t <= now) {
                 engine.handle_timeout(now);
@@ -131,15 +169,18 @@ fn run(nic: &Nic, sock: &UdpSocket, faults: FaultConfig, mut pcap: Tap) {
             (m, engine.poll_timeout(), now)
         };
         if let Some(p) = pcap.as_mut() {
-            for i in 0..n {
+            for (i, _) in ours.iter().enumerate().take(n).filter(|(_, m)| **m) {
                 let (data, from) = rx.get(i);
-                let _ = p.record(
-                    &PseudoHeader {
-                        src: from,
-                        dst: local,
-                    },
-                    data,
-                );
+                let _ = match sock {
+                    Link::Udp(_) => p.record(
+                        &PseudoHeader {
+                            src: from,
+                            dst: local,
+                        },
+                        data,
+                    ),
+                    Link::Raw(_) => p.record_ip(data),
+                };
             }
         }
         if m > 0 || !held.is_empty() {
@@ -169,7 +210,7 @@ fn run(nic: &Nic, sock: &UdpSocket, faults: FaultConfig, mut pcap: Tap) {
                     );
                 }
             }
-            if udp::send(sock, &items).is_err() {
+            if sock.send(&items).is_err() {
                 nic.link_errors.fetch_add(1, Ordering::Relaxed);
             }
             drop(items);

@@ -430,3 +430,88 @@ fn devices_are_found_by_name_and_show_their_gid() {
     assert_eq!(port.link_layer, hipobj_platform::LinkLayer::Ethernet);
     assert!(d.query_gid(1, 1).is_err());
 }
+
+/// The attacker's test: another local address seals a WRITE with the PSN
+/// the responder expects, a valid rkey and address, and sends it at the
+/// connected QP. An RC responder takes packets only from its peer, so
+/// memory is untouched, the drop is counted, and the real WRITE with that
+/// PSN still lands (it would otherwise be taken as a duplicate and complete
+/// with success over the intruder's bytes).
+#[test]
+fn a_sealed_write_from_a_foreign_address_changes_nothing_and_is_counted() {
+    let (a, b) = (
+        node(Mtu::Mtu4096, FaultConfig::NONE),
+        node(Mtu::Mtu4096, FaultConfig::NONE),
+    );
+    pair(&a, &b, &attrs(Mtu::Mtu4096));
+    let dst = HostBuffer::new(64);
+    let md = b.reg(&dst, RW);
+    let target = SocketAddrV4::new(b.soft.ip(), ROCE_PORT);
+    // Another 127/8 address than a's, from the RoCE port itself, so that
+    // only the source address gives it away.
+    let [_, x, y, z] = a.soft.ip().octets();
+    let intruder_ip = std::net::Ipv4Addr::new(127, x ^ 0x20, y, z);
+    let intruder = UdpSocket::bind(SocketAddrV4::new(intruder_ip, ROCE_PORT))
+        .or_else(|_| UdpSocket::bind(SocketAddrV4::new(intruder_ip, 0)))
+        .unwrap();
+    let std::net::SocketAddr::V4(from) = intruder.local_addr().unwrap() else {
+        panic!("v4")
+    };
+    assert_ne!(from.ip(), &a.soft.ip());
+    let pseudo = PseudoHeader {
+        src: from,
+        dst: target,
+    };
+    // a sends from PSN 0x200 (common::pair): the PSN b expects next.
+    let h = Headers {
+        bth: BthRepr {
+            opcode: Opcode::WriteOnly,
+            solicited: false,
+            pad_count: 0,
+            pkey: DEFAULT_PKEY,
+            dest_qp: b.qp.qp_num(),
+            ack_req: true,
+            psn: 0x200,
+        },
+        reth: Some(RethRepr {
+            va: dst.addr(),
+            rkey: md.rkey(),
+            dma_len: 8,
+        }),
+        aeth: None,
+        imm: None,
+    };
+    let mut forged = vec![0; h.datagram_len(8)];
+    h.emit(8, &pseudo, &mut forged, |p| p.copy_from_slice(b"INTRUDER"))
+        .unwrap();
+    let before = b.soft.counters().rx_datagrams;
+    intruder.send_to(&forged, target).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while b.soft.counters().rx_datagrams == before && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let c = b.soft.counters();
+    assert_eq!(c.rx_datagrams, before + 1, "the forged WRITE arrived");
+    assert_eq!(dst.to_vec(), vec![0; 64], "the forged WRITE touched memory");
+    assert_eq!(c.drop_foreign_source, 1, "{c:?}");
+    assert_eq!(c.malformed(), 0, "it was well formed: {c:?}");
+
+    let real = pattern(64, 9);
+    let src = HostBuffer::from_bytes(&real);
+    let ms = a.reg(&src, RW);
+    let wr = SendWr {
+        wr_id: 8,
+        op: SendOp::Write {
+            remote_addr: dst.addr(),
+            rkey: md.rkey(),
+        },
+        sg_list: &[sge(&src, &*ms)],
+        signaled: true,
+    };
+    a.qp.post_send(&wr).unwrap();
+    let wcs = wait(&*a.scq, 1, LONG);
+    assert_eq!(wcs[0].status, WcStatus::Success);
+    assert_eq!(dst.to_vec(), real, "the real WRITE landed");
+    let c = b.soft.counters();
+    assert_eq!((c.duplicates, c.drop_foreign_source), (0, 1), "{c:?}");
+}

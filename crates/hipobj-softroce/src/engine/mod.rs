@@ -98,6 +98,10 @@ pub struct Counters {
     pub drop_bad_pad: u64,
     /// Dropped: ICRC mismatch.
     pub drop_bad_icrc: u64,
+    /// Dropped by a raw link: an IPv4 packet to this device's RoCE port
+    /// that is not a plain IPv4/UDP packet (options, a fragment, lengths
+    /// that disagree).
+    pub drop_bad_ip: u64,
     /// Dropped: a partition key other than the default.
     pub drop_bad_pkey: u64,
     /// Dropped: no QP with the destination QP number.
@@ -105,6 +109,9 @@ pub struct Counters {
     /// Dropped: the QP's state accepts no packets (RESET, INIT, ERR), or no
     /// packets of that kind (responses in RTR).
     pub drop_qp_state: u64,
+    /// Dropped: an RC packet whose IPv4 source is not the address of the
+    /// QP's connected peer (its destination GID), however well it is sealed.
+    pub drop_foreign_source: u64,
     /// Dropped: a response that matches no outstanding request.
     pub drop_unexpected: u64,
     /// Duplicate requests seen by responders (acknowledged, not executed;
@@ -141,6 +148,7 @@ impl Counters {
             + self.drop_bad_version
             + self.drop_bad_pad
             + self.drop_bad_icrc
+            + self.drop_bad_ip
     }
 
     fn count_parse_error(&mut self, e: wire::Error) {
@@ -409,13 +417,51 @@ impl Engine {
     /// Handles one received datagram (a UDP payload from `from`, sent to this
     /// device's address). Malformed datagrams and datagrams no QP may accept
     /// are dropped and counted; nothing else happens for them.
+    ///
+    /// The ICRC is checked over the IPv4 and UDP headers such a datagram
+    /// has when the peer sends it as this NIC does (identification 0, DF;
+    /// see [`PseudoHeader::ip_udp_header`]): this is the entry of a link
+    /// that does not see the real headers.
     pub fn handle_datagram(&mut self, now: Time, from: SocketAddrV4, datagram: &[u8]) {
         self.counters.rx_datagrams += 1;
         let pseudo = PseudoHeader {
             src: from,
             dst: self.config.local,
         };
-        let packet = match Packet::parse(datagram, &pseudo) {
+        let packet = Packet::parse(datagram, &pseudo);
+        self.handle_parsed(now, from, packet);
+    }
+
+    /// Handles one received IPv4 packet, headers included, as a raw link
+    /// receives it. Packets for another address or UDP port are ignored
+    /// (returns false; nothing is counted: they are not RoCE traffic of
+    /// this device). A RoCE packet's ICRC is checked against the IPv4 and
+    /// UDP headers it actually arrived with; one whose IPv4 or UDP header
+    /// is malformed, carries options or is a fragment is dropped and
+    /// counted in `drop_bad_ip`.
+    pub fn handle_ipv4(&mut self, now: Time, packet: &[u8]) -> bool {
+        let Some(ip) = wire::icrc::Ipv4Udp::parse(packet) else {
+            // Only what could be RoCE for us is counted.
+            let for_us = packet.len() >= 24
+                && packet[16..20] == self.config.local.ip().octets()
+                && packet[22..24] == ROCE_PORT.to_be_bytes();
+            if for_us {
+                self.counters.rx_datagrams += 1;
+                self.counters.drop_bad_ip += 1;
+            }
+            return for_us;
+        };
+        if ip.dst != self.config.local {
+            return false;
+        }
+        self.counters.rx_datagrams += 1;
+        let packet = Packet::parse_over(ip.payload, &ip.ip_udp);
+        self.handle_parsed(now, ip.src, packet);
+        true
+    }
+
+    fn handle_parsed(&mut self, now: Time, from: SocketAddrV4, packet: wire::Result<Packet<'_>>) {
+        let packet = match packet {
             Ok(p) => p,
             Err(e) => return self.counters.count_parse_error(e),
         };
@@ -428,6 +474,18 @@ impl Engine {
             self.counters.drop_no_qp += 1;
             return;
         };
+        // RC: only the connected peer speaks to a QP. Its address is the
+        // destination GID (IPv4-mapped); the UDP source port of RoCEv2 is
+        // flow entropy, so it is not compared. A QP before RTR has no peer
+        // yet and drops everything on its own (counted as a state drop).
+        let connected = matches!(
+            qp.state,
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        );
+        if connected && from.ip() != qp.peer().ip() {
+            self.counters.drop_foreign_source += 1;
+            return;
+        }
         let mut ctx = Ctx {
             now,
             mrs: &self.mrs,

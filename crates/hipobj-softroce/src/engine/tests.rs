@@ -1330,3 +1330,81 @@ fn a_lost_tail_is_sent_again_after_a_few_round_trips_not_the_ack_timeout() {
     let c = f.e(A).counters();
     assert_eq!((c.timeouts, c.rto_rewinds), (0, 1), "{c:?}");
 }
+
+/// The attacker's test at the requester: an ACK sealed by another address
+/// for the PSN of an outstanding WRITE completes nothing and is counted;
+/// the same ACK from the peer's address is what completes it.
+#[test]
+fn an_ack_from_a_foreign_address_completes_nothing() {
+    use crate::wire::Syndrome;
+    let mut f = Fx::new();
+    f.connect();
+    let (src, dst) = (HostBuffer::from_bytes(b"data"), HostBuffer::new(4));
+    let (ks, kd) = (f.reg(A, &src, RW), f.reg(B, &dst, RW));
+    f.post(
+        A,
+        1,
+        SendOp::Write {
+            remote_addr: dst.addr(),
+            rkey: kd,
+        },
+        sge(&src, ks),
+    );
+    // Take the WRITE off the wire: it never reaches B.
+    let now = f.net.now();
+    let mut buf = vec![0; crate::wire::MAX_PACKET];
+    let t = f.e(A).poll_transmit(now, &mut buf).unwrap();
+    let psn = Packet::parse(
+        &buf[..t.len],
+        &PseudoHeader {
+            src: addr(A),
+            dst: t.dst,
+        },
+    )
+    .unwrap()
+    .headers
+    .bth
+    .psn;
+    let qpn_a = f.qpn(A);
+    let ack = |from: SocketAddrV4| {
+        let h = Headers {
+            bth: BthRepr {
+                opcode: Opcode::Acknowledge,
+                solicited: false,
+                pad_count: 0,
+                pkey: DEFAULT_PKEY,
+                dest_qp: qpn_a,
+                ack_req: false,
+                psn,
+            },
+            reth: None,
+            aeth: Some(AethRepr {
+                syndrome: Syndrome::Ack { credits: 0x1f },
+                msn: 1,
+            }),
+            imm: None,
+        };
+        let mut d = vec![0; h.datagram_len(0)];
+        h.emit(
+            0,
+            &PseudoHeader {
+                src: from,
+                dst: addr(A),
+            },
+            &mut d,
+            |_| {},
+        )
+        .unwrap();
+        d
+    };
+    let foreign = SocketAddrV4::new(Ipv4Addr::new(127, 10, 0, 99), ROCE_PORT);
+    let forged = ack(foreign);
+    f.e(A).handle_datagram(now, foreign, &forged);
+    assert_eq!(f.e(A).counters().drop_foreign_source, 1);
+    assert!(drain(&f.s[A].scq).is_empty(), "a forged ACK completed the WRITE");
+    let real = ack(addr(B));
+    f.e(A).handle_datagram(now, addr(B), &real);
+    let wcs = drain(&f.s[A].scq);
+    assert_eq!(wcs.len(), 1);
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (1, WcStatus::Success));
+}

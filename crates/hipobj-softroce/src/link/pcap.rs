@@ -55,6 +55,19 @@ impl<W: Write> PcapWriter<W> {
         self.out.write_all(datagram)
     }
 
+    /// Records one whole IPv4 packet as it arrived (the raw link).
+    pub fn record_ip(&mut self, packet: &[u8]) -> io::Result<()> {
+        let t = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let len = packet.len() as u32;
+        let mut rec = [0u8; 16];
+        rec[0..4].copy_from_slice(&(t.as_secs() as u32).to_le_bytes());
+        rec[4..8].copy_from_slice(&t.subsec_micros().to_le_bytes());
+        rec[8..12].copy_from_slice(&len.to_le_bytes());
+        rec[12..16].copy_from_slice(&len.to_le_bytes());
+        self.out.write_all(&rec)?;
+        self.out.write_all(packet)
+    }
+
     /// Pushes buffered records to the file.
     pub fn flush(&mut self) -> io::Result<()> {
         self.out.flush()

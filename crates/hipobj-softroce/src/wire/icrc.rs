@@ -13,11 +13,12 @@
 //! It is appended after the pad in little-endian byte order (the order in
 //! which the CRC register shifts out, as Linux rxe and hardware emit it).
 //!
-//! This NIC sends over a UDP socket and never sees the IP and UDP headers the
-//! kernel builds, so both ends synthesize the same IPv4 header from the two
-//! socket addresses and the datagram length ([`PseudoHeader::ip_udp_header`]).
-//! The same bytes open every packet in the pcap tap, so a capture verifies
-//! with any dissector that checks the ICRC.
+//! The IP and UDP headers covered must be the ones on the wire. The UDP link
+//! never sees them, so it seals over the header the kernel is made to build
+//! ([`PseudoHeader::ip_udp_header`]: identification 0 and DF, which the link
+//! obtains with `IP_PMTUDISC_DO` on an unconnected socket, see
+//! `link::udp::set_dont_fragment`). The same bytes open every packet in the
+//! pcap tap.
 
 use std::net::SocketAddrV4;
 
@@ -91,43 +92,107 @@ impl PseudoHeader {
     }
 
     /// The ICRC of `packet`, which holds everything from the BTH through the
-    /// pad but not the ICRC itself. `packet` must hold at least a BTH.
+    /// pad but not the ICRC itself, over the synthesized headers.
     pub fn icrc(&self, packet: &[u8]) -> u32 {
-        let mut masked = self.ip_udp_header(packet.len() + LEN);
-        masked[1] = 0xff; // type of service
-        masked[8] = 0xff; // TTL
-        masked[10] = 0xff; // header checksum
-        masked[11] = 0xff;
-        masked[26] = 0xff; // UDP checksum
-        masked[27] = 0xff;
-        let mut crc = crc32_update(!0, &[0xff; 8]);
-        crc = crc32_update(crc, &masked);
-        let (bth, rest) = packet.split_at(packet.len().min(super::bth::HEADER_LEN));
-        let mut bth_masked = [0u8; super::bth::HEADER_LEN];
-        bth_masked[..bth.len()].copy_from_slice(bth);
-        bth_masked[4] = 0xff;
-        crc = crc32_update(crc, &bth_masked[..bth.len()]);
-        crc = crc32_update(crc, rest);
-        !crc
+        icrc_over(&self.ip_udp_header(packet.len() + LEN), packet)
     }
 
     /// Writes the ICRC into the last 4 bytes of `datagram`, computed over the
     /// bytes before them. Does nothing to a datagram shorter than 4 bytes.
     pub fn seal(&self, datagram: &mut [u8]) {
-        let Some(body_len) = datagram.len().checked_sub(LEN) else {
-            return;
-        };
-        let icrc = self.icrc(&datagram[..body_len]);
-        datagram[body_len..].copy_from_slice(&icrc.to_le_bytes());
+        seal_over(&self.ip_udp_header(datagram.len()), datagram);
     }
 
     /// Whether the last 4 bytes of `datagram` are the ICRC of the rest.
     pub fn verify(&self, datagram: &[u8]) -> bool {
-        let Some(body_len) = datagram.len().checked_sub(LEN) else {
-            return false;
+        verify_over(&self.ip_udp_header(datagram.len()), datagram)
+    }
+}
+
+/// The ICRC of `packet` (BTH through pad, no ICRC) carried under the IPv4
+/// header without options and the UDP header in `ip_udp`, exactly as they
+/// are (or were) on the wire. The fields the annex masks (TOS, TTL, the two
+/// checksums, BTH byte 4) may hold anything.
+pub fn icrc_over(ip_udp: &[u8; IP_UDP_LEN], packet: &[u8]) -> u32 {
+    let mut masked = *ip_udp;
+    masked[1] = 0xff; // type of service
+    masked[8] = 0xff; // TTL
+    masked[10] = 0xff; // header checksum
+    masked[11] = 0xff;
+    masked[26] = 0xff; // UDP checksum
+    masked[27] = 0xff;
+    let mut crc = crc32_update(!0, &[0xff; 8]);
+    crc = crc32_update(crc, &masked);
+    let (bth, rest) = packet.split_at(packet.len().min(super::bth::HEADER_LEN));
+    let mut bth_masked = [0u8; super::bth::HEADER_LEN];
+    bth_masked[..bth.len()].copy_from_slice(bth);
+    bth_masked[4] = 0xff;
+    crc = crc32_update(crc, &bth_masked[..bth.len()]);
+    crc = crc32_update(crc, rest);
+    !crc
+}
+
+/// Writes the ICRC of `datagram` under `ip_udp` into its last 4 bytes.
+pub fn seal_over(ip_udp: &[u8; IP_UDP_LEN], datagram: &mut [u8]) {
+    let Some(body_len) = datagram.len().checked_sub(LEN) else {
+        return;
+    };
+    let icrc = icrc_over(ip_udp, &datagram[..body_len]);
+    datagram[body_len..].copy_from_slice(&icrc.to_le_bytes());
+}
+
+/// Whether `datagram` ends in the ICRC of the rest under `ip_udp`.
+pub fn verify_over(ip_udp: &[u8; IP_UDP_LEN], datagram: &[u8]) -> bool {
+    let Some(body_len) = datagram.len().checked_sub(LEN) else {
+        return false;
+    };
+    let (body, tail) = datagram.split_at(body_len);
+    icrc_over(ip_udp, body).to_le_bytes() == tail
+}
+
+/// An IPv4 packet carrying a UDP datagram, taken apart for the ICRC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ipv4Udp<'a> {
+    /// The IPv4 header (no options) and UDP header as received.
+    pub ip_udp: [u8; IP_UDP_LEN],
+    /// Sender address and UDP port.
+    pub src: SocketAddrV4,
+    /// Receiver address and UDP port.
+    pub dst: SocketAddrV4,
+    /// The UDP payload.
+    pub payload: &'a [u8],
+}
+
+impl<'a> Ipv4Udp<'a> {
+    /// Splits a whole IPv4 packet (as a raw IP socket delivers it) into its
+    /// headers and UDP payload. Refuses (`None`) anything but an
+    /// unfragmented IPv4 UDP packet without IP options whose IP and UDP
+    /// lengths agree with the bytes received. Never panics.
+    pub fn parse(packet: &'a [u8]) -> Option<Self> {
+        let ip_udp: [u8; IP_UDP_LEN] = packet.get(..IP_UDP_LEN)?.try_into().ok()?;
+        let total = usize::from(u16::from_be_bytes([ip_udp[2], ip_udp[3]]));
+        let frag = u16::from_be_bytes([ip_udp[6], ip_udp[7]]);
+        let udp_len = usize::from(u16::from_be_bytes([ip_udp[24], ip_udp[25]]));
+        let ok = ip_udp[0] == 0x45
+            && ip_udp[9] == 17
+            && frag & 0x3fff == 0 // neither more-fragments nor an offset
+            && total == packet.len()
+            && udp_len == total - 20;
+        if !ok {
+            return None;
+        }
+        let addr = |ip: usize, port: usize| {
+            SocketAddrV4::new(
+                std::net::Ipv4Addr::new(ip_udp[ip], ip_udp[ip + 1], ip_udp[ip + 2], ip_udp[ip + 3]),
+                u16::from_be_bytes([ip_udp[port], ip_udp[port + 1]]),
+            )
         };
-        let (body, tail) = datagram.split_at(body_len);
-        self.icrc(body).to_le_bytes() == tail
+        Some(Self {
+            ip_udp,
+            src: addr(12, 20),
+            dst: addr(16, 22),
+            payload: &packet[IP_UDP_LEN..],
+        })
     }
 }
 
@@ -181,6 +246,56 @@ mod tests {
         ];
         p.seal(&mut pkt);
         assert_eq!(&pkt[16..], &[22, 93, 11, 42]);
+    }
+
+    #[test]
+    fn ipv4_udp_packets_are_taken_apart_and_odd_ones_refused() {
+        let p = pseudo();
+        let payload = [9u8; 24];
+        let mut pkt = p.ip_udp_header(payload.len()).to_vec();
+        pkt.extend_from_slice(&payload);
+        let got = Ipv4Udp::parse(&pkt).expect("a plain IPv4/UDP packet");
+        assert_eq!((got.src, got.dst, got.payload), (p.src, p.dst, &payload[..]));
+        assert_eq!(&got.ip_udp[..], &pkt[..IP_UDP_LEN]);
+        for cut in 0..pkt.len() {
+            assert_eq!(Ipv4Udp::parse(&pkt[..cut]), None, "cut at {cut}");
+        }
+        let broken = |at: usize, v: u8| {
+            let mut b = pkt.clone();
+            b[at] = v;
+            Ipv4Udp::parse(&b).is_none()
+        };
+        assert!(broken(0, 0x46), "IP options");
+        assert!(broken(0, 0x65), "not IPv4");
+        assert!(broken(9, 6), "TCP");
+        assert!(broken(6, 0x20), "more fragments");
+        assert!(broken(7, 1), "a fragment offset");
+        assert!(broken(25, 9), "UDP length");
+        // The identification and DF are the sender's to choose.
+        assert!(!broken(4, 0x12));
+        assert!(!broken(6, 0));
+    }
+
+    /// The ICRC covers the identification: a packet sealed under one header
+    /// fails under a header that differs only there, and verifies under its
+    /// own however the masked fields (TOS, TTL, checksums) change in transit.
+    #[test]
+    fn the_icrc_covers_the_header_as_sent() {
+        let p = pseudo();
+        let mut pkt = [0u8; 12 + 8 + 4];
+        pkt[0] = 0x04;
+        pkt[7] = 0x11;
+        let mut hdr = p.ip_udp_header(pkt.len());
+        hdr[4..6].copy_from_slice(&0x1234u16.to_be_bytes());
+        seal_over(&hdr, &mut pkt);
+        assert!(verify_over(&hdr, &pkt));
+        assert!(!p.verify(&pkt), "identification 0 is another header");
+        let mut hop = hdr;
+        hop[1] = 0x02; // ECN
+        hop[8] = 63; // one router later
+        hop[10] ^= 0x55;
+        hop[26] = 0x12; // a UDP checksum
+        assert!(verify_over(&hop, &pkt));
     }
 
     #[test]

@@ -106,6 +106,17 @@ impl<'a> Packet<'a> {
         Self::parse_unverified(datagram)
     }
 
+    /// Parses an untrusted datagram that arrived under the IPv4 and UDP
+    /// headers `ip_udp` (as received, so the ICRC is checked against what
+    /// actually travelled), with the same checks as [`Packet::parse`].
+    pub fn parse_over(datagram: &'a [u8], ip_udp: &[u8; icrc::IP_UDP_LEN]) -> Result<Self> {
+        Self::check_size(datagram)?;
+        if !icrc::verify_over(ip_udp, datagram) {
+            return Err(Error::BadIcrc);
+        }
+        Self::parse_unverified(datagram)
+    }
+
     /// Parses a datagram without checking its ICRC (for printing captures
     /// and for fuzzing past the checksum). Never panics.
     pub fn parse_unverified(datagram: &'a [u8]) -> Result<Self> {

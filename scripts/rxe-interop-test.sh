@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The soft NIC against the Linux kernel's rxe, in the rxe VM
+# (scripts/rxe-vm.sh): the VM's root namespace holds rxe1 on veth-rxe
+# (10.77.0.1), a network namespace "soft" holds the other end of the veth
+# pair (10.77.0.2), where the soft NIC runs on its raw link.
+# crates/hipobj-softroce/tests/rxe_interop.rs then moves RDMA WRITE, READ,
+# SEND and WRITE with immediate both ways with every byte checked; rxe
+# checks the soft NIC's ICRCs and the soft NIC checks rxe's.
+#
+# dumpcap records the veth inside the VM; the capture comes back through
+# the console into target/rxe-interop/veth.pcap, where scapy's RoCE layer
+# (scripts/roce-icrc-check.py) checks the ICRC of every packet, rxe's and
+# the soft NIC's. Exit status: the test's, or the check's.
+#
+#   scripts/rxe-interop-test.sh [TEST-ARGS...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=target/rxe-interop
+mkdir -p "$out"
+venv="${HIPOBJ_SCAPY_VENV:-/tmp/hipobj-scapy-venv}"
+exe=$(cargo test -p hipobj-softroce --test rxe_interop --no-run --message-format=json |
+    grep -o '"executable":"[^"]*"' | tail -1 | cut -d'"' -f4)
+[[ -n $exe && -x $exe ]] || { echo "rxe-interop-test: could not build the test" >&2; exit 1; }
+
+# The job inside the VM (a file under target/, which the VM sees read-only).
+job=$PWD/$out/job.sh
+cat >"$job" <<JOB
+set -u
+ip link add veth-rxe type veth peer name veth-soft
+ip netns add soft
+ip link set veth-soft netns soft
+ip addr add 10.77.0.1/24 dev veth-rxe
+ip link set veth-rxe up
+ip netns exec soft ip link set lo up
+ip netns exec soft ip addr add 10.77.0.2/24 dev veth-soft
+ip netns exec soft ip link set veth-soft up
+rdma link add rxe1 type rxe netdev veth-rxe
+rdma link show
+dumpcap -q -i veth-rxe -P -s 0 -f 'udp port 4791' -w /run/scratch/veth.pcap 2>/run/scratch/dumpcap.err &
+cap=\$!
+for i in \$(seq 50); do [ -s /run/scratch/veth.pcap ] && break; sleep 0.2; done
+HIPOBJ_RXE_DEVICE=rxe1 timeout 300 $exe --ignored --exact soft_nic_and_rxe_interoperate --nocapture --test-threads=1 $*
+rc=\$?
+sleep 1
+kill -INT \$cap; wait \$cap
+cat /run/scratch/dumpcap.err
+echo "rxe1 counters:"; for f in /sys/class/infiniband/rxe1/ports/1/hw_counters/*; do printf '  %s=%s\n' "\$(basename \$f)" "\$(cat \$f)"; done
+echo "@@PCAP-BEGIN"; gzip -c /run/scratch/veth.pcap | base64; echo "@@PCAP-END"
+exit \$rc
+JOB
+
+set +e
+RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-600} scripts/rxe-vm.sh /bin/sh "$job" >"$out/console.txt" 2>&1
+rc=$?
+set -e
+# The console minus the capture.
+sed '/@@PCAP-BEGIN/,/@@PCAP-END/d' "$out/console.txt" | grep -v '^\s*$' | tail -60
+sed -n '/@@PCAP-BEGIN/,/@@PCAP-END/p' "$out/console.txt" | sed '1d;$d' | tr -d '\r' | base64 -d | gunzip >"$out/veth.pcap" || true
+if [ -s "$out/veth.pcap" ]; then
+    if ! "$venv/bin/python" -c 'import scapy.contrib.roce' 2>/dev/null; then
+        python3 -m venv "$venv" && "$venv/bin/pip" install -q scapy
+    fi
+    echo "scapy on the veth capture ($out/veth.pcap):"
+    "$venv/bin/python" scripts/roce-icrc-check.py --min 100 "$out/veth.pcap" || rc=1
+else
+    echo "rxe-interop-test: no capture came back" >&2
+    rc=1
+fi
+[ "$rc" = 0 ] && echo "PASS: the soft NIC and the kernel's rxe interoperate" || echo "FAIL (rc $rc); console in $out/console.txt" >&2
+exit "$rc"
