@@ -15,6 +15,7 @@
 //! `hipobj-server` binary is a thin command line over the same call.
 
 pub mod config;
+pub mod logging;
 pub mod metrics;
 pub mod rdma;
 pub mod s3;

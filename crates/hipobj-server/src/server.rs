@@ -168,7 +168,8 @@ async fn serve(listener: TcpListener, front: Front, mut stopped: watch::Receiver
                     }
                 };
                 let f = front.clone();
-                let service = hyper::service::service_fn(move |req| {
+                let service = hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
+                    req.extensions_mut().insert(crate::rdma::ClientAddr(peer));
                     let f = f.clone();
                     async move { f.call(req).await }
                 });

@@ -138,7 +138,7 @@ fn the_c_examples_put_and_get_over_rdma() {
         std::fs::read(&dst).unwrap() == data,
         "the downloaded file differs"
     );
-    let rdma = h.rdma().unwrap().peer().stats();
+    let rdma = h.rdma().unwrap().target().stats();
     assert_eq!(rdma.transfers, 2, "both moved by RDMA");
     rt.block_on(h.shutdown());
 }
