@@ -286,3 +286,97 @@ async fn bindings_are_limited_and_expire() {
     );
     h.shutdown().await;
 }
+
+/// A token whose IPv4-mapped GID is another host's (the request came from
+/// 127.0.0.1; 10.9.8.7 is not an address of this host) is refused before
+/// anything is bound: a client may only name its own QPs. Behind NAT the
+/// check is switched off (`rdma.check_peer_address = false`) and the same
+/// token binds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_token_naming_another_hosts_gid_is_refused_unless_the_nat_switch_is_off() {
+    let foreign = Token {
+        gid: Gid::from_ipv4(std::net::Ipv4Addr::new(10, 9, 8, 7)).0,
+        ..token(0x66, 4096)
+    };
+    let (h, _dir) = start_rdma(|_| {}).await;
+    let c = client(&h);
+    seed(&c).await;
+    let o = put(&c, "bkt", "x", &hex(&foreign), None).await;
+    assert_eq!(
+        (o.status, o.code.as_deref()),
+        (403, Some("AccessDenied")),
+        "{o:?}"
+    );
+    assert_eq!(o.reply, None);
+    assert_eq!(h.rdma().unwrap().target().stats().bindings, 0);
+    // A 409 is never cached.
+    let o = get(&c, "bkt", "obj", &hex(&token(0x67, 4096)), None).await;
+    assert_eq!(
+        (o.status, o.cache_control.as_deref()),
+        (409, Some("no-store")),
+        "{o:?}"
+    );
+    h.shutdown().await;
+
+    let (h, _dir) = start_rdma(|c| c.rdma.check_peer_address = false).await;
+    let c = client(&h);
+    seed(&c).await;
+    let o = put(&c, "bkt", "x", &hex(&foreign), None).await;
+    assert_eq!(o.status, 409, "{o:?}");
+    h.shutdown().await;
+}
+
+/// Tokens no client QP can have: QPN 0 and 1 (special QPs), over 24 bits, a
+/// zero or multicast GID. Refused, nothing bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tokens_naming_impossible_client_qps_are_refused() {
+    let (h, _dir) = start_rdma(|_| {}).await;
+    let c = client(&h);
+    seed(&c).await;
+    let mut multicast = token(0x70, 4096);
+    multicast.gid[0] = 0xff;
+    for t in [
+        token(0, 4096),
+        token(1, 4096),
+        token(1 << 24, 4096),
+        Token {
+            gid: [0; 16],
+            ..token(0x70, 4096)
+        },
+        multicast,
+    ] {
+        let o = get(&c, "bkt", "obj", &hex(&t), None).await;
+        assert_eq!(
+            (o.status, o.code.as_deref()),
+            (400, Some("InvalidRDMAToken")),
+            "{t:?}: {o:?}"
+        );
+    }
+    assert_eq!(h.rdma().unwrap().target().stats().bindings, 0);
+    h.shutdown().await;
+}
+
+/// The binding limit is exact: many new client QPs binding at once never
+/// leave more than `max_bindings` bindings (the old check let each request
+/// that passed it insert, 1030 of 1024 for a moment).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_binding_limit_is_exact_under_concurrent_binds() {
+    let (h, _dir) = start_rdma(|c| c.rdma.max_bindings = 3).await;
+    let c = client(&h);
+    seed(&c).await;
+    let mut all = Vec::new();
+    for q in 0..24u32 {
+        let c = c.clone();
+        all.push(tokio::spawn(async move {
+            get(&c, "bkt", "obj", &hex(&token(0x100 + q, 4096)), None).await
+        }));
+    }
+    for t in all {
+        let o = t.await.unwrap();
+        assert!(matches!(o.status, 409 | 503), "{o:?}");
+        let n = h.rdma().unwrap().target().stats().bindings;
+        assert!(n <= 3, "{n} bindings of at most 3");
+    }
+    assert_eq!(h.rdma().unwrap().target().stats().bindings, 3);
+    h.shutdown().await;
+}
