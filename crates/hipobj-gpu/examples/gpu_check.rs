@@ -291,6 +291,7 @@ impl Control for Serve<'_> {
             Step::Bind(reply) => reply.to_string(),
             Step::Bound => {
                 let mut obj = self.object.lock().map_err(|_| ControlError("poisoned".into()))?;
+                let moved = if self.put { t.len } else { obj.len() as u64 };
                 if self.put {
                     obj.clear();
                     self.peer
@@ -309,7 +310,7 @@ impl Control for Serve<'_> {
                         })
                         .map_err(err)?;
                 }
-                self.peer.success_reply(&t, 200).map_err(err)?.to_string()
+                self.peer.success_reply(&t, 200, moved).map_err(err)?.to_string()
             }
         });
         Ok(())

@@ -380,19 +380,22 @@ impl RdmaPeer {
         }
     }
 
-    /// The reply that ends a successful transfer: `status`, echoing the
-    /// bound server QP.
-    pub fn success_reply(&self, token: &Token, status: u16) -> Result<Reply, PeerError> {
+    /// The reply that ends a successful transfer: `status`, the bound server
+    /// QP and the `bytes` moved (`NNN:<token>:<count>`, docs/protocol.md §2).
+    pub fn success_reply(&self, token: &Token, status: u16, bytes: u64) -> Result<Reply, PeerError> {
         let b = self.binding(token)?;
-        Ok(Reply::WithToken {
+        Ok(Reply::Done {
             status,
             token: self.server_token(b.qpn),
+            bytes,
         })
     }
 
     /// GET: RDMA WRITEs `len` bytes into the client's buffer, asking `fill`
-    /// for each chunk as (offset, buffer to fill). Returns when every WRITE
-    /// has completed.
+    /// for each chunk as (offset, buffer to fill). The last WRITE carries the
+    /// token's rkey as its immediate value (zero bytes make one empty WRITE
+    /// WITH IMMEDIATE), the client's proof that the GET reached its QP.
+    /// Returns when every WRITE has completed.
     pub fn write_to_client(
         &self,
         token: &Token,
@@ -433,7 +436,10 @@ impl RdmaPeer {
         let mut scratch = vec![0u8; self.config.chunk.min(usize::try_from(len).unwrap_or(usize::MAX))];
         let mut off = 0u64;
         let result = (|| -> Result<(), PeerError> {
-            while off < len {
+            // A GET of zero bytes still sends its (empty) proof.
+            let mut first = true;
+            while off < len || (write && first && len == 0) {
+                first = false;
                 let n = (len - off).min(self.config.chunk as u64) as usize;
                 let data = &mut scratch[..n];
                 if write {
@@ -443,7 +449,14 @@ impl RdmaPeer {
                     .sge(0, n as u32)
                     .ok_or_else(|| PeerError::Transfer("chunk larger than the bounce buffer".into()))?;
                 let remote_addr = token.addr + off;
-                let op = if write {
+                let last = off + n as u64 == len;
+                let op = if write && last {
+                    SendOp::WriteWithImm {
+                        remote_addr,
+                        rkey: token.rkey,
+                        imm: token.rkey,
+                    }
+                } else if write {
                     SendOp::Write {
                         remote_addr,
                         rkey: token.rkey,
@@ -456,10 +469,11 @@ impl RdmaPeer {
                 };
                 let wr_id = conn.next_wr;
                 conn.next_wr += 1;
+                let sges = [sge];
                 conn.qp.post_send(&SendWr {
                     wr_id,
                     op,
-                    sg_list: &[sge],
+                    sg_list: if n == 0 { &[] } else { &sges },
                     signaled: true,
                 })?;
                 wait_for(conn.cq.as_ref(), wr_id, self.config.completion_timeout)?;

@@ -52,8 +52,8 @@ pub mod reply;
 pub mod token;
 
 pub use reply::{
-    COUNT_HEX_LEN, PSN_HEX_LEN, PSN_MAX, REPLY_BIND_STATUS, REPLY_NOT_IMPLEMENTED, Reply, ReplyError, SUCCESS_CODES,
-    is_success_code, parse_reply,
+    COUNT_HEX_LEN, PSN_HEX_LEN, PSN_MAX, REPLY_BIND_STATUS, REPLY_NOT_IMPLEMENTED, Reply, ReplyError,
+    SUCCESS_CODES, is_success_code, parse_reply,
 };
 pub use token::{HexToken, TOKEN_HEX_LEN, TOKEN_LEN, Token, TokenError, Transport};
 

@@ -4,7 +4,9 @@
 //!   connection that is already bound (find the buffer, lease a connection,
 //!   mint and encode the token, call the S3 side, parse its reply, check the
 //!   CQ without waiting, return the lease), with an S3 side that answers at
-//!   once, so no RDMA and no server time is in it;
+//!   once, so no RDMA and no server time is in it. It is a PUT: a GET's
+//!   success needs the server's WRITE WITH IMMEDIATE on the CQ, which only a
+//!   real RDMA WRITE makes;
 //! * `get_4k_round_trip`: a whole 4 KiB GET, the server's RDMA WRITE over
 //!   loopback UDP included.
 //!
@@ -67,7 +69,7 @@ impl Control for Get<'_> {
                     })
                     .map_err(|e| ControlError(e.to_string()))?;
                 self.peer
-                    .success_reply(&t, 200)
+                    .success_reply(&t, 200, data.len() as u64)
                     .map_err(|e| ControlError(e.to_string()))?
                     .to_string()
             }
@@ -132,12 +134,13 @@ fn benches(c: &mut Criterion) {
     inst.transfer(Direction::Get, buf.addr(), 4096, 0, &mut rec)
         .unwrap();
     let token = rec.token.unwrap();
-    // The reply a bound server gives: 200 and its own QP's token.
-    let echo = peer.success_reply(&token, 200).unwrap().to_string();
+    // The reply a bound server gives to a PUT of 4096 bytes: 200, its own
+    // QP's token and the count.
+    let echo = peer.success_reply(&token, 200, 4096).unwrap().to_string();
     let mut canned = Canned(echo);
     c.bench_function("control_path", |b| {
         b.iter(|| {
-            inst.transfer(Direction::Get, buf.addr(), 4096, 0, &mut canned)
+            inst.transfer(Direction::Put, buf.addr(), 4096, 0, &mut canned)
                 .unwrap()
         })
     });
@@ -178,7 +181,9 @@ fn bound(inst: &Instance, peer: &RdmaPeer, buf: MemRegion, data: &[u8]) -> Strin
     };
     inst.transfer(Direction::Get, buf.addr(), 4096, 0, &mut rec)
         .unwrap();
-    peer.success_reply(&rec.token.unwrap(), 200).unwrap().to_string()
+    peer.success_reply(&rec.token.unwrap(), 200, 4096)
+        .unwrap()
+        .to_string()
 }
 
 fn main() {
@@ -189,7 +194,7 @@ fn main() {
         let (_lib, inst, peer, buf) = setup();
         let mut canned = Canned(bound(&inst, &peer, buf, &[0x5a; 4096]));
         for _ in 0..n {
-            inst.transfer(Direction::Get, buf.addr(), 4096, 0, &mut canned)
+            inst.transfer(Direction::Put, buf.addr(), 4096, 0, &mut canned)
                 .unwrap();
         }
         println!("{n} control-path transfers");

@@ -7,7 +7,7 @@ mod support;
 use hipobj::{Client, ErrorKind};
 use hipobj_platform::fake::FakeDeviceSpec;
 
-use support::{Script, fake, options, server_token};
+use support::{Script, done, fake, options, server_token};
 
 #[test]
 fn registrations_deregister_on_drop_and_stay_with_their_client() {
@@ -30,10 +30,10 @@ fn registrations_deregister_on_drop_and_stay_with_their_client() {
         }
         .to_string();
         client
-            .get(&mut reg, 0, 4096, &mut Script::replying(&[&bind, "200"]))
+            .get(&mut reg, 0, 4096, &mut Script::serving(&p, &[&bind, &done(4096)]))
             .unwrap();
         client
-            .put(&reg, 100, 10, &mut Script::replying(&["200"]))
+            .put(&reg, 100, 10, &mut Script::serving(&p, &[&done(10)]))
             .unwrap();
         let e = client
             .get(&mut reg, 1, 4096, &mut Script::replying(&["200"]))

@@ -237,7 +237,7 @@ impl RdmaS3 {
         self.metrics.rdma_bytes_written.fetch_add(sent, Ordering::Relaxed);
         let status = if out.content_range.is_some() { 206 } else { 200 };
         let peer = self.peer()?;
-        let reply = peer.success_reply(&token, status).map_err(peer_error)?;
+        let reply = peer.success_reply(&token, status, sent).map_err(peer_error)?;
         // The bytes went by RDMA: no body, and no checksums that would
         // describe a body (aws-sdk-s3 would check them against nothing).
         out.content_length = Some(0);
@@ -306,7 +306,7 @@ impl RdmaS3 {
         };
         inc(&self.metrics.rdma_puts);
         self.metrics.rdma_bytes_read.fetch_add(len, Ordering::Relaxed);
-        let reply = self.peer()?.success_reply(&token, 200).map_err(peer_error)?;
+        let reply = self.peer()?.success_reply(&token, 200, len).map_err(peer_error)?;
         resp.headers.extend(success_headers(&reply.to_string(), len));
         Ok(resp)
     }

@@ -78,22 +78,23 @@ impl Server {
                     .cloned()
                     .ok_or_else(|| hipobj_peer::PeerError::InvalidToken("NoSuchKey".into()))?;
                 let n = data.len() as u64;
-                peer.write_to_client(token, n, &mut |off, chunk| {
+                let moved = peer.write_to_client(token, n, &mut |off, chunk| {
                     let off = off as usize;
                     chunk.copy_from_slice(&data[off..off + chunk.len()]);
                     Ok(())
                 })?;
+                Ok(peer.success_reply(token, 200, moved)?.to_string())
             }
             Op::Put(key) => {
                 let mut body = Vec::with_capacity(token.len as usize);
-                peer.read_from_client(token, token.len, &mut |_, chunk| {
+                let moved = peer.read_from_client(token, token.len, &mut |_, chunk| {
                     body.extend_from_slice(chunk);
                     Ok(())
                 })?;
                 self.objects.lock().unwrap().insert(key.clone(), body);
+                Ok(peer.success_reply(token, 200, moved)?.to_string())
             }
         }
-        Ok(peer.success_reply(token, 200)?.to_string())
     }
 }
 
