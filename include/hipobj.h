@@ -183,7 +183,11 @@ typedef void *hipObjHandle_t;
  * with no hipObject lock held, so both may call any hipObject function (see
  * @ref threads). When the server first has to bind an RDMA connection, the
  * pair is called a second time for the same transfer, with the same token:
- * send the same request again.
+ * send the same request again. When that 409 comes from a server other than
+ * the one the leased connection is bound to, hipObject may first switch to a
+ * connection bound to that server and call the pair with a new token; send
+ * the request with the token given. A transfer calls the pair at most three
+ * times.
  *
  * @ingroup core
  */
@@ -354,7 +358,15 @@ HIPOBJ_API hipObjError_t hipObjBufDeregister(void *devPtr);
  * business (a Range header, for example); hipObject sends no object offset.
  *
  * No GPU work may read or write the range while this runs. On
- * hipObjSuccess the data is in the buffer.
+ * hipObjSuccess the data is in the buffer: the server's reply named the
+ * server queue pair bound to the connection and counted exactly @p size
+ * bytes, and the server's RDMA WRITE WITH IMMEDIATE carrying the token's key
+ * reached the connection (docs/protocol.md). A reply counting fewer bytes
+ * (the object or range is shorter than @p size) returns hipObjS3Error; a
+ * success without that proof (a bare "200", "ok", "204" or "206", another
+ * queue pair, a count above @p size, no WRITE WITH IMMEDIATE) returns
+ * hipObjRdmaError. Either way the connection is destroyed, so nothing the
+ * server sends later lands in the buffer.
  *
  * When every RDMA connection is taken, this waits for one, or returns
  * hipObjBusy if called from a callback (see @ref threads).
@@ -385,6 +397,11 @@ HIPOBJ_API hipObjError_t hipObjGet(hipObjHandle_t handle, void *devPtr, size_t s
  *
  * hipObject does not wait for GPU work writing the buffer on any stream:
  * finish it (for example with hipStreamSynchronize()) before calling.
+ *
+ * On hipObjSuccess the server's reply named the server queue pair bound to
+ * the connection and counted exactly @p size bytes read. A smaller count
+ * returns hipObjS3Error; a success without the queue pair and count, or
+ * naming another queue pair, returns hipObjRdmaError.
  *
  * When every RDMA connection is taken, this waits for one, or returns
  * hipObjBusy if called from a callback (see @ref threads).
@@ -444,7 +461,10 @@ HIPOBJ_API hipObjError_t hipObjBufSync(void *devPtr, size_t size, off_t offset, 
  *
  * The token is 88 hex digits, NUL-terminated; release it with
  * hipObjPutRdmaToken(). @p op is HIPOBJ_RDMA_OP_PUT or HIPOBJ_RDMA_OP_GET
- * (it is checked, and not otherwise used yet).
+ * and picks what the token lets the server do: a PUT token carries a key
+ * that allows only RDMA READ of the buffer, a GET token one that allows only
+ * RDMA WRITE. hipObjHandleRdmaReply() checks a success against it (a GET's
+ * WRITE WITH IMMEDIATE carries the token's key; the count must be @p size).
  *
  * Returns hipObjBusy while a timed-out staging copy of the buffer still runs
  * (see hipObjBufSync()).
@@ -488,11 +508,19 @@ HIPOBJ_API hipObjError_t hipObjParseRdmaReply(const char *reply, size_t replyLen
  * - A binding reply (409 and the server's token and PSN): hipObject connects
  *   the token connection to the server, writes 409 to @p httpCode and
  *   returns hipObjSuccess. Send the same request, with the same token,
- *   again.
- * - A success reply (200, 204, 206): hipObject checks that the connection is
- *   bound to the server that answered and has not failed, writes the code
- *   and returns hipObjSuccess. For a staged buffer, call hipObjBufSync()
- *   next as usual.
+ *   again. One binding round is allowed per token (and again after each
+ *   completed transfer): a second 409 in a row returns hipObjS3Error. A
+ *   server token that names no usable queue pair (QP number outside
+ *   2..2^24-1, GID :: or multicast, port 0) returns hipObjS3Error.
+ * - A success reply: only the full form "NNN:<token>:<count>" (NNN 200, 204
+ *   or 206) is accepted. hipObject checks that it names the server queue
+ *   pair the connection is bound to, that the connection has not failed,
+ *   and that the count is the length of a token from hipObjGetRdmaToken()
+ *   (a GET's also by its RDMA WRITE WITH IMMEDIATE carrying that token's
+ *   key), writes the code and returns hipObjSuccess. For a staged buffer,
+ *   call hipObjBufSync() next as usual. A bare "200", "ok", "204" or "206"
+ *   fails with hipObjRdmaError; a count below the token's length with
+ *   hipObjS3Error.
  * - Any other reply returns hipObjS3Error (501: fall back to plain HTTP); a
  *   failed check returns hipObjRdmaError. Either way hipObject replaces the
  *   token connection, so nothing the server does later can reach the

@@ -141,7 +141,7 @@ pub fn run(args: &Args) -> CliResult {
             ));
         }
         etag = put.etag;
-        dst_reg.bytes_mut().fill(0);
+        dst_reg.fill(0);
         let t = Instant::now();
         let get = client
             .get_object(&mut dst_reg, Span::whole(size), "demo", "object", None)
@@ -153,13 +153,9 @@ pub fn run(args: &Args) -> CliResult {
                 format!("moved {} bytes, rdma {}", get.bytes, get.rdma),
             ));
         }
-        if dst_reg.bytes() != src_reg.bytes() {
-            let at = dst_reg
-                .bytes()
-                .iter()
-                .zip(src_reg.bytes())
-                .position(|(a, b)| a != b)
-                .unwrap_or(0);
+        let (got, sent) = (dst_reg.to_vec(), src_reg.to_vec());
+        if got != sent {
+            let at = got.iter().zip(&sent).position(|(a, b)| a != b).unwrap_or(0);
             return Err(fail(
                 "verification",
                 format!("round {round}: the bytes differ, first at offset {at}"),

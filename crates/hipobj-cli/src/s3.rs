@@ -423,6 +423,9 @@ pub fn get(session: &Session, url: &S3Url, target: &str, range: Option<&str>, pa
     let whole = range.is_none() && len == chunk;
     match &session.rdma {
         Ok(client) => {
+            // Registered memory is only ever copied out, never lent out
+            // (a server may write it while registered).
+            let mut out = vec![0u8; chunk_usize];
             let mut reg = client.hipobj().register(&mut buf)?;
             let mut at = first;
             while at < first + len {
@@ -437,7 +440,9 @@ pub fn get(session: &Session, url: &S3Url, target: &str, range: Option<&str>, pa
                 )?;
                 declines.note(&t);
                 check_count(t.bytes, n)?;
-                sink.write(&reg.bytes()[..n as usize])?;
+                let out = &mut out[..n as usize];
+                reg.read_into(0, out)?;
+                sink.write(out)?;
                 at += n;
             }
         }
@@ -698,11 +703,15 @@ fn upload_parts(
     let mut at = 0u64;
     match &session.rdma {
         Ok(c) => {
+            // Filled by copy: registered memory is never lent out.
+            let mut staging = vec![0u8; buf.len()];
             let mut reg = c.hipobj().register(buf)?;
             while at < size {
                 let n = chunk.min(size - at);
                 number += 1;
-                source.read_at(at, &mut reg.bytes_mut()[..n as usize])?;
+                let part = &mut staging[..n as usize];
+                source.read_at(at, part)?;
+                reg.write_from(0, part)?;
                 let t = c.upload_part(&reg, Span::whole(n as usize), &url.bucket, &url.key, id, number)?;
                 declines.note(&t);
                 parts.push(hipobj_s3::completed_part(number, t.etag));

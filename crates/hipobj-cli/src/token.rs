@@ -63,7 +63,10 @@ pub fn parse_reply(value: &str, as_json: bool) -> CliResult<String> {
     let code = r.http_code();
     let meaning = match r {
         Reply::Bind { .. } => "bind: connect to the server's queue pair and send the same request again",
-        _ if r.is_success() => "success: the bytes have moved",
+        Reply::Done { .. } => "success: the named server queue pair moved the counted bytes",
+        _ if r.is_success() => {
+            "success without proof (no server queue pair and byte count): an RC transfer refuses it"
+        }
         _ if code == hipobj_proto::REPLY_NOT_IMPLEMENTED => {
             "declined: the server does not serve RDMA; use plain HTTP"
         }
@@ -81,6 +84,7 @@ pub fn parse_reply(value: &str, as_json: bool) -> CliResult<String> {
                 "success": r.is_success(),
                 "meaning": meaning,
                 "psn": psn.map(|p| format!("{p:06x}")),
+                "bytes": r.bytes(),
                 "token": r.peer_token().map(token_json),
             })
         ));
@@ -88,6 +92,9 @@ pub fn parse_reply(value: &str, as_json: bool) -> CliResult<String> {
     let mut out = format!("code       {code}\nmeaning    {meaning}\n");
     if let Some(p) = psn {
         out.push_str(&format!("psn        {p:06x}\n"));
+    }
+    if let Some(n) = r.bytes() {
+        out.push_str(&format!("bytes      {n}\n"));
     }
     if let Some(t) = r.peer_token() {
         out.push_str("server token:\n");

@@ -12,7 +12,9 @@
 //!   ([`Token::decode`]).
 //! - [`reply`]: the `x-amz-rdma-reply` grammar ([`parse_reply`] into a
 //!   [`Reply`], and `Display` back to the canonical text), including the
-//!   `409:<token>:<psn>` binding reply of hipObject's RC handshake.
+//!   `409:<token>:<psn>` binding reply of hipObject's RC handshake and the
+//!   `NNN:<token>:<count>` success reply that names the server queue pair
+//!   and the bytes it moved.
 //!
 //! Both sides use it: the client to mint tokens and read replies, the server
 //! (and test servers) to read tokens and write replies.
@@ -50,8 +52,8 @@ pub mod reply;
 pub mod token;
 
 pub use reply::{
-    PSN_HEX_LEN, PSN_MAX, REPLY_BIND_STATUS, REPLY_NOT_IMPLEMENTED, Reply, ReplyError, SUCCESS_CODES,
-    is_success_code, parse_reply,
+    COUNT_HEX_LEN, PSN_HEX_LEN, PSN_MAX, REPLY_BIND_STATUS, REPLY_NOT_IMPLEMENTED, Reply, ReplyError,
+    SUCCESS_CODES, is_success_code, parse_reply,
 };
 pub use token::{HexToken, TOKEN_HEX_LEN, TOKEN_LEN, Token, TokenError, Transport};
 

@@ -9,14 +9,27 @@
 //! reply   = "ok" / "err"                      ; legacy tags, lowercase only
 //!         / status                            ; e.g. "200", "501"
 //!         / status ":" token                  ; e.g. "200:<88 hex>"
+//!         / success ":" token ":" count       ; a transfer that moved `count` bytes
 //!         / "409" ":" token ":" psn           ; the binding reply
 //! status  = 3DIGIT                            ; 100..=599, no sign or space
+//! success = "200" / "204" / "206"
 //! token   = 88HEXDIG                          ; see crate::token, either case
+//! count   = 16LOWERHEXDIG                     ; bytes moved, a u64, lowercase only
 //! psn     = 6HEXDIG                           ; initial PSN, either case
 //! ```
 //!
 //! Nothing else is accepted: no whitespace anywhere, no empty fields, no
-//! leading `+`, no fourth field, no NUL except at the very end.
+//! leading `+`, no fourth field, no NUL except at the very end. The third
+//! field's meaning follows from the status: after 200, 204 or 206 it is the
+//! byte count (exactly 16 lowercase hex digits), after 409 the PSN (exactly
+//! 6 hex digits); after any other status there is none.
+//!
+//! Only the full success form, [`Reply::Done`], proves anything to an RC
+//! client: it names the server queue pair that moved the bytes and how many
+//! it moved. The shorter success forms (`ok`, a bare `200`, `200:<token>`)
+//! still parse, so that [`parse_reply`] stays a pure parser of every form a
+//! server has ever sent, but a client must not take them as a completed
+//! transfer (docs/protocol.md §2–3).
 //!
 //! A `409` with a token and a PSN is the server's half of the binding
 //! handshake: it created a queue pair for the client's, moved no data, and
@@ -44,6 +57,9 @@ pub const PSN_MAX: u32 = 0x00ff_ffff;
 /// Number of hex digits of the PSN in a binding reply.
 pub const PSN_HEX_LEN: usize = 6;
 
+/// Number of hex digits of the byte count in a full success reply.
+pub const COUNT_HEX_LEN: usize = 16;
+
 /// The reply codes that mean the data moved: 200, 204 and 206.
 pub const SUCCESS_CODES: [u16; 3] = [200, 204, 206];
 
@@ -68,6 +84,16 @@ pub enum Reply {
         /// The token naming the server's queue pair.
         token: Token,
     },
+    /// The full success reply `NNN:<token>:<count>` (NNN 200, 204 or 206):
+    /// the server queue pair named by `token` moved `bytes` bytes.
+    Done {
+        /// The status: 200, 204 or 206.
+        status: u16,
+        /// The token naming the server queue pair that moved the bytes.
+        token: Token,
+        /// How many bytes it moved.
+        bytes: u64,
+    },
     /// The binding reply `409:<token>:<psn>`: connect to `token`'s queue pair
     /// expecting `psn`, then send the request again.
     Bind {
@@ -85,7 +111,7 @@ impl Reply {
         match *self {
             Reply::Ok => 200,
             Reply::Err => 500,
-            Reply::Status(status) | Reply::WithToken { status, .. } => status,
+            Reply::Status(status) | Reply::WithToken { status, .. } | Reply::Done { status, .. } => status,
             Reply::Bind { .. } => REPLY_BIND_STATUS,
         }
     }
@@ -96,18 +122,30 @@ impl Reply {
         is_success_code(self.http_code())
     }
 
-    /// The server's token, for [`Reply::WithToken`] and [`Reply::Bind`].
+    /// The server's token, for [`Reply::WithToken`], [`Reply::Done`] and
+    /// [`Reply::Bind`].
     pub const fn peer_token(&self) -> Option<&Token> {
         match self {
-            Reply::WithToken { token, .. } | Reply::Bind { token, .. } => Some(token),
+            Reply::WithToken { token, .. } | Reply::Done { token, .. } | Reply::Bind { token, .. } => {
+                Some(token)
+            }
             Reply::Ok | Reply::Err | Reply::Status(_) => None,
+        }
+    }
+
+    /// The byte count of a full success reply ([`Reply::Done`]).
+    pub const fn bytes(&self) -> Option<u64> {
+        match *self {
+            Reply::Done { bytes, .. } => Some(bytes),
+            _ => None,
         }
     }
 }
 
 impl fmt::Display for Reply {
-    /// Writes the canonical header value: `ok`, `err`, `NNN`, `NNN:<token>`
-    /// or `409:<token>:<psn>`, with lowercase hex and a six-digit PSN.
+    /// Writes the canonical header value: `ok`, `err`, `NNN`, `NNN:<token>`,
+    /// `NNN:<token>:<count>` or `409:<token>:<psn>`, with lowercase hex, a
+    /// sixteen-digit count and a six-digit PSN.
     ///
     /// A status outside 100..=599 or a PSN above [`PSN_MAX`] is written as
     /// is, and [`parse_reply`] then rejects the text.
@@ -117,6 +155,14 @@ impl fmt::Display for Reply {
             Reply::Err => f.write_str("err"),
             Reply::Status(status) => write!(f, "{status}"),
             Reply::WithToken { status, token } => write!(f, "{status}:{}", token.encode()),
+            Reply::Done { status, token, bytes } => {
+                write!(
+                    f,
+                    "{status}:{}:{bytes:0width$x}",
+                    token.encode(),
+                    width = COUNT_HEX_LEN
+                )
+            }
             Reply::Bind { token, psn } => {
                 write!(
                     f,
@@ -157,6 +203,13 @@ pub enum ReplyError {
     /// A PSN suffix came with a status other than 409.
     #[error("reply status {0} carries a PSN, which only a 409 binding reply may")]
     PsnWithoutBind(u16),
+    /// The field after a success status's token is not exactly sixteen
+    /// lowercase hex digits.
+    #[error("reply byte count is not exactly {COUNT_HEX_LEN} lowercase hex digits")]
+    BadCount,
+    /// A byte count came with a status other than 200, 204 or 206.
+    #[error("reply status {0} carries a byte count, which only 200, 204 and 206 may")]
+    CountWithoutSuccess(u16),
 }
 
 /// Parses an `x-amz-rdma-reply` header value (see the [module docs](self)
@@ -189,10 +242,17 @@ pub fn parse_reply(bytes: &[u8]) -> Result<Reply, ReplyError> {
         return Ok(Reply::Status(status));
     };
     let token = Token::decode(token).map_err(ReplyError::BadToken)?;
-    let Some(psn) = parts.next() else {
+    let Some(third) = parts.next() else {
         return Ok(Reply::WithToken { status, token });
     };
-    let psn = parse_psn(psn)?;
+    if is_success_code(status) {
+        let bytes = parse_count(third)?;
+        return Ok(Reply::Done { status, token, bytes });
+    }
+    if third.len() == COUNT_HEX_LEN {
+        return Err(ReplyError::CountWithoutSuccess(status));
+    }
+    let psn = parse_psn(third)?;
     if status != REPLY_BIND_STATUS {
         return Err(ReplyError::PsnWithoutBind(status));
     }
@@ -213,6 +273,21 @@ fn parse_status(field: &[u8]) -> Result<u16, ReplyError> {
     } else {
         Err(ReplyError::StatusOutOfRange(status))
     }
+}
+
+/// Exactly sixteen lowercase hex digits: a u64.
+fn parse_count(field: &[u8]) -> Result<u64, ReplyError> {
+    if field.len() != COUNT_HEX_LEN {
+        return Err(ReplyError::BadCount);
+    }
+    field.iter().try_fold(0u64, |acc, &c| {
+        let digit = match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            _ => return Err(ReplyError::BadCount),
+        };
+        Ok((acc << 4) | u64::from(digit))
+    })
 }
 
 /// Exactly six hex digits in either case.
@@ -480,11 +555,16 @@ mod tests {
     #[test]
     fn psn_only_on_409() {
         let h = hex();
-        for status in [200u16, 206, 408, 410, 501] {
+        for status in [408u16, 410, 501] {
             assert_eq!(
                 parse(&format!("{status}:{h}:000001")),
                 Err(ReplyError::PsnWithoutBind(status))
             );
+        }
+        // After a success status the third field is a count, and six digits
+        // are not one.
+        for status in [200u16, 204, 206] {
+            assert_eq!(parse(&format!("{status}:{h}:000001")), Err(ReplyError::BadCount));
         }
         // The status is checked before the PSN's owner.
         assert_eq!(
@@ -513,7 +593,8 @@ mod tests {
             parse(&format!("409::{h}:000001")),
             Err(ReplyError::TooManyFields { fields: 4 })
         );
-        assert_eq!(parse(&format!("200:{h}:")), Err(ReplyError::BadPsn));
+        assert_eq!(parse(&format!("200:{h}:")), Err(ReplyError::BadCount));
+        assert_eq!(parse(&format!("409:{h}:")), Err(ReplyError::BadPsn));
         assert_eq!(
             parse(&format!("200:{h}::")),
             Err(ReplyError::TooManyFields { fields: 4 })
@@ -536,6 +617,80 @@ mod tests {
         assert_eq!(
             parse_reply(&bytes),
             Err(ReplyError::BadToken(TokenError::BadHexDigit { index: 6 }))
+        );
+    }
+
+    #[test]
+    fn success_with_count() {
+        let h = hex();
+        for (status, text, bytes) in [
+            (200u16, "0000000000000000", 0u64),
+            (200, "0000000000002000", 8192),
+            (204, "0000000000000000", 0),
+            (206, "0000000000000064", 100),
+            (200, "ffffffffffffffff", u64::MAX),
+            (200, "0123456789abcdef", 0x0123_4567_89ab_cdef),
+        ] {
+            let reply = parse(&format!("{status}:{h}:{text}\r\n"));
+            assert_eq!(
+                reply,
+                Ok(Reply::Done {
+                    status,
+                    token: token(),
+                    bytes
+                }),
+                "{text}"
+            );
+            let reply = reply.unwrap_or(Reply::Err);
+            assert_eq!(reply.http_code(), status);
+            assert!(reply.is_success());
+            assert_eq!(reply.bytes(), Some(bytes));
+            assert_eq!(reply.peer_token(), Some(&token()));
+            assert_eq!(reply.to_string(), format!("{status}:{h}:{text}"));
+        }
+        // The token may be in either case; the count only in lowercase.
+        let upper = h.to_ascii_uppercase();
+        assert_eq!(
+            parse(&format!("200:{upper}:0000000000000001")).map(|r| r.bytes()),
+            Ok(Some(1))
+        );
+    }
+
+    #[test]
+    fn success_with_bad_count() {
+        let h = hex();
+        for bad in [
+            "",
+            "0",
+            "000000000000000",
+            "00000000000000000",
+            "000000000000000A",
+            "ABCDEF0123456789",
+            "000000000000000g",
+            "+000000000000001",
+            "-000000000000001",
+            " 000000000000001",
+            "000000000000001 ",
+            "0x00000000000001",
+            "00000000000000é",
+        ] {
+            assert_eq!(
+                parse(&format!("200:{h}:{bad}")),
+                Err(ReplyError::BadCount),
+                "{bad:?}"
+            );
+        }
+        // A count belongs to a success only; the lengths keep it apart from a PSN.
+        for status in [100u16, 404, 409, 500, 501] {
+            assert_eq!(
+                parse(&format!("{status}:{h}:0000000000000010")),
+                Err(ReplyError::CountWithoutSuccess(status)),
+                "{status}"
+            );
+        }
+        assert_eq!(
+            parse(&format!("200:{h}:0000000000000010:")),
+            Err(ReplyError::TooManyFields { fields: 4 })
         );
     }
 
@@ -576,6 +731,15 @@ mod tests {
                 false,
             ),
             (Reply::Bind { token: t, psn: 7 }, 409, false),
+            (
+                Reply::Done {
+                    status: 204,
+                    token: t,
+                    bytes: 0,
+                },
+                204,
+                true,
+            ),
         ];
         for (reply, code, success) in cases {
             assert_eq!(reply.http_code(), code, "{reply:?}");
@@ -698,6 +862,14 @@ mod tests {
         assert_eq!(
             ReplyError::PsnWithoutBind(200).to_string(),
             "reply status 200 carries a PSN, which only a 409 binding reply may"
+        );
+        assert_eq!(
+            ReplyError::BadCount.to_string(),
+            "reply byte count is not exactly 16 lowercase hex digits"
+        );
+        assert_eq!(
+            ReplyError::CountWithoutSuccess(409).to_string(),
+            "reply status 409 carries a byte count, which only 200, 204 and 206 may"
         );
     }
 }

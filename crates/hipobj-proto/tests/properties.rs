@@ -31,6 +31,12 @@ fn any_valid_reply() -> impl Strategy<Value = Reply> {
         (100u16..=599).prop_map(Reply::Status),
         (100u16..=599, any_token()).prop_map(|(status, token)| Reply::WithToken { status, token }),
         (any_token(), 0..=PSN_MAX).prop_map(|(token, psn)| Reply::Bind { token, psn }),
+        (
+            prop_oneof![Just(200u16), Just(204), Just(206)],
+            any_token(),
+            any::<u64>()
+        )
+            .prop_map(|(status, token, bytes)| Reply::Done { status, token, bytes }),
     ]
 }
 

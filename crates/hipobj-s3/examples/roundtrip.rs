@@ -48,7 +48,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut reg = hipobj.register(&mut back)?;
     let got = client.get_object(&mut reg, Span::whole(len), &bucket, "roundtrip", None)?;
     println!("GET {} bytes, etag {:?}, rdma {}", got.bytes, got.etag, got.rdma);
-    let same = reg.bytes() == data.as_slice();
+    let same = reg.to_vec() == data.as_slice();
     drop(reg);
     if !same {
         return Err("the bytes that came back differ".into());

@@ -272,21 +272,18 @@ impl RdmaS3Client {
         declined: String,
         last: Option<Exchange>,
     ) -> Result<Transfer> {
-        let dst = reg
-            .bytes_mut()
-            .get_mut(at.offset..)
-            .and_then(|b| b.get_mut(..at.len))
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorKind::InvalidValue,
-                    "the span runs past the registration's end",
-                )
-            })?;
+        if at.offset > reg.len() || at.len > reg.len() - at.offset {
+            return Err(Error::new(
+                ErrorKind::InvalidValue,
+                "the span runs past the registration's end",
+            ));
+        }
+        let dst = Span { ..at };
         // A server that ignored the token already sent the body: use it.
         if let Some(ex) = last.filter(|e| e.body.is_some())
             && let Some(body) = &ex.body
         {
-            copy_in(dst, 0, body)?;
+            copy_in(reg, dst, 0, body)?;
             return Ok(Transfer {
                 bytes: body.len() as u64,
                 etag: ex.etag.clone(),
@@ -322,7 +319,7 @@ impl RdmaS3Client {
                         format!("reading the GetObject body failed: {e}"),
                     )
                 })?;
-                copy_in(dst, n, &chunk)?;
+                copy_in(reg, dst, n, &chunk)?;
                 n += chunk.len();
             }
             Ok(Transfer {
@@ -345,17 +342,14 @@ impl RdmaS3Client {
         op: Op<'_>,
         declined: String,
     ) -> Result<Transfer> {
-        let src = reg
-            .bytes()
-            .get(at.offset..)
-            .and_then(|b| b.get(..at.len))
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorKind::InvalidValue,
-                    "the span runs past the registration's end",
-                )
-            })?;
-        let body = ByteStream::from(bytes::Bytes::copy_from_slice(src));
+        let mut src = vec![0u8; at.len];
+        reg.read_into(at.offset, &mut src).map_err(|_| {
+            Error::new(
+                ErrorKind::InvalidValue,
+                "the span runs past the registration's end",
+            )
+        })?;
+        let body = ByteStream::from(bytes::Bytes::from(src));
         let s3 = self.s3.clone();
         let (bucket, key) = (bucket.to_owned(), key.to_owned());
         let etag = self.rt.block_on(async move {
@@ -474,18 +468,19 @@ fn rdma_overrides() -> aws_sdk_s3::config::Builder {
         .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
 }
 
-fn copy_in(dst: &mut [u8], at: usize, chunk: &[u8]) -> Result<()> {
-    let end = at
-        .checked_add(chunk.len())
-        .filter(|&e| e <= dst.len())
+/// Copies `chunk` to byte `at` of the span `dst` of `reg` (already checked
+/// to lie inside it).
+fn copy_in(reg: &mut Registration<'_>, dst: Span, at: usize, chunk: &[u8]) -> Result<()> {
+    at.checked_add(chunk.len())
+        .filter(|&e| e <= dst.len)
         .ok_or_else(|| {
             Error::new(
                 ErrorKind::SizeTooLarge,
-                format!("the object is larger than the {}-byte buffer", dst.len()),
+                format!("the object is larger than the {}-byte buffer", dst.len),
             )
         })?;
-    dst[at..end].copy_from_slice(chunk);
-    Ok(())
+    reg.write_from(dst.offset + at, chunk)
+        .map_err(|e| Error::new(ErrorKind::InvalidValue, e.to_string()))
 }
 
 /// The [`Control`] of one call: each `send_request` is one SDK request.

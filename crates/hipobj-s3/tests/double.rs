@@ -9,7 +9,7 @@
 mod support;
 
 use hipobj::ErrorKind;
-use hipobj_platform::fake::FakePlatform;
+use hipobj_platform::fake::{FakePlatform, FakeVerbs};
 use hipobj_proto::Reply;
 use hipobj_s3::{RdmaS3Client, Span};
 use support::{Req, Resp, runtime, sdk, server_token, start};
@@ -31,10 +31,22 @@ fn bind_reply() -> String {
     .to_string()
 }
 
-fn success(status: u16) -> String {
-    Reply::WithToken {
+/// The full success reply to `req`: `status`, the server's token, and the
+/// token's length as the count. For a GET it first plays, on the fake NIC
+/// (which moves no bytes), the receive completion of the server's WRITE
+/// WITH IMMEDIATE that a success needs.
+fn success(req: &Req, status: u16, verbs: &FakeVerbs) -> String {
+    let t = hipobj_proto::Token::decode(req.token().unwrap().as_bytes()).unwrap();
+    let get = verbs
+        .mr_access(t.rkey)
+        .is_some_and(|a| a.contains(hipobj_platform::AccessFlags::REMOTE_WRITE));
+    if get {
+        assert!(verbs.deliver_write_with_imm(t.qpn, t.rkey, 0));
+    }
+    Reply::Done {
         status,
         token: server_token(),
+        bytes: t.len,
     }
     .to_string()
 }
@@ -71,16 +83,17 @@ fn check_token_request(req: &Req) {
 #[test]
 fn get_binds_on_409_then_reads_the_success_reply() {
     let rt = runtime();
+    let p = FakePlatform::host_only();
+    let verbs = p.verbs.clone();
     let d = start(
         &rt,
-        binding(|_| {
+        binding(move |req| {
             Resp::new(200)
-                .header(hipobj_proto::REPLY_HEADER, success(200))
-                .header(hipobj_proto::BYTES_HEADER, "5")
+                .header(hipobj_proto::REPLY_HEADER, success(req, 200, &verbs))
+                .header(hipobj_proto::BYTES_HEADER, "64")
                 .header("etag", "\"abc\"")
         }),
     );
-    let p = FakePlatform::host_only();
     let c = client(&rt, &d.endpoint(), &p);
     let mut buf = vec![0u8; 64];
     let mut reg = c.hipobj().register(&mut buf).unwrap();
@@ -88,7 +101,7 @@ fn get_binds_on_409_then_reads_the_success_reply() {
         .get_object(&mut reg, Span::whole(64), "bkt", "obj", None)
         .unwrap();
     assert!(t.rdma && t.declined.is_none(), "{t:?}");
-    assert_eq!((t.bytes, t.etag.as_deref(), t.status), (5, Some("\"abc\""), 200));
+    assert_eq!((t.bytes, t.etag.as_deref(), t.status), (64, Some("\"abc\""), 200));
     let reqs = d.requests();
     assert_eq!(reqs.len(), 2, "one bind round, one transfer");
     for r in &reqs {
@@ -106,20 +119,21 @@ fn get_binds_on_409_then_reads_the_success_reply() {
 #[test]
 fn a_ranged_get_sends_the_range_and_counts_from_content_range() {
     let rt = runtime();
+    let p = FakePlatform::host_only();
+    let verbs = p.verbs.clone();
     let d = start(
         &rt,
-        binding(|_| {
+        binding(move |req| {
             Resp::new(206)
-                .header(hipobj_proto::REPLY_HEADER, success(206))
+                .header(hipobj_proto::REPLY_HEADER, success(req, 206, &verbs))
                 .header("content-range", "bytes 10-19/100")
         }),
     );
-    let p = FakePlatform::host_only();
     let c = client(&rt, &d.endpoint(), &p);
-    let mut buf = vec![0u8; 16];
+    let mut buf = vec![0u8; 10];
     let mut reg = c.hipobj().register(&mut buf).unwrap();
     let t = c
-        .get_object(&mut reg, Span::whole(16), "bkt", "obj", Some("bytes=10-19"))
+        .get_object(&mut reg, Span::whole(10), "bkt", "obj", Some("bytes=10-19"))
         .unwrap();
     assert_eq!(
         (t.bytes, t.object_size, t.status, t.rdma),
@@ -131,16 +145,17 @@ fn a_ranged_get_sends_the_range_and_counts_from_content_range() {
 #[test]
 fn put_and_upload_part_send_no_body_and_sign_unsigned_payload() {
     let rt = runtime();
+    let p = FakePlatform::host_only();
+    let verbs = p.verbs.clone();
     let d = start(
         &rt,
-        binding(|_| {
+        binding(move |req| {
             Resp::new(200)
-                .header(hipobj_proto::REPLY_HEADER, "200")
+                .header(hipobj_proto::REPLY_HEADER, success(req, 200, &verbs))
                 .header(hipobj_proto::BYTES_HEADER, "4096")
                 .header("etag", "\"e1\"")
         }),
     );
-    let p = FakePlatform::host_only();
     let c = client(&rt, &d.endpoint(), &p);
     let mut buf = vec![7u8; 8192];
     let reg = c.hipobj().register(&mut buf).unwrap();
@@ -196,7 +211,7 @@ fn reply_501_falls_back_to_http_and_says_so() {
     assert!(!t.rdma);
     assert!(t.declined.as_deref().unwrap().contains("declined RDMA"), "{t:?}");
     assert_eq!((t.bytes, t.etag.as_deref()), (1000, Some("\"plain\"")));
-    assert_eq!(&reg.bytes()[..1000], &plain_object()[..]);
+    assert_eq!(&reg.to_vec()[..1000], &plain_object()[..]);
     let reqs = d.requests();
     assert_eq!(reqs.len(), 2);
     assert!(reqs[1].token().is_none(), "the fallback carries no token");
@@ -250,7 +265,7 @@ fn a_server_that_ignores_the_token_is_a_decline_and_its_body_is_used() {
         !t.rdma && t.declined.as_deref().unwrap().contains("does not speak"),
         "{t:?}"
     );
-    assert_eq!(reg.bytes(), &plain_object()[..]);
+    assert_eq!(reg.to_vec(), &plain_object()[..]);
     assert_eq!(d.requests().len(), 1, "the body that came back is the object");
 }
 

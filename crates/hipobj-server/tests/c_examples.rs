@@ -130,7 +130,7 @@ fn the_c_examples_put_and_get_over_rdma() {
     env(&mut get);
     let out = run_ok(
         get.arg(h.endpoint())
-            .args(["cbucket", "from-c", "4194304"])
+            .args(["cbucket", "from-c", "3145728"])
             .arg(&dst),
     );
     assert!(out.contains("GET 3145728 bytes over RDMA: HTTP 200"), "{out}");

@@ -194,7 +194,7 @@ fn put_get(rt: &tokio::runtime::Handle, s3: &aws_sdk_s3::Client, c: &Client, key
     );
     assert!(matches!(
         o.parsed(),
-        hipobj_proto::Reply::WithToken { status: 200, .. }
+        hipobj_proto::Reply::Done { status: 200, .. }
     ));
     drop(reg);
 
@@ -215,7 +215,7 @@ fn put_get(rt: &tokio::runtime::Handle, s3: &aws_sdk_s3::Client, c: &Client, key
         (o.status, o.bytes, o.content_length.as_deref()),
         (200, Some(data.len() as u64), Some("0"))
     );
-    assert!(reg.bytes() == data, "GET {key}: bytes differ");
+    assert!(reg.to_vec() == data, "GET {key}: bytes differ");
 }
 
 #[test]
@@ -292,11 +292,15 @@ fn scenario(dev: &str, big: usize) {
     assert_eq!((o.status, o.bytes), (206, Some(1000)), "{o:?}");
     assert!(matches!(
         o.parsed(),
-        hipobj_proto::Reply::WithToken { status: 206, .. }
+        hipobj_proto::Reply::Done {
+            status: 206,
+            bytes: 1000,
+            ..
+        }
     ));
-    assert!(reg.bytes() == &whole[5000..6000]);
+    assert!(reg.to_vec() == whole[5000..6000]);
     // A buffer smaller than the object: refused, nothing written.
-    reg.bytes_mut().fill(0xAA);
+    reg.fill(0xAA);
     let mut ctl = S3Control::new(
         &h,
         &s3,
@@ -308,7 +312,7 @@ fn scenario(dev: &str, big: usize) {
     assert!(c.get(&mut reg, 0, 1000, &mut ctl).is_err());
     assert_eq!(ctl.last().code.as_deref(), Some("RDMABufferTooSmall"));
     assert!(
-        reg.bytes().iter().all(|b| *b == 0xAA),
+        reg.to_vec().iter().all(|b| *b == 0xAA),
         "a refused GET wrote into the buffer"
     );
     drop(reg);
@@ -362,7 +366,7 @@ fn scenario(dev: &str, big: usize) {
         },
     );
     c.get(&mut reg, 0, all.len(), &mut ctl).unwrap();
-    assert!(reg.bytes() == all.as_slice());
+    assert!(reg.to_vec() == all.as_slice());
     drop(reg);
 
     // 32 clients at once, each its own object.
@@ -396,7 +400,7 @@ fn scenario(dev: &str, big: usize) {
         "a stale binding rebinds: {:?}",
         ctl.seen
     );
-    assert!(reg.bytes() == whole.as_slice());
+    assert!(reg.to_vec() == whole.as_slice());
     drop(reg);
 
     let (_, metrics) = rt.block_on(support::raw(

@@ -521,11 +521,13 @@ impl Target {
         }
     }
 
-    /// The reply that ends a transfer: `status`, naming the bound server QP.
-    fn success_reply(&self, status: u16, qpn: u32, _bytes: u64) -> Reply {
-        Reply::WithToken {
+    /// The reply that ends a transfer: `NNN:<server token>:<count>`, naming
+    /// the bound server QP and the bytes moved (docs/protocol.md §2).
+    fn success_reply(&self, status: u16, qpn: u32, bytes: u64) -> Reply {
+        Reply::Done {
             status,
             token: self.server_token(qpn),
+            bytes,
         }
     }
 
@@ -544,7 +546,11 @@ impl Target {
     }
 
     /// GET: opens the source, refuses a selection larger than the buffer,
-    /// and RDMA WRITEs the selection at the token's address.
+    /// and RDMA WRITEs the selection at the token's address, the last WRITE
+    /// with the token's key as immediate data. The count reported is the
+    /// selection's length: min(selection, token length), since a larger
+    /// selection is refused; the client fails a count short of what it
+    /// asked for.
     fn get<E>(
         &self,
         binding: &Binding,
@@ -601,7 +607,10 @@ impl Target {
         let mut scratch = vec![0u8; self.config.chunk.min(usize::try_from(len).unwrap_or(usize::MAX))];
         let result = (|| -> Result<(), MoveError<E>> {
             let mut off = 0u64;
-            while off < len {
+            // A GET's last WRITE carries the proof (WRITE WITH IMMEDIATE),
+            // so a GET of zero bytes still sends one, empty.
+            let mut proof_due = write;
+            while off < len || proof_due {
                 let n = (len - off).min(self.config.chunk as u64) as usize;
                 let data = &mut scratch[..n];
                 if write {
@@ -610,8 +619,19 @@ impl Target {
                 let sge = buf
                     .sge(0, n as u32)
                     .ok_or_else(|| MoveError::Rdma("chunk larger than the bounce buffer".into()))?;
+                let sges = [sge];
                 let remote_addr = token.addr + off;
-                let op = if write {
+                let last = off + n as u64 == len;
+                let op = if write && last {
+                    // The client requires this completion, carrying its
+                    // token's key, before it takes the reply as success.
+                    proof_due = false;
+                    SendOp::WriteWithImm {
+                        remote_addr,
+                        rkey: token.rkey,
+                        imm: token.rkey,
+                    }
+                } else if write {
                     SendOp::Write {
                         remote_addr,
                         rkey: token.rkey,
@@ -627,7 +647,7 @@ impl Target {
                 conn.qp.post_send(&SendWr {
                     wr_id,
                     op,
-                    sg_list: &[sge],
+                    sg_list: if n == 0 { &[] } else { &sges },
                     signaled: true,
                 })?;
                 wait_for(conn.cq.as_ref(), wr_id, self.config.completion_timeout).map_err(MoveError::Rdma)?;

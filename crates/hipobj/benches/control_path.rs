@@ -4,7 +4,9 @@
 //!   connection that is already bound (find the buffer, lease a connection,
 //!   mint and encode the token, call the S3 side, parse its reply, check the
 //!   CQ without waiting, return the lease), with an S3 side that answers at
-//!   once, so no RDMA and no server time is in it;
+//!   once, so no RDMA and no server time is in it. It is a PUT: a GET's
+//!   success needs the server's WRITE WITH IMMEDIATE on the CQ, which only a
+//!   real RDMA WRITE makes;
 //! * `get_4k_round_trip`: a whole 4 KiB GET, the server's RDMA WRITE over
 //!   loopback UDP included.
 //!
@@ -45,18 +47,16 @@ impl Control for Canned {
     }
 }
 
-/// A GET of the object "bench" from the in-process server double.
-struct Get<'a> {
+/// A request to the in-process server double.
+struct Req<'a> {
     server: &'a ObjectServer,
+    op: Op,
     reply: String,
 }
 
-impl Control for Get<'_> {
+impl Control for Req<'_> {
     fn send_request(&mut self, token: &str) -> Result<(), ControlError> {
-        self.reply = self
-            .server
-            .serve(&Op::Get("bench".into()), token)
-            .map_err(ControlError)?;
+        self.reply = self.server.serve(&self.op, token).map_err(ControlError)?;
         Ok(())
     }
     fn recv_reply(&mut self, reply: &mut [u8]) -> Result<usize, ControlError> {
@@ -109,17 +109,17 @@ fn setup() -> (Library, Arc<Instance>, ObjectServer, MemRegion) {
 
 fn benches(c: &mut Criterion) {
     let (_lib, inst, server, buf) = setup();
-    let mut get = Get {
+    let mut get = Req {
         server: &server,
+        op: Op::Get("bench".into()),
         reply: String::new(),
     };
-    // Bind the connection with one real GET, keeping the reply a bound
-    // server gives (200 and its own QP's token).
-    let echo = bound(&inst, &mut get, buf);
-    let mut canned = Canned(echo);
+    // Bind the connection with one real PUT, keeping the reply a bound
+    // server gives it (200, its own QP's token, 4096 bytes).
+    let mut canned = Canned(bound(&inst, &server, buf));
     c.bench_function("control_path", |b| {
         b.iter(|| {
-            inst.transfer(Direction::Get, buf.addr(), 4096, 0, &mut canned)
+            inst.transfer(Direction::Put, buf.addr(), 4096, 0, &mut canned)
                 .unwrap()
         })
     });
@@ -131,11 +131,17 @@ fn benches(c: &mut Criterion) {
     });
 }
 
-/// Binds the connection with one real GET and returns the success reply a
-/// bound server gave.
-fn bound(inst: &Instance, get: &mut Get<'_>, buf: MemRegion) -> String {
-    inst.transfer(Direction::Get, buf.addr(), 4096, 0, get).unwrap();
-    get.reply.clone()
+/// Binds the connection with one real PUT of 4096 bytes and returns the
+/// success reply the bound server gave.
+fn bound(inst: &Instance, server: &ObjectServer, buf: MemRegion) -> String {
+    let mut put = Req {
+        server,
+        op: Op::Put("bench-put".into()),
+        reply: String::new(),
+    };
+    inst.transfer(Direction::Put, buf.addr(), 4096, 0, &mut put)
+        .unwrap();
+    put.reply
 }
 
 fn main() {
@@ -144,13 +150,9 @@ fn main() {
         .and_then(|v| v.parse::<u64>().ok())
     {
         let (_lib, inst, server, buf) = setup();
-        let mut get = Get {
-            server: &server,
-            reply: String::new(),
-        };
-        let mut canned = Canned(bound(&inst, &mut get, buf));
+        let mut canned = Canned(bound(&inst, &server, buf));
         for _ in 0..n {
-            inst.transfer(Direction::Get, buf.addr(), 4096, 0, &mut canned)
+            inst.transfer(Direction::Put, buf.addr(), 4096, 0, &mut canned)
                 .unwrap();
         }
         println!("{n} control-path transfers");

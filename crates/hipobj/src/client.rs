@@ -8,8 +8,9 @@
 //! let mut buf = vec![0u8; 1 << 20];
 //! let mut reg = client.register(&mut buf)?;
 //! client.get(&mut reg, 0, 1 << 20, s3)?; // the server WRITEs the object into buf
+//! let object = reg.to_vec(); // a copy: registered memory is never lent out
 //! drop(reg);
-//! assert_eq!(buf.len(), 1 << 20);
+//! assert_eq!(object.len(), 1 << 20);
 //! # Ok(()) }
 //! ```
 //!
@@ -168,32 +169,76 @@ impl Registration<'_> {
         self.region.is_empty()
     }
 
-    /// The registered bytes, as they are now.
+    /// Copies `out.len()` registered bytes starting at `offset` into `out`.
     ///
-    /// Between transfers no server should touch the memory, but a server
-    /// holding a GET token may still write it (RDMA is like that); take the
-    /// bytes right after the transfer that filled them.
-    pub fn bytes(&self) -> &[u8] {
-        // SAFETY: the registration holds the unique borrow of this memory for
-        // its lifetime 'a, and `&self` keeps it from being re-borrowed
-        // mutably meanwhile; a transfer needs `&mut self` for a GET.
+    /// There is deliberately no `&[u8]` view of registered memory: while it
+    /// is registered, a server holding a token for it may write it at any
+    /// moment (RDMA needs no cooperation from this process), and a shared
+    /// borrow whose bytes change under it is undefined behaviour. A copy
+    /// taken right after the transfer that filled the range is what the
+    /// transfer delivered.
+    pub fn read_into(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.check_range(offset, out.len())?;
+        // SAFETY: the range lies inside the registration, whose memory this
+        // registration borrows mutably for 'a, so it is allocated. No
+        // reference to it is formed: the bytes are copied through raw
+        // pointers, as from memory a device writes, into `out`, which the
+        // NIC cannot reach (it is not registered through this object).
         unsafe {
-            std::slice::from_raw_parts(
-                std::ptr::with_exposed_provenance(self.region.addr()),
+            std::ptr::copy_nonoverlapping(
+                std::ptr::with_exposed_provenance::<u8>(self.region.addr() + offset),
+                out.as_mut_ptr(),
+                out.len(),
+            );
+        }
+        Ok(())
+    }
+
+    /// A copy of all the registered bytes (see [`Registration::read_into`]).
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut out = vec![0u8; self.region.len()];
+        // The whole registration is always in range.
+        let _ = self.read_into(0, &mut out);
+        out
+    }
+
+    /// Copies `src` into the registration starting at `offset`, to fill it
+    /// before a PUT. Like [`Registration::read_into`] it hands out no borrow
+    /// of memory a peer may write.
+    pub fn write_from(&mut self, offset: usize, src: &[u8]) -> Result<()> {
+        self.check_range(offset, src.len())?;
+        // SAFETY: as in `read_into`; `&mut self` keeps other copies through
+        // this registration from running at the same time.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                src.as_ptr(),
+                std::ptr::with_exposed_provenance_mut::<u8>(self.region.addr() + offset),
+                src.len(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Sets every registered byte to `byte`.
+    pub fn fill(&mut self, byte: u8) {
+        // SAFETY: as in `write_from`, over the whole registration.
+        unsafe {
+            std::ptr::write_bytes(
+                std::ptr::with_exposed_provenance_mut::<u8>(self.region.addr()),
+                byte,
                 self.region.len(),
-            )
+            );
         }
     }
 
-    /// The registered bytes, to fill before a PUT.
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in `bytes`, and `&mut self` makes this the only access.
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                std::ptr::with_exposed_provenance_mut(self.region.addr()),
-                self.region.len(),
-            )
+    fn check_range(&self, offset: usize, len: usize) -> Result<()> {
+        if offset > self.region.len() || len > self.region.len() - offset {
+            return Err(Error::invalid(format!(
+                "bytes {offset}..+{len} run past the end of the {}-byte registration",
+                self.region.len()
+            )));
         }
+        Ok(())
     }
 }
 

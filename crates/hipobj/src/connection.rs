@@ -1,17 +1,19 @@
 //! An RC connection: one queue pair and the completion queue it reports to.
 //!
 //! The client's QPs only ever respond: the server WRITEs into (GET) or READs
-//! from (PUT) the client's memory. One-sided operations make no completions
-//! at the responder, so to notice a QP that went to the error state without
-//! waiting, each connection keeps one empty receive posted: a QP in error
-//! flushes it, and the flush completion shows up on a non-blocking poll.
+//! from (PUT) the client's memory. Each connection keeps one empty receive
+//! posted. A GET's last WRITE carries an immediate value, which consumes that
+//! receive: its completion is the client's proof that the server's WRITEs
+//! reached this QP ([`Connection::take_write_proof`]), and the receive is
+//! posted again. Otherwise a completion means the QP went to the error state
+//! (it flushes the receive), which a non-blocking poll notices.
 
 use std::sync::Arc;
 
 use hipobj_platform::rc::{self, RcPath};
 use hipobj_platform::{
-    AccessFlags, CompletionQueue, Gid, QpAttr, QpAttrMask, QpInitAttr, QpState, QueuePair, RecvWr,
-    WorkCompletion,
+    AccessFlags, CompletionQueue, Gid, QpAttr, QpAttrMask, QpInitAttr, QpState, QueuePair, RecvWr, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 
 use crate::device::RdmaDevice;
@@ -87,6 +89,10 @@ impl Connection {
         self.qp
             .modify(&attr, mask)
             .map_err(|e| rdma("moving a queue pair to INIT", &e))?;
+        self.post_sentinel()
+    }
+
+    fn post_sentinel(&self) -> Result<()> {
         self.qp
             .post_recv(&RecvWr {
                 wr_id: SENTINEL,
@@ -113,6 +119,19 @@ impl Connection {
     /// Marks the connection unusable; the pool destroys it.
     pub fn mark_broken(&mut self) {
         self.broken = true;
+    }
+
+    /// Takes the QP out of RTS for good (to RESET, which drops everything a
+    /// peer sends) and marks the connection broken. Returns whether the QP
+    /// left RTS; if not, the caller must destroy it.
+    pub fn disable(&mut self) -> bool {
+        self.broken = true;
+        self.peer = None;
+        let reset = QpAttr {
+            qp_state: QpState::Reset,
+            ..QpAttr::default()
+        };
+        self.qp.modify(&reset, QpAttrMask::STATE).is_ok()
     }
 
     /// Binds the QP to `peer`: RTR expecting `psn` first, then RTS. A QP
@@ -162,10 +181,87 @@ impl Connection {
         while matches!(self.cq.poll(&mut wc), Ok(n) if n > 0) {}
     }
 
+    /// The proof that a GET's bytes reached this QP: the completion of the
+    /// sentinel receive consumed by the server's RDMA WRITE WITH IMMEDIATE,
+    /// successful, with the immediate value `imm` (the token's rkey).
+    /// Polls without waiting: the server replies only after its WRITE
+    /// completed, and RC ordering puts our receive completion on the CQ
+    /// before the reply can arrive, so an empty CQ means no proof. Reposts
+    /// the receive, then checks that nothing else completed. Any failure
+    /// marks the connection broken.
+    pub fn take_write_proof(&mut self, imm: u32) -> Result<()> {
+        match self.take_write_imm()? {
+            Some(got) if got == imm => Ok(()),
+            Some(got) => {
+                self.broken = true;
+                Err(Error::new(
+                    crate::ErrorKind::RdmaError,
+                    format!(
+                        "the server's WRITE WITH IMMEDIATE carried {got:#x}, not this transfer's key {imm:#x}"
+                    ),
+                ))
+            }
+            None => {
+                self.broken = true;
+                Err(Error::new(
+                    crate::ErrorKind::RdmaError,
+                    "the server reported success, but no RDMA WRITE WITH IMMEDIATE reached the connection: nothing proves that the bytes moved",
+                ))
+            }
+        }
+    }
+
+    /// Polls once without waiting for the completion of a WRITE WITH
+    /// IMMEDIATE: `None` if the CQ is empty, its immediate value if the
+    /// sentinel receive completed that way (the receive is then posted
+    /// again, and nothing else may have completed). Any other completion is
+    /// an error and marks the connection broken.
+    pub fn take_write_imm(&mut self) -> Result<Option<u32>> {
+        let result = self.take_write_imm_inner();
+        if result.is_err() {
+            self.broken = true;
+        }
+        result
+    }
+
+    fn take_write_imm_inner(&mut self) -> Result<Option<u32>> {
+        let mut wc = [WorkCompletion::EMPTY; 1];
+        let n = self
+            .cq
+            .poll(&mut wc)
+            .map_err(|e| rdma("polling the completion queue", &e))?;
+        if n == 0 {
+            return Ok(None);
+        }
+        let c = wc[0];
+        let imm = match c.imm_data {
+            Some(imm)
+                if c.wr_id == SENTINEL
+                    && c.status == WcStatus::Success
+                    && c.opcode == WcOpcode::RecvRdmaWithImm =>
+            {
+                imm
+            }
+            _ => {
+                return Err(Error::new(
+                    crate::ErrorKind::RdmaError,
+                    format!(
+                        "the connection completed something other than the server's WRITE WITH IMMEDIATE (status {:?}, opcode {:?}, vendor error {:#x})",
+                        c.status, c.opcode, c.vendor_err
+                    ),
+                ));
+            }
+        };
+        self.post_sentinel()?;
+        self.check()?;
+        Ok(Some(imm))
+    }
+
     /// Checks, without waiting, that the QP has not gone to the error state.
-    /// Any completion at all means it has: the only work ever posted is the
-    /// sentinel receive, which completes only when flushed (or when a peer
-    /// misbehaves and SENDs to us).
+    /// Any completion at all means it has, or that a peer sent something
+    /// nobody asked for: outside a GET's proof, the sentinel receive
+    /// completes only when flushed (or when a peer SENDs to us, or WRITEs
+    /// with an immediate outside a transfer).
     pub fn check(&mut self) -> Result<()> {
         let mut wc = [WorkCompletion::EMPTY; 1];
         match self.cq.poll(&mut wc) {

@@ -5,7 +5,8 @@
 //! instance needs none. Calls hold an `Arc<Instance>` for their whole run, so
 //! an instance outlives a shutdown until the last call using it returns.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use hipobj_platform::{MemRegion, Platform, PointerKind};
 use hipobj_proto::{Reply, Token, Transport};
@@ -18,7 +19,7 @@ use crate::device::RdmaDevice;
 use crate::error::{Error, ErrorKind, Result};
 use crate::nic::{self, Chosen};
 use crate::options::Options;
-use crate::pool::ConnectionPool;
+use crate::pool::{ConnectionPool, Lease};
 
 /// What `init` is asked for.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -80,7 +81,7 @@ pub struct Instance {
     abandoned: AbandonedCopies,
     buffers: BufferMap,
     pool: Arc<ConnectionPool>,
-    token_conn: Mutex<Connection>,
+    token_conn: Mutex<TokenConn>,
     device: Arc<RdmaDevice>,
     chosen: Chosen,
     options: Options,
@@ -100,7 +101,11 @@ impl Instance {
             abandoned: AbandonedCopies::default(),
             buffers: BufferMap::default(),
             pool,
-            token_conn: Mutex::new(token_conn),
+            token_conn: Mutex::new(TokenConn {
+                conn: Some(token_conn),
+                minted: VecDeque::new(),
+                may_bind: false,
+            }),
             device,
             chosen,
             options,
@@ -377,6 +382,10 @@ impl Instance {
         }
     }
 
+    fn lock_token_conn(&self) -> MutexGuard<'_, TokenConn> {
+        self.token_conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// `hipObjGetRdmaToken`: a token for the first `size` bytes of a
     /// registered buffer, naming the token connection, that lets the server
     /// do what a transfer in direction `dir` needs and nothing else.
@@ -386,21 +395,37 @@ impl Instance {
             return Err(Error::invalid("the token size is 0"));
         }
         entry.check_range(0, size)?;
-        let qpn = {
-            let mut conn = self.token_conn.lock().unwrap_or_else(PoisonError::into_inner);
-            if conn.is_broken() {
-                self.replace_token_conn(&mut conn)?;
-            }
-            conn.qp_num()
-        };
-        Ok(self.mint(qpn, &entry, dir, 0, size).encode())
+        let mut tc = self.lock_token_conn();
+        if tc.conn.as_ref().is_none_or(Connection::is_broken) {
+            self.replace_token_conn(&mut tc)?;
+        }
+        let qpn =
+            tc.conn.as_ref().map(Connection::qp_num).ok_or_else(|| {
+                Error::new(ErrorKind::RdmaError, "the token connection could not be rebuilt")
+            })?;
+        let token = self.mint(qpn, &entry, dir, 0, size);
+        tc.note_minted(Minted {
+            dir,
+            rkey: token.rkey,
+            len: token.len,
+        });
+        Ok(token.encode())
     }
 
     /// Swaps the token connection for a new one, so that the server's
-    /// binding to the old QP number can never reach a buffer again.
-    fn replace_token_conn(&self, conn: &mut Connection) -> Result<()> {
-        conn.mark_broken();
-        *conn = Connection::new(self.device.clone())?;
+    /// binding to the old QP number can never reach a buffer again. The old
+    /// QP leaves RTS first (or is destroyed), so a replacement that fails
+    /// leaves nothing a server can write through; tokens minted for it are
+    /// forgotten.
+    fn replace_token_conn(&self, tc: &mut TokenConn) -> Result<()> {
+        tc.minted.clear();
+        tc.may_bind = false;
+        if let Some(mut old) = tc.conn.take() {
+            // Reset is enough to stop it; the QP itself goes with `old`.
+            old.disable();
+            drop(old);
+        }
+        tc.conn = Some(Connection::new(self.device.clone())?);
         Ok(())
     }
 
@@ -409,11 +434,14 @@ impl Instance {
     ///
     /// A binding reply (`409:<token>:<psn>`) connects the token connection to
     /// the server QP it names and returns 409: send the same request again.
-    /// A success reply (200, 204, 206) is checked as a transfer's is (the
-    /// connection must be bound, to the QP an echoed token names, and must
-    /// not have failed) and returns its code. Any other reply, or a failed
-    /// check, is an error, and the token connection is replaced, so the
-    /// server's binding to it can never write the buffer later.
+    /// Only one binding round is allowed per token (or per completed
+    /// transfer): a second 409 in a row fails. A success is accepted only in
+    /// its full form, checked as a transfer's is (docs/protocol.md §3): it
+    /// names the server QP the token connection is bound to, its byte count
+    /// is a minted token's length, and a GET's WRITE WITH IMMEDIATE carrying
+    /// that token's key completed on the connection. Any other reply, or a
+    /// failed check, is an error, and the token connection is replaced, so
+    /// the server's binding to it can never write the buffer later.
     pub fn handle_token_reply(&self, reply: &[u8]) -> Result<u16> {
         let reply = hipobj_proto::parse_reply(reply).map_err(|e| {
             Error::invalid(format!(
@@ -421,37 +449,91 @@ impl Instance {
                 String::from_utf8_lossy(reply)
             ))
         })?;
-        let mut conn = self.token_conn.lock().unwrap_or_else(PoisonError::into_inner);
-        let outcome = match reply {
-            Reply::Bind { token, psn } => peer_of(&token).and_then(|peer| conn.connect(peer, psn)),
-            r if r.is_success() => conn
-                .peer()
-                .ok_or_else(|| {
-                    Error::new(
+        let mut tc = self.lock_token_conn();
+        let outcome = self.check_token_reply(&mut tc, &reply);
+        match outcome {
+            Ok(()) => {
+                // After a completed transfer the next exchange may bind once.
+                tc.may_bind = reply.is_success();
+                Ok(reply.http_code())
+            }
+            Err(e) => {
+                // A replacement that fails leaves no connection; the next
+                // token request tries again.
+                let _ = self.replace_token_conn(&mut tc);
+                Err(e)
+            }
+        }
+    }
+
+    fn check_token_reply(&self, tc: &mut TokenConn, reply: &Reply) -> Result<()> {
+        let may_bind = std::mem::replace(&mut tc.may_bind, false);
+        let TokenConn { conn, minted, .. } = tc;
+        let minted = &*minted;
+        let conn = conn.as_mut().ok_or_else(|| {
+            Error::new(
+                ErrorKind::RdmaError,
+                "the token connection is gone (its replacement failed); get a new token",
+            )
+        })?;
+        match *reply {
+            Reply::Bind { token, psn } => {
+                if !may_bind {
+                    return Err(Error::new(
+                        ErrorKind::S3Error,
+                        "the server asked to bind the token connection again: one binding round per token",
+                    ));
+                }
+                conn.connect(peer_of(&token)?, psn)
+            }
+            r if r.is_success() => {
+                let (_, bytes) = proven_reply(conn, &r)?;
+                // A GET proves itself by its WRITE WITH IMMEDIATE, whose key
+                // names the token; a PUT by a count equal to a PUT token's
+                // length, with nothing on the CQ.
+                let expected = match conn.take_write_imm()? {
+                    Some(imm) => minted
+                        .iter()
+                        .rev()
+                        .find(|m| m.dir == Direction::Get && m.rkey == imm),
+                    None => minted
+                        .iter()
+                        .rev()
+                        .find(|m| m.dir == Direction::Put && m.len == bytes)
+                        .or_else(|| minted.iter().rev().find(|m| m.dir == Direction::Put)),
+                };
+                let Some(expected) = expected.copied() else {
+                    return Err(Error::new(
                         ErrorKind::RdmaError,
-                        "the server reported success, but the token connection was never bound to it",
-                    )
-                })
-                .and_then(|bound| match r.peer_token() {
-                    Some(echo) if peer_of(echo)? != bound => Err(Error::new(
-                        ErrorKind::RdmaError,
-                        "the server answered from a different queue pair than the token connection is bound to",
-                    )),
-                    _ => Ok(()),
-                })
-                .and_then(|()| conn.check()),
+                        "the server reported success, but nothing proves a live token's transfer: no WRITE WITH IMMEDIATE with a GET token's key, and no PUT token",
+                    ));
+                };
+                check_count(bytes, expected.len)?;
+                Ok(())
+            }
             r => Err(Error::new(
                 ErrorKind::S3Error,
-                format!("the server's x-amz-rdma-reply is {}, not a success", r.http_code()),
+                format!(
+                    "the server's x-amz-rdma-reply is {}, not a success",
+                    r.http_code()
+                ),
             )),
-        };
-        match outcome {
-            Ok(()) => Ok(reply.http_code()),
-            Err(e) => {
-                // A replacement that fails leaves the old one marked broken;
-                // the next token request tries again.
-                let _ = self.replace_token_conn(&mut conn);
-                Err(e)
+        }
+    }
+
+    /// Leases a connection whose CQ is empty. A completion before anything
+    /// was sent means the QP failed, or a peer wrote with an immediate
+    /// outside any transfer (which must not count as a later GET's proof):
+    /// such a connection is destroyed and another leased.
+    fn acquire_idle(&self) -> Result<Lease> {
+        let mut tries = self.pool.size() + 1;
+        loop {
+            let mut lease = self.pool.acquire()?;
+            match lease.conn().check() {
+                Ok(()) => return Ok(lease),
+                Err(e) if tries == 0 => return Err(e),
+                // Dropping the lease destroys and replaces the connection.
+                Err(_) => tries -= 1,
             }
         }
     }
@@ -480,34 +562,57 @@ impl Instance {
         if dir == Direction::Put {
             self.stage(&entry, offset, size, SyncDirection::ToHost)?;
         }
-        let mut lease = self.pool.acquire()?;
-        let token = self
-            .mint(lease.conn().qp_num(), &entry, dir, offset, size)
-            .encode();
-        let outcome = run_exchange(lease.conn(), token.as_str(), control);
-        match outcome {
-            Ok(peer) => {
-                lease.conn().check()?;
-                if matches!(entry.kind(), BufKind::Device { .. }) {
-                    self.platform
-                        .gpu
-                        .synchronize()
-                        .map_err(|e| Error::gpu(ErrorKind::RdmaError, "synchronizing the GPU", &e))?;
-                }
-                lease.note_success(peer.gid);
-            }
-            Err(e) => {
-                // Whatever the server did, this QP leaves RTS for good, so
-                // nothing it sends later can land in the buffer.
-                lease.conn().mark_broken();
-                return Err(e);
-            }
+        // Until `note_success`, the lease destroys its connection when
+        // dropped: every `?` below, and a panic, leave the QP out of RTS.
+        let mut lease = self.acquire_idle()?;
+        let mint = |qpn| self.mint(qpn, &entry, dir, offset, size);
+        let peer = run_exchange(&mut lease, &mint, dir, control)?;
+        if matches!(entry.kind(), BufKind::Device { .. }) {
+            self.platform
+                .gpu
+                .synchronize()
+                .map_err(|e| Error::gpu(ErrorKind::RdmaError, "synchronizing the GPU", &e))?;
         }
+        lease.note_success(peer.gid);
         drop(lease);
         if dir == Direction::Get {
             self.stage(&entry, offset, size, SyncDirection::ToDevice)?;
         }
         Ok(())
+    }
+}
+
+/// A token minted on the token connection, as much as a reply must match.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Minted {
+    dir: Direction,
+    rkey: u32,
+    len: u64,
+}
+
+/// Most minted tokens the token connection remembers; older ones are
+/// forgotten (a reply for one of them then fails).
+const MAX_MINTED: usize = 64;
+
+/// The token connection and what its replies are checked against.
+#[derive(Debug)]
+struct TokenConn {
+    /// `None` only after a replacement failed.
+    conn: Option<Connection>,
+    /// Tokens minted for the current connection, newest last.
+    minted: VecDeque<Minted>,
+    /// Whether the next 409 may bind: set by a new token or a completed
+    /// transfer, cleared by any reply.
+    may_bind: bool,
+}
+
+impl TokenConn {
+    fn note_minted(&mut self, m: Minted) {
+        if self.minted.len() >= MAX_MINTED {
+            self.minted.pop_front();
+        }
+        self.minted.push_back(m);
+        self.may_bind = true;
     }
 }
 
@@ -536,32 +641,132 @@ fn exchange(control: &mut dyn Control, token: &str) -> Result<Reply> {
     })
 }
 
+/// The server end a server token names, after checking that it can be one:
+/// an RC QP number in 2..2^24 (0 and 1 are special QPs), a unicast GID that
+/// is not `::` (nor an IPv4-mapped unspecified, multicast or broadcast
+/// address), and a port of at least 1. Anything else fails the call before
+/// any QP is touched.
 fn peer_of(token: &Token) -> Result<Peer> {
-    if token.transport != Transport::Rc {
-        return Err(Error::new(
+    let bad = |why: String| {
+        Err(Error::new(
             ErrorKind::S3Error,
-            "the server's token is not for a reliable connection",
-        ));
+            format!("the server's token is unusable: {why}"),
+        ))
+    };
+    if token.transport != Transport::Rc {
+        return bad("it is not for a reliable connection".into());
     }
-    Ok(Peer {
-        gid: hipobj_platform::Gid(token.gid),
-        qpn: token.qpn,
-    })
+    if !(2..=hipobj_proto::PSN_MAX).contains(&token.qpn) {
+        return bad(format!("QP number {:#x} is not in 2..2^24", token.qpn));
+    }
+    let gid = hipobj_platform::Gid(token.gid);
+    if token.gid == [0; 16] {
+        return bad("its GID is ::".into());
+    }
+    if token.gid[0] == 0xff {
+        return bad(format!("its GID {gid} is multicast"));
+    }
+    if let Some(v4) = gid.to_ipv4()
+        && (v4.is_unspecified() || v4.is_multicast() || v4.is_broadcast())
+    {
+        return bad(format!("its GID {gid} maps {v4}, which is not a unicast address"));
+    }
+    if token.port == 0 {
+        return bad("its port is 0".into());
+    }
+    Ok(Peer { gid, qpn: token.qpn })
 }
 
-/// The request/reply exchange of one transfer, with at most one binding
-/// round (docs/protocol.md). Returns the server end that completed it.
-fn run_exchange(conn: &mut Connection, token: &str, control: &mut dyn Control) -> Result<Peer> {
-    let mut reply = exchange(control, token)?;
-    if let Reply::Bind { token: server, psn } = reply {
-        conn.connect(peer_of(&server)?, psn)?;
-        reply = exchange(control, token)?;
-        if matches!(reply, Reply::Bind { .. }) {
+/// Checks a success reply before anything else is believed: it must be the
+/// full form (`NNN:<token>:<count>`, docs/protocol.md §2), on a connection
+/// that is bound, naming the server QP it is bound to. Returns that server
+/// end and the count.
+fn proven_reply(conn: &Connection, reply: &Reply) -> Result<(Peer, u64)> {
+    let Reply::Done { token, bytes, .. } = *reply else {
+        return Err(Error::new(
+            ErrorKind::RdmaError,
+            format!(
+                "the server's success reply {reply} names no server queue pair and byte count; anyone can write that, so it proves nothing"
+            ),
+        ));
+    };
+    let bound = conn.peer().ok_or_else(|| {
+        Error::new(
+            ErrorKind::RdmaError,
+            "the server reported success, but the connection was never bound to it, so no RDMA can have happened",
+        )
+    })?;
+    if peer_of(&token)? != bound {
+        return Err(Error::new(
+            ErrorKind::RdmaError,
+            "the server answered from a different queue pair than the connection is bound to",
+        ));
+    }
+    Ok((bound, bytes))
+}
+
+/// A success must count exactly the bytes asked for. Fewer is the object
+/// (or range) ending early, an S3-level shortfall; more cannot have fit in
+/// the token's range, so the server is lying.
+fn check_count(bytes: u64, asked: u64) -> Result<()> {
+    if bytes < asked {
+        return Err(Error::new(
+            ErrorKind::S3Error,
+            format!(
+                "the server moved {bytes} bytes of the {asked} asked for (the object or range is shorter)"
+            ),
+        ));
+    }
+    if bytes > asked {
+        return Err(Error::new(
+            ErrorKind::RdmaError,
+            format!("the server claims to have moved {bytes} bytes, more than the {asked} the token allows"),
+        ));
+    }
+    Ok(())
+}
+
+/// The request/reply exchange of one transfer (docs/protocol.md §3), and the
+/// proof of its success. `mint` makes the token for a QP number.
+///
+/// - A 409 from a server the leased connection is not bound to first trades
+///   the connection for one bound to that server, else an unbound one
+///   (no binding round spent), and sends the request again with a token
+///   for it.
+/// - A 409 for an unbound connection, or one bound to that server, binds it:
+///   at most once per transfer.
+/// - A success must be the full form, from the bound server QP, with the
+///   token's length as its count; a GET's WRITE WITH IMMEDIATE with the
+///   token's key must have completed on the connection.
+///
+/// Returns the server end that completed it.
+fn run_exchange(
+    lease: &mut Lease,
+    mint: &dyn Fn(u32) -> Token,
+    dir: Direction,
+    control: &mut dyn Control,
+) -> Result<Peer> {
+    let mut token = mint(lease.conn().qp_num());
+    let mut reply = exchange(control, token.encode().as_str())?;
+    let mut swapped = false;
+    let mut bound_once = false;
+    while let Reply::Bind { token: server, psn } = reply {
+        let peer = peer_of(&server)?;
+        let current = lease.conn().peer();
+        let elsewhere = current.is_some_and(|p| p.gid != peer.gid);
+        if elsewhere && !swapped && lease.swap_for(peer.gid) {
+            swapped = true;
+            token = mint(lease.conn().qp_num());
+        } else if bound_once {
             return Err(Error::new(
                 ErrorKind::S3Error,
                 "the server asked to bind the connection twice in one transfer",
             ));
+        } else {
+            lease.conn().connect(peer, psn)?;
+            bound_once = true;
         }
+        reply = exchange(control, token.encode().as_str())?;
     }
     if !reply.is_success() {
         let code = reply.http_code();
@@ -572,19 +777,12 @@ fn run_exchange(conn: &mut Connection, token: &str, control: &mut dyn Control) -
         };
         return Err(Error::new(ErrorKind::S3Error, why));
     }
-    let bound = conn.peer().ok_or_else(|| {
-        Error::new(
-            ErrorKind::RdmaError,
-            "the server reported success, but the connection was never bound to it, so no RDMA can have happened",
-        )
-    })?;
-    if let Some(echo) = reply.peer_token()
-        && peer_of(echo)? != bound
-    {
-        return Err(Error::new(
-            ErrorKind::RdmaError,
-            "the server answered from a different queue pair than the connection is bound to",
-        ));
+    let conn = lease.conn();
+    let (bound, bytes) = proven_reply(conn, &reply)?;
+    check_count(bytes, token.len)?;
+    match dir {
+        Direction::Get => conn.take_write_proof(token.rkey)?,
+        Direction::Put => conn.check()?,
     }
     Ok(bound)
 }

@@ -16,7 +16,8 @@ use hipobj_proto::{Reply, Token};
 
 use support::{config, fake, host_buf, options, server_token};
 
-/// A server double that binds an unbound client QP and then succeeds.
+/// A server double that binds an unbound client QP and then succeeds,
+/// delivering a GET's WRITE WITH IMMEDIATE before its reply.
 struct Binder {
     verbs: Arc<FakeVerbs>,
     reply: String,
@@ -26,7 +27,10 @@ impl Control for Binder {
     fn send_request(&mut self, token: &str) -> Result<(), ControlError> {
         let t = Token::decode(token.as_bytes()).map_err(|e| ControlError(e.to_string()))?;
         self.reply = if self.verbs.qp_state(t.qpn) == Some(QpState::Rts) {
-            "200".into()
+            if support::is_get_token(&self.verbs, &t) {
+                support::deliver_get_proof(&self.verbs, &t);
+            }
+            support::done(t.len)
         } else {
             Reply::Bind {
                 token: server_token(),

@@ -13,7 +13,7 @@ use hipobj_platform::QpState;
 use hipobj_platform::fake::FakeDeviceSpec;
 use hipobj_proto::{Reply, Token};
 
-use support::{Script, fake, host_buf, server_token, started};
+use support::{Script, done, done_status, fake, host_buf, server_token, started};
 
 fn bind_reply(psn: u32) -> String {
     Reply::Bind {
@@ -30,7 +30,7 @@ fn the_token_describes_the_range_and_the_leased_qp() {
     let inst = lib.instance().unwrap();
     let buf = host_buf(4096);
     inst.register_host(buf).unwrap();
-    let mut s = Script::replying(&[&bind_reply(7), "200"]);
+    let mut s = Script::serving(&p, &[&bind_reply(7), &done(100)]);
     inst.transfer(Direction::Get, buf.addr(), 100, 1000, &mut s)
         .unwrap();
     assert_eq!(s.tokens.len(), 2, "a binding round sends the request twice");
@@ -53,19 +53,20 @@ fn the_token_describes_the_range_and_the_leased_qp() {
     );
 
     // The next transfer reuses the bound QP and needs one round.
-    let mut s2 = Script::replying(&["200"]);
+    let mut s2 = Script::serving(&p, &[&done(4096)]);
     inst.transfer(Direction::Put, buf.addr(), 4096, 0, &mut s2)
         .unwrap();
     assert_eq!(s2.tokens.len(), 1);
     assert_eq!(Token::decode(s2.tokens[0].as_bytes()).unwrap().qpn, t.qpn);
-    // An echo of the bound server QP is accepted.
-    let echo = Reply::WithToken {
-        status: 206,
-        token: server_token(),
-    }
-    .to_string();
-    inst.transfer(Direction::Get, buf.addr(), 10, 0, &mut Script::replying(&[&echo]))
-        .unwrap();
+    // A 206 naming the bound server QP, with the count, is accepted.
+    inst.transfer(
+        Direction::Get,
+        buf.addr(),
+        10,
+        0,
+        &mut Script::serving(&p, &[&done_status(206, 10)]),
+    )
+    .unwrap();
 }
 
 /// Runs one transfer with `replies` and checks it fails with `kind`, that
@@ -91,7 +92,7 @@ fn fails_and_pool_recovers(replies: &[&str], send_fails: bool, kind: ErrorKind) 
     );
     assert_eq!(inst.pool().size(), 1, "and replaced");
     assert_eq!(p.verbs.live().qps, 2);
-    let mut ok = Script::replying(&[&bind_reply(1), "200"]);
+    let mut ok = Script::serving(&p, &[&bind_reply(1), &done(256)]);
     inst.transfer(Direction::Get, buf.addr(), 256, 0, &mut ok)
         .unwrap();
 }
@@ -128,15 +129,17 @@ fn a_second_binding_request_fails_the_transfer() {
 #[test]
 fn success_from_an_unbound_connection_is_an_rdma_error() {
     fails_and_pool_recovers(&["200"], false, ErrorKind::RdmaError);
+    fails_and_pool_recovers(&[&done(256)], false, ErrorKind::RdmaError);
 }
 
 #[test]
 fn success_echoing_another_server_qp_is_an_rdma_error() {
     let mut other = server_token();
     other.qpn += 1;
-    let echo = Reply::WithToken {
+    let echo = Reply::Done {
         status: 200,
         token: other,
+        bytes: 256,
     }
     .to_string();
     fails_and_pool_recovers(&[&bind_reply(3), &echo], false, ErrorKind::RdmaError);
@@ -154,10 +157,10 @@ fn a_qp_that_went_to_error_is_caught_without_waiting() {
         buf.addr(),
         256,
         0,
-        &mut Script::replying(&[&bind_reply(1), "200"]),
+        &mut Script::serving(&p, &[&bind_reply(1), &done(256)]),
     )
     .unwrap();
-    let mut s = Script::replying(&["200"]);
+    let mut s = Script::replying(&[&done(256)]);
     let verbs = p.verbs.clone();
     let tokens = Arc::new(Mutex::new(0u32));
     let t2 = tokens.clone();
@@ -251,8 +254,9 @@ fn shutdown_wakes_waiters_with_not_initialized_and_the_holder_finishes() {
     let release_rx = Arc::new(Mutex::new(release_rx));
     let holder = {
         let inst = inst.clone();
+        let p2 = p.clone();
         std::thread::spawn(move || {
-            let mut s = Script::replying(&[&bind_reply(5), "200"]);
+            let mut s = Script::serving(&p2, &[&bind_reply(5), &done(256)]);
             let mut first = true;
             s.on_send = Some(Box::new(move || {
                 if first {
@@ -331,30 +335,31 @@ fn application_driven_transfers_bind_the_token_connection() {
     let inst = lib.instance().unwrap();
     let buf = host_buf(256);
     inst.register_host(buf).unwrap();
-    let qpn_of = |dir| {
-        let hex = inst.rdma_token(buf.addr(), 256, dir).unwrap();
-        Token::decode(hex.as_bytes()).unwrap().qpn
+    let token_of = |dir, len| {
+        let hex = inst.rdma_token(buf.addr(), len, dir).unwrap();
+        Token::decode(hex.as_bytes()).unwrap()
     };
-    let first = qpn_of(Direction::Get);
+    let get = token_of(Direction::Get, 256);
+    let first = get.qpn;
     assert_eq!(p.verbs.qp_state(first), Some(QpState::Init));
     // Malformed replies change nothing.
     let e = inst.handle_token_reply(b"2000").unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidValue);
-    assert_eq!(qpn_of(Direction::Get), first);
+    assert_eq!(token_of(Direction::Get, 256).qpn, first);
     // The binding reply connects the token connection.
     assert_eq!(inst.handle_token_reply(bind_reply(9).as_bytes()).unwrap(), 409);
     assert_eq!(p.verbs.qp_state(first), Some(QpState::Rts));
-    assert_eq!(inst.handle_token_reply(b"206\r\n").unwrap(), 206);
-    let echo = Reply::WithToken {
-        status: 200,
-        token: server_token(),
-    }
-    .to_string();
-    assert_eq!(inst.handle_token_reply(echo.as_bytes()).unwrap(), 200);
+    // A GET is done when its WRITE WITH IMMEDIATE (the token's key) has
+    // completed and the reply names the bound QP and the token's length.
+    assert!(support::deliver_get_proof(&p.verbs, &get));
+    assert_eq!(inst.handle_token_reply(done(256).as_bytes()).unwrap(), 200);
+    // A PUT has nothing on the CQ; its count is the PUT token's length.
+    let put = token_of(Direction::Put, 100);
+    assert_eq!(put.qpn, first, "tokens keep naming the bound connection");
     assert_eq!(
-        qpn_of(Direction::Put),
-        first,
-        "tokens keep naming the bound connection"
+        inst.handle_token_reply(format!("{}\r\n", done_status(206, 100)).as_bytes())
+            .unwrap(),
+        206
     );
     // A decline replaces the connection: the old QP is gone for good.
     assert_eq!(
@@ -362,21 +367,24 @@ fn application_driven_transfers_bind_the_token_connection() {
         ErrorKind::S3Error
     );
     assert_eq!(p.verbs.qp_state(first), None);
-    let second = qpn_of(Direction::Get);
+    let second = token_of(Direction::Get, 256).qpn;
     assert_ne!(second, first);
     // Success on a connection that was never bound is refused.
     assert_eq!(
-        inst.handle_token_reply(b"200").unwrap_err().kind(),
+        inst.handle_token_reply(done(256).as_bytes()).unwrap_err().kind(),
         ErrorKind::RdmaError
     );
-    assert_ne!(qpn_of(Direction::Get), second);
-    // So is success from a QP other than the bound one.
+    let third = token_of(Direction::Get, 256);
+    assert_ne!(third.qpn, second);
+    // So is success from a QP other than the bound one, proof or not.
     inst.handle_token_reply(bind_reply(1).as_bytes()).unwrap();
+    assert!(support::deliver_get_proof(&p.verbs, &third));
     let mut other = server_token();
     other.qpn += 5;
-    let wrong = Reply::WithToken {
+    let wrong = Reply::Done {
         status: 200,
         token: other,
+        bytes: 256,
     }
     .to_string();
     assert_eq!(

@@ -208,6 +208,47 @@ impl FakeVerbs {
             .copied()
     }
 
+    /// What the QP numbered `qpn` sees when a peer's RDMA WRITE WITH
+    /// IMMEDIATE arrives (the fake moves no bytes): its oldest posted receive
+    /// completes successfully on its receive CQ, with opcode
+    /// `RecvRdmaWithImm`, immediate value `imm` and `byte_len`. Returns
+    /// `false`, changing nothing, when there is no such QP, it is not in
+    /// RTR or RTS, or no receive is posted (a real NIC answers RNR).
+    pub fn deliver_write_with_imm(&self, qpn: u32, imm: u32, byte_len: u32) -> bool {
+        let Some(qp) = self
+            .shared
+            .qps
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&qpn)
+            .cloned()
+        else {
+            return false;
+        };
+        let state = *qp.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if !matches!(state, QpState::Rtr | QpState::Rts) {
+            return false;
+        }
+        let Some(cq) = &qp.recv_cq else { return false };
+        let mut recvs = qp.recvs.lock().unwrap_or_else(PoisonError::into_inner);
+        if recvs.is_empty() {
+            return false;
+        }
+        let wr_id = recvs.remove(0);
+        cq.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push_back(WorkCompletion {
+                wr_id,
+                status: crate::verbs::WcStatus::Success,
+                opcode: crate::verbs::WcOpcode::RecvRdmaWithImm,
+                byte_len,
+                imm_data: Some(imm),
+                qp_num: qpn,
+                ..WorkCompletion::EMPTY
+            });
+        true
+    }
+
     /// Puts a QP into the error state, as a NIC does after a fatal error on
     /// the connection: posted receives are flushed to its receive CQ.
     pub fn break_qp(&self, qpn: u32) -> bool {

@@ -59,13 +59,47 @@ pub fn server_token() -> hipobj_proto::Token {
     }
 }
 
+/// The full success reply of the server of [`server_token`]: `status`, its
+/// token, and `bytes` moved.
+pub fn done_status(status: u16, bytes: u64) -> String {
+    hipobj_proto::Reply::Done {
+        status,
+        token: server_token(),
+        bytes,
+    }
+    .to_string()
+}
+
+/// `200:<server token>:<bytes>`.
+pub fn done(bytes: u64) -> String {
+    done_status(200, bytes)
+}
+
+/// Whether `token` is a GET token: its key is one that allows RDMA WRITE.
+pub fn is_get_token(verbs: &FakeVerbs, token: &hipobj_proto::Token) -> bool {
+    verbs
+        .mr_access(token.rkey)
+        .is_some_and(|a| a.contains(hipobj_platform::AccessFlags::REMOTE_WRITE))
+}
+
+/// What the client's QP sees of a GET's last RDMA WRITE, on the fake NIC
+/// (which moves no bytes): the receive completion of a WRITE WITH IMMEDIATE
+/// carrying the token's key.
+pub fn deliver_get_proof(verbs: &FakeVerbs, token: &hipobj_proto::Token) -> bool {
+    verbs.deliver_write_with_imm(token.qpn, token.rkey, 0)
+}
+
 /// The S3 side of a test: answers each request with the next scripted reply.
+/// With `prove` set it also plays the server's RDMA: before handing over a
+/// full success reply to a request whose token is a GET token, it delivers
+/// that GET's WRITE WITH IMMEDIATE to the token's QP.
 #[derive(Default)]
 pub struct Script {
     pub replies: VecDeque<Result<String, String>>,
     pub tokens: Vec<String>,
     pub send_fails: bool,
     pub on_send: Option<Box<dyn FnMut() + Send>>,
+    pub prove: Option<Arc<FakeVerbs>>,
 }
 
 impl Script {
@@ -73,6 +107,14 @@ impl Script {
         Self {
             replies: replies.iter().map(|r| Ok((*r).to_owned())).collect(),
             ..Self::default()
+        }
+    }
+
+    /// Scripted replies, with the RDMA of a GET that succeeds played on `p`.
+    pub fn serving(p: &FakePlatform, replies: &[&str]) -> Self {
+        Self {
+            prove: Some(p.verbs.clone()),
+            ..Self::replying(replies)
         }
     }
 }
@@ -92,6 +134,16 @@ impl Control for Script {
     fn recv_reply(&mut self, reply: &mut [u8]) -> Result<usize, ControlError> {
         match self.replies.pop_front() {
             Some(Ok(r)) => {
+                let full = matches!(
+                    hipobj_proto::parse_reply(r.as_bytes()),
+                    Ok(hipobj_proto::Reply::Done { .. })
+                );
+                if let (true, Some(verbs), Some(t)) = (full, &self.prove, self.tokens.last()) {
+                    let t = hipobj_proto::Token::decode(t.as_bytes()).unwrap();
+                    if is_get_token(verbs, &t) {
+                        deliver_get_proof(verbs, &t);
+                    }
+                }
                 reply[..r.len()].copy_from_slice(r.as_bytes());
                 Ok(r.len())
             }
