@@ -135,3 +135,32 @@ impl Bindings {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(qpn: u32) -> BindingKey {
+        BindingKey {
+            access_key: "k".into(),
+            gid: Gid::ZERO,
+            qpn,
+        }
+    }
+
+    /// The limit is exact: bindings whose QPs are still being connected
+    /// (outside the lock) count, so concurrent binds cannot overshoot it, as
+    /// the old check-then-insert did (1030 of 1024 for a moment).
+    #[test]
+    fn binds_in_progress_count_against_the_limit() {
+        let b = Bindings::new(2, Duration::from_secs(60));
+        assert!(matches!(b.lookup(&key(2)), Lookup::Reserved));
+        assert!(matches!(b.lookup(&key(3)), Lookup::Reserved));
+        assert!(
+            matches!(b.lookup(&key(4)), Lookup::Full),
+            "a third bind started while two are being made"
+        );
+        b.unreserve();
+        assert!(matches!(b.lookup(&key(4)), Lookup::Reserved));
+    }
+}
