@@ -179,3 +179,27 @@ fn main() -> ExitCode {
         ExitCode::SUCCESS
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The command line's Debug output (what a `{args:?}` in a log or a
+    /// panic message would print) never holds the secret key.
+    #[test]
+    fn the_secret_key_is_redacted_from_debug_output() {
+        let args = Args::try_parse_from([
+            "hipobj-server",
+            "--access-key",
+            "AKID",
+            "--secret-key",
+            "very-secret-value",
+        ])
+        .expect("the arguments parse");
+        let text = format!("{args:?}");
+        assert!(text.contains("AKID"), "{text}");
+        assert!(!text.contains("very-secret-value"), "{text}");
+        let config = config(&args).expect("a configuration");
+        assert!(!format!("{config:?}").contains("very-secret-value"));
+    }
+}
