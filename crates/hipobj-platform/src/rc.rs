@@ -112,3 +112,78 @@ pub fn to_rts(
     vendor.adjust_rts(&mut rts, rts_mask, limits);
     qp.modify(&rts, rts_mask).map_err(|e| (RcStep::Rts, e))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::verbs::{RecvWr, SendWr};
+
+    /// A QP that records each modify.
+    #[derive(Debug, Default)]
+    struct Recording(Mutex<Vec<(QpAttr, QpAttrMask)>>);
+
+    impl QueuePair for Recording {
+        fn qp_num(&self) -> u32 {
+            2
+        }
+        fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbsError> {
+            self.0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((attr.clone(), mask));
+            Ok(())
+        }
+        fn state(&self) -> Result<QpState, VerbsError> {
+            Ok(QpState::Reset)
+        }
+        fn post_send(&self, _wr: &SendWr<'_>) -> Result<(), VerbsError> {
+            Ok(())
+        }
+        fn post_recv(&self, _wr: &RecvWr<'_>) -> Result<(), VerbsError> {
+            Ok(())
+        }
+    }
+
+    /// The one sequence both sides call: INIT with the rights given (none,
+    /// for the target), RTR and RTS with the vendor profile applied and the
+    /// PSNs cut to 24 bits.
+    #[test]
+    fn the_sequence_applies_the_rights_and_the_vendor_profile() {
+        let qp = Recording::default();
+        to_init(&qp, 1, AccessFlags::default()).expect("init");
+        let path = RcPath {
+            port: 1,
+            sgid_index: 3,
+            mtu: Mtu::Mtu4096,
+            dest_qpn: 0x1234,
+            dgid: Gid([7; 16]),
+            rq_psn: 0x0100_0005,
+            sq_psn: 0xff12_3456,
+            max_dest_rd_atomic: 16,
+            max_rd_atomic: 8,
+        };
+        let limits = QpLimits {
+            active_mtu: Mtu::Mtu1024,
+            max_qp_rd_atom: 4,
+            max_qp_init_rd_atom: 2,
+        };
+        to_rts(&qp, &path, VendorProfile::Broadcom, &limits).expect("rts");
+        let seen = qp.0.lock().unwrap_or_else(|e| e.into_inner());
+        let [(init, init_mask), (rtr, _), (rts, _)] = seen.as_slice() else {
+            panic!("{} modifies", seen.len())
+        };
+        assert_eq!(init.qp_state, QpState::Init);
+        assert!(init_mask.contains(QpAttrMask::ACCESS_FLAGS));
+        assert_eq!(init.qp_access_flags, AccessFlags::default(), "no remote access");
+        assert_eq!(rtr.qp_state, QpState::Rtr);
+        assert_eq!(rtr.path_mtu, Mtu::Mtu1024, "capped at the active MTU");
+        assert_eq!(rtr.max_dest_rd_atomic, 2, "bnxt: both READ limits");
+        assert_eq!((rtr.rq_psn, rtr.dest_qp_num, rtr.sgid_index), (5, 0x1234, 3));
+        assert_eq!(rts.qp_state, QpState::Rts);
+        assert_eq!(rts.sq_psn, 0x12_3456);
+        assert_eq!(rts.max_rd_atomic, 2);
+        assert_eq!((rts.timeout, rts.retry_cnt, rts.rnr_retry), (14, 7, 7));
+    }
+}

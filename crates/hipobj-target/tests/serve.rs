@@ -279,3 +279,26 @@ fn the_double_answers_like_the_server() {
         Err("NoSuchKey".into())
     );
 }
+
+/// The target applies its own NIC's vendor profile (here a Broadcom
+/// device, by its PCI vendor id) to every binding's QP.
+#[test]
+fn the_target_takes_its_nics_vendor_profile() {
+    use hipobj_platform::fake::{FakeDeviceSpec, FakeTopology, FakeVerbs, Faults};
+    let faults = Faults::default();
+    let verbs = FakeVerbs::new(
+        vec![FakeDeviceSpec {
+            vendor_id: 0x14e4,
+            ..FakeDeviceSpec::default()
+        }],
+        faults.clone(),
+    );
+    let t = Target::open(
+        &verbs,
+        &FakeTopology::new(Vec::new(), faults),
+        Some("fake0"),
+        TargetConfig::default(),
+    )
+    .unwrap();
+    assert_eq!(t.vendor(), VendorProfile::Broadcom);
+}
