@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks hipobj-gpu's CUDA backend on a machine with an NVIDIA GPU and its
 # driver (libcuda.so.1; no CUDA toolkit needed). Builds the gpu_check
-# example and runs it; every output line is labeled (== section, INFO,
+# example of hipobj-system (the crate that joins the core to the backends)
+# and runs it; every output line is labeled (== section, INFO,
 # PASS, FAIL, RESULT). Exit status: the check's (0 only if all passed).
 #
 #   scripts/gpu-check.sh            build (release) and run
@@ -18,7 +19,7 @@ cd "$(dirname "$0")/.."
 prebuilt=target-gpu-check/gpu_check
 target_dir=${CARGO_TARGET_DIR:-target}
 built=$target_dir/release/examples/gpu_check
-build=(build --release -p hipobj-gpu --example gpu_check)
+build=(build --release -p hipobj-system --example gpu_check)
 
 if [ "${1:-}" = "--prepare" ]; then
     cargo "${build[@]}" || exit 1

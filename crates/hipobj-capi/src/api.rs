@@ -23,13 +23,13 @@ static LIBRARY: Library = Library::new();
 static TOKENS: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
 
 /// `HIPOBJ_RDMA_OP_PUT`.
-const OP_PUT: c_int = 0;
+pub(crate) const OP_PUT: c_int = 0;
 /// `HIPOBJ_RDMA_OP_GET`.
-const OP_GET: c_int = 1;
+pub(crate) const OP_GET: c_int = 1;
 /// `HIPOBJ_SYNC_TO_HOST`.
-const SYNC_TO_HOST: c_int = 0;
+pub(crate) const SYNC_TO_HOST: c_int = 0;
 /// `HIPOBJ_SYNC_TO_DEVICE`.
-const SYNC_TO_DEVICE: c_int = 1;
+pub(crate) const SYNC_TO_DEVICE: c_int = 1;
 
 fn err(kind: ErrorKind) -> HipObjError {
     HipObjError::code(kind)
@@ -157,7 +157,7 @@ fn region(ptr: *const c_void, size: usize) -> Result<MemRegion, HipObjError> {
     if size == 0 {
         return Err(invalid());
     }
-    if size as u64 > hipobj::buffers::MAX_BUFFER_SIZE {
+    if size as u64 > hipobj::MAX_BUFFER_SIZE {
         return Err(err(ErrorKind::SizeTooLarge));
     }
     if (ptr as usize).checked_add(size).is_none() {
@@ -247,7 +247,7 @@ fn transfer(
     if size == 0 {
         return invalid();
     }
-    if size as u64 > hipobj::buffers::MAX_BUFFER_SIZE {
+    if size as u64 > hipobj::MAX_BUFFER_SIZE {
         return err(ErrorKind::SizeTooLarge);
     }
     // SAFETY: non-NULL, and the caller promises a valid hipObjOps_t.
@@ -316,7 +316,7 @@ pub extern "C" fn hipObjBufSync(
         if size == 0 {
             return invalid();
         }
-        if size as u64 > hipobj::buffers::MAX_BUFFER_SIZE {
+        if size as u64 > hipobj::MAX_BUFFER_SIZE {
             return err(ErrorKind::SizeTooLarge);
         }
         with_instance(|i| i.sync(dev_ptr as usize, size, off, dir))
@@ -345,7 +345,7 @@ pub unsafe extern "C" fn hipObjGetRdmaToken(
         if size == 0 {
             return invalid();
         }
-        if size as u64 > hipobj::buffers::MAX_BUFFER_SIZE {
+        if size as u64 > hipobj::MAX_BUFFER_SIZE {
             return err(ErrorKind::SizeTooLarge);
         }
         let dir = if op == OP_PUT {

@@ -3,10 +3,15 @@
 //! A thin skin over the `hipobj` core. It checks C arguments, converts
 //! pointers into Rust values, maps errors to `hipObjError_t`, and catches
 //! every panic before it can unwind into C. The only symbols it exports are
-//! the `hipObj*` functions of include/hipobj.h.
+//! the `hipObj*` functions of include/hipobj.h. `hipObjInit` runs the core
+//! on the production platform of `hipobj-system`. A test
+//! (`header_check.rs`) compiles the header against this crate's layouts,
+//! values and signatures.
 
 mod api;
 mod boundary;
+#[cfg(test)]
+mod header_check;
 mod strings;
 #[doc(hidden)]
 pub mod testing;

@@ -22,7 +22,7 @@ pub(crate) fn platform() -> Platform {
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .clone()
-        .unwrap_or_else(hipobj::system::system_platform)
+        .unwrap_or_else(hipobj_system::platform)
 }
 
 /// Makes the exported function `name` panic (for the functions that call no

@@ -11,6 +11,11 @@ pub type OpError = c_int;
 /// `hipObjSuccess`.
 pub const SUCCESS: OpError = 0;
 
+/// `HIPOBJ_BASE_ERR`: the base of hipObject's error number range, kept
+/// from the spec's header for source compatibility. The library returns
+/// `hipObjOpError_t` codes (0 to 12), never a number from this range.
+pub const BASE_ERR: c_int = 6000;
+
 /// `hipObjError_t`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -64,7 +64,7 @@ pub fn run(args: &Args) -> CliResult {
     };
     cfg.limits.fsync = false;
     cfg.rdma.enabled = true;
-    cfg.rdma.device = Some(hipobj_softroce::DEFAULT_NAME.into());
+    cfg.rdma.device = Some(hipobj_system::SOFTROCE_DEFAULT_NAME.into());
     cfg.rdma.backend = hipobj_server::config::VerbsBackend::Softroce;
     cfg.rdma.max_transfer = args.size.max(1);
     let server = rt
@@ -81,11 +81,11 @@ pub fn run(args: &Args) -> CliResult {
     );
     println!(
         "   its RDMA side: soft RoCE device {} at GID {server_gid}",
-        hipobj_softroce::DEFAULT_NAME
+        hipobj_system::SOFTROCE_DEFAULT_NAME
     );
 
-    let hipobj = hipobj::Client::builder()
-        .nic_hint(hipobj_softroce::DEFAULT_NAME)
+    let hipobj = hipobj::Client::builder(hipobj_system::platform())
+        .nic_hint(hipobj_system::SOFTROCE_DEFAULT_NAME)
         .build()
         .map_err(|e| fail("hipObject did not initialize", e))?;
     let dev = hipobj.instance().device();

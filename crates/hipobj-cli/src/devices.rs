@@ -85,7 +85,7 @@ pub fn run(platform: &Platform, gpu: i32, nic_hint: Option<&str>, as_json: bool)
         gpu_device: gpu,
         nic_hint: nic_hint.map(str::to_owned),
     };
-    let choice = hipobj::nic::choose(platform, &config).map(|(_, c)| c);
+    let choice = hipobj::choose_nic(platform, &config).map(|(_, c)| c);
     let hint = NicHint::parse(nic_hint);
     if as_json {
         let devices: Vec<Value> = shown

@@ -107,7 +107,7 @@ enum ReplyCmd {
 fn run(cli: Cli) -> CliResult {
     match cli.command {
         Command::Devices { gpu, nic_hint, json } => {
-            let p = hipobj::system::system_platform();
+            let p = hipobj_system::platform();
             print!("{}", devices::run(&p, gpu, nic_hint.as_deref(), json)?);
         }
         Command::Token {

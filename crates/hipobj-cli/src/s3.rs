@@ -118,7 +118,7 @@ impl Session {
 }
 
 fn hipobj_client(conn: &Conn) -> CliResult<hipobj::Client> {
-    let mut b = hipobj::Client::builder().gpu_device(conn.gpu);
+    let mut b = hipobj::Client::builder(hipobj_system::platform()).gpu_device(conn.gpu);
     if let Some(h) = &conn.nic_hint {
         b = b.nic_hint(h.clone());
     }

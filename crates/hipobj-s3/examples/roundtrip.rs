@@ -31,7 +31,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Creating the bucket may fail because it exists; the PUT will tell.
     let _ = rt.block_on(s3.create_bucket().bucket(&bucket).send());
 
-    let hipobj = hipobj::Client::builder().nic_hint(nic).build()?;
+    let hipobj = hipobj::Client::builder(hipobj_system::platform())
+        .nic_hint(nic)
+        .build()?;
     let client = RdmaS3Client::new(s3, hipobj.clone(), rt.handle().clone());
 
     let len = 1 << 20;

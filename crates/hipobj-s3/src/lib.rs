@@ -41,7 +41,9 @@
 //! ```no_run
 //! # fn demo(s3: aws_sdk_s3::Client, rt: &tokio::runtime::Runtime) -> Result<(), hipobj_s3::Error> {
 //! use hipobj_s3::{RdmaS3Client, Span};
-//! let hipobj = hipobj::Client::builder().nic_hint("softroce0").build()?;
+//! let hipobj = hipobj::Client::builder(hipobj_system::platform())
+//!     .nic_hint("softroce0")
+//!     .build()?;
 //! let client = RdmaS3Client::new(s3, hipobj.clone(), rt.handle().clone());
 //! let mut buf = vec![0u8; 1 << 20];
 //! let mut reg = hipobj.register(&mut buf)?;

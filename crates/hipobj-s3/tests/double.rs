@@ -15,9 +15,8 @@ use hipobj_s3::{RdmaS3Client, Span};
 use support::{Req, Resp, runtime, sdk, server_token, start};
 
 fn client(rt: &tokio::runtime::Runtime, endpoint: &str, p: &FakePlatform) -> RdmaS3Client {
-    let h = hipobj::Client::builder()
+    let h = hipobj::Client::builder(p.platform())
         .nic_hint("fake0")
-        .platform(p.platform())
         .build()
         .unwrap();
     RdmaS3Client::new(sdk(endpoint), h, rt.handle().clone())

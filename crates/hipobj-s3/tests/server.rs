@@ -53,9 +53,8 @@ fn rdma_off_declines_and_everything_falls_back_with_the_right_bytes() {
     );
     rt.block_on(s3.create_bucket().bucket("bkt").send()).unwrap();
     let p = FakePlatform::host_only();
-    let h = hipobj::Client::builder()
+    let h = hipobj::Client::builder(p.platform())
         .nic_hint("fake0")
-        .platform(p.platform())
         .build()
         .unwrap();
     let c = RdmaS3Client::new(s3.clone(), h, rt.handle().clone());

@@ -95,8 +95,8 @@ fn config(args: &Args) -> Result<Config, hipobj_server::Error> {
     }
     if let Some(d) = &args.rdma_device {
         c.rdma.device = Some(d.clone());
-        let soft_name =
-            std::env::var("HIPOBJ_SOFTROCE_NAME").unwrap_or_else(|_| hipobj_softroce::DEFAULT_NAME.into());
+        let soft_name = std::env::var("HIPOBJ_SOFTROCE_NAME")
+            .unwrap_or_else(|_| hipobj_system::SOFTROCE_DEFAULT_NAME.into());
         if *d == soft_name {
             c.rdma.backend = hipobj_server::config::VerbsBackend::Softroce;
         }

@@ -74,19 +74,18 @@ async fn start(name: &str) -> (Handle, tempfile::TempDir) {
 }
 
 fn victim(name: &str) -> Client {
-    Client::builder()
-        .nic_hint(name)
-        .options(Options {
-            max_transfers: 1,
-            ..Options::default()
-        })
-        .platform(Platform {
-            verbs: soft(name),
-            gpu: Arc::new(NoGpu::new("test")),
-            topology: Arc::new(NoTopology),
-        })
-        .build()
-        .unwrap()
+    Client::builder(Platform {
+        verbs: soft(name),
+        gpu: Arc::new(NoGpu::new("test")),
+        topology: Arc::new(NoTopology),
+    })
+    .nic_hint(name)
+    .options(Options {
+        max_transfers: 1,
+        ..Options::default()
+    })
+    .build()
+    .unwrap()
 }
 
 /// The victim's S3 side: aws-sdk-s3 with the victim's key; remembers every

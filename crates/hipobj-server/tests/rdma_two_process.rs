@@ -165,13 +165,12 @@ fn client(dev: &str, max_transfers: u32) -> Client {
             topology: Arc::new(hipobj_ibverbs::SysfsTopology::system()),
         }
     };
-    Client::builder()
+    Client::builder(platform)
         .nic_hint(dev)
         .options(Options {
             max_transfers,
             ..Options::default()
         })
-        .platform(platform)
         .build()
         .unwrap()
 }

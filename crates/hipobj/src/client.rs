@@ -3,8 +3,9 @@
 //! dropped.
 //!
 //! ```no_run
-//! # fn demo(s3: &mut dyn hipobj::Control) -> hipobj::Result<()> {
-//! let client = hipobj::Client::builder().nic_hint("softroce0").build()?;
+//! # fn demo(s3: &mut dyn hipobj::Control, platform: hipobj_platform::Platform) -> hipobj::Result<()> {
+//! // `platform`: `hipobj_system::platform()`, the real backends.
+//! let client = hipobj::Client::builder(platform).nic_hint("softroce0").build()?;
 //! let mut buf = vec![0u8; 1 << 20];
 //! let mut reg = client.register(&mut buf)?;
 //! client.get(&mut reg, 0, 1 << 20, s3)?; // the server WRITEs the object into buf
@@ -30,12 +31,12 @@ use crate::library::Library;
 use crate::options::Options;
 
 /// Builds a [`Client`].
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ClientBuilder {
     gpu_device: Option<i32>,
     nic_hint: Option<String>,
     options: Option<Options>,
-    platform: Option<Platform>,
+    platform: Platform,
 }
 
 impl ClientBuilder {
@@ -60,13 +61,6 @@ impl ClientBuilder {
         self
     }
 
-    /// The platform to run on (default: the system's real backends).
-    #[must_use]
-    pub fn platform(mut self, platform: Platform) -> Self {
-        self.platform = Some(platform);
-        self
-    }
-
     /// Chooses and opens the NIC and creates the connections.
     pub fn build(self) -> Result<Client> {
         let lib = Library::new();
@@ -78,7 +72,7 @@ impl ClientBuilder {
         let platform = self.platform;
         lib.init(
             &config,
-            || Ok(platform.unwrap_or_else(crate::system::system_platform)),
+            || Ok(platform),
             || self.options.unwrap_or_else(Options::from_env),
         )?;
         Ok(Client {
@@ -105,9 +99,15 @@ pub struct Registration<'a> {
 }
 
 impl Client {
-    /// A builder with the defaults.
-    pub fn builder() -> ClientBuilder {
-        ClientBuilder::default()
+    /// A builder for a client on `platform`: `hipobj_system::platform()`
+    /// for the real backends, or a fake one in tests.
+    pub fn builder(platform: Platform) -> ClientBuilder {
+        ClientBuilder {
+            gpu_device: None,
+            nic_hint: None,
+            options: None,
+            platform,
+        }
     }
 
     /// The instance underneath, for what this API does not cover.

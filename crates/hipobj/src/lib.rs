@@ -11,24 +11,35 @@
 //! Layers, top to bottom: [`Library`] (the current instance, init and
 //! shutdown) → [`Instance`] (argument checks, the transfer sequence,
 //! staging) → buffers, pool, connections, device → the platform seams.
+//!
+//! The core depends on the seams only: a program passes the [`Platform`]
+//! to run on, which for production comes from the `hipobj-system` crate
+//! and in tests from `hipobj_platform::fake`.
+//!
+//! [`Platform`]: hipobj_platform::Platform
 
-pub mod abandoned;
-pub mod buffers;
-pub mod client;
-pub mod connection;
-pub mod control;
-pub mod device;
-pub mod error;
-pub mod instance;
-pub mod library;
-pub mod nic;
-pub mod options;
-pub mod pool;
-pub mod system;
+mod abandoned;
+mod buffers;
+mod client;
+mod connection;
+mod control;
+mod device;
+mod error;
+mod instance;
+mod library;
+mod nic;
+mod options;
+mod pool;
 
+// The public API: what programs built on the core (the C skin, the CLI, the
+// aws-sdk-s3 integration) use. The platform they run on comes from the
+// composition root, `hipobj-system`, or from the fakes in tests.
+pub use buffers::{BufKind, MAX_BUFFER_SIZE, MAX_BUFFERS};
 pub use client::{Client, ClientBuilder, Registration};
 pub use control::{Control, ControlError};
+pub use device::RdmaDevice;
 pub use error::{Error, ErrorKind, Result};
 pub use instance::{Config, Direction, Instance, SyncDirection};
 pub use library::Library;
-pub use options::Options;
+pub use nic::{Chosen, choose as choose_nic};
+pub use options::{ENV_VARS, Options};

@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use hipobj::buffers::{BufKind, MAX_BUFFERS};
+use hipobj::{BufKind, MAX_BUFFERS};
 use hipobj::{ErrorKind, Library, Options, SyncDirection};
 use hipobj_platform::MemRegion;
 use hipobj_platform::fake::{FakeDeviceSpec, FakePlatform, Fault};

@@ -12,10 +12,9 @@ use support::{Script, done, fake, options, server_token};
 #[test]
 fn registrations_deregister_on_drop_and_stay_with_their_client() {
     let p = fake(0, FakeDeviceSpec::default());
-    let client = Client::builder()
+    let client = Client::builder(p.platform())
         .nic_hint("fake0")
         .options(options(2))
-        .platform(p.platform())
         .build()
         .unwrap();
     let mut buf = vec![7u8; 4096];
@@ -51,10 +50,9 @@ fn registrations_deregister_on_drop_and_stay_with_their_client() {
             .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidValue);
 
-        let other = Client::builder()
+        let other = Client::builder(p.platform())
             .nic_hint("fake0")
             .options(options(1))
-            .platform(p.platform())
             .build()
             .unwrap();
         let e = other

@@ -397,7 +397,7 @@ fn an_expired_binding_rebinds_in_one_request() {
 /// the server's RDMA WRITE, and the bytes come out exact in device memory.
 #[test]
 fn gpu_memory_the_nic_cannot_reach_is_staged_and_moves_exact_bytes() {
-    use hipobj::buffers::BufKind;
+    use hipobj::BufKind;
     use hipobj_platform::fake::{FakeGpu, Faults};
     let gpu = Arc::new(FakeGpu::new(1, Faults::default()));
     let lib = Library::new();

@@ -39,21 +39,23 @@ impl std::fmt::Debug for VerbsProvider {
 }
 
 impl VerbsProvider {
-    /// libibverbs (loaded at run time) and the system's sysfs topology.
+    /// libibverbs (loaded at run time; `HIPOBJ_IBVERBS_LIBRARY` names
+    /// another) and the system's sysfs topology, as `hipobj-system` builds
+    /// them.
     pub fn ibverbs() -> Result<Self, crate::Error> {
-        let verbs = hipobj_ibverbs::IbVerbs::load().map_err(|e| crate::Error::Rdma(e.to_string()))?;
+        let verbs = hipobj_system::ibverbs().map_err(|e| crate::Error::Rdma(e.to_string()))?;
         Ok(Self {
-            verbs: Arc::new(verbs),
-            topology: Arc::new(hipobj_ibverbs::SysfsTopology::system()),
+            verbs,
+            topology: hipobj_system::topology(),
         })
     }
 
     /// The soft RoCE NIC (`softroce0`, configured by the `HIPOBJ_SOFTROCE_*`
     /// environment variables; see docs/soft-roce.md), with no topology.
     pub fn softroce() -> Result<Self, crate::Error> {
-        let verbs = hipobj_softroce::SoftVerbs::from_env().map_err(|e| crate::Error::Rdma(e.to_string()))?;
+        let verbs = hipobj_system::softroce().map_err(|e| crate::Error::Rdma(e.to_string()))?;
         Ok(Self {
-            verbs: Arc::new(verbs),
+            verbs,
             topology: Arc::new(hipobj_platform::NoTopology),
         })
     }

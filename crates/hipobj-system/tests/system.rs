@@ -13,7 +13,7 @@ fn init_with(library: &str, hint: Option<&str>) -> hipobj::Error {
     };
     lib.init(
         &cfg,
-        || Ok(hipobj::system::platform_with(library)),
+        || Ok(hipobj_system::platform_with(library)),
         Options::default,
     )
     .expect_err("no RDMA device exists on this machine, so init must fail")
