@@ -2,7 +2,7 @@
 # Builds the real-verbs tests and runs them inside the rxe VM
 # (scripts/rxe-vm.sh), in one boot:
 #   - hipobj-ibverbs/tests/rxe.rs: the libibverbs backend on rxe0;
-#   - hipobj/tests/rxe_e2e.rs: the library (client) and hipobj-peer (server)
+#   - hipobj/tests/rxe_e2e.rs: the library (client) and hipobj-target (server)
 #     both on rxe0, PUT and GET with exact bytes.
 # Extra arguments go to each test binary.
 #

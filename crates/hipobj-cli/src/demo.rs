@@ -72,7 +72,7 @@ pub fn run(args: &Args) -> CliResult {
         .map_err(|e| fail("the server did not start", e))?;
     let server_gid = server
         .rdma()
-        .map(|r| r.peer().selection().gid.to_string())
+        .map(|r| r.target().selection().gid.to_string())
         .unwrap_or_default();
     println!(
         "1. Started hipobj-server at {} (filesystem store in {})",

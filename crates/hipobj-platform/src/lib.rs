@@ -22,6 +22,7 @@
 
 pub mod gpu;
 pub mod memory;
+pub mod rc;
 pub mod selection;
 pub mod topology;
 pub mod vendor;

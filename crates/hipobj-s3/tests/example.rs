@@ -63,6 +63,6 @@ fn the_roundtrip_example_moves_its_object_over_rdma() {
     );
     assert!(stdout.contains("round trip OK"), "{stdout}");
     assert!(!stdout.contains("fell back"), "{stdout}");
-    assert_eq!(h.rdma().unwrap().peer().stats().transfers, 2);
+    assert_eq!(h.rdma().unwrap().target().stats().transfers, 2);
     rt.block_on(h.shutdown());
 }

@@ -253,6 +253,10 @@ pub struct RdmaConfig {
     pub completion_timeout_secs: u64,
     /// Bytes per RDMA work request (the bounce buffer size).
     pub chunk_size: usize,
+    /// Refuse a token whose IPv4-mapped GID is not the address the request
+    /// came from (or, from loopback, not an address of this host). Turn it
+    /// off only when clients reach the server through NAT.
+    pub check_peer_address: bool,
 }
 
 impl Default for RdmaConfig {
@@ -267,20 +271,23 @@ impl Default for RdmaConfig {
             idle_timeout_secs: 120,
             completion_timeout_secs: 10,
             chunk_size: 1 << 20,
+            check_peer_address: true,
         }
     }
 }
 
 impl RdmaConfig {
-    /// The peer's settings.
-    pub fn peer_config(&self) -> hipobj_peer::PeerConfig {
-        hipobj_peer::PeerConfig {
+    /// The target's settings.
+    pub fn target_config(&self) -> hipobj_target::TargetConfig {
+        hipobj_target::TargetConfig {
             idle_timeout: Duration::from_secs(self.idle_timeout_secs),
             max_bindings: self.max_bindings.max(1),
             max_transfer: self.max_transfer,
             chunk: self.chunk_size.max(4096),
             pooled_buffers: self.max_concurrent.max(1),
             completion_timeout: Duration::from_secs(self.completion_timeout_secs.max(1)),
+            max_concurrent: self.max_concurrent.max(1),
+            check_peer_address: self.check_peer_address,
         }
     }
 }
@@ -359,7 +366,7 @@ mod tests {
         assert_eq!(c.limits.max_object_size, 1024);
         assert_eq!(c.limits.min_part_size, 5 << 20);
         assert!(c.rdma.enabled);
-        assert_eq!(c.rdma.peer_config().max_transfer, 4096);
+        assert_eq!(c.rdma.target_config().max_transfer, 4096);
         assert!(c.validate().is_ok());
         assert!(!format!("{:?}", c.credentials).contains("sk\""));
     }

@@ -9,7 +9,7 @@ use hipobj_server::config::{AccessKey, StorageConfig};
 use hipobj_server::{Config, Server};
 
 /// An S3 server that also serves hipObject's RDMA transfers.
-#[derive(Debug, Parser)]
+#[derive(Parser)]
 #[command(version, about)]
 struct Args {
     /// TOML configuration file; flags override it.
@@ -49,6 +49,25 @@ struct Args {
     /// Print the effective configuration (secrets redacted) and exit.
     #[arg(long)]
     print_config: bool,
+}
+
+impl std::fmt::Debug for Args {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Args")
+            .field("config", &self.config)
+            .field("address", &self.address)
+            .field("data_dir", &self.data_dir)
+            .field("access_key", &self.access_key)
+            .field("secret_key", &self.secret_key.as_ref().map(|_| "<redacted>"))
+            .field("anonymous", &self.anonymous)
+            .field("rdma_device", &self.rdma_device)
+            .field("rdma_backend", &self.rdma_backend)
+            .field("rdma", &self.rdma)
+            .field("max_transfer", &self.max_transfer)
+            .field("max_object_size", &self.max_object_size)
+            .field("print_config", &self.print_config)
+            .finish()
+    }
 }
 
 fn config(args: &Args) -> Result<Config, hipobj_server::Error> {
@@ -121,15 +140,11 @@ async fn signal() {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("HIPOBJ_LOG")
-                // s3s logs every client error (a 404, a 409 bind) at ERROR;
-                // HIPOBJ_LOG=info,s3s=debug shows them.
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,s3s=off")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let spec = std::env::var("HIPOBJ_LOG").ok();
+    let subscriber = hipobj_server::logging::subscriber(spec.as_deref(), std::io::stderr);
+    if let Err(e) = tracing::subscriber::set_global_default(subscriber) {
+        eprintln!("hipobj-server: no log output: {e}");
+    }
     let args = Args::parse();
     let config = match config(&args) {
         Ok(c) => c,
@@ -163,4 +178,28 @@ fn main() -> ExitCode {
         handle.shutdown().await;
         ExitCode::SUCCESS
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The command line's Debug output (what a `{args:?}` in a log or a
+    /// panic message would print) never holds the secret key.
+    #[test]
+    fn the_secret_key_is_redacted_from_debug_output() {
+        let args = Args::try_parse_from([
+            "hipobj-server",
+            "--access-key",
+            "AKID",
+            "--secret-key",
+            "very-secret-value",
+        ])
+        .expect("the arguments parse");
+        let text = format!("{args:?}");
+        assert!(text.contains("AKID"), "{text}");
+        assert!(!text.contains("very-secret-value"), "{text}");
+        let config = config(&args).expect("a configuration");
+        assert!(!format!("{config:?}").contains("very-secret-value"));
+    }
 }

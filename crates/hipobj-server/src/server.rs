@@ -206,7 +206,8 @@ async fn serve(
                 let state = ConnState::new();
                 let f = front.clone();
                 let marks = state.clone();
-                let service = hyper::service::service_fn(move |req| {
+                let service = hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
+                    req.extensions_mut().insert(crate::rdma::ClientAddr(peer));
                     let f = f.clone();
                     let serving = marks.serving();
                     async move {

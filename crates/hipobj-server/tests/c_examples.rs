@@ -138,7 +138,7 @@ fn the_c_examples_put_and_get_over_rdma() {
         std::fs::read(&dst).unwrap() == data,
         "the downloaded file differs"
     );
-    let rdma = h.rdma().unwrap().peer().stats();
+    let rdma = h.rdma().unwrap().target().stats();
     assert_eq!(rdma.transfers, 2, "both moved by RDMA");
     // Asking for more than the object holds is not a success: the server
     // counts 3 MiB of the 4 MiB asked for, and hipObjGet says S3 error.

@@ -151,13 +151,12 @@ fn client() -> Client {
         gpu: Arc::new(NoGpu::new("a test on the soft NIC")),
         topology: Arc::new(hipobj_platform::NoTopology),
     };
-    Client::builder()
+    Client::builder(platform)
         .nic_hint(hipobj_softroce::DEFAULT_NAME)
         .options(Options {
             max_transfers: 16,
             ..Options::default()
         })
-        .platform(platform)
         .build()
         .unwrap()
 }
@@ -260,12 +259,12 @@ fn server_killed_mid_transfers_fails_every_call_and_restarts_whole() {
                     let mut reg = c.register(buf).unwrap();
                     // Bounded: the kill comes after a few transfers.
                     for ok in 0..100_000 {
-                        reg.bytes_mut().fill(UNWRITTEN);
+                        reg.fill(UNWRITTEN);
                         let mut ctl = S3Control::new(h, s3, Op::Get(format!("get-{i}")));
                         match c.get(&mut reg, 0, GET_LEN, &mut ctl) {
                             Ok(()) => {
                                 assert!(
-                                    reg.bytes() == want.as_slice(),
+                                    reg.to_vec() == want.as_slice(),
                                     "GET {i}: a success with wrong bytes"
                                 );
                                 done.fetch_add(1, Ordering::SeqCst);
@@ -274,7 +273,7 @@ fn server_killed_mid_transfers_fails_every_call_and_restarts_whole() {
                                 return GetEnd {
                                     ok,
                                     kind: e.kind(),
-                                    left: reg.bytes().to_vec(),
+                                    left: reg.to_vec(),
                                     reg,
                                 };
                             }
@@ -296,7 +295,7 @@ fn server_killed_mid_transfers_fails_every_call_and_restarts_whole() {
                         let mut ctl = S3Control::new(h, s3, Op::Put(format!("put-{i}")));
                         let r = c.put(&reg, 0, PUT_LEN, &mut ctl);
                         assert!(
-                            reg.bytes() == v[which].as_slice(),
+                            reg.to_vec() == v[which].as_slice(),
                             "PUT {i} changed its own buffer"
                         );
                         match r {
@@ -469,7 +468,7 @@ fn server_killed_mid_transfers_fails_every_call_and_restarts_whole() {
     let mut ctl = S3Control::new(&h, &s3, Op::Get("get-0".into()));
     c.get(&mut reg, 0, GET_LEN, &mut ctl)
         .unwrap_or_else(|e| panic!("GET after restart: {e} {:?}", ctl.seen));
-    assert!(reg.bytes() == gets[0].as_slice());
+    assert!(reg.to_vec() == gets[0].as_slice());
     drop(reg);
     let fresh = pattern(PUT_LEN, 99);
     let mut src = fresh.clone();
@@ -484,7 +483,7 @@ fn server_killed_mid_transfers_fails_every_call_and_restarts_whole() {
     // the calls failed.
     for (i, g) in get_ends.iter().enumerate() {
         assert!(
-            g.reg.bytes() == g.left.as_slice(),
+            g.reg.to_vec() == g.left.as_slice(),
             "GET {i}: bytes landed after the call failed"
         );
     }
@@ -599,7 +598,7 @@ fn client_killed_mid_transfer_frees_its_binding() {
     let mut ctl = S3Control::new(&h, &s3, Op::Get("big".into()));
     c.get(&mut reg, 0, 64 << 20, &mut ctl)
         .unwrap_or_else(|e| panic!("GET after the client died: {e} {:?}", ctl.seen));
-    assert!(reg.bytes() == big.as_slice());
+    assert!(reg.to_vec() == big.as_slice());
     drop(reg);
     kill9(&mut server.child);
 }

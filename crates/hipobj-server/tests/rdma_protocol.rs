@@ -116,14 +116,14 @@ async fn a_new_client_qp_gets_409_with_a_server_token_and_psn() {
     assert_eq!(server.transport, Transport::Rc);
     assert_ne!(server.qpn, 0);
     assert!(psn <= hipobj_proto::PSN_MAX);
-    assert_eq!(h.rdma().unwrap().peer().stats().bindings, 1);
+    assert_eq!(h.rdma().unwrap().target().stats().bindings, 1);
     // Another client QP gets its own binding.
     let o2 = put(&c, "bkt", "x", &hex(&token(0x78, 10)), None).await;
     let Reply::Bind { token: server2, .. } = o2.parsed() else {
         panic!("not a bind reply: {o2:?}")
     };
     assert_ne!(server2.qpn, server.qpn);
-    assert_eq!(h.rdma().unwrap().peer().stats().bindings, 2);
+    assert_eq!(h.rdma().unwrap().target().stats().bindings, 2);
     h.shutdown().await;
 }
 
@@ -142,7 +142,7 @@ async fn a_failed_transfer_is_an_s3_error_stores_nothing_and_drops_the_binding()
         assert_eq!(o.code.as_deref(), Some("RDMATransferFailed"));
         assert_eq!(o.reply, None, "a failure carries no success reply");
         // The binding is gone: the next request binds afresh.
-        assert_eq!(h.rdma().unwrap().peer().stats().bindings, 0);
+        assert_eq!(h.rdma().unwrap().target().stats().bindings, 0);
     }
     let e = c.head_object().bucket("bkt").key("new").send().await.unwrap_err();
     assert_eq!(e.raw_response().unwrap().status().as_u16(), 404);
@@ -206,7 +206,7 @@ async fn bad_tokens_are_plain_s3_errors() {
     let o = get(&c, "bkt", "obj", &hex(&dc), None).await;
     assert_eq!((o.status, o.reply.as_deref()), (501, Some("501")), "{o:?}");
     // None of this bound anything but the uppercase token's QP.
-    assert_eq!(h.rdma().unwrap().peer().stats().bindings, 1);
+    assert_eq!(h.rdma().unwrap().target().stats().bindings, 1);
 
     // A GET whose buffer is smaller than the object or range: refused
     // before any byte moves, never truncated.
@@ -270,19 +270,115 @@ async fn bindings_are_limited_and_expire() {
     .await;
     let c = client(&h);
     seed(&c).await;
-    for q in 1..=3 {
+    for q in 11..=13 {
         let o = get(&c, "bkt", "obj", &hex(&token(q, 4096)), None).await;
         assert_eq!(o.status, 409, "{o:?}");
     }
     // The least recently used idle binding made room.
-    assert_eq!(h.rdma().unwrap().peer().stats().bindings, 2);
+    assert_eq!(h.rdma().unwrap().target().stats().bindings, 2);
     tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
     let o = get(&c, "bkt", "obj", &hex(&token(9, 4096)), None).await;
     assert_eq!(o.status, 409);
     assert_eq!(
-        h.rdma().unwrap().peer().stats().bindings,
+        h.rdma().unwrap().target().stats().bindings,
         1,
         "idle bindings expired"
     );
+    h.shutdown().await;
+}
+
+/// A token whose IPv4-mapped GID is another host's (the request came from
+/// 127.0.0.1; 10.9.8.7 is not an address of this host) is refused before
+/// anything is bound: a client may only name its own QPs. Behind NAT the
+/// check is switched off (`rdma.check_peer_address = false`) and the same
+/// token binds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_token_naming_another_hosts_gid_is_refused_unless_the_nat_switch_is_off() {
+    let foreign = Token {
+        gid: Gid::from_ipv4(std::net::Ipv4Addr::new(10, 9, 8, 7)).0,
+        ..token(0x66, 4096)
+    };
+    let (h, _dir) = start_rdma(|_| {}).await;
+    let c = client(&h);
+    seed(&c).await;
+    let o = put(&c, "bkt", "x", &hex(&foreign), None).await;
+    assert_eq!(
+        (o.status, o.code.as_deref()),
+        (403, Some("AccessDenied")),
+        "{o:?}"
+    );
+    assert_eq!(o.reply, None);
+    assert_eq!(h.rdma().unwrap().target().stats().bindings, 0);
+    // A 409 is never cached.
+    let o = get(&c, "bkt", "obj", &hex(&token(0x67, 4096)), None).await;
+    assert_eq!(
+        (o.status, o.cache_control.as_deref()),
+        (409, Some("no-store")),
+        "{o:?}"
+    );
+    h.shutdown().await;
+
+    let (h, _dir) = start_rdma(|c| c.rdma.check_peer_address = false).await;
+    let c = client(&h);
+    seed(&c).await;
+    let o = put(&c, "bkt", "x", &hex(&foreign), None).await;
+    assert_eq!(o.status, 409, "{o:?}");
+    h.shutdown().await;
+}
+
+/// Tokens no client QP can have: QPN 0 and 1 (special QPs), over 24 bits, a
+/// zero or multicast GID. Refused, nothing bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tokens_naming_impossible_client_qps_are_refused() {
+    let (h, _dir) = start_rdma(|_| {}).await;
+    let c = client(&h);
+    seed(&c).await;
+    let mut multicast = token(0x70, 4096);
+    multicast.gid[0] = 0xff;
+    for t in [
+        token(0, 4096),
+        token(1, 4096),
+        token(1 << 24, 4096),
+        Token {
+            gid: [0; 16],
+            ..token(0x70, 4096)
+        },
+        multicast,
+    ] {
+        let o = get(&c, "bkt", "obj", &hex(&t), None).await;
+        assert_eq!(
+            (o.status, o.code.as_deref()),
+            (400, Some("InvalidRDMAToken")),
+            "{t:?}: {o:?}"
+        );
+    }
+    assert_eq!(h.rdma().unwrap().target().stats().bindings, 0);
+    h.shutdown().await;
+}
+
+/// The binding limit holds through the server: many new client QPs binding
+/// at once never leave more than `max_bindings` bindings. (On the fake NIC
+/// binds are too quick to overlap reliably; the race itself, the old
+/// check-then-insert overshooting the limit, is pinned by hipobj-target's
+/// `binds_in_progress_count_against_the_limit`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_binding_limit_is_exact_under_concurrent_binds() {
+    let (h, _dir) = start_rdma(|c| c.rdma.max_bindings = 3).await;
+    let c = client(&h);
+    seed(&c).await;
+    let mut all = Vec::new();
+    for q in 0..24u32 {
+        let c = c.clone();
+        all.push(tokio::spawn(async move {
+            get(&c, "bkt", "obj", &hex(&token(0x100 + q, 4096)), None).await
+        }));
+    }
+    for t in all {
+        let o = t.await.unwrap();
+        assert!(matches!(o.status, 409 | 503), "{o:?}");
+        let n = h.rdma().unwrap().target().stats().bindings;
+        assert!(n <= 3, "{n} bindings of at most 3");
+    }
+    assert_eq!(h.rdma().unwrap().target().stats().bindings, 3);
     h.shutdown().await;
 }

@@ -145,19 +145,18 @@ fn soak_small_and_1mib_transfers_on_the_soft_nic() {
     }
     let mut soft = hipobj_softroce::SoftConfig::default();
     soft.faults.loss = loss;
-    let c = Client::builder()
-        .nic_hint(hipobj_softroce::DEFAULT_NAME)
-        .options(Options {
-            max_transfers: threads as u32,
-            ..Options::default()
-        })
-        .platform(Platform {
-            verbs: Arc::new(hipobj_softroce::SoftVerbs::new(soft)),
-            gpu: Arc::new(NoGpu::new("a test on the soft NIC")),
-            topology: Arc::new(hipobj_platform::NoTopology),
-        })
-        .build()
-        .unwrap();
+    let c = Client::builder(Platform {
+        verbs: Arc::new(hipobj_softroce::SoftVerbs::new(soft)),
+        gpu: Arc::new(NoGpu::new("a test on the soft NIC")),
+        topology: Arc::new(hipobj_platform::NoTopology),
+    })
+    .nic_hint(hipobj_softroce::DEFAULT_NAME)
+    .options(Options {
+        max_transfers: threads as u32,
+        ..Options::default()
+    })
+    .build()
+    .unwrap();
 
     let small_left = AtomicUsize::new(small);
     let large_left = AtomicUsize::new(large);
@@ -183,7 +182,7 @@ fn soak_small_and_1mib_transfers_on_the_soft_nic() {
                             // PUT 1 MiB from this buffer, GET it back into it.
                             let key = format!("large-{t}");
                             let data = pattern(1 << 20, n as u8);
-                            lreg.bytes_mut().copy_from_slice(&data);
+                            lreg.write_from(0, &data).expect("fits");
                             let mut ctl = S3Control {
                                 rt: h,
                                 s3,
@@ -193,7 +192,7 @@ fn soak_small_and_1mib_transfers_on_the_soft_nic() {
                             };
                             c.put(&lreg, 0, 1 << 20, &mut ctl)
                                 .unwrap_or_else(|e| panic!("PUT {key}: {e} {:?}", ctl.seen));
-                            lreg.bytes_mut().fill(0);
+                            lreg.fill(0);
                             let mut ctl = S3Control {
                                 rt: h,
                                 s3,
@@ -203,7 +202,7 @@ fn soak_small_and_1mib_transfers_on_the_soft_nic() {
                             };
                             c.get(&mut lreg, 0, 1 << 20, &mut ctl)
                                 .unwrap_or_else(|e| panic!("GET {key}: {e} {:?}", ctl.seen));
-                            assert!(lreg.bytes() == data.as_slice(), "GET {key}: bytes differ");
+                            assert!(lreg.to_vec() == data.as_slice(), "GET {key}: bytes differ");
                             continue;
                         }
                         if small_left
@@ -217,7 +216,7 @@ fn soak_small_and_1mib_transfers_on_the_soft_nic() {
                         }
                         let i = (n + t) % smalls.len();
                         let want = &smalls[i];
-                        sreg.bytes_mut().fill(0xee);
+                        sreg.fill(0xee);
                         let mut ctl = S3Control {
                             rt: h,
                             s3,
@@ -228,11 +227,11 @@ fn soak_small_and_1mib_transfers_on_the_soft_nic() {
                         c.get(&mut sreg, 0, want.len(), &mut ctl)
                             .unwrap_or_else(|e| panic!("GET small-{i}: {e} {:?}", ctl.seen));
                         assert!(
-                            &sreg.bytes()[..want.len()] == want.as_slice(),
+                            &sreg.to_vec()[..want.len()] == want.as_slice(),
                             "small-{i}: bytes differ"
                         );
                         assert!(
-                            sreg.bytes()[want.len()..].iter().all(|b| *b == 0xee),
+                            sreg.to_vec()[want.len()..].iter().all(|b| *b == 0xee),
                             "small-{i}: bytes past the object written"
                         );
                     }

@@ -12,13 +12,13 @@ use std::time::{Duration, Instant};
 
 use hipobj::{Config, Control, ControlError, Direction, Library, Options};
 use hipobj_gpu::cuda::CudaRuntime;
-use hipobj_peer::{PeerConfig, RdmaPeer, Step};
 use hipobj_platform::NoTopology;
 use hipobj_platform::fake::{FakeDeviceSpec, FakeTopology, FakeVerbs, Faults};
 use hipobj_platform::gpu::wait_for_copy;
 use hipobj_platform::{GpuRuntime, MemRegion, Platform, PointerKind};
-use hipobj_proto::Token;
 use hipobj_softroce::{SoftConfig, SoftVerbs};
+use hipobj_target::double::{ObjectServer, Op};
+use hipobj_target::{Target, TargetConfig};
 
 const LEN: usize = 4 << 20;
 const COPY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -274,45 +274,23 @@ fn main() {
     finish(&r, started);
 }
 
-/// The server's side of a transfer, in process: `hipobj-peer` on a second
-/// soft RoCE device, keeping one object in memory.
+/// The server's side of a transfer, in process: the server double
+/// (`hipobj_target::double`) on a second soft RoCE device, keeping the
+/// object "gpu" in memory.
 struct Serve<'a> {
-    peer: &'a RdmaPeer,
-    object: &'a std::sync::Mutex<Vec<u8>>,
+    server: &'a ObjectServer,
     put: bool,
     reply: Option<String>,
 }
 
 impl Control for Serve<'_> {
     fn send_request(&mut self, token: &str) -> Result<(), ControlError> {
-        let t = Token::decode(token.as_bytes()).map_err(|e| ControlError(e.to_string()))?;
-        let err = |e: hipobj_peer::PeerError| ControlError(e.to_string());
-        self.reply = Some(match self.peer.step(&t).map_err(err)? {
-            Step::Bind(reply) => reply.to_string(),
-            Step::Bound => {
-                let mut obj = self.object.lock().map_err(|_| ControlError("poisoned".into()))?;
-                let moved = if self.put { t.len } else { obj.len() as u64 };
-                if self.put {
-                    obj.clear();
-                    self.peer
-                        .read_from_client(&t, t.len, &mut |_, c| {
-                            obj.extend_from_slice(c);
-                            Ok(())
-                        })
-                        .map_err(err)?;
-                } else {
-                    let data = obj.clone();
-                    self.peer
-                        .write_to_client(&t, data.len() as u64, &mut |off, c| {
-                            let off = off as usize;
-                            c.copy_from_slice(&data[off..off + c.len()]);
-                            Ok(())
-                        })
-                        .map_err(err)?;
-                }
-                self.peer.success_reply(&t, 200, moved).map_err(err)?.to_string()
-            }
-        });
+        let op = if self.put {
+            Op::Put("gpu".into())
+        } else {
+            Op::Get("gpu".into())
+        };
+        self.reply = Some(self.server.serve(&op, token).map_err(ControlError)?);
         Ok(())
     }
 
@@ -354,13 +332,13 @@ fn staged_on_the_soft_nic(r: &mut Report, rt: &CudaRuntime) {
         name: "softroce-gpu-srv".into(),
         ..SoftConfig::default()
     });
-    let peer = match RdmaPeer::open(
+    let server = match Target::open(
         &server,
         &NoTopology,
         Some("softroce-gpu-srv"),
-        PeerConfig::default(),
+        TargetConfig::default(),
     ) {
-        Ok(p) => p,
+        Ok(t) => ObjectServer::new(t),
         Err(e) => {
             r.check("soft NIC: server peer", false, e);
             return;
@@ -401,16 +379,19 @@ fn staged_on_the_soft_nic(r: &mut Report, rt: &CudaRuntime) {
         "soft NIC: registration chose",
         format!("{kind:?} (Staged: through pinned host memory)"),
     );
-    let object = std::sync::Mutex::new(Vec::new());
     let t = Instant::now();
     let mut put = Serve {
-        peer: &peer,
-        object: &object,
+        server: &server,
         put: true,
         reply: None,
     };
     let res = inst.transfer(Direction::Put, src.addr(), LEN, 0, &mut put);
-    let ok = res.is_ok() && object.lock().map(|o| *o == want).unwrap_or(false);
+    let ok = res.is_ok()
+        && server
+            .objects
+            .lock()
+            .map(|o| o.get("gpu") == Some(&want))
+            .unwrap_or(false);
     r.check(
         "soft NIC: PUT 8 MiB from GPU memory",
         ok,
@@ -418,8 +399,7 @@ fn staged_on_the_soft_nic(r: &mut Report, rt: &CudaRuntime) {
     );
     let t = Instant::now();
     let mut get = Serve {
-        peer: &peer,
-        object: &object,
+        server: &server,
         put: false,
         reply: None,
     };

@@ -1,4 +1,4 @@
-//! The client's cost per transfer, on the soft NIC with the in-process peer:
+//! The client's cost per transfer, on the soft NIC with the in-process server double (`hipobj_target::double`):
 //!
 //! * `control_path`: everything the library does for one transfer on a
 //!   connection that is already bound (find the buffer, lease a connection,
@@ -22,10 +22,10 @@ use std::sync::Arc;
 
 use criterion::Criterion;
 use hipobj::{Config, Control, ControlError, Direction, Instance, Library, Options};
-use hipobj_peer::{PeerConfig, RdmaPeer, Step};
 use hipobj_platform::{MemRegion, NoGpu, NoTopology, Platform};
-use hipobj_proto::Token;
 use hipobj_softroce::{SoftConfig, SoftVerbs};
+use hipobj_target::double::{ObjectServer, Op};
+use hipobj_target::{Target, TargetConfig};
 
 fn soft(name: &str) -> Arc<SoftVerbs> {
     Arc::new(SoftVerbs::new(SoftConfig {
@@ -47,33 +47,16 @@ impl Control for Canned {
     }
 }
 
-/// The server side of a GET: binds, then RDMA WRITEs `data`.
-struct Get<'a> {
-    peer: &'a RdmaPeer,
-    data: &'a [u8],
+/// A request to the in-process server double.
+struct Req<'a> {
+    server: &'a ObjectServer,
+    op: Op,
     reply: String,
 }
 
-impl Control for Get<'_> {
+impl Control for Req<'_> {
     fn send_request(&mut self, token: &str) -> Result<(), ControlError> {
-        let t = Token::decode(token.as_bytes()).map_err(|e| ControlError(e.to_string()))?;
-        self.reply = match self.peer.step(&t).map_err(|e| ControlError(e.to_string()))? {
-            Step::Bind(r) => r.to_string(),
-            Step::Bound => {
-                let data = self.data;
-                self.peer
-                    .write_to_client(&t, data.len() as u64, &mut |off, chunk| {
-                        let off = off as usize;
-                        chunk.copy_from_slice(&data[off..off + chunk.len()]);
-                        Ok(())
-                    })
-                    .map_err(|e| ControlError(e.to_string()))?;
-                self.peer
-                    .success_reply(&t, 200, data.len() as u64)
-                    .map_err(|e| ControlError(e.to_string()))?
-                    .to_string()
-            }
-        };
+        self.reply = self.server.serve(&self.op, token).map_err(ControlError)?;
         Ok(())
     }
     fn recv_reply(&mut self, reply: &mut [u8]) -> Result<usize, ControlError> {
@@ -82,7 +65,7 @@ impl Control for Get<'_> {
     }
 }
 
-fn setup() -> (Library, Arc<Instance>, RdmaPeer, MemRegion) {
+fn setup() -> (Library, Arc<Instance>, ObjectServer, MemRegion) {
     let platform = Platform {
         verbs: soft("bench-client"),
         gpu: Arc::new(NoGpu::new("bench")),
@@ -106,38 +89,34 @@ fn setup() -> (Library, Arc<Instance>, RdmaPeer, MemRegion) {
     .unwrap();
     let inst = lib.instance().unwrap();
     let server = soft("bench-server");
-    let peer = RdmaPeer::open(
+    let target = Target::open(
         server.as_ref(),
         &NoTopology,
         Some("bench-server"),
-        PeerConfig::default(),
+        TargetConfig::default(),
     )
     .unwrap();
+    let server = ObjectServer::new(target);
+    server
+        .objects
+        .lock()
+        .unwrap()
+        .insert("bench".into(), vec![0x5au8; 4096]);
     let buf = MemRegion::from_static(Box::leak(vec![0u8; 4096].into_boxed_slice()));
     inst.register_host(buf).unwrap();
-    (lib, inst, peer, buf)
+    (lib, inst, server, buf)
 }
 
 fn benches(c: &mut Criterion) {
-    let (_lib, inst, peer, buf) = setup();
-    let data = vec![0x5au8; 4096];
-    let mut get = Get {
-        peer: &peer,
-        data: &data,
+    let (_lib, inst, server, buf) = setup();
+    let mut get = Req {
+        server: &server,
+        op: Op::Get("bench".into()),
         reply: String::new(),
     };
-    // Bind the connection with one real GET, keeping its token.
-    let mut rec = Recorder {
-        inner: &mut get,
-        token: None,
-    };
-    inst.transfer(Direction::Get, buf.addr(), 4096, 0, &mut rec)
-        .unwrap();
-    let token = rec.token.unwrap();
-    // The reply a bound server gives to a PUT of 4096 bytes: 200, its own
-    // QP's token and the count.
-    let echo = peer.success_reply(&token, 200, 4096).unwrap().to_string();
-    let mut canned = Canned(echo);
+    // Bind the connection with one real PUT, keeping the reply a bound
+    // server gives it (200, its own QP's token, 4096 bytes).
+    let mut canned = Canned(bound(&inst, &server, buf));
     c.bench_function("control_path", |b| {
         b.iter(|| {
             inst.transfer(Direction::Put, buf.addr(), 4096, 0, &mut canned)
@@ -152,38 +131,17 @@ fn benches(c: &mut Criterion) {
     });
 }
 
-/// Passes a request through and keeps its token.
-struct Recorder<'a, C: Control> {
-    inner: &'a mut C,
-    token: Option<Token>,
-}
-
-impl<C: Control> Control for Recorder<'_, C> {
-    fn send_request(&mut self, token: &str) -> Result<(), ControlError> {
-        self.token = Some(Token::decode(token.as_bytes()).map_err(|e| ControlError(e.to_string()))?);
-        self.inner.send_request(token)
-    }
-    fn recv_reply(&mut self, reply: &mut [u8]) -> Result<usize, ControlError> {
-        self.inner.recv_reply(reply)
-    }
-}
-
-/// Binds the connection and returns the canned reply of a bound server.
-fn bound(inst: &Instance, peer: &RdmaPeer, buf: MemRegion, data: &[u8]) -> String {
-    let mut get = Get {
-        peer,
-        data,
+/// Binds the connection with one real PUT of 4096 bytes and returns the
+/// success reply the bound server gave.
+fn bound(inst: &Instance, server: &ObjectServer, buf: MemRegion) -> String {
+    let mut put = Req {
+        server,
+        op: Op::Put("bench-put".into()),
         reply: String::new(),
     };
-    let mut rec = Recorder {
-        inner: &mut get,
-        token: None,
-    };
-    inst.transfer(Direction::Get, buf.addr(), 4096, 0, &mut rec)
+    inst.transfer(Direction::Put, buf.addr(), 4096, 0, &mut put)
         .unwrap();
-    peer.success_reply(&rec.token.unwrap(), 200, 4096)
-        .unwrap()
-        .to_string()
+    put.reply
 }
 
 fn main() {
@@ -191,8 +149,8 @@ fn main() {
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
     {
-        let (_lib, inst, peer, buf) = setup();
-        let mut canned = Canned(bound(&inst, &peer, buf, &[0x5a; 4096]));
+        let (_lib, inst, server, buf) = setup();
+        let mut canned = Canned(bound(&inst, &server, buf));
         for _ in 0..n {
             inst.transfer(Direction::Put, buf.addr(), 4096, 0, &mut canned)
                 .unwrap();

@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+use hipobj_platform::rc::{self, RcPath};
 use hipobj_platform::{
     AccessFlags, CompletionQueue, Gid, QpAttr, QpAttrMask, QpInitAttr, QpState, QueuePair, RecvWr, WcOpcode,
     WcStatus, WorkCompletion,
@@ -158,45 +159,19 @@ impl Connection {
             self.to_init()?;
         }
         let d = &self.device;
-        let mut rtr = QpAttr {
-            qp_state: QpState::Rtr,
-            path_mtu: d.mtu(),
-            dest_qp_num: peer.qpn,
-            rq_psn: psn & 0xff_ffff,
-            max_dest_rd_atomic: 16,
-            min_rnr_timer: 12,
-            dgid: peer.gid,
+        let path = RcPath {
+            port: d.port(),
             sgid_index: d.gid_index(),
-            hop_limit: 64,
-            port_num: d.port(),
-            ..QpAttr::default()
-        };
-        use QpAttrMask as M;
-        let rtr_mask = M::STATE
-            | M::AV
-            | M::PATH_MTU
-            | M::DEST_QPN
-            | M::RQ_PSN
-            | M::MAX_DEST_RD_ATOMIC
-            | M::MIN_RNR_TIMER;
-        d.vendor().adjust_rtr(&mut rtr, rtr_mask, d.limits());
-        self.qp
-            .modify(&rtr, rtr_mask)
-            .map_err(|e| rdma("moving a queue pair to RTR", &e))?;
-        let mut rts = QpAttr {
-            qp_state: QpState::Rts,
+            mtu: d.mtu(),
+            dest_qpn: peer.qpn,
+            dgid: peer.gid,
+            rq_psn: psn,
             sq_psn: 0,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
+            max_dest_rd_atomic: 16,
             max_rd_atomic: 1,
-            ..QpAttr::default()
         };
-        let rts_mask = M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
-        d.vendor().adjust_rts(&mut rts, rts_mask, d.limits());
-        self.qp
-            .modify(&rts, rts_mask)
-            .map_err(|e| rdma("moving a queue pair to RTS", &e))?;
+        rc::to_rts(self.qp.as_ref(), &path, d.vendor(), d.limits())
+            .map_err(|(step, e)| rdma(step.doing(), &e))?;
         self.peer = Some(peer);
         Ok(())
     }

@@ -1,5 +1,5 @@
 //! Client and server halves of the protocol on a real kernel verbs device:
-//! the library (client) and an in-process `RdmaPeer` (server), both on
+//! the library (client) and an in-process `hipobj_target::Target` (server), both on
 //! `rxe0`, PUT and GET with exact bytes. Ignored by default; it runs inside
 //! the rxe VM (scripts/rxe-test.sh).
 #![allow(clippy::unwrap_used)]
@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use hipobj::{Config, Library, Options};
 use hipobj_ibverbs::{IbVerbs, SysfsTopology};
-use hipobj_peer::{PeerConfig, RdmaPeer};
 use hipobj_platform::{NoGpu, Platform};
+use hipobj_target::{Target, TargetConfig};
 
 use support::server::{Server, app_driven_get, put_get_roundtrip};
 
@@ -42,20 +42,20 @@ fn put_and_get_on_rxe() {
     )
     .unwrap();
     let inst = lib.instance().unwrap();
-    let peer = RdmaPeer::open(
+    let peer = Target::open(
         verbs.as_ref(),
         topology.as_ref(),
         Some(&dev),
-        PeerConfig {
+        TargetConfig {
             chunk: 256 << 10,
-            ..PeerConfig::default()
+            ..TargetConfig::default()
         },
     )
     .unwrap();
     let server = Server::new(peer);
     let start = std::time::Instant::now();
     put_get_roundtrip(&inst, &server, &[1, 4096, 1 << 20, 3 << 20]);
-    let stats = server.peer.stats();
+    let stats = server.target.stats();
     println!(
         "rxe e2e: {} transfers, {} bytes, {} bindings, {:?}",
         stats.transfers,

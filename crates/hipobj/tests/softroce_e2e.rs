@@ -1,4 +1,4 @@
-//! The library (client) and `hipobj-peer` (server) on two soft RoCE devices
+//! The library (client) and `hipobj-target` (server) on two soft RoCE devices
 //! in one process, bytes really crossing loopback UDP: PUT and GET from 1 B
 //! to 64 MiB, an application-driven GET, loss, and the proof that a server
 //! writing late cannot reach a buffer once the call has returned.
@@ -9,10 +9,11 @@ mod support;
 use std::sync::Arc;
 
 use hipobj::{Control, ControlError, Direction, ErrorKind, Instance, Library, Options};
-use hipobj_peer::{PeerConfig, PeerError, RdmaPeer, Step};
 use hipobj_platform::{MemRegion, NoGpu, NoTopology, Platform, Verbs};
 use hipobj_proto::Token;
 use hipobj_softroce::{FaultConfig, SoftConfig, SoftVerbs};
+use hipobj_target::double::Op;
+use hipobj_target::{Target, TargetConfig};
 
 use support::server::{Server, app_driven_get, put_get_roundtrip};
 use support::{host_buf, read};
@@ -53,13 +54,13 @@ fn pair(loss: f64) -> (Library, Server) {
         },
     )
     .unwrap();
-    let peer = RdmaPeer::open(
+    let peer = Target::open(
         server_verbs.as_ref() as &dyn Verbs,
         &NoTopology,
         Some("softroce-server"),
-        PeerConfig {
+        TargetConfig {
             completion_timeout: std::time::Duration::from_secs(20),
-            ..PeerConfig::default()
+            ..TargetConfig::default()
         },
     )
     .unwrap();
@@ -71,7 +72,7 @@ fn put_and_get_from_one_byte_to_64_mib() {
     let (lib, server) = pair(0.0);
     let inst = lib.instance().unwrap();
     put_get_roundtrip(&inst, &server, &[1, 4096, 1 << 20, 64 << 20]);
-    assert_eq!(server.peer.stats().transfers, 8);
+    assert_eq!(server.target.stats().transfers, 8);
     let want = server.objects.lock().unwrap()["obj-4096"].clone();
     assert_eq!(app_driven_get(&inst, &server, "obj-4096", 4096), want);
 }
@@ -85,18 +86,20 @@ fn put_and_get_through_one_percent_loss() {
 /// A server that binds, then fails the request without moving data, the
 /// way an S3 error after a binding looks to the client.
 struct FailAfterBind<'a> {
-    peer: &'a RdmaPeer,
+    server: &'a Server,
     token: Option<Token>,
     reply: Option<String>,
 }
 
 impl Control for FailAfterBind<'_> {
     fn send_request(&mut self, token: &str) -> Result<(), ControlError> {
-        let t = Token::decode(token.as_bytes()).unwrap();
-        self.token = Some(t);
-        self.reply = match self.peer.step(&t).unwrap() {
-            Step::Bind(r) => Some(r.to_string()),
-            Step::Bound => None,
+        let first = self.token.is_none();
+        self.token = Some(Token::decode(token.as_bytes()).unwrap());
+        self.reply = if first {
+            // A new client QP: the double binds it (409) and moves nothing.
+            Some(self.server.serve(&Op::Put("never".into()), token).unwrap())
+        } else {
+            None
         };
         Ok(())
     }
@@ -110,11 +113,16 @@ impl Control for FailAfterBind<'_> {
     }
 }
 
-fn late_write(peer: &RdmaPeer, token: &Token) -> Result<u64, PeerError> {
-    peer.write_to_client(token, token.len, &mut |_, chunk| {
-        chunk.fill(0xee);
-        Ok(())
-    })
+/// The server writes `token.len` bytes of 0xee through the token again, as
+/// a GET would; whether it reported success.
+fn late_write(server: &Server, token: &Token) -> bool {
+    server
+        .objects
+        .lock()
+        .unwrap()
+        .insert("late".into(), vec![0xee; token.len as usize]);
+    let r = server.serve_token(&Op::Get("late".into()), token);
+    r.is_ok_and(|reply| hipobj_proto::parse_reply(reply.as_bytes()).is_ok_and(|p| p.is_success()))
 }
 
 #[test]
@@ -124,7 +132,7 @@ fn a_server_writing_after_a_failed_transfer_cannot_reach_the_buffer() {
     let buf = host_buf(64 << 10);
     inst.register_host(buf).unwrap();
     let mut s3 = FailAfterBind {
-        peer: &server.peer,
+        server: &server,
         token: None,
         reply: None,
     };
@@ -135,8 +143,7 @@ fn a_server_writing_after_a_failed_transfer_cannot_reach_the_buffer() {
     // The server still holds its binding and now writes: the client QP it
     // was bound to is gone, so the write can only fail.
     let token = s3.token.unwrap();
-    let late = late_write(&server.peer, &token);
-    assert!(late.is_err(), "a late write succeeded: {late:?}");
+    assert!(!late_write(&server, &token), "a late write succeeded");
     assert!(
         read(buf).iter().all(|&b| b == 0),
         "late bytes landed in the buffer"
@@ -151,7 +158,7 @@ fn a_server_writing_after_deregistration_or_shutdown_cannot_reach_the_buffer() {
     // A GET that works, then the buffer is deregistered.
     let buf = host_buf(4096);
     inst.register_host(buf).unwrap();
-    let mut req = server.request(support::server::Op::Get("k".into()));
+    let mut req = server.request(Op::Get("k".into()));
     let mut tokens = Recorder {
         inner: &mut req,
         last: None,
@@ -162,13 +169,13 @@ fn a_server_writing_after_deregistration_or_shutdown_cannot_reach_the_buffer() {
     assert_eq!(read(buf), vec![1u8; 4096]);
     inst.deregister(buf.addr()).unwrap();
     // The client QP is still bound, but the key is gone: remote access error.
-    assert!(late_write(&server.peer, &token).is_err());
+    assert!(!late_write(&server, &token));
     assert_eq!(read(buf), vec![1u8; 4096], "the deregistered buffer changed");
 
     // Register again, transfer, and shut down: the QPs go with the instance.
     let buf2 = host_buf(4096);
     inst.register_host(buf2).unwrap();
-    let mut req = server.request(support::server::Op::Get("k".into()));
+    let mut req = server.request(Op::Get("k".into()));
     let mut tokens = Recorder {
         inner: &mut req,
         last: None,
@@ -179,7 +186,7 @@ fn a_server_writing_after_deregistration_or_shutdown_cannot_reach_the_buffer() {
     support::fill(buf2, &[0u8; 4096]);
     drop(inst);
     lib.shutdown();
-    assert!(late_write(&server.peer, &token2).is_err());
+    assert!(!late_write(&server, &token2));
     assert!(
         read(buf2).iter().all(|&b| b == 0),
         "late bytes landed after shutdown"
@@ -202,9 +209,9 @@ impl<C: Control> Control for Recorder<'_, C> {
     }
 }
 
-fn server(name: &str, config: PeerConfig) -> Server {
+fn server(name: &str, config: TargetConfig) -> Server {
     let verbs = soft(name, 0.0);
-    Server::new(RdmaPeer::open(verbs.as_ref() as &dyn Verbs, &NoTopology, Some(name), config).unwrap())
+    Server::new(Target::open(verbs.as_ref() as &dyn Verbs, &NoTopology, Some(name), config).unwrap())
 }
 
 /// One GET of `key` from `server` into `buf`, counting binding rounds.
@@ -214,7 +221,7 @@ fn get_into(
     key: &str,
     buf: hipobj_platform::MemRegion,
 ) -> Result<usize, ErrorKind> {
-    let mut req = server.request(support::server::Op::Get(key.into()));
+    let mut req = server.request(Op::Get(key.into()));
     let r = inst.transfer(Direction::Get, buf.addr(), buf.len(), 0, &mut req);
     r.map(|()| req.rounds).map_err(|e| e.kind())
 }
@@ -228,8 +235,8 @@ fn get_into(
 /// and a failed GET succeeds when retried.
 #[test]
 fn switching_servers_never_delivers_a_false_success() {
-    let a = server("softroce-a", PeerConfig::default());
-    let b = server("softroce-b", PeerConfig::default());
+    let a = server("softroce-a", TargetConfig::default());
+    let b = server("softroce-b", TargetConfig::default());
     a.objects.lock().unwrap().insert("k".into(), vec![0xaa; 8192]);
     b.objects.lock().unwrap().insert("k".into(), vec![0xbb; 8192]);
     let client = soft("softroce-c", 0.0);
@@ -305,7 +312,7 @@ fn a_server_that_forgot_its_bindings_rebinds_in_one_request() {
         Ok(1),
         "then one round suffices"
     );
-    server.peer.forget_bindings();
+    server.target.forget_bindings();
     assert_eq!(
         get_into(&inst, &server, "k", buf),
         Ok(2),
@@ -320,7 +327,7 @@ fn a_server_that_forgot_its_bindings_rebinds_in_one_request() {
 /// afresh, so the first GET after the restart still succeeds.
 #[test]
 fn a_restarted_client_recovers_from_stale_bindings() {
-    let server = server("softroce-srv", PeerConfig::default());
+    let server = server("softroce-srv", TargetConfig::default());
     server.objects.lock().unwrap().insert("k".into(), vec![9u8; 4096]);
     let client = soft("softroce-cli", 0.0);
     let cfg = hipobj::Config {
@@ -362,9 +369,9 @@ fn a_restarted_client_recovers_from_stale_bindings() {
 fn an_expired_binding_rebinds_in_one_request() {
     let server = server(
         "softroce-idle",
-        PeerConfig {
+        TargetConfig {
             idle_timeout: std::time::Duration::from_millis(200),
-            ..PeerConfig::default()
+            ..TargetConfig::default()
         },
     );
     let (lib, _) = pair(0.0);
@@ -380,7 +387,7 @@ fn an_expired_binding_rebinds_in_one_request() {
         Ok(2),
         "expired, so bound again"
     );
-    assert_eq!(server.peer.stats().bindings, 1);
+    assert_eq!(server.target.stats().bindings, 1);
 }
 
 /// GPU memory the NIC cannot reach (the fake GPU's device memory has no host
@@ -413,7 +420,7 @@ fn gpu_memory_the_nic_cannot_reach_is_staged_and_moves_exact_bytes() {
     )
     .unwrap();
     let inst = lib.instance().unwrap();
-    let server = server("softroce-gpu-srv", PeerConfig::default());
+    let server = server("softroce-gpu-srv", TargetConfig::default());
     let len = 3 << 20;
     let pattern: Vec<u8> = (0..len).map(|i| (i * 13 % 251) as u8).collect();
     let src = gpu.alloc_device(0, len);
@@ -427,14 +434,14 @@ fn gpu_memory_the_nic_cannot_reach_is_staged_and_moves_exact_bytes() {
     assert_eq!(inst.buffers().find(src).unwrap().kind(), BufKind::Staged);
     assert_eq!(inst.buffers().find(dst).unwrap().kind(), BufKind::Staged);
 
-    let mut put = server.request(support::server::Op::Put("gpu".into()));
+    let mut put = server.request(Op::Put("gpu".into()));
     inst.transfer(Direction::Put, src, len, 0, &mut put).unwrap();
     assert!(
         server.objects.lock().unwrap()["gpu"] == pattern,
         "the PUT did not carry the device bytes"
     );
 
-    let mut get = server.request(support::server::Op::Get("gpu".into()));
+    let mut get = server.request(Op::Get("gpu".into()));
     inst.transfer(Direction::Get, dst, len, 0, &mut get).unwrap();
     assert!(
         gpu.read(dst, len).unwrap() == pattern,
@@ -450,7 +457,7 @@ fn gpu_memory_the_nic_cannot_reach_is_staged_and_moves_exact_bytes() {
         t.addr,
         inst.buffers().find(dst).unwrap().staging_addr().unwrap() as u64
     );
-    let mut req = server.request(support::server::Op::Get("gpu".into()));
+    let mut req = server.request(Op::Get("gpu".into()));
     loop {
         req.send_request(token.as_str()).unwrap();
         let mut reply = [0u8; 512];

@@ -1,4 +1,4 @@
-//! A success proves the bytes moved, on the soft NIC with `hipobj-peer` as
+//! A success proves the bytes moved, on the soft NIC with `hipobj-target` as
 //! the server: the malicious-server doubles of issue 11 (a replayed bare
 //! success, a success naming another queue pair, a success with a wrong
 //! count, a short object), and two servers taking turns without rebinding
@@ -10,10 +10,10 @@ mod support;
 use std::sync::Arc;
 
 use hipobj::{Control, ControlError, Direction, ErrorKind, Instance, Library, Options};
-use hipobj_peer::{PeerConfig, RdmaPeer};
 use hipobj_platform::{NoGpu, NoTopology, Platform, Verbs};
 use hipobj_proto::{Reply, parse_reply};
 use hipobj_softroce::{SoftConfig, SoftVerbs};
+use hipobj_target::{Target, TargetConfig};
 
 use support::server::{Op, Server};
 use support::{fill, host_buf, read};
@@ -28,11 +28,11 @@ fn soft(name: &str) -> Arc<SoftVerbs> {
 fn server(name: &str) -> Server {
     let verbs = soft(name);
     Server::new(
-        RdmaPeer::open(
+        Target::open(
             verbs.as_ref() as &dyn Verbs,
             &NoTopology,
             Some(name),
-            PeerConfig::default(),
+            TargetConfig::default(),
         )
         .unwrap(),
     )

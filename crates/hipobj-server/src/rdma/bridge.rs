@@ -1,4 +1,4 @@
-//! Between the blocking RDMA mover (`hipobj_peer::RdmaPeer`, which runs on
+//! Between the blocking RDMA mover (`hipobj_target::Target`, which runs on
 //! a blocking thread) and the async object bodies of the store.
 
 use std::io;

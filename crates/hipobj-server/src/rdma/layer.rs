@@ -1,17 +1,22 @@
-//! [`RdmaS3`]: the RDMA layer in front of a store.
+//! [`RdmaS3`]: the RDMA layer in front of a store. It only maps: who the
+//! caller is, the store as the bytes' source or sink, and the target's
+//! answer as an S3 response. Binding, moving, the success reply and the
+//! rebind after a failed RDMA are all the target's (one call,
+//! [`hipobj_target::Target::serve`]).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use hipobj_peer::{PeerError, RdmaPeer, Step};
-use hipobj_proto::{Token, Transport};
+use hipobj_proto::Token;
+use hipobj_target::{Answer, Caller, Request, Selected, Sink, Source, TargetError};
 use http::{HeaderMap, HeaderValue, StatusCode};
 use s3s::dto;
-use s3s::{S3, S3Request, S3Response, S3Result, s3_error};
-use tokio::sync::OwnedSemaphorePermit;
+use s3s::{S3, S3Error, S3Request, S3Response, S3Result, s3_error};
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
 
-use super::bridge::{BlockingBody, ChannelBody, blob, send_chunk};
-use super::{BYTES, REPLY, Rdma, TOKEN, decline, error, invalid_token, peer_error, with_reply};
+use super::bridge::{BlockingBody, ChannelBody, ChunkSender, blob, send_chunk};
+use super::{BYTES, ClientAddr, REPLY, Rdma, TOKEN, decline, error, invalid_token, target_error, with_reply};
 use crate::metrics::{Metrics, inc};
 
 /// The RDMA layer: serves token requests itself, passes the rest to `inner`.
@@ -27,12 +32,6 @@ impl std::fmt::Debug for RdmaS3 {
             .field("rdma", &self.rdma.is_some())
             .finish_non_exhaustive()
     }
-}
-
-/// A transfer cleared to run: the device, and one of its transfer slots.
-struct Cleared {
-    peer: Arc<RdmaPeer>,
-    _slot: OwnedSemaphorePermit,
 }
 
 /// Counts a transfer in flight for as long as it lives.
@@ -51,24 +50,12 @@ impl Drop for InFlight {
     }
 }
 
-/// Runs a blocking peer call off the async threads.
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, PeerError> + Send + 'static,
-) -> S3Result<T> {
-    blocking_raw(f).await?.map_err(peer_error)
-}
-
-/// As [`blocking`], keeping the peer's own error for the caller to judge.
-async fn blocking_raw<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, PeerError> + Send + 'static,
-) -> S3Result<Result<T, PeerError>> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| {
-        error(
-            "RDMATransferFailed",
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("the transfer task failed: {e}"),
-        )
-    })
+fn task_failed(e: impl std::fmt::Display) -> S3Error {
+    error(
+        "RDMATransferFailed",
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("the transfer task failed: {e}"),
+    )
 }
 
 /// The token a request carries: `None` without the header, an error for a
@@ -84,6 +71,18 @@ fn token_of(headers: &HeaderMap) -> S3Result<Option<Token>> {
         .map_err(|e| invalid_token(format!("x-amz-rdma-token: {e}")))
 }
 
+/// Who sent a request: its access key and the address it came from.
+fn caller_of<T>(req: &S3Request<T>) -> Caller {
+    Caller {
+        access_key: req
+            .credentials
+            .as_ref()
+            .map(|c| c.access_key.clone())
+            .unwrap_or_default(),
+        address: req.extensions.get::<ClientAddr>().map(|a| a.0.ip()),
+    }
+}
+
 /// The headers of a successful RDMA reply.
 fn success_headers(reply: &str, bytes: u64) -> HeaderMap {
     let mut h = HeaderMap::new();
@@ -91,6 +90,8 @@ fn success_headers(reply: &str, bytes: u64) -> HeaderMap {
         h.insert(REPLY, v);
     }
     h.insert(BYTES, HeaderValue::from(bytes));
+    // The reply names a server QP bound to one client: no cache may keep it.
+    h.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h
 }
 
@@ -105,84 +106,156 @@ fn no_body(content_length: Option<i64>) -> S3Result<()> {
     }
 }
 
+fn object_read_failed(e: std::io::Error) -> S3Error {
+    error(
+        "RDMATransferFailed",
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("the object could not be read: {e}"),
+    )
+}
+
+/// A GET's source: the store's GetObject, opened once the target has found
+/// the binding, its body read on the target's (blocking) thread.
+struct StoreSource {
+    rt: Handle,
+    inner: Arc<dyn S3>,
+    req: Option<S3Request<dto::GetObjectInput>>,
+    body: Option<BlockingBody>,
+    resp: Option<S3Response<dto::GetObjectOutput>>,
+}
+
+impl Source for StoreSource {
+    type Error = S3Error;
+
+    fn open(&mut self) -> Result<Selected, S3Error> {
+        let req = self
+            .req
+            .take()
+            .ok_or_else(|| task_failed("the object was opened twice"))?;
+        let mut resp = self.rt.block_on(self.inner.get_object(req))?;
+        let out = &mut resp.output;
+        let len = out
+            .content_length
+            .and_then(|n| u64::try_from(n).ok())
+            .ok_or_else(|| s3_error!(InternalError, "the store did not say how long the object is"))?;
+        let body = out.body.take().unwrap_or_else(|| {
+            dto::StreamingBlob::wrap(futures::stream::empty::<Result<bytes::Bytes, std::io::Error>>())
+        });
+        self.body = Some(BlockingBody::new(self.rt.clone(), body));
+        let partial = out.content_range.is_some();
+        self.resp = Some(resp);
+        Ok(Selected { len, partial })
+    }
+
+    fn fill(&mut self, _off: u64, buf: &mut [u8]) -> Result<(), S3Error> {
+        match &mut self.body {
+            Some(b) => b.fill(buf).map_err(object_read_failed),
+            None => Err(task_failed("the object was read before it was opened")),
+        }
+    }
+}
+
+/// A PUT's sink: the store's PutObject or UploadPart, started once the
+/// target has found the binding, fed through a bounded channel.
+struct StoreSink<T, S> {
+    rt: Handle,
+    store: Option<S>,
+    tx: Option<ChunkSender>,
+    task: Option<JoinHandle<S3Result<S3Response<T>>>>,
+    resp: Option<S3Response<T>>,
+}
+
+impl<T, S, F> Sink for StoreSink<T, S>
+where
+    T: Send + 'static,
+    S: FnOnce(dto::StreamingBlob, i64) -> F,
+    F: Future<Output = S3Result<S3Response<T>>> + Send + 'static,
+{
+    type Error = S3Error;
+
+    fn open(&mut self, len: u64) -> Result<(), S3Error> {
+        let store = self
+            .store
+            .take()
+            .ok_or_else(|| task_failed("the store was opened twice"))?;
+        let content_length =
+            i64::try_from(len).map_err(|_| invalid_token("the token's length is too large"))?;
+        let (tx, body) = ChannelBody::new(len, 4);
+        self.tx = Some(tx);
+        self.task = Some(self.rt.spawn(store(blob(body), content_length)));
+        Ok(())
+    }
+
+    fn drain(&mut self, _off: u64, chunk: &[u8]) -> Result<(), S3Error> {
+        match &self.tx {
+            // The store stopped reading: its own error says why (see
+            // `finish`); this one only stops the transfer.
+            Some(tx) => send_chunk(tx, chunk).map_err(task_failed),
+            None => Err(task_failed("the store was fed before it was opened")),
+        }
+    }
+
+    fn commit(&mut self) -> Result<(), S3Error> {
+        self.tx = None;
+        let task = self.task.take().ok_or_else(|| task_failed("nothing to commit"))?;
+        let resp = self.rt.block_on(task).map_err(task_failed)??;
+        self.resp = Some(resp);
+        Ok(())
+    }
+}
+
+impl<T, S> StoreSink<T, S> {
+    /// After the target returned: a store still running (the transfer
+    /// stopped early) sees its body end in an error, stores nothing, and is
+    /// waited for; its error, if any, is returned.
+    async fn finish(&mut self) -> Option<S3Error> {
+        self.tx = None;
+        let task = self.task.take()?;
+        match task.await {
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => Some(e),
+            Err(e) => Some(task_failed(e)),
+        }
+    }
+}
+
 impl RdmaS3 {
     /// The layer over `inner`; with `rdma` `None`, token requests get `501`.
     pub fn new(inner: Arc<dyn S3>, rdma: Option<Arc<Rdma>>, metrics: Arc<Metrics>) -> Self {
         Self { inner, rdma, metrics }
     }
 
-    /// Everything before the data moves: decline (`501`), check the token,
-    /// bind the client QP (`409`), and take a transfer slot.
-    async fn clear(&self, token: &Token) -> S3Result<Cleared> {
+    /// The device, or `501` when RDMA is off.
+    fn rdma(&self) -> S3Result<Arc<Rdma>> {
         inc(&self.metrics.rdma_requests);
-        let Some(rdma) = &self.rdma else {
+        self.rdma.clone().ok_or_else(|| {
             inc(&self.metrics.rdma_declines);
-            return Err(decline("RDMA is not enabled on this server; use plain HTTP"));
-        };
-        if token.transport != Transport::Rc {
-            inc(&self.metrics.rdma_declines);
-            return Err(decline("this server serves RC tokens only; use plain HTTP"));
-        }
-        rdma.peer.check_token(token, 0).map_err(peer_error)?;
-        let peer = rdma.peer.clone();
-        let t = *token;
-        match blocking(move || peer.step(&t)).await? {
-            Step::Bind(reply) => {
-                inc(&self.metrics.rdma_binds);
-                tracing::debug!(client_qpn = token.qpn, "binding a client QP: {reply}");
-                let e = error(
-                    "RDMABindRequired",
-                    StatusCode::CONFLICT,
-                    "the client QP is not bound to this server: connect it to the QP in x-amz-rdma-reply and resend",
-                );
-                Err(with_reply(e, &reply.to_string()))
-            }
-            Step::Bound => {
-                let slot = rdma
-                    .slots
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .map_err(|_| s3_error!(ServiceUnavailable, "the server is shutting down"))?;
-                Ok(Cleared {
-                    peer: rdma.peer.clone(),
-                    _slot: slot,
-                })
-            }
-        }
+            decline("RDMA is not enabled on this server; use plain HTTP")
+        })
     }
 
-    /// The answer to an RDMA that failed on a binding: the peer has dropped
-    /// the binding (the client QP was reset, recycled or rebound elsewhere,
-    /// or the connection broke), so bind afresh and answer `409`, and a
-    /// client whose QP went stale recovers in the same request
-    /// (docs/protocol.md §4). Moving no data, the new binding costs nothing
-    /// if the client gives up instead.
-    async fn rebind(&self, token: &Token, why: String) -> s3s::S3Error {
-        let Some(rdma) = &self.rdma else {
-            return peer_error(PeerError::Transfer(why));
-        };
-        tracing::info!(
-            client_qpn = token.qpn,
-            "RDMA on a binding failed ({why}); binding afresh"
-        );
-        let peer = rdma.peer.clone();
-        let t = *token;
-        match blocking(move || peer.step(&t)).await {
-            Ok(Step::Bind(reply)) => {
-                inc(&self.metrics.rdma_binds);
+    /// A `409` answer: connect the client QP to the server QP it names.
+    fn bind(&self, reply: &hipobj_proto::Reply, after_failure: Option<String>) -> S3Error {
+        inc(&self.metrics.rdma_binds);
+        let msg = match after_failure {
+            None => "the client QP is not bound to this server: connect it to the QP in x-amz-rdma-reply and resend".to_owned(),
+            Some(why) => {
                 inc(&self.metrics.rdma_errors);
-                let e = error(
-                    "RDMABindRequired",
-                    StatusCode::CONFLICT,
-                    format!(
-                        "the RDMA on this client QP's old binding failed ({why}): connect it to the QP in x-amz-rdma-reply and resend"
-                    ),
-                );
-                with_reply(e, &reply.to_string())
+                tracing::info!("RDMA on a binding failed ({why}); bound afresh");
+                format!(
+                    "the RDMA on this client QP's old binding failed ({why}): connect it to the QP in x-amz-rdma-reply and resend"
+                )
             }
-            Ok(Step::Bound) | Err(_) => peer_error(PeerError::Transfer(why)),
+        };
+        let e = error("RDMABindRequired", StatusCode::CONFLICT, msg);
+        with_reply(e, &reply.to_string())
+    }
+
+    fn failure(&self, e: TargetError<S3Error>) -> S3Error {
+        if matches!(e, TargetError::Declined) {
+            inc(&self.metrics.rdma_declines);
         }
+        target_error(e)
     }
 
     /// Counts a failed token request (binds and declines have their own counters).
@@ -206,38 +279,35 @@ impl RdmaS3 {
         token: Token,
         req: S3Request<dto::GetObjectInput>,
     ) -> S3Result<S3Response<dto::GetObjectOutput>> {
-        let cleared = self.clear(&token).await?;
-        let mut resp = self.inner.get_object(req).await?;
-        let out = &mut resp.output;
-        let len = out
-            .content_length
-            .and_then(|n| u64::try_from(n).ok())
-            .ok_or_else(|| s3_error!(InternalError, "the store did not say how long the object is"))?;
-        // Never truncate: a buffer smaller than the selection fails here,
-        // before any byte moves.
-        cleared.peer.check_token(&token, len).map_err(peer_error)?;
-        let body = out.body.take().unwrap_or_else(|| {
-            dto::StreamingBlob::wrap(futures::stream::empty::<Result<bytes::Bytes, std::io::Error>>())
-        });
+        let rdma = self.rdma()?;
+        let caller = caller_of(&req);
         let _flight = InFlight::new(&self.metrics);
-        let peer = cleared.peer.clone();
-        let rt = tokio::runtime::Handle::current();
-        let sent = match blocking_raw(move || {
-            let _slot = cleared;
-            let mut src = BlockingBody::new(rt, body);
-            peer.write_to_client(&token, len, &mut |_, chunk| src.fill(chunk))
-        })
-        .await?
-        {
-            Ok(n) => n,
-            Err(PeerError::Transfer(why)) => return Err(self.rebind(&token, why).await),
-            Err(e) => return Err(peer_error(e)),
+        let mut src = StoreSource {
+            rt: Handle::current(),
+            inner: self.inner.clone(),
+            req: Some(req),
+            body: None,
+            resp: None,
         };
+        let (answer, src) = tokio::task::spawn_blocking(move || {
+            let a = rdma.target.serve(&caller, &token, Request::Get(&mut src));
+            (a, src)
+        })
+        .await
+        .map_err(task_failed)?;
+        let (reply, bytes) = match answer {
+            Ok(Answer::Done { reply, bytes, .. }) => (reply, bytes),
+            Ok(Answer::Bind { reply, after_failure }) => return Err(self.bind(&reply, after_failure)),
+            Err(e) => return Err(self.failure(e)),
+        };
+        let mut resp = src
+            .resp
+            .ok_or_else(|| task_failed("no response from the store"))?;
         inc(&self.metrics.rdma_gets);
-        self.metrics.rdma_bytes_written.fetch_add(sent, Ordering::Relaxed);
-        let status = if out.content_range.is_some() { 206 } else { 200 };
-        let peer = self.peer()?;
-        let reply = peer.success_reply(&token, status, sent).map_err(peer_error)?;
+        self.metrics
+            .rdma_bytes_written
+            .fetch_add(bytes, Ordering::Relaxed);
+        let out = &mut resp.output;
         // The bytes went by RDMA: no body, and no checksums that would
         // describe a body (aws-sdk-s3 would check them against nothing).
         out.content_length = Some(0);
@@ -247,67 +317,49 @@ impl RdmaS3 {
         out.checksum_sha1 = None;
         out.checksum_sha256 = None;
         out.checksum_type = None;
-        resp.headers.extend(success_headers(&reply.to_string(), sent));
+        resp.headers.extend(success_headers(&reply.to_string(), bytes));
         Ok(resp)
     }
 
-    fn peer(&self) -> S3Result<Arc<RdmaPeer>> {
-        self.rdma
-            .as_ref()
-            .map(|r| r.peer.clone())
-            .ok_or_else(|| decline("RDMA is not enabled on this server; use plain HTTP"))
-    }
-
-    /// PUT and UploadPart: reads the token's bytes from the client while the
-    /// store takes them in; `store` gets the body and runs to completion.
-    async fn rdma_upload<T, F>(
-        &self,
-        token: Token,
-        store: impl FnOnce(dto::StreamingBlob, i64) -> F,
-    ) -> S3Result<S3Response<T>>
+    /// PUT and UploadPart: the target reads the token's bytes from the
+    /// client while `store` takes them in.
+    async fn rdma_upload<T, S, F>(&self, caller: Caller, token: Token, store: S) -> S3Result<S3Response<T>>
     where
-        F: Future<Output = S3Result<S3Response<T>>>,
+        T: Send + 'static,
+        S: FnOnce(dto::StreamingBlob, i64) -> F + Send + 'static,
+        F: Future<Output = S3Result<S3Response<T>>> + Send + 'static,
     {
-        let cleared = self.clear(&token).await?;
-        let len = token.len;
-        let content_length =
-            i64::try_from(len).map_err(|_| invalid_token("the token's length is too large"))?;
-        let (tx, body) = ChannelBody::new(len, 4);
+        let rdma = self.rdma()?;
         let _flight = InFlight::new(&self.metrics);
-        let peer = cleared.peer.clone();
-        let mover = tokio::task::spawn_blocking(move || {
-            let _slot = cleared;
-            peer.read_from_client(&token, len, &mut |_, chunk| send_chunk(&tx, chunk))
-        });
-        let (stored, moved) = tokio::join!(store(blob(body), content_length), mover);
-        let moved = moved.map_err(|e| {
-            error(
-                "RDMATransferFailed",
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("the transfer task failed: {e}"),
-            )
-        })?;
-        let mut resp = match (stored, moved) {
-            (Ok(resp), Ok(n)) if n == len => resp,
-            (Ok(_), Ok(n)) => {
-                return Err(error(
-                    "RDMATransferFailed",
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    format!("moved {n} of {len} bytes"),
-                ));
-            }
-            // The store stopped on its own (no such bucket, a bad digest):
-            // the mover then failed only because nobody took its chunks.
-            (Err(e), Err(PeerError::Io(_)) | Ok(_)) => return Err(e),
-            // The RDMA failed: that is the cause, whatever the store made
-            // of the short body (it stored nothing). Bind afresh.
-            (_, Err(PeerError::Transfer(why))) => return Err(self.rebind(&token, why).await),
-            (_, Err(e)) => return Err(peer_error(e)),
+        let mut sink = StoreSink {
+            rt: Handle::current(),
+            store: Some(store),
+            tx: None,
+            task: None,
+            resp: None,
         };
+        let (answer, mut sink) = tokio::task::spawn_blocking(move || {
+            let a = rdma.target.serve(&caller, &token, Request::Put(&mut sink));
+            (a, sink)
+        })
+        .await
+        .map_err(task_failed)?;
+        // A transfer that stopped early leaves the store running on a body
+        // that now ends in an error: it stores nothing, and its error is
+        // the cause when the store stopped first.
+        let stored = sink.finish().await;
+        let (reply, bytes) = match answer {
+            Ok(Answer::Done { reply, bytes, .. }) => (reply, bytes),
+            Ok(Answer::Bind { reply, after_failure }) => return Err(self.bind(&reply, after_failure)),
+            Err(TargetError::Store(e)) => return Err(stored.unwrap_or(e)),
+            Err(e) => return Err(self.failure(e)),
+        };
+        let mut resp = sink
+            .resp
+            .ok_or_else(|| task_failed("no response from the store"))?;
         inc(&self.metrics.rdma_puts);
-        self.metrics.rdma_bytes_read.fetch_add(len, Ordering::Relaxed);
-        let reply = self.peer()?.success_reply(&token, 200, len).map_err(peer_error)?;
-        resp.headers.extend(success_headers(&reply.to_string(), len));
+        self.metrics.rdma_bytes_read.fetch_add(bytes, Ordering::Relaxed);
+        resp.headers.extend(success_headers(&reply.to_string(), bytes));
         Ok(resp)
     }
 }
@@ -342,8 +394,9 @@ macro_rules! layer {
                 };
                 self.failed(no_body(req.input.content_length))?;
                 let inner = self.inner.clone();
+                let caller = caller_of(&req);
                 let r = self
-                    .rdma_upload(token, move |body, len| {
+                    .rdma_upload(caller, token, move |body, len| {
                         req.input.body = Some(body);
                         req.input.content_length = Some(len);
                         async move { inner.put_object(req).await }
@@ -361,8 +414,9 @@ macro_rules! layer {
                 };
                 self.failed(no_body(req.input.content_length))?;
                 let inner = self.inner.clone();
+                let caller = caller_of(&req);
                 let r = self
-                    .rdma_upload(token, move |body, len| {
+                    .rdma_upload(caller, token, move |body, len| {
                         req.input.body = Some(body);
                         req.input.content_length = Some(len);
                         async move { inner.upload_part(req).await }

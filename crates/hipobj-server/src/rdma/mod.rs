@@ -1,21 +1,22 @@
 //! The RDMA side of the server (docs/protocol.md §4).
 //!
 //! [`RdmaS3`] wraps any store (any [`s3s::S3`]) and intercepts GetObject,
-//! PutObject and UploadPart requests that carry `x-amz-rdma-token`: it binds
-//! the client's QP (`409`), moves the bytes with the [`Rdma`] engine, and
-//! answers with the reply header and no body. Everything else passes
-//! through to the store untouched.
+//! PutObject and UploadPart requests that carry `x-amz-rdma-token`: it hands
+//! each to the target ([`hipobj_target::Target::serve`], which binds, moves
+//! and replies) with the store as the bytes' source or sink, and maps the
+//! answer to an S3 response with the reply header and no body. Everything
+//! else passes through to the store untouched.
 
 mod bridge;
 mod layer;
 
+use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
-use hipobj_peer::{PeerError, RdmaPeer};
 use hipobj_platform::{NicTopology, Verbs};
+use hipobj_target::{LocalAddresses, Target, TargetError};
 use http::{HeaderMap, HeaderValue, StatusCode};
 use s3s::{S3Error, S3ErrorCode};
-use tokio::sync::Semaphore;
 
 pub use layer::RdmaS3;
 
@@ -60,35 +61,54 @@ impl VerbsProvider {
     }
 }
 
-/// The open device, its bindings, and the limit on transfers at once.
+/// The open device and its bindings.
 #[derive(Debug)]
 pub struct Rdma {
-    peer: Arc<RdmaPeer>,
-    slots: Arc<Semaphore>,
+    target: Arc<Target>,
+}
+
+/// This host's addresses, for clients that connect over loopback: an
+/// address is local when a UDP socket can bind to it.
+#[derive(Debug)]
+struct HostAddresses;
+
+impl LocalAddresses for HostAddresses {
+    fn is_local(&self, ip: Ipv4Addr) -> bool {
+        ip.is_loopback() || std::net::UdpSocket::bind((ip, 0)).is_ok()
+    }
 }
 
 impl Rdma {
     /// Opens the device `config` names through `provider`.
     pub fn open(provider: &VerbsProvider, config: &RdmaConfig) -> Result<Self, crate::Error> {
-        let peer = RdmaPeer::open(
+        let target = Target::open(
             provider.verbs.as_ref(),
             provider.topology.as_ref(),
             config.device.as_deref(),
-            config.peer_config(),
+            config.target_config(),
         )
-        .map_err(|e| crate::Error::Rdma(e.to_string()))?;
-        tracing::info!("RDMA device open: {}", peer.selection());
+        .map_err(|e| crate::Error::Rdma(e.to_string()))?
+        .with_local_addresses(Arc::new(HostAddresses));
+        tracing::info!(
+            vendor = target.vendor().name(),
+            "RDMA device open: {}",
+            target.selection()
+        );
         Ok(Self {
-            peer: Arc::new(peer),
-            slots: Arc::new(Semaphore::new(config.max_concurrent.max(1))),
+            target: Arc::new(target),
         })
     }
 
-    /// The peer (for its counters and bindings).
-    pub fn peer(&self) -> &Arc<RdmaPeer> {
-        &self.peer
+    /// The target (for its counters and bindings).
+    pub fn target(&self) -> &Arc<Target> {
+        &self.target
     }
 }
+
+/// The address an HTTP request came from (a request extension the
+/// listener sets, which the RDMA layer checks token GIDs against).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientAddr(pub SocketAddr);
 
 /// The reply header (docs/protocol.md §2).
 pub const REPLY: &str = hipobj_proto::REPLY_HEADER;
@@ -104,9 +124,11 @@ fn error(code: &'static str, status: StatusCode, msg: impl Into<String>) -> S3Er
     e
 }
 
-/// An S3 error that also carries an `x-amz-rdma-reply` header.
+/// An S3 error that also carries an `x-amz-rdma-reply` header (and, like
+/// every RDMA response, `Cache-Control: no-store`).
 fn with_reply(mut e: S3Error, reply: &str) -> S3Error {
     let mut h = HeaderMap::new();
+    h.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     // s3s replaces the whole header map of an error response with this one.
     h.insert(
         http::header::CONTENT_TYPE,
@@ -131,16 +153,18 @@ fn invalid_token(why: impl Into<String>) -> S3Error {
     error("InvalidRDMAToken", StatusCode::BAD_REQUEST, why)
 }
 
-/// The S3 error for a peer failure.
-fn peer_error(e: PeerError) -> S3Error {
+/// The S3 error for a target failure.
+fn target_error(e: TargetError<S3Error>) -> S3Error {
     match e {
-        PeerError::InvalidToken(m) => invalid_token(m),
-        PeerError::BufferTooSmall { have, want } => error(
+        TargetError::Declined => decline("this server serves RC tokens only; use plain HTTP"),
+        TargetError::InvalidToken(m) => invalid_token(m),
+        TargetError::NotTheCallers(m) => error("AccessDenied", StatusCode::FORBIDDEN, m),
+        TargetError::BufferTooSmall { have, want } => error(
             "RDMABufferTooSmall",
             StatusCode::BAD_REQUEST,
             format!("the token's buffer holds {have} bytes, the object or range is {want}: nothing was sent"),
         ),
-        PeerError::Busy(n) => {
+        TargetError::Busy(n) => {
             let mut e = S3Error::with_message(
                 S3ErrorCode::SlowDown,
                 format!("all {n} RDMA bindings are in use; retry later"),
@@ -148,16 +172,12 @@ fn peer_error(e: PeerError) -> S3Error {
             e.set_status_code(StatusCode::SERVICE_UNAVAILABLE);
             e
         }
-        PeerError::Verbs(v) => error(
+        TargetError::Verbs(v) => error(
             "RDMATransferFailed",
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("RDMA setup failed: {v}"),
         ),
-        PeerError::Transfer(m) => error("RDMATransferFailed", StatusCode::INTERNAL_SERVER_ERROR, m),
-        PeerError::Io(io) => error(
-            "RDMATransferFailed",
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("the object could not be read or stored: {io}"),
-        ),
+        TargetError::Transfer(m) => error("RDMATransferFailed", StatusCode::INTERNAL_SERVER_ERROR, m),
+        TargetError::Store(e) => e,
     }
 }

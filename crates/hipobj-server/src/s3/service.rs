@@ -50,7 +50,7 @@ impl Front {
             let text = match req.uri().path() {
                 "/.hipobj/metrics" => Some(
                     self.metrics
-                        .render(self.rdma.as_ref().map(|r| r.peer().stats().bindings)),
+                        .render(self.rdma.as_ref().map(|r| r.target().stats().bindings)),
                 ),
                 "/.hipobj/health" => Some("ok\n".to_owned()),
                 _ => None,
@@ -64,7 +64,16 @@ impl Front {
                 return Ok(resp);
             }
         }
-        let mut resp = self.s3.call(req.map(Body::from)).await?;
+        // s3s's own request log is off (it would log secrets, see
+        // `crate::logging`): this line stands for it, with no query string
+        // (a presigned URL's signature), no headers and no body.
+        let (method, path) = (req.method().clone(), req.uri().path().to_owned());
+        let resp = self.s3.call(req.map(Body::from)).await;
+        match &resp {
+            Ok(r) => tracing::debug!(%method, %path, status = r.status().as_u16(), "request"),
+            Err(_) => tracing::debug!(%method, %path, "request failed before a response"),
+        }
+        let mut resp = resp?;
         with_request_id(&mut resp);
         Ok(resp)
     }

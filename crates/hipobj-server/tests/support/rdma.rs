@@ -18,6 +18,7 @@ pub struct Outcome {
     pub code: Option<String>,
     pub etag: Option<String>,
     pub content_length: Option<String>,
+    pub cache_control: Option<String>,
 }
 
 impl Outcome {
@@ -48,6 +49,7 @@ impl Intercept for Capture {
         o.bytes = h.get(hipobj_proto::BYTES_HEADER).and_then(|v| v.parse().ok());
         o.etag = h.get("etag").map(str::to_owned);
         o.content_length = h.get("content-length").map(str::to_owned);
+        o.cache_control = h.get("cache-control").map(str::to_owned);
         Ok(())
     }
 }

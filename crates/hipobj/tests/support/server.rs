@@ -1,28 +1,26 @@
-//! An in-process S3 server double for transfer tests: the server's RDMA half
-//! (`hipobj_peer::RdmaPeer`) behind the `Control` seam, with objects kept in
-//! memory. It answers exactly as docs/protocol.md says a server must.
+//! The in-process S3 server double for transfer tests
+//! (`hipobj_target::double::ObjectServer`, objects in memory, RDMA by the
+//! target's one entry point) behind the `Control` seam. It answers exactly
+//! as docs/protocol.md says a server must.
 #![allow(dead_code, clippy::unwrap_used)]
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::ops::Deref;
 
 use hipobj::{Control, ControlError};
-use hipobj_peer::{RdmaPeer, Step};
-use hipobj_proto::Token;
+use hipobj_target::Target;
+use hipobj_target::double::ObjectServer;
+pub use hipobj_target::double::Op;
 
-/// Objects by key, and the peer that moves them.
+/// The double (its target is `server.target`).
 pub struct Server {
-    pub peer: Arc<RdmaPeer>,
-    pub objects: Mutex<HashMap<String, Vec<u8>>>,
+    inner: ObjectServer,
 }
 
-/// What one request asks for.
-#[derive(Clone, Debug)]
-pub enum Op {
-    /// GetObject of a key.
-    Get(String),
-    /// PutObject of a key.
-    Put(String),
+impl Deref for Server {
+    type Target = ObjectServer;
+    fn deref(&self) -> &ObjectServer {
+        &self.inner
+    }
 }
 
 /// One S3 request against the server, as the client's callbacks drive it.
@@ -34,10 +32,9 @@ pub struct Request<'a> {
 }
 
 impl Server {
-    pub fn new(peer: RdmaPeer) -> Self {
+    pub fn new(target: Target) -> Self {
         Self {
-            peer: Arc::new(peer),
-            objects: Mutex::new(HashMap::new()),
+            inner: ObjectServer::new(target),
         }
     }
 
@@ -49,61 +46,13 @@ impl Server {
             rounds: 0,
         }
     }
-
-    fn serve(&self, op: &Op, token: &Token) -> Result<String, String> {
-        match self.move_bytes(op, token) {
-            // As the real server does: an RDMA that failed on a binding
-            // dropped it; bind afresh and answer 409.
-            Err(hipobj_peer::PeerError::Transfer(_)) => match self.peer.step(token) {
-                Ok(Step::Bind(reply)) => Ok(reply.to_string()),
-                _ => Err("RDMATransferFailed".into()),
-            },
-            Err(e) => Err(e.to_string()),
-            Ok(reply) => Ok(reply),
-        }
-    }
-
-    fn move_bytes(&self, op: &Op, token: &Token) -> Result<String, hipobj_peer::PeerError> {
-        let peer = &self.peer;
-        if let Step::Bind(reply) = peer.step(token)? {
-            return Ok(reply.to_string());
-        }
-        match op {
-            Op::Get(key) => {
-                let data = self
-                    .objects
-                    .lock()
-                    .unwrap()
-                    .get(key)
-                    .cloned()
-                    .ok_or_else(|| hipobj_peer::PeerError::InvalidToken("NoSuchKey".into()))?;
-                let n = data.len() as u64;
-                let moved = peer.write_to_client(token, n, &mut |off, chunk| {
-                    let off = off as usize;
-                    chunk.copy_from_slice(&data[off..off + chunk.len()]);
-                    Ok(())
-                })?;
-                Ok(peer.success_reply(token, 200, moved)?.to_string())
-            }
-            Op::Put(key) => {
-                let mut body = Vec::with_capacity(token.len as usize);
-                let moved = peer.read_from_client(token, token.len, &mut |_, chunk| {
-                    body.extend_from_slice(chunk);
-                    Ok(())
-                })?;
-                self.objects.lock().unwrap().insert(key.clone(), body);
-                Ok(peer.success_reply(token, 200, moved)?.to_string())
-            }
-        }
-    }
 }
 
 impl Control for Request<'_> {
     fn send_request(&mut self, token: &str) -> Result<(), ControlError> {
         self.rounds += 1;
-        let token = Token::decode(token.as_bytes()).map_err(|e| ControlError(e.to_string()))?;
         // An S3 error carries no x-amz-rdma-reply: recv_reply then fails.
-        self.reply = self.server.serve(&self.op, &token).ok();
+        self.reply = self.server.serve(&self.op, token).ok();
         Ok(())
     }
 

@@ -1,0 +1,166 @@
+//! The bindings: one server QP per (access key, client GID, client QPN),
+//! at most `max_bindings` of them, idle ones expiring.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hipobj_platform::{CompletionQueue, Gid, QueuePair};
+
+use crate::lock;
+
+/// Whose binding: the caller's access key and the client QP its token names.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct BindingKey {
+    pub access_key: String,
+    pub gid: Gid,
+    pub qpn: u32,
+}
+
+/// A server QP connected to one client QP.
+pub(crate) struct ServerQp {
+    // Field order is drop order: the QP before its CQ.
+    pub qp: Box<dyn QueuePair>,
+    pub cq: Arc<dyn CompletionQueue>,
+    pub next_wr: u64,
+}
+
+impl std::fmt::Debug for ServerQp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerQp")
+            .field("qpn", &self.qp.qp_num())
+            .finish()
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Binding {
+    pub qpn: u32,
+    pub conn: Mutex<ServerQp>,
+    pub last_used: Mutex<Instant>,
+}
+
+/// What a lookup found.
+pub(crate) enum Lookup {
+    /// A live binding.
+    Bound(Arc<Binding>),
+    /// None: room for one is reserved; [`Bindings::insert`] or
+    /// [`Bindings::unreserve`] must follow.
+    Reserved,
+    /// None, and every binding is in use by a transfer.
+    Full,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    map: HashMap<BindingKey, Arc<Binding>>,
+    /// Bindings being created (their QPs are being connected, outside the
+    /// lock): they count against the limit, so it is never exceeded.
+    reserved: usize,
+}
+
+/// The binding table.
+#[derive(Debug)]
+pub(crate) struct Bindings {
+    state: Mutex<State>,
+    max: usize,
+    idle: Duration,
+}
+
+impl Bindings {
+    pub fn new(max: usize, idle: Duration) -> Self {
+        Self {
+            state: Mutex::new(State::default()),
+            max: max.max(1),
+            idle,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        lock(&self.state).map.len()
+    }
+
+    pub fn clear(&self) {
+        lock(&self.state).map.clear();
+    }
+
+    /// Finds the caller's binding, or reserves room for a new one, making
+    /// room by dropping the least recently used idle binding.
+    pub fn lookup(&self, key: &BindingKey) -> Lookup {
+        let mut st = lock(&self.state);
+        let idle = self.idle;
+        // A binding in use by a request (more than the map's reference) is
+        // never expired under it.
+        st.map
+            .retain(|_, b| Arc::strong_count(b) > 1 || lock(&b.last_used).elapsed() < idle);
+        if let Some(b) = st.map.get(key) {
+            return Lookup::Bound(b.clone());
+        }
+        while st.map.len() + st.reserved >= self.max {
+            let victim = st
+                .map
+                .iter()
+                .filter(|(_, b)| Arc::strong_count(b) == 1)
+                .min_by_key(|(_, b)| *lock(&b.last_used))
+                .map(|(k, _)| k.clone());
+            match victim {
+                Some(k) => {
+                    st.map.remove(&k);
+                }
+                None => return Lookup::Full,
+            }
+        }
+        st.reserved += 1;
+        Lookup::Reserved
+    }
+
+    /// Fills a reservation.
+    pub fn insert(&self, key: BindingKey, binding: Arc<Binding>) {
+        let mut st = lock(&self.state);
+        st.reserved = st.reserved.saturating_sub(1);
+        st.map.insert(key, binding);
+    }
+
+    /// Gives a reservation back (connecting the QP failed).
+    pub fn unreserve(&self) {
+        let mut st = lock(&self.state);
+        st.reserved = st.reserved.saturating_sub(1);
+    }
+
+    /// Drops `key`'s binding if it is still the one with server QP `qpn`.
+    pub fn remove(&self, key: &BindingKey, qpn: u32) {
+        let mut st = lock(&self.state);
+        if st.map.get(key).is_some_and(|b| b.qpn == qpn) {
+            st.map.remove(key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(qpn: u32) -> BindingKey {
+        BindingKey {
+            access_key: "k".into(),
+            gid: Gid::ZERO,
+            qpn,
+        }
+    }
+
+    /// The limit is exact: bindings whose QPs are still being connected
+    /// (outside the lock) count, so concurrent binds cannot overshoot it, as
+    /// the old check-then-insert did (1030 of 1024 for a moment).
+    #[test]
+    fn binds_in_progress_count_against_the_limit() {
+        let b = Bindings::new(2, Duration::from_secs(60));
+        assert!(matches!(b.lookup(&key(2)), Lookup::Reserved));
+        assert!(matches!(b.lookup(&key(3)), Lookup::Reserved));
+        assert!(
+            matches!(b.lookup(&key(4)), Lookup::Full),
+            "a third bind started while two are being made"
+        );
+        b.unreserve();
+        assert!(matches!(b.lookup(&key(4)), Lookup::Reserved));
+    }
+}

@@ -1,0 +1,697 @@
+//! The target side of a hipObject RDMA transfer (docs/protocol.md §4).
+//!
+//! A [`Target`] owns one open device and answers each request that carries
+//! a client token through one call, [`Target::serve`]: it checks the token
+//! once, against the caller that sent it; finds that caller's *binding* (a
+//! server QP connected to the client QP the token names) or makes one and
+//! answers `409`; moves the bytes with RDMA WRITE (a GET) or RDMA READ (a
+//! PUT) through registered bounce buffers, waiting for its own completions;
+//! and answers with the success reply. When the RDMA on a binding fails it
+//! drops the binding, makes a fresh one and answers `409` again, so a client
+//! whose QP went stale recovers within the same call.
+//!
+//! The layer above (the S3 server, or an in-process double) only maps: it
+//! says who the caller is, supplies the object's bytes ([`Source`]) or takes
+//! them ([`Sink`]), and turns the [`Answer`] or [`TargetError`] into its
+//! own reply.
+
+mod bindings;
+mod caller;
+pub mod double;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use hipobj_platform::memory::RegisteredBuffer;
+use hipobj_platform::rc::{self, RcPath};
+use hipobj_platform::selection::{self, Selection};
+use hipobj_platform::vendor::{QpLimits, VendorProfile};
+use hipobj_platform::{
+    AccessFlags, CompletionQueue, Device, Gid, NicTopology, ProtectionDomain, QpInitAttr, SendOp, SendWr,
+    Verbs, VerbsError, WcStatus, WorkCompletion,
+};
+use hipobj_proto::{Reply, Token, Transport};
+
+use bindings::{Binding, BindingKey, Bindings, Lookup, ServerQp};
+pub use caller::{Caller, LocalAddresses, LoopbackOnly};
+
+/// Limits and timeouts of a target.
+#[derive(Clone, Debug)]
+pub struct TargetConfig {
+    /// A binding unused this long is dropped.
+    pub idle_timeout: Duration,
+    /// Most bindings at once, exactly; the least recently used idle one
+    /// makes room.
+    pub max_bindings: usize,
+    /// Largest transfer a token may ask for.
+    pub max_transfer: u64,
+    /// Size of each bounce buffer, so of each RDMA work request.
+    pub chunk: usize,
+    /// Bounce buffers kept for reuse.
+    pub pooled_buffers: usize,
+    /// How long one work request may take before the transfer fails.
+    pub completion_timeout: Duration,
+    /// Transfers moving bytes at once; more wait for a slot.
+    pub max_concurrent: usize,
+    /// Whether an IPv4-mapped token GID must be the caller's address (off
+    /// only behind NAT, where the server sees another address).
+    pub check_peer_address: bool,
+}
+
+impl Default for TargetConfig {
+    fn default() -> Self {
+        Self {
+            idle_timeout: Duration::from_secs(120),
+            max_bindings: 4096,
+            max_transfer: 4 << 30,
+            chunk: 4 << 20,
+            pooled_buffers: 16,
+            completion_timeout: Duration::from_secs(30),
+            max_concurrent: 64,
+            check_peer_address: true,
+        }
+    }
+}
+
+/// Why a request got no [`Answer`]. `E` is the error of the caller's
+/// [`Source`] or [`Sink`].
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError<E> {
+    /// The token's transport is not served here: decline, fall back to HTTP.
+    #[error("this target serves RC tokens only")]
+    Declined,
+    /// The token is unusable: zero or oversized length, a range that wraps,
+    /// a QPN or GID no client QP can have.
+    #[error("invalid RDMA token: {0}")]
+    InvalidToken(String),
+    /// The token names a QP that is not the caller's.
+    #[error("{0}")]
+    NotTheCallers(String),
+    /// The selection is larger than the token's buffer: nothing was sent.
+    #[error("the client's buffer holds {have} bytes, {want} were to be moved")]
+    BufferTooSmall {
+        /// Bytes the token grants.
+        have: u64,
+        /// Bytes the request selects.
+        want: u64,
+    },
+    /// Every binding is in use by a transfer.
+    #[error("all {0} RDMA bindings are in use")]
+    Busy(usize),
+    /// A verbs call failed while binding.
+    #[error("RDMA setup failed: {0}")]
+    Verbs(#[from] VerbsError),
+    /// The RDMA failed and no fresh binding could be made.
+    #[error("the RDMA transfer failed: {0}")]
+    Transfer(String),
+    /// The source or sink failed (the object could not be read or stored).
+    #[error("the data source or sink failed")]
+    Store(E),
+}
+
+/// What the request selects, once the object is open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Selected {
+    /// Bytes to move.
+    pub len: u64,
+    /// A range or part of the object (the reply is `206`).
+    pub partial: bool,
+}
+
+/// A GET's bytes. [`open`](Source::open) runs only once the binding exists.
+pub trait Source {
+    /// Why the bytes could not be had.
+    type Error;
+    /// Opens the object: how much the request selects.
+    fn open(&mut self) -> Result<Selected, Self::Error>;
+    /// Fills `buf` with the selection's bytes from offset `off`; called in
+    /// order, once per chunk.
+    fn fill(&mut self, off: u64, buf: &mut [u8]) -> Result<(), Self::Error>;
+}
+
+/// Where a PUT's bytes go. [`open`](Sink::open) runs only once the binding
+/// exists; [`commit`](Sink::commit) after the last READ completed, and the
+/// success reply only after it returned.
+pub trait Sink {
+    /// Why the bytes could not be stored.
+    type Error;
+    /// Prepares to take `len` bytes.
+    fn open(&mut self, len: u64) -> Result<(), Self::Error>;
+    /// Takes the bytes read at offset `off`, in order.
+    fn drain(&mut self, off: u64, chunk: &[u8]) -> Result<(), Self::Error>;
+    /// Every byte was read: store them.
+    fn commit(&mut self) -> Result<(), Self::Error>;
+}
+
+/// One request: which way the bytes go.
+pub enum Request<'a, E> {
+    /// GetObject: RDMA WRITE the source's selection into the client's buffer.
+    Get(&'a mut dyn Source<Error = E>),
+    /// PutObject or UploadPart: RDMA READ the token's length into the sink.
+    Put(&'a mut dyn Sink<Error = E>),
+}
+
+impl<E> std::fmt::Debug for Request<'_, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Get(_) => "Request::Get",
+            Self::Put(_) => "Request::Put",
+        })
+    }
+}
+
+/// How a request ended, when it ended in a reply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// HTTP 409 with this `x-amz-rdma-reply`: the caller's client QP was not
+    /// bound (or its binding failed, `after_failure` says why); a server QP
+    /// now is. No byte moved.
+    Bind {
+        /// The `409:<server token>:<psn>` reply.
+        reply: Reply,
+        /// Why the old binding was dropped, if there was one.
+        after_failure: Option<String>,
+    },
+    /// The bytes moved: every work request completed (and a PUT's sink
+    /// committed) before this was returned.
+    Done {
+        /// The reply to send (`x-amz-rdma-reply`).
+        reply: Reply,
+        /// 200, or 206 for a partial GET.
+        status: u16,
+        /// Bytes moved.
+        bytes: u64,
+    },
+}
+
+/// Counters of what a target has done.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TargetStats {
+    /// Transfers completed.
+    pub transfers: u64,
+    /// Bytes moved by them.
+    pub bytes: u64,
+    /// Live bindings.
+    pub bindings: usize,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A counting semaphore for transfer slots (the target's calls block).
+#[derive(Debug)]
+struct Slots {
+    free: Mutex<usize>,
+    freed: Condvar,
+}
+
+struct Slot<'a>(&'a Slots);
+
+impl Slots {
+    fn take(&self) -> Slot<'_> {
+        let mut n = lock(&self.free);
+        while *n == 0 {
+            n = self.freed.wait(n).unwrap_or_else(PoisonError::into_inner);
+        }
+        *n -= 1;
+        Slot(self)
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        *lock(&self.0.free) += 1;
+        self.0.freed.notify_one();
+    }
+}
+
+/// A failed move: the RDMA failed at the client's end (the binding is
+/// dropped and made afresh), a local verbs call failed (the binding is
+/// dropped), or anything else (the binding stays: every work request so far
+/// completed).
+enum MoveError<E> {
+    Rdma(String),
+    Local(VerbsError),
+    Other(TargetError<E>),
+}
+
+impl<E> From<VerbsError> for MoveError<E> {
+    fn from(e: VerbsError) -> Self {
+        Self::Local(e)
+    }
+}
+
+/// The target: a device, its bindings, and its bounce buffers.
+#[derive(Debug)]
+pub struct Target {
+    // Field order is drop order: QPs and MRs before the PD, the PD before
+    // the device.
+    bindings: Bindings,
+    buffers: Mutex<Vec<RegisteredBuffer>>,
+    pd: Arc<dyn ProtectionDomain>,
+    device: Arc<dyn Device>,
+    selection: Selection,
+    vendor: VendorProfile,
+    limits: QpLimits,
+    local: Arc<dyn LocalAddresses>,
+    slots: Slots,
+    config: TargetConfig,
+    transfers: AtomicU64,
+    bytes: AtomicU64,
+}
+
+/// A random initial PSN (24 bits). The PSN is what a packet from another
+/// QP would have to guess to be executed by a client QP.
+fn random_psn() -> Result<u32, VerbsError> {
+    getrandom::u32().map(|v| v & 0x00ff_ffff).map_err(|e| {
+        VerbsError::new(
+            "getrandom",
+            hipobj_platform::VerbsErrorKind::Os,
+            format!("no random initial PSN: {e}"),
+        )
+    })
+}
+
+impl Target {
+    /// Opens the device `nic_hint` names (or the one selection picks) and
+    /// prepares to serve tokens.
+    pub fn open(
+        verbs: &dyn Verbs,
+        topology: &dyn NicTopology,
+        nic_hint: Option<&str>,
+        config: TargetConfig,
+    ) -> Result<Self, VerbsError> {
+        let (device, selection) = selection::select(verbs, topology, None, nic_hint).map_err(|e| {
+            e.verbs.clone().unwrap_or_else(|| {
+                VerbsError::new(
+                    "select",
+                    hipobj_platform::VerbsErrorKind::NotFound,
+                    e.detail.clone(),
+                )
+            })
+        })?;
+        let attr = device.attr()?;
+        let port = device.query_port(selection.port)?;
+        let vendor = match selection.vendor_id {
+            Some(v) => VendorProfile::for_vendor(Some(v)),
+            None => VendorProfile::for_device_vendor(attr.vendor_id),
+        };
+        let pd = device.alloc_pd()?;
+        Ok(Self {
+            bindings: Bindings::new(config.max_bindings, config.idle_timeout),
+            buffers: Mutex::new(Vec::new()),
+            pd,
+            device,
+            selection,
+            vendor,
+            limits: QpLimits::new(&attr, &port),
+            local: Arc::new(LoopbackOnly),
+            slots: Slots {
+                free: Mutex::new(config.max_concurrent.max(1)),
+                freed: Condvar::new(),
+            },
+            config,
+            transfers: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+        })
+    }
+
+    /// Says which IPv4 addresses are this host's, for callers on loopback
+    /// (the default knows only 127.0.0.0/8).
+    pub fn with_local_addresses(mut self, local: Arc<dyn LocalAddresses>) -> Self {
+        self.local = local;
+        self
+    }
+
+    /// The device, port and GID in use.
+    pub fn selection(&self) -> &Selection {
+        &self.selection
+    }
+
+    /// The vendor profile applied to every binding's QP.
+    pub fn vendor(&self) -> VendorProfile {
+        self.vendor
+    }
+
+    /// What the target has done so far.
+    pub fn stats(&self) -> TargetStats {
+        TargetStats {
+            transfers: self.transfers.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            bindings: self.bindings.len(),
+        }
+    }
+
+    /// Drops every binding (a server restart, as the client sees it).
+    pub fn forget_bindings(&self) {
+        self.bindings.clear();
+    }
+
+    /// Serves one request carrying `token` from `caller`: the whole of the
+    /// target's half of docs/protocol.md §4. Blocks until the bytes moved.
+    pub fn serve<E>(
+        &self,
+        caller: &Caller,
+        token: &Token,
+        request: Request<'_, E>,
+    ) -> Result<Answer, TargetError<E>> {
+        self.check(caller, token)?;
+        let key = BindingKey {
+            access_key: caller.access_key.clone(),
+            gid: Gid(token.gid),
+            qpn: token.qpn,
+        };
+        let binding = match self.bindings.lookup(&key) {
+            Lookup::Bound(b) => b,
+            Lookup::Full => return Err(TargetError::Busy(self.config.max_bindings)),
+            Lookup::Reserved => {
+                let reply = self.bind(key, token)?;
+                return Ok(Answer::Bind {
+                    reply,
+                    after_failure: None,
+                });
+            }
+        };
+        let moved = {
+            let _slot = self.slots.take();
+            let r = match request {
+                Request::Get(src) => self.get(&binding, token, src),
+                Request::Put(sink) => self.put(&binding, token, sink),
+            };
+            *lock(&binding.last_used) = Instant::now();
+            r
+        };
+        let qpn = binding.qpn;
+        drop(binding);
+        match moved {
+            Ok((status, bytes)) => {
+                self.transfers.fetch_add(1, Ordering::Relaxed);
+                self.bytes.fetch_add(bytes, Ordering::Relaxed);
+                Ok(Answer::Done {
+                    reply: self.success_reply(status, qpn, bytes),
+                    status,
+                    bytes,
+                })
+            }
+            Err(MoveError::Other(e)) => Err(e),
+            Err(MoveError::Local(e)) => {
+                self.bindings.remove(&key, qpn);
+                Err(TargetError::Verbs(e))
+            }
+            Err(MoveError::Rdma(why)) => {
+                // The QP is in an unknown state (the client QP was reset,
+                // recycled, rebound elsewhere, or broke): drop the binding
+                // and bind afresh, moving no data.
+                self.bindings.remove(&key, qpn);
+                match self.bindings.lookup(&key) {
+                    Lookup::Reserved => match self.bind::<E>(key, token) {
+                        Ok(reply) => Ok(Answer::Bind {
+                            reply,
+                            after_failure: Some(why),
+                        }),
+                        Err(_) => Err(TargetError::Transfer(why)),
+                    },
+                    Lookup::Bound(_) | Lookup::Full => Err(TargetError::Transfer(why)),
+                }
+            }
+        }
+    }
+
+    /// The token's own checks, and whether the caller may name its QP.
+    fn check<E>(&self, caller: &Caller, token: &Token) -> Result<(), TargetError<E>> {
+        let invalid = |m: String| Err(TargetError::InvalidToken(m));
+        if token.transport != Transport::Rc {
+            return Err(TargetError::Declined);
+        }
+        if token.len == 0 {
+            return invalid("the token's length is 0".into());
+        }
+        if token.len > self.config.max_transfer {
+            return invalid(format!(
+                "the token's length {} is over this server's limit of {}",
+                token.len, self.config.max_transfer
+            ));
+        }
+        if token.addr.checked_add(token.len).is_none() {
+            return invalid("the token's address range wraps".into());
+        }
+        if !(2..=0x00ff_ffff).contains(&token.qpn) {
+            return invalid(format!("the token's QPN {:#x} is not a client QP's", token.qpn));
+        }
+        if token.gid == [0; 16] || token.gid[0] == 0xff {
+            return invalid("the token's GID is zero or multicast".into());
+        }
+        if self.config.check_peer_address
+            && let Some(why) = caller::gid_mismatch(caller, Gid(token.gid), self.local.as_ref())
+        {
+            return Err(TargetError::NotTheCallers(why));
+        }
+        Ok(())
+    }
+
+    /// Makes a binding for `key` (room is reserved): a server QP in RTS
+    /// towards the token's QP, and the `409` reply naming it.
+    fn bind<E>(&self, key: BindingKey, token: &Token) -> Result<Reply, TargetError<E>> {
+        let made = random_psn().and_then(|psn| self.connect(token, psn).map(|c| (c, psn)));
+        let (conn, psn) = match made {
+            Ok(c) => c,
+            Err(e) => {
+                self.bindings.unreserve();
+                return Err(TargetError::Verbs(e));
+            }
+        };
+        let qpn = conn.qp.qp_num();
+        self.bindings.insert(
+            key,
+            Arc::new(Binding {
+                qpn,
+                conn: Mutex::new(conn),
+                last_used: Mutex::new(Instant::now()),
+            }),
+        );
+        Ok(Reply::Bind {
+            token: self.server_token(qpn),
+            psn,
+        })
+    }
+
+    /// A server QP connected to the token's QP. It grants no remote access:
+    /// it only issues requests.
+    fn connect(&self, token: &Token, psn: u32) -> Result<ServerQp, VerbsError> {
+        let cq = self.device.create_cq(64)?;
+        let qp = self.pd.create_qp(&QpInitAttr {
+            send_cq: cq.clone(),
+            recv_cq: cq.clone(),
+            max_send_wr: 64,
+            max_recv_wr: 1,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            sq_sig_all: false,
+        })?;
+        let s = &self.selection;
+        let verbs = |(_, e): (rc::RcStep, VerbsError)| e;
+        rc::to_init(qp.as_ref(), s.port, AccessFlags::default()).map_err(verbs)?;
+        let path = RcPath {
+            port: s.port,
+            sgid_index: u8::try_from(s.gid_index).unwrap_or(0),
+            mtu: s.mtu,
+            dest_qpn: token.qpn,
+            dgid: Gid(token.gid),
+            rq_psn: 0,
+            sq_psn: psn,
+            max_dest_rd_atomic: 0,
+            max_rd_atomic: 1,
+        };
+        rc::to_rts(qp.as_ref(), &path, self.vendor, &self.limits).map_err(verbs)?;
+        Ok(ServerQp { qp, cq, next_wr: 1 })
+    }
+
+    fn server_token(&self, qpn: u32) -> Token {
+        Token {
+            transport: Transport::Rc,
+            qpn,
+            gid: self.selection.gid.0,
+            rkey: 0,
+            addr: 0,
+            len: 0,
+            port: self.selection.port,
+            lid: 0,
+        }
+    }
+
+    /// The reply that ends a transfer: `NNN:<server token>:<count>`, naming
+    /// the bound server QP and the bytes moved (docs/protocol.md §2).
+    fn success_reply(&self, status: u16, qpn: u32, bytes: u64) -> Reply {
+        Reply::Done {
+            status,
+            token: self.server_token(qpn),
+            bytes,
+        }
+    }
+
+    fn take_buffer(&self) -> Result<RegisteredBuffer, VerbsError> {
+        if let Some(b) = lock(&self.buffers).pop() {
+            return Ok(b);
+        }
+        RegisteredBuffer::new(self.pd.as_ref(), self.config.chunk, AccessFlags::LOCAL_WRITE)
+    }
+
+    fn return_buffer(&self, b: RegisteredBuffer) {
+        let mut pool = lock(&self.buffers);
+        if pool.len() < self.config.pooled_buffers {
+            pool.push(b);
+        }
+    }
+
+    /// GET: opens the source, refuses a selection larger than the buffer,
+    /// and RDMA WRITEs the selection at the token's address, the last WRITE
+    /// with the token's key as immediate data. The count reported is the
+    /// selection's length: min(selection, token length), since a larger
+    /// selection is refused; the client fails a count short of what it
+    /// asked for.
+    fn get<E>(
+        &self,
+        binding: &Binding,
+        token: &Token,
+        src: &mut dyn Source<Error = E>,
+    ) -> Result<(u16, u64), MoveError<E>> {
+        let sel = src.open().map_err(|e| MoveError::Other(TargetError::Store(e)))?;
+        if sel.len > token.len {
+            return Err(MoveError::Other(TargetError::BufferTooSmall {
+                have: token.len,
+                want: sel.len,
+            }));
+        }
+        let n = self.run(binding, token, sel.len, true, &mut |off, buf, data| {
+            src.fill(off, data)?;
+            buf.write_at(0, data);
+            Ok(())
+        })?;
+        Ok((if sel.partial { 206 } else { 200 }, n))
+    }
+
+    /// PUT: RDMA READs exactly the token's length into the sink, then has
+    /// it commit.
+    fn put<E>(
+        &self,
+        binding: &Binding,
+        token: &Token,
+        sink: &mut dyn Sink<Error = E>,
+    ) -> Result<(u16, u64), MoveError<E>> {
+        let store = |e: E| MoveError::Other(TargetError::Store(e));
+        sink.open(token.len).map_err(store)?;
+        let n = self.run(binding, token, token.len, false, &mut |off, buf, data| {
+            buf.read_at(0, data);
+            sink.drain(off, data)
+        })?;
+        sink.commit().map_err(store)?;
+        Ok((200, n))
+    }
+
+    /// Moves `len` bytes chunk by chunk on the bound QP. For a WRITE, `io`
+    /// fills the scratch slice and copies it into the bounce buffer before
+    /// the work request; for a READ it runs after the completion and copies
+    /// the bounce buffer out.
+    fn run<E>(
+        &self,
+        binding: &Binding,
+        token: &Token,
+        len: u64,
+        write: bool,
+        io: &mut ChunkIo<'_, E>,
+    ) -> Result<u64, MoveError<E>> {
+        let mut conn = lock(&binding.conn);
+        let buf = self.take_buffer()?;
+        let mut scratch = vec![0u8; self.config.chunk.min(usize::try_from(len).unwrap_or(usize::MAX))];
+        let result = (|| -> Result<(), MoveError<E>> {
+            let mut off = 0u64;
+            // A GET's last WRITE carries the proof (WRITE WITH IMMEDIATE),
+            // so a GET of zero bytes still sends one, empty.
+            let mut proof_due = write;
+            while off < len || proof_due {
+                let n = (len - off).min(self.config.chunk as u64) as usize;
+                let data = &mut scratch[..n];
+                if write {
+                    io(off, &buf, data).map_err(|e| MoveError::Other(TargetError::Store(e)))?;
+                }
+                let sge = buf
+                    .sge(0, n as u32)
+                    .ok_or_else(|| MoveError::Rdma("chunk larger than the bounce buffer".into()))?;
+                let sges = [sge];
+                let remote_addr = token.addr + off;
+                let last = off + n as u64 == len;
+                let op = if write && last {
+                    // The client requires this completion, carrying its
+                    // token's key, before it takes the reply as success.
+                    proof_due = false;
+                    SendOp::WriteWithImm {
+                        remote_addr,
+                        rkey: token.rkey,
+                        imm: token.rkey,
+                    }
+                } else if write {
+                    SendOp::Write {
+                        remote_addr,
+                        rkey: token.rkey,
+                    }
+                } else {
+                    SendOp::Read {
+                        remote_addr,
+                        rkey: token.rkey,
+                    }
+                };
+                let wr_id = conn.next_wr;
+                conn.next_wr += 1;
+                conn.qp.post_send(&SendWr {
+                    wr_id,
+                    op,
+                    sg_list: if n == 0 { &[] } else { &sges },
+                    signaled: true,
+                })?;
+                wait_for(conn.cq.as_ref(), wr_id, self.config.completion_timeout).map_err(MoveError::Rdma)?;
+                if !write {
+                    io(off, &buf, data).map_err(|e| MoveError::Other(TargetError::Store(e)))?;
+                }
+                off += n as u64;
+            }
+            Ok(())
+        })();
+        self.return_buffer(buf);
+        result.map(|()| len)
+    }
+}
+
+/// Moves one chunk between the caller and a bounce buffer: (offset in the
+/// transfer, the bounce buffer, a scratch slice of the chunk's length).
+type ChunkIo<'a, E> = dyn FnMut(u64, &RegisteredBuffer, &mut [u8]) -> Result<(), E> + 'a;
+
+/// Waits for the completion of `wr_id` on `cq`; any error status fails.
+fn wait_for(cq: &dyn CompletionQueue, wr_id: u64, timeout: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    let mut wc = [WorkCompletion::EMPTY; 4];
+    loop {
+        let n = cq.poll(&mut wc).map_err(|e| e.to_string())?;
+        for c in &wc[..n] {
+            if c.status != WcStatus::Success {
+                return Err(format!(
+                    "work request {} completed with {:?} (vendor error {:#x})",
+                    c.wr_id, c.status, c.vendor_err
+                ));
+            }
+            if c.wr_id == wr_id {
+                return Ok(());
+            }
+        }
+        if n > 0 {
+            continue;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(format!("no completion within {} ms", timeout.as_millis()));
+        }
+        cq.wait((deadline - now).min(Duration::from_millis(100)))
+            .map_err(|e| e.to_string())?;
+    }
+}

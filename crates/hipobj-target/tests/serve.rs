@@ -1,0 +1,304 @@
+//! `Target::serve` on the soft NIC against a bare client QP driven through
+//! the verbs seam (no client library): the bind, the proof WRITE WITH
+//! IMMEDIATE at the end of a GET (an empty one for zero bytes), the count in
+//! the success reply, and bindings that belong to one caller.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hipobj_platform::memory::RegisteredBuffer;
+use hipobj_platform::rc::{self, RcPath};
+use hipobj_platform::selection::{self, Selection};
+use hipobj_platform::vendor::{QpLimits, VendorProfile};
+use hipobj_platform::{
+    AccessFlags, CompletionQueue, Device, Gid, NoTopology, QpInitAttr, QueuePair, RecvWr, WcOpcode, WcStatus,
+    WorkCompletion,
+};
+use hipobj_proto::{Reply, Token, Transport};
+use hipobj_softroce::{SoftConfig, SoftVerbs};
+use hipobj_target::double::{ObjectServer, Op};
+use hipobj_target::{Answer, Caller, Request, Selected, Source, Target, TargetConfig, TargetError};
+
+/// A client QP on its own soft device, with a registered buffer.
+struct Client {
+    // Field order is drop order.
+    buf: RegisteredBuffer,
+    qp: Box<dyn QueuePair>,
+    cq: Arc<dyn CompletionQueue>,
+    device: Arc<dyn Device>,
+    sel: Selection,
+    _verbs: Arc<SoftVerbs>,
+}
+
+fn soft(name: &str) -> Arc<SoftVerbs> {
+    Arc::new(SoftVerbs::new(SoftConfig {
+        name: name.into(),
+        ..SoftConfig::default()
+    }))
+}
+
+impl Client {
+    fn new(name: &str, len: usize) -> Self {
+        let verbs = soft(name);
+        let (device, sel) = selection::select(verbs.as_ref(), &NoTopology, None, Some(name)).unwrap();
+        let pd = device.alloc_pd().unwrap();
+        let cq = device.create_cq(16).unwrap();
+        let qp = pd
+            .create_qp(&QpInitAttr {
+                send_cq: cq.clone(),
+                recv_cq: cq.clone(),
+                max_send_wr: 4,
+                max_recv_wr: 4,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                sq_sig_all: false,
+            })
+            .unwrap();
+        rc::to_init(
+            qp.as_ref(),
+            sel.port,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        )
+        .unwrap();
+        qp.post_recv(&RecvWr {
+            wr_id: 7,
+            sg_list: &[],
+        })
+        .unwrap();
+        let buf = RegisteredBuffer::new(
+            pd.as_ref(),
+            len,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        )
+        .unwrap();
+        Self {
+            buf,
+            qp,
+            cq,
+            device,
+            sel,
+            _verbs: verbs,
+        }
+    }
+
+    fn token(&self, len: u64) -> Token {
+        Token {
+            transport: Transport::Rc,
+            qpn: self.qp.qp_num(),
+            gid: self.sel.gid.0,
+            rkey: self.buf.mr().rkey(),
+            addr: self.buf.addr(),
+            len,
+            port: self.sel.port,
+            lid: 0,
+        }
+    }
+
+    /// Connects to the server QP a 409 reply names (the same sequence the
+    /// target uses, from the other end).
+    fn connect(&self, reply: &Reply) {
+        let Reply::Bind { token, psn } = reply else {
+            panic!("not a bind reply: {reply}")
+        };
+        let attr = self.device.attr().unwrap();
+        let port = self.device.query_port(self.sel.port).unwrap();
+        let path = RcPath {
+            port: self.sel.port,
+            sgid_index: self.sel.gid_index as u8,
+            mtu: self.sel.mtu,
+            dest_qpn: token.qpn,
+            dgid: Gid(token.gid),
+            rq_psn: *psn,
+            sq_psn: 0,
+            max_dest_rd_atomic: 16,
+            max_rd_atomic: 1,
+        };
+        rc::to_rts(
+            self.qp.as_ref(),
+            &path,
+            VendorProfile::Generic,
+            &QpLimits::new(&attr, &port),
+        )
+        .unwrap();
+    }
+
+    /// The one completion the client QP should see: the GET's proof.
+    fn proof(&self) -> WorkCompletion {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut wc = [WorkCompletion::EMPTY; 1];
+        while Instant::now() < deadline {
+            if self.cq.poll(&mut wc).unwrap() == 1 {
+                return wc[0];
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        panic!("no completion on the client QP");
+    }
+}
+
+struct Bytes<'a>(&'a [u8]);
+
+impl Source for Bytes<'_> {
+    type Error = ();
+    fn open(&mut self) -> Result<Selected, ()> {
+        Ok(Selected {
+            len: self.0.len() as u64,
+            partial: false,
+        })
+    }
+    fn fill(&mut self, off: u64, buf: &mut [u8]) -> Result<(), ()> {
+        let off = off as usize;
+        buf.copy_from_slice(&self.0[off..off + buf.len()]);
+        Ok(())
+    }
+}
+
+fn target(name: &str) -> Target {
+    Target::open(
+        soft(name).as_ref(),
+        &NoTopology,
+        Some(name),
+        TargetConfig::default(),
+    )
+    .unwrap()
+}
+
+fn bind(t: &Target, caller: &Caller, token: &Token) -> Reply {
+    match t.serve(caller, token, Request::Get(&mut Bytes(b""))) {
+        Ok(Answer::Bind {
+            reply,
+            after_failure: None,
+        }) => reply,
+        other => panic!("expected a bind: {other:?}"),
+    }
+}
+
+#[test]
+fn a_get_ends_with_a_write_with_immediate_carrying_the_key_and_reports_the_count() {
+    let t = target("softroce-t-srv");
+    let c = Client::new("softroce-t-cli", 8192);
+    let caller = Caller::key("ak");
+    let token = c.token(8192);
+    let reply = bind(&t, &caller, &token);
+    c.connect(&reply);
+    let data: Vec<u8> = (0..5000u32).map(|i| (i * 7) as u8).collect();
+    let a = t.serve(&caller, &token, Request::Get(&mut Bytes(&data))).unwrap();
+    let Answer::Done {
+        reply: Reply::Done {
+            status,
+            token: st,
+            bytes,
+        },
+        bytes: n,
+        ..
+    } = a
+    else {
+        panic!("not a full success: {a:?}")
+    };
+    let Reply::Bind { token: bound, .. } = reply else {
+        unreachable!()
+    };
+    assert_eq!((status, bytes, n, st.qpn), (200, 5000, 5000, bound.qpn));
+    let wc = c.proof();
+    assert_eq!(
+        (wc.status, wc.opcode, wc.imm_data, wc.byte_len),
+        (
+            WcStatus::Success,
+            WcOpcode::RecvRdmaWithImm,
+            Some(token.rkey),
+            5000
+        )
+    );
+    let mut got = vec![0u8; 5000];
+    assert!(c.buf.read_at(0, &mut got));
+    assert_eq!(got, data);
+}
+
+#[test]
+fn a_zero_byte_get_sends_one_empty_write_with_immediate() {
+    let t = target("softroce-t0-srv");
+    let c = Client::new("softroce-t0-cli", 4096);
+    let caller = Caller::key("ak");
+    let token = c.token(4096);
+    c.connect(&bind(&t, &caller, &token));
+    let a = t.serve(&caller, &token, Request::Get(&mut Bytes(b""))).unwrap();
+    assert!(
+        matches!(
+            a,
+            Answer::Done {
+                bytes: 0,
+                reply: Reply::Done { bytes: 0, .. },
+                ..
+            }
+        ),
+        "{a:?}"
+    );
+    let wc = c.proof();
+    assert_eq!(
+        (wc.status, wc.opcode, wc.imm_data, wc.byte_len),
+        (WcStatus::Success, WcOpcode::RecvRdmaWithImm, Some(token.rkey), 0)
+    );
+}
+
+/// A binding belongs to the access key that made it: the same token from
+/// another caller is a new client QP to the target (a bind, never a move),
+/// and a selection larger than the token is refused before any byte moves.
+#[test]
+fn bindings_belong_to_one_caller_and_a_larger_selection_moves_nothing() {
+    let t = target("softroce-t1-srv");
+    let c = Client::new("softroce-t1-cli", 4096);
+    let token = c.token(100);
+    c.connect(&bind(&t, &Caller::key("victim"), &token));
+    let other = bind(&t, &Caller::key("attacker"), &token);
+    assert!(matches!(other, Reply::Bind { .. }));
+    assert_eq!(t.stats().bindings, 2);
+    let big = vec![1u8; 101];
+    let e = t
+        .serve(&Caller::key("victim"), &token, Request::Get(&mut Bytes(&big)))
+        .unwrap_err();
+    assert!(
+        matches!(e, TargetError::BufferTooSmall { have: 100, want: 101 }),
+        "{e:?}"
+    );
+    let mut wc = [WorkCompletion::EMPTY; 1];
+    assert_eq!(c.cq.poll(&mut wc).unwrap(), 0, "a refused GET wrote");
+}
+
+/// The double answers as the S3 server does: a bind, then a success with
+/// the count, and an S3 error code (no reply header) for a missing object.
+#[test]
+fn the_double_answers_like_the_server() {
+    let s = ObjectServer::new(target("softroce-t2-srv"));
+    let c = Client::new("softroce-t2-cli", 4096);
+    let token = c.token(4096).encode();
+    let r = s.serve(&Op::Get("none".into()), token.as_str()).unwrap();
+    c.connect(&hipobj_proto::parse_reply(r.as_bytes()).unwrap());
+    assert_eq!(
+        s.serve(&Op::Get("none".into()), token.as_str()),
+        Err("NoSuchKey".into())
+    );
+}
+
+/// The target applies its own NIC's vendor profile (here a Broadcom
+/// device, by its PCI vendor id) to every binding's QP.
+#[test]
+fn the_target_takes_its_nics_vendor_profile() {
+    use hipobj_platform::fake::{FakeDeviceSpec, FakeTopology, FakeVerbs, Faults};
+    let faults = Faults::default();
+    let verbs = FakeVerbs::new(
+        vec![FakeDeviceSpec {
+            vendor_id: 0x14e4,
+            ..FakeDeviceSpec::default()
+        }],
+        faults.clone(),
+    );
+    let t = Target::open(
+        &verbs,
+        &FakeTopology::new(Vec::new(), faults),
+        Some("fake0"),
+        TargetConfig::default(),
+    )
+    .unwrap();
+    assert_eq!(t.vendor(), VendorProfile::Broadcom);
+}
