@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures::task::AtomicWaker;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
@@ -59,6 +60,9 @@ pub struct ConnState {
     /// Milliseconds since `origin` (plus one) at which the first byte of a
     /// request head arrived; 0 while none is arriving.
     head_ms: AtomicU64,
+    /// The reader that found a request in flight and armed no timer: woken
+    /// when the request ends, so that its next poll arms the idle timer.
+    reader: AtomicWaker,
 }
 
 impl ConnState {
@@ -69,6 +73,7 @@ impl ConnState {
             in_flight: AtomicUsize::new(0),
             last_ms: AtomicU64::new(0),
             head_ms: AtomicU64::new(0),
+            reader: AtomicWaker::new(),
         })
     }
 
@@ -100,6 +105,7 @@ impl Drop for Serving {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
         self.0.touch();
+        self.0.reader.wake();
     }
 }
 
@@ -173,7 +179,16 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Guarded<IO> {
                     Poll::Ready(e) => Poll::Ready(Err(e)),
                     Poll::Pending => Poll::Pending,
                 },
-                None => Poll::Pending,
+                None => {
+                    // No deadline while a request is served; the request's
+                    // end wakes this read, whose next poll arms the timer
+                    // (else an idle keep-alive connection could stay open).
+                    this.state.reader.register(cx.waker());
+                    if this.read_deadline().is_some() {
+                        cx.waker().wake_by_ref();
+                    }
+                    Poll::Pending
+                }
             },
             other => other,
         }
