@@ -573,8 +573,9 @@ fn client_killed_mid_transfer_frees_its_binding() {
     let _ = out.read_to_string(&mut rest);
 
     // The server's RDMA to the dead QP fails and the binding goes, long
-    // before the 600 s idle timeout could drop it (and no rebind for the
-    // dead client lingers either). Bounded: 1,200 polls 50 ms apart.
+    // before the 600 s idle timeout could drop it; the fresh binding the
+    // server made for the dead client's 409 never moves a byte, so it
+    // lasts only 15 s. Bounded: 1,200 polls 50 ms apart.
     let mut m = String::new();
     for _ in 0..1_200 {
         m = metrics(&rt, server.addr);

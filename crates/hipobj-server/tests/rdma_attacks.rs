@@ -20,6 +20,10 @@ use support::rdma::{Outcome, get, put};
 
 const BUCKET: &str = "attacks";
 const AK2: &str = "attacker-key";
+/// The attacker's own bucket: buckets belong to the key that made them, so
+/// the attacker stores into one of its own (the victim's would be a 403
+/// before any RDMA, which would test the access model, not the bindings).
+const ATTACKER_BUCKET: &str = "attacker-own";
 const SK2: &str = "attacker-secret-value";
 
 /// Everything the server logs, at TRACE, for the whole test binary.
@@ -142,6 +146,8 @@ fn another_client_cannot_ride_a_victims_binding() {
     let s3 = support::client(&h);
     let attacker = support::client_for(&h.endpoint(), AK2, SK2);
     rt.block_on(s3.create_bucket().bucket(BUCKET).send()).unwrap();
+    rt.block_on(attacker.create_bucket().bucket(ATTACKER_BUCKET).send())
+        .unwrap();
     let c = victim("softroce-atk-victim");
     let secret = support::pattern(64 << 10, 0x5e);
     let mut src = secret.clone();
@@ -164,7 +170,7 @@ fn another_client_cannot_ride_a_victims_binding() {
     // 409, the resend a client would make.
     let mut outcomes = Vec::new();
     for _ in 0..3 {
-        let o = rt.block_on(put(&attacker, BUCKET, "stolen", &stolen, None));
+        let o = rt.block_on(put(&attacker, ATTACKER_BUCKET, "stolen", &stolen, None));
         let done = o.status == 200;
         outcomes.push(o);
         if done {
@@ -179,7 +185,13 @@ fn another_client_cannot_ride_a_victims_binding() {
         outcomes.iter().all(|o| o.status != 200),
         "the attacker's PUT succeeded: {outcomes:?}"
     );
-    let head = rt.block_on(attacker.head_object().bucket(BUCKET).key("stolen").send());
+    let head = rt.block_on(
+        attacker
+            .head_object()
+            .bucket(ATTACKER_BUCKET)
+            .key("stolen")
+            .send(),
+    );
     assert!(head.is_err(), "the attacker's object exists");
 
     // The victim's own binding still works, in one round.

@@ -2,6 +2,7 @@
 //! at most `max_bindings` of them, idle ones expiring.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -38,6 +39,27 @@ pub(crate) struct Binding {
     pub qpn: u32,
     pub conn: Mutex<ServerQp>,
     pub last_used: Mutex<Instant>,
+    /// Whether a transfer has moved bytes on it. A binding that never did
+    /// (a 409 whose client never came back, such as a client that died
+    /// mid-transfer and was bound afresh) lasts only [`UNCONFIRMED`].
+    pub moved: AtomicBool,
+}
+
+/// How long a binding that has moved nothing outlives its 409: a client
+/// resends at once, so this only bounds what dead or bogus clients hold.
+pub(crate) const UNCONFIRMED: Duration = Duration::from_secs(15);
+
+impl Binding {
+    /// Whether the binding is past its time at `idle` (a binding in use by
+    /// a request, more than the map's reference, never is).
+    fn expired(self: &Arc<Self>, idle: Duration) -> bool {
+        let limit = if self.moved.load(Ordering::Relaxed) {
+            idle
+        } else {
+            idle.min(UNCONFIRMED)
+        };
+        Arc::strong_count(self) == 1 && lock(&self.last_used).elapsed() >= limit
+    }
 }
 
 /// What a lookup found.
@@ -76,8 +98,13 @@ impl Bindings {
         }
     }
 
+    /// Live bindings (expired ones are dropped first, so a gauge of this
+    /// falls when they expire, not at the next request).
     pub fn len(&self) -> usize {
-        lock(&self.state).map.len()
+        let mut st = lock(&self.state);
+        let idle = self.idle;
+        st.map.retain(|_, b| !b.expired(idle));
+        st.map.len()
     }
 
     pub fn clear(&self) {
@@ -89,10 +116,7 @@ impl Bindings {
     pub fn lookup(&self, key: &BindingKey) -> Lookup {
         let mut st = lock(&self.state);
         let idle = self.idle;
-        // A binding in use by a request (more than the map's reference) is
-        // never expired under it.
-        st.map
-            .retain(|_, b| Arc::strong_count(b) > 1 || lock(&b.last_used).elapsed() < idle);
+        st.map.retain(|_, b| !b.expired(idle));
         if let Some(b) = st.map.get(key) {
             return Lookup::Bound(b.clone());
         }

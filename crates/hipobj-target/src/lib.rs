@@ -19,7 +19,7 @@ mod bindings;
 mod caller;
 pub mod double;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -384,6 +384,9 @@ impl Target {
             r
         };
         let qpn = binding.qpn;
+        if moved.is_ok() {
+            binding.moved.store(true, Ordering::Relaxed);
+        }
         drop(binding);
         match moved {
             Ok((status, bytes)) => {
@@ -469,6 +472,7 @@ impl Target {
                 qpn,
                 conn: Mutex::new(conn),
                 last_used: Mutex::new(Instant::now()),
+                moved: AtomicBool::new(false),
             }),
         );
         Ok(Reply::Bind {
