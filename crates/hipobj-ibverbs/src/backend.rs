@@ -1093,7 +1093,11 @@ impl IbQp {
             ));
         };
         let old = mw.rkey.load(Ordering::Relaxed);
-        let key = (old & !0xff) | u32::from(fresh_key_byte(old as u8));
+        let key = match wr.rkey {
+            Some(k) if k >> 8 == old >> 8 => k,
+            Some(_) => return Err(foreign("key (another window's index)")),
+            None => (old & !0xff) | u32::from(fresh_key_byte(old as u8)),
+        };
         let mut raw = ffi::ibv_send_wr::zeroed();
         raw.wr_id = wr.wr_id;
         raw.opcode = ffi::IBV_WR_BIND_MW;

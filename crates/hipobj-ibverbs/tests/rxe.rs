@@ -407,6 +407,7 @@ fn rxe_memory_windows_fence_writes_and_reads() {
             length: 4096,
             access: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
             signaled: true,
+            rkey: None,
         })
         .expect("post bind");
     assert_ne!(key1 & 0xff, unbound & 0xff);
@@ -472,6 +473,7 @@ fn rxe_memory_windows_fence_writes_and_reads() {
             length: LEN as u64,
             access: AccessFlags::REMOTE_WRITE,
             signaled: true,
+            rkey: None,
         })
         .expect("post rebind");
     assert_ne!(key2, key1);

@@ -62,6 +62,7 @@ fn fake_windows_record_binds_rights_ranges_and_how_they_ended() {
         length,
         access,
         signaled: true,
+        rkey: None,
     };
     // Not in RTS: refused.
     assert!(

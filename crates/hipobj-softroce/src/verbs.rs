@@ -685,6 +685,7 @@ impl QueuePair for SoftQp {
                 length: wr.length,
                 access: wr.access,
                 signaled: wr.signaled,
+                rkey: wr.rkey,
             },
         )?;
         mw.key.store(key, Ordering::Relaxed);

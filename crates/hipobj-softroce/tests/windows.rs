@@ -55,6 +55,7 @@ fn a_window_fences_a_write_to_its_range_until_invalidated_over_udp() {
             length: 4096,
             access: AccessFlags::REMOTE_WRITE,
             signaled: true,
+            rkey: None,
         })
         .unwrap();
     assert_eq!(mw.rkey(), key);

@@ -756,7 +756,11 @@ impl QueuePair for FakeQp {
             .ok_or_else(|| invalid("not a fake memory region"))?;
         self.need_rts()?;
         let old = mw.key.load(Ordering::SeqCst);
-        let key = (old & !0xff) | u32::from((old as u8).wrapping_add(0x3b));
+        let key = match wr.rkey {
+            Some(k) if k >> 8 == old >> 8 => k,
+            Some(_) => return Err(invalid("the key names another window")),
+            None => (old & !0xff) | u32::from((old as u8).wrapping_add(0x3b)),
+        };
         mw.key.store(key, Ordering::SeqCst);
         let remote = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
         let end = wr.addr.checked_add(wr.length);

@@ -44,6 +44,8 @@ pub struct MwBind {
     pub access: AccessFlags,
     /// Whether a successful bind completes.
     pub signaled: bool,
+    /// The key to bind under, if the caller chose it (same index).
+    pub rkey: Option<u32>,
 }
 
 /// A send-queue entry waiting for the work requests posted before it.
@@ -112,7 +114,7 @@ impl Engine {
     /// works once the bind has executed.
     pub fn bind_mw(&mut self, qpn: u32, b: &MwBind) -> Result<u32, VerbsError> {
         let state = self.qp_state(qpn)?;
-        let new_key = match self.mrs.next_window_key(b.mw_key >> 8) {
+        let new_key = match self.mrs.next_window_key(b.mw_key >> 8, b.rkey) {
             Ok(k) => k,
             Err(e) => {
                 return Err(VerbsError::new(

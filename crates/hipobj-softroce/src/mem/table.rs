@@ -316,12 +316,18 @@ impl MrTable {
     }
 
     /// Picks the key of the next bind of the window with this index: same
-    /// index, a fresh random key byte that differs from the last one posted.
-    pub fn next_window_key(&mut self, index: u32) -> Result<u32, WindowError> {
+    /// index, and `chosen`'s key byte if the caller chose one (its index must
+    /// match), else a fresh random key byte that differs from the last one
+    /// posted.
+    pub fn next_window_key(&mut self, index: u32, chosen: Option<u32>) -> Result<u32, WindowError> {
         let Some((_, Object::Mw(mw))) = self.slots.get(&index) else {
             return Err(WindowError::NoWindow);
         };
-        let byte = self.keys.byte_other_than(mw.posted);
+        let byte = match chosen {
+            Some(k) if k >> 8 == index => k as u8,
+            Some(_) => return Err(WindowError::NoWindow),
+            None => self.keys.byte_other_than(mw.posted),
+        };
         if let Some((_, Object::Mw(mw))) = self.slots.get_mut(&index) {
             mw.posted = byte;
         }

@@ -48,6 +48,7 @@ impl Win {
             length: len,
             access,
             signaled: true,
+            rkey: None,
         };
         let key = self.f.e(B).bind_mw(qpn, &b).unwrap();
         self.mw = key;
@@ -407,6 +408,34 @@ fn window_operations_flush_in_err() {
         length: 64,
         access: WRITE,
         signaled: true,
+        rkey: None,
     };
     assert!(f.e(B).bind_mw(qpn, &b).is_err());
+}
+
+#[test]
+fn a_caller_may_choose_the_key_of_a_bind_within_its_window() {
+    let mut w = setup(4096);
+    let chosen = (w.mw & !0xff) | u32::from((w.mw as u8).wrapping_add(77));
+    let qpn = w.f.qpn(B);
+    let b = MwBind {
+        wr_id: 1,
+        mw_key: w.mw,
+        mr_key: w.kd,
+        addr: w.dst.addr(),
+        length: 4096,
+        access: WRITE,
+        signaled: true,
+        rkey: Some(chosen),
+    };
+    assert_eq!(w.f.e(B).bind_mw(qpn, &b).unwrap(), chosen);
+    let scq = w.f.s[B].scq.clone();
+    ok(&w.f.wait(&scq, 1)[0], 1, WcOpcode::BindMw);
+    assert_eq!(w.write(chosen, 0, 64), WcStatus::Success);
+    // A key of another index is refused at post time.
+    let other = MwBind {
+        rkey: Some(chosen ^ 0x100),
+        ..b
+    };
+    assert!(w.f.e(B).bind_mw(qpn, &other).is_err());
 }
