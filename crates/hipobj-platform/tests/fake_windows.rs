@@ -32,7 +32,13 @@ fn to_rts(qp: &dyn hipobj_platform::QueuePair) {
 
 #[test]
 fn fake_windows_record_binds_rights_ranges_and_how_they_ended() {
-    let verbs = FakeVerbs::new(vec![FakeDeviceSpec::default()], Faults::default());
+    let verbs = FakeVerbs::new(
+        vec![FakeDeviceSpec {
+            mw_type2: true,
+            ..FakeDeviceSpec::default()
+        }],
+        Faults::default(),
+    );
     let dev = verbs.open_device("fake0").unwrap();
     assert!(dev.attr().unwrap().mw_type2);
     let pd = dev.alloc_pd().unwrap();

@@ -11,8 +11,8 @@ use hipobj_platform::{MemRegion, Platform, PointerKind};
 use hipobj_proto::{Reply, Token, Transport};
 
 use crate::abandoned::AbandonedCopies;
-use crate::buffers::{BufEntry, BufKind, BufferMap, MAX_BUFFER_SIZE, MrPair};
-use crate::connection::{Connection, Peer};
+use crate::buffers::{BufEntry, BufKind, BufMrs, BufferMap, MAX_BUFFER_SIZE};
+use crate::connection::{Connection, Grant, Peer};
 use crate::control::Control;
 use crate::device::RdmaDevice;
 use crate::error::{Error, ErrorKind, Result};
@@ -81,6 +81,10 @@ pub struct Instance {
     buffers: BufferMap,
     pool: Arc<ConnectionPool>,
     token_conn: Mutex<Connection>,
+    /// What the latest application-driven token grants, until
+    /// `hipObjPutRdmaToken`, a failure, or the buffer's deregistration.
+    /// Locked after `token_conn`.
+    token_grant: Mutex<Option<TokenGrant>>,
     device: Arc<RdmaDevice>,
     chosen: Chosen,
     options: Options,
@@ -94,6 +98,15 @@ impl Instance {
         config.validate()?;
         let (dev, chosen) = nic::choose(&platform, config)?;
         let device = Arc::new(RdmaDevice::new(dev, &chosen.selection)?);
+        if options.require_mw && !device.windows() {
+            return Err(Error::new(
+                ErrorKind::RdmaError,
+                format!(
+                    "RDMA device {} has no type-2 memory windows, and HIPOBJ_REQUIRE_MW refuses the access-flag fallback",
+                    chosen.selection.device
+                ),
+            ));
+        }
         let token_conn = Connection::new(device.clone())?;
         let pool = Arc::new(ConnectionPool::new(device.clone(), options.max_transfers)?);
         Ok(Self {
@@ -101,6 +114,7 @@ impl Instance {
             buffers: BufferMap::default(),
             pool,
             token_conn: Mutex::new(token_conn),
+            token_grant: Mutex::new(None),
             device,
             chosen,
             options,
@@ -187,7 +201,8 @@ impl Instance {
             )));
         }
         let pd = self.device.pd();
-        let mrs = MrPair::register(|access| pd.reg_mr(region, access))
+        let windows = self.device.windows();
+        let mrs = BufMrs::register(windows, |access| pd.reg_mr(region, access))
             .map_err(|e| Error::rdma("registering host memory", &e))?;
         self.insert(BufEntry::direct(region.addr(), region.len(), BufKind::Host, mrs))
     }
@@ -227,11 +242,12 @@ impl Instance {
             )));
         }
         let pd = self.device.pd();
+        let windows = self.device.windows();
         if self.options.dmabuf && self.device.device().supports_dmabuf() {
             match gpu.export_dmabuf(region.addr(), region.len()) {
                 Ok(buf) => {
                     use std::os::fd::AsFd;
-                    let registered = MrPair::register(|access| {
+                    let registered = BufMrs::register(windows, |access| {
                         pd.reg_dmabuf_mr(
                             buf.fd.as_fd(),
                             buf.offset,
@@ -261,7 +277,7 @@ impl Instance {
                 Err(_) => {}
             }
         }
-        if let Ok(mrs) = MrPair::register(|access| pd.reg_mr(region, access)) {
+        if let Ok(mrs) = BufMrs::register(windows, |access| pd.reg_mr(region, access)) {
             return self.insert(BufEntry::direct(
                 region.addr(),
                 region.len(),
@@ -282,7 +298,7 @@ impl Instance {
             .alloc_pinned(region.len())
             .map_err(|e| Error::gpu(ErrorKind::RdmaError, "allocating a pinned staging buffer", &e))?;
         // The entry owns the staging buffer and drops it after the MRs over it.
-        let mrs = MrPair::register(|access| pd.reg_mr(staging.region(), access))
+        let mrs = BufMrs::register(windows, |access| pd.reg_mr(staging.region(), access))
             .map_err(|e| Error::rdma("registering a staging buffer", &e))?;
         eprintln!(
             "hipObject: warning: the NIC cannot reach GPU memory at {:#x} directly; it is staged through host memory and no longer GPU-direct",
@@ -297,6 +313,7 @@ impl Instance {
             return Err(Error::invalid("the buffer pointer is NULL"));
         }
         self.abandoned.prune_all();
+        self.revoke_token_grant(|g| g.entry.addr() == addr);
         let entry = self.buffers.remove(addr)?;
         // The MR and staging buffer are released here, after the map's lock.
         drop(entry);
@@ -364,12 +381,12 @@ impl Instance {
         self.stage(&entry, offset, size, dir)
     }
 
-    fn mint(&self, qpn: u32, entry: &BufEntry, dir: Direction, offset: usize, size: usize) -> Token {
+    fn mint(&self, qpn: u32, entry: &BufEntry, offset: usize, size: usize, rkey: u32) -> Token {
         Token {
             transport: Transport::Rc,
             qpn,
             gid: self.device.gid().0,
-            rkey: entry.rkey(dir),
+            rkey,
             addr: entry.token_addr().wrapping_add(offset as u64),
             len: size as u64,
             port: self.device.port(),
@@ -379,21 +396,65 @@ impl Instance {
 
     /// `hipObjGetRdmaToken`: a token for the first `size` bytes of a
     /// registered buffer, naming the token connection, that lets the server
-    /// do what a transfer in direction `dir` needs and nothing else.
+    /// do what a transfer in direction `dir` needs and nothing else: with
+    /// memory windows, the connection's window over exactly those bytes with
+    /// only that right, until [`Instance::release_token`], a failed reply,
+    /// the buffer's deregistration, or the next token (one window per token
+    /// connection: a new token revokes the previous one).
     pub fn rdma_token(&self, addr: usize, size: usize, dir: Direction) -> Result<hipobj_proto::HexToken> {
         let entry = self.find_usable(addr)?;
         if size == 0 {
             return Err(Error::invalid("the token size is 0"));
         }
         entry.check_range(0, size)?;
-        let qpn = {
-            let mut conn = self.token_conn.lock().unwrap_or_else(PoisonError::into_inner);
-            if conn.is_broken() {
-                self.replace_token_conn(&mut conn)?;
-            }
-            conn.qp_num()
+        let mut conn = self.token_conn.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut held = self.token_grant.lock().unwrap_or_else(PoisonError::into_inner);
+        *held = None;
+        if conn.close_grant().is_err() || conn.refresh().is_err() || conn.is_broken() {
+            self.replace_token_conn(&mut conn)?;
+        }
+        let rkey = conn.next_rkey(entry.rkey(dir));
+        let g = grant_of(&entry, dir, 0, size, rkey);
+        if let Err(e) = conn.open_grant(&g) {
+            let _ = self.replace_token_conn(&mut conn);
+            return Err(e);
+        }
+        let token = self.mint(conn.qp_num(), &entry, 0, size, rkey).encode();
+        *held = Some(TokenGrant {
+            entry,
+            dir,
+            size,
+            rkey,
+        });
+        Ok(token)
+    }
+
+    /// `hipObjPutRdmaToken`: ends what the token grants (invalidates its
+    /// window, or closes the token connection's remote access). A token that
+    /// is not the latest, or not ours, grants nothing already.
+    pub fn release_token(&self, token: &str) {
+        let Ok(t) = Token::decode(token.as_bytes()) else {
+            return;
         };
-        Ok(self.mint(qpn, &entry, dir, 0, size).encode())
+        let qpn = self
+            .token_conn
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .qp_num();
+        self.revoke_token_grant(|g| g.rkey == t.rkey && t.qpn == qpn);
+    }
+
+    /// Ends the application-driven grant if `which` selects it; a connection
+    /// that cannot end it is replaced.
+    fn revoke_token_grant(&self, which: impl Fn(&TokenGrant) -> bool) {
+        let mut conn = self.token_conn.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut held = self.token_grant.lock().unwrap_or_else(PoisonError::into_inner);
+        if held.as_ref().is_some_and(which) {
+            *held = None;
+            if conn.close_grant().is_err() {
+                let _ = self.replace_token_conn(&mut conn);
+            }
+        }
     }
 
     /// Swaps the token connection for a new one, so that the server's
@@ -422,8 +483,16 @@ impl Instance {
             ))
         })?;
         let mut conn = self.token_conn.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut held = self.token_grant.lock().unwrap_or_else(PoisonError::into_inner);
         let outcome = match reply {
-            Reply::Bind { token, psn } => peer_of(&token).and_then(|peer| conn.connect(peer, psn)),
+            // Bound now: grant what the outstanding token names, under the
+            // key it already carries, before the application sends it again.
+            Reply::Bind { token, psn } => peer_of(&token)
+                .and_then(|peer| conn.connect(peer, psn))
+                .and_then(|()| match held.as_ref() {
+                    Some(g) => conn.open_grant(&grant_of(&g.entry, g.dir, 0, g.size, g.rkey)),
+                    None => Ok(()),
+                }),
             r if r.is_success() => conn
                 .peer()
                 .ok_or_else(|| {
@@ -449,7 +518,10 @@ impl Instance {
             Ok(()) => Ok(reply.http_code()),
             Err(e) => {
                 // A replacement that fails leaves the old one marked broken;
-                // the next token request tries again.
+                // the next token request tries again. Destroying the QP ends
+                // the window's binding with it.
+                *held = None;
+                let _ = conn.close_grant();
                 let _ = self.replace_token_conn(&mut conn);
                 Err(e)
             }
@@ -481,10 +553,18 @@ impl Instance {
             self.stage(&entry, offset, size, SyncDirection::ToHost)?;
         }
         let mut lease = self.pool.acquire()?;
+        lease.conn().refresh()?;
+        let rkey = lease.conn().next_rkey(entry.rkey(dir));
+        let grant = grant_of(&entry, dir, offset, size, rkey);
         let token = self
-            .mint(lease.conn().qp_num(), &entry, dir, offset, size)
+            .mint(lease.conn().qp_num(), &entry, offset, size, rkey)
             .encode();
-        let outcome = run_exchange(lease.conn(), token.as_str(), control);
+        let outcome = run_exchange(lease.conn(), &grant, token.as_str(), control);
+        // Whatever happened, the grant ends before the call returns: the
+        // window is invalidated (or the QP's remote access closed). If that
+        // fails, the connection is broken and destroyed, which ends it too.
+        let closed = lease.conn().close_grant();
+        let outcome = outcome.and_then(|peer| closed.map(|()| peer));
         match outcome {
             Ok(peer) => {
                 lease.conn().check()?;
@@ -508,6 +588,30 @@ impl Instance {
             self.stage(&entry, offset, size, SyncDirection::ToDevice)?;
         }
         Ok(())
+    }
+}
+
+/// An application-driven token's grant.
+#[derive(Debug)]
+struct TokenGrant {
+    entry: Arc<BufEntry>,
+    dir: Direction,
+    size: usize,
+    rkey: u32,
+}
+
+/// What a transfer of `size` bytes at `offset` in direction `dir` grants:
+/// exactly that range, with only the right the server's RDMA needs.
+fn grant_of(entry: &BufEntry, dir: Direction, offset: usize, size: usize, rkey: u32) -> Grant<'_> {
+    Grant {
+        mr: entry.window_mr(),
+        addr: entry.token_addr().wrapping_add(offset as u64),
+        len: size as u64,
+        access: match dir {
+            Direction::Get => hipobj_platform::AccessFlags::REMOTE_WRITE,
+            Direction::Put => hipobj_platform::AccessFlags::REMOTE_READ,
+        },
+        rkey,
     }
 }
 
@@ -551,10 +655,19 @@ fn peer_of(token: &Token) -> Result<Peer> {
 
 /// The request/reply exchange of one transfer, with at most one binding
 /// round (docs/protocol.md). Returns the server end that completed it.
-fn run_exchange(conn: &mut Connection, token: &str, control: &mut dyn Control) -> Result<Peer> {
+fn run_exchange(
+    conn: &mut Connection,
+    grant: &Grant<'_>,
+    token: &str,
+    control: &mut dyn Control,
+) -> Result<Peer> {
+    // A bound connection grants before the token leaves; one in INIT, which
+    // nothing can reach, grants once the binding round has connected it.
+    conn.open_grant(grant)?;
     let mut reply = exchange(control, token)?;
     if let Reply::Bind { token: server, psn } = reply {
         conn.connect(peer_of(&server)?, psn)?;
+        conn.open_grant(grant)?;
         reply = exchange(control, token)?;
         if matches!(reply, Reply::Bind { .. }) {
             return Err(Error::new(

@@ -31,7 +31,8 @@ pub struct FakeDeviceSpec {
     pub vendor_id: u32,
     /// Whether dma-buf registration works.
     pub dmabuf: bool,
-    /// Whether the device has type-2 memory windows.
+    /// Whether the device has type-2 memory windows (default off: the
+    /// library's access-flag fallback; window tests turn it on).
     pub mw_type2: bool,
 }
 
@@ -44,7 +45,7 @@ impl Default for FakeDeviceSpec {
             active_mtu: Mtu::Mtu4096,
             vendor_id: 0,
             dmabuf: false,
-            mw_type2: true,
+            mw_type2: false,
         }
     }
 }
