@@ -201,10 +201,12 @@ fn a_put_tokens_key_cannot_write() {
     let buf = host_buf(4096);
     fill(buf, &[3u8; 4096]);
     inst.register_host(buf).unwrap();
-    /// Binds, then during the PUT writes through the PUT token instead of reading.
+    /// Binds, then during the PUT writes through the PUT token's key (or a
+    /// key guessed from it) instead of reading.
     struct Writer<'a> {
         peer: &'a RdmaPeer,
         reply: Option<String>,
+        delta: u32,
         result: Option<Result<u64, String>>,
     }
     impl Control for Writer<'_> {
@@ -213,6 +215,8 @@ fn a_put_tokens_key_cannot_write() {
             self.reply = match self.peer.step(&t).unwrap() {
                 Step::Bind(r) => Some(r.to_string()),
                 Step::Bound => {
+                    let mut t = t;
+                    t.rkey = t.rkey.wrapping_add(self.delta);
                     let r = self.peer.write_to_client(&t, t.len, &mut |_, c| {
                         c.fill(0xee);
                         Ok(())
@@ -229,22 +233,27 @@ fn a_put_tokens_key_cannot_write() {
             Ok(r.len())
         }
     }
-    let mut s3 = Writer {
-        peer: &server.peer,
-        reply: None,
-        result: None,
-    };
-    assert!(
-        inst.transfer(Direction::Put, buf.addr(), 4096, 0, &mut s3)
-            .is_err()
-    );
-    let r = s3.result.expect("the server got to write");
-    assert!(r.is_err(), "a PUT token let the server write");
-    assert_eq!(
-        read(buf),
-        vec![3u8; 4096],
-        "the PUT token's key changed the buffer"
-    );
+    // The key itself, and the keys next to it (on the old soft NIC the GET
+    // registration's key was the PUT key + 0x100).
+    for delta in [0u32, 0x100, 0x100u32.wrapping_neg(), 1] {
+        let mut s3 = Writer {
+            peer: &server.peer,
+            reply: None,
+            delta,
+            result: None,
+        };
+        assert!(
+            inst.transfer(Direction::Put, buf.addr(), 4096, 0, &mut s3)
+                .is_err()
+        );
+        let r = s3.result.expect("the server got to write");
+        assert!(r.is_err(), "a PUT token's key + {delta:#x} let the server write");
+        assert_eq!(
+            read(buf),
+            vec![3u8; 4096],
+            "the PUT token's key + {delta:#x} changed the buffer"
+        );
+    }
 }
 
 #[test]
