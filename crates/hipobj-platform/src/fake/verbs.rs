@@ -95,6 +95,8 @@ struct QpInner {
     recvs: Mutex<Vec<u64>>,
     recv_cq: Option<CqEntries>,
     send_cq: Option<CqEntries>,
+    /// The remote access flags last set by a modify.
+    access: Mutex<AccessFlags>,
 }
 
 impl QpInner {
@@ -262,6 +264,13 @@ impl FakeVerbs {
         let qps = self.shared.qps.lock().unwrap_or_else(PoisonError::into_inner);
         qps.get(&qpn)
             .map(|q| *q.state.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// The access flags a live QP was last given by a modify.
+    pub fn qp_access(&self, qpn: u32) -> Option<AccessFlags> {
+        let qps = self.shared.qps.lock().unwrap_or_else(PoisonError::into_inner);
+        qps.get(&qpn)
+            .map(|q| *q.access.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Numbers of the live QPs.
@@ -509,6 +518,7 @@ impl ProtectionDomain for FakePd {
             recvs: Mutex::new(Vec::new()),
             recv_cq,
             send_cq,
+            access: Mutex::new(AccessFlags::default()),
         });
         self.shared
             .qps
@@ -709,6 +719,9 @@ impl QueuePair for FakeQp {
         self.shared.check("modify_qp")?;
         let cur = *self.inner.state.lock().unwrap_or_else(PoisonError::into_inner);
         check_rc_transition(cur, attr, mask)?;
+        if mask.contains(QpAttrMask::ACCESS_FLAGS) {
+            *self.inner.access.lock().unwrap_or_else(PoisonError::into_inner) = attr.qp_access_flags;
+        }
         self.inner.enter(self.qpn, attr.qp_state);
         Ok(())
     }
