@@ -456,7 +456,10 @@ HIPOBJ_API hipObjError_t hipObjGetRdmaToken(const void *devPtr, size_t size, int
 /*!
  * @brief Release a token from hipObjGetRdmaToken()
  *
- * Works before hipObjInit() and after hipObjShutdown(). A pointer that is not
+ * Ends what the token granted the server: its memory window over the buffer
+ * is invalidated (or, on a NIC without memory windows, the token
+ * connection's remote access is closed), so the server can no longer reach
+ * the buffer through it. Works before hipObjInit() and after hipObjShutdown(). A pointer that is not
  * a live token from hipObjGetRdmaToken() (NULL included) is refused with
  * hipObjInvalidValue and left alone.
  * @ingroup io

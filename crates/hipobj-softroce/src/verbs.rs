@@ -646,7 +646,10 @@ impl QueuePair for SoftQp {
 
     fn post_send(&self, wr: &SendWr<'_>) -> Result<(), VerbsError> {
         self.pd.dev.engine().post_send(self.qpn, wr)?;
-        self.pd.dev.nic.waker.wake();
+        // A local invalidate moves no packets (see bind_mw): no wake.
+        if !matches!(wr.op, hipobj_platform::SendOp::LocalInv { .. }) {
+            self.pd.dev.nic.waker.wake();
+        }
         Ok(())
     }
 
@@ -689,7 +692,8 @@ impl QueuePair for SoftQp {
             },
         )?;
         mw.key.store(key, Ordering::Relaxed);
-        self.pd.dev.nic.waker.wake();
+        // No wake: a bind moves no packets. It either ran already or waits
+        // for earlier sends, whose ACKs the worker handles anyway.
         Ok(key)
     }
 }

@@ -138,7 +138,7 @@ impl Instance {
     }
 
     /// The connection pool.
-    pub fn pool(&self) -> &ConnectionPool {
+    pub fn pool(&self) -> &Arc<ConnectionPool> {
         &self.pool
     }
 
