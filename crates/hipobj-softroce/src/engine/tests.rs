@@ -1049,3 +1049,5 @@ fn virtual_time_starts_at_zero() {
     let f = Fx::new();
     assert_eq!(f.net.now(), Time::ZERO);
 }
+
+mod windows;
