@@ -223,3 +223,102 @@ fn hipobj_require_mw_refuses_a_device_without_windows_at_init() {
     let lib = Library::new();
     lib.init(&config(), || Ok(p.platform()), opts).unwrap();
 }
+
+/// A second server, on another GID, for the 409 trade.
+fn other_server() -> Token {
+    Token {
+        qpn: 0x77,
+        gid: hipobj_platform::Gid::from_ipv4(std::net::Ipv4Addr::new(127, 8, 8, 8)).0,
+        ..server_token()
+    }
+}
+
+#[test]
+fn a_409_trade_ends_the_old_connections_window_and_the_new_one_grants_under_its_own_key() {
+    let p = fake(0, windows());
+    let lib = started(&p, 2);
+    let inst = lib.instance().unwrap();
+    let buf = host_buf(4096);
+    inst.register_host(buf).unwrap();
+    // Bind one connection to the first server.
+    let mut first = Script::serving(&p, &[&bind_reply(), &done(4096)]);
+    inst.transfer(Direction::Get, buf.addr(), 4096, 0, &mut first)
+        .unwrap();
+    // The next GET leases that connection, but reaches the other server:
+    // its 409 trades the connection for the unbound one, which binds once.
+    let b = other_server();
+    let bind_b = Reply::Bind { token: b, psn: 9 }.to_string();
+    let done_b = Reply::Done {
+        status: 200,
+        token: b,
+        bytes: 4096,
+    }
+    .to_string();
+    let live = Arc::new(Mutex::new(Vec::new()));
+    let (v, l) = (p.verbs.clone(), live.clone());
+    let mut s = Script::serving(&p, &[&bind_b, &bind_b, &done_b]);
+    s.on_send = Some(Box::new(move || l.lock().unwrap().push(v.live_mw_binds())));
+    inst.transfer(Direction::Get, buf.addr(), 4096, 0, &mut s)
+        .unwrap();
+    let t: Vec<Token> = s
+        .tokens
+        .iter()
+        .map(|h| Token::decode(h.as_bytes()).unwrap())
+        .collect();
+    assert_eq!(t.len(), 3);
+    assert_ne!(t[0].qpn, t[1].qpn, "the trade names the new connection");
+    assert_ne!(t[0].rkey, t[1].rkey, "and a key of its own window");
+    assert_eq!(t[1], t[2], "the binding round resends the same token");
+    let seen = live.lock().unwrap().clone();
+    // Sent to the first server's connection: its window, under that token's key.
+    assert_eq!(seen[0].len(), 1, "{seen:?}");
+    assert_eq!((seen[0][0].qpn, seen[0][0].rkey), (t[0].qpn, t[0].rkey));
+    // After the trade the old connection grants nothing, and the new one
+    // (still in INIT) nothing yet.
+    assert!(seen[1].is_empty(), "{seen:?}");
+    assert_eq!(
+        p.verbs.mw_bind(t[0].rkey).unwrap().ended,
+        Some(FakeMwEnd::Invalidated)
+    );
+    // Bound: the new connection's window, under the key its token carries.
+    assert_eq!(seen[2].len(), 1, "{seen:?}");
+    assert_eq!(
+        (seen[2][0].qpn, seen[2][0].rkey, seen[2][0].access),
+        (t[2].qpn, t[2].rkey, AccessFlags::REMOTE_WRITE)
+    );
+    assert!(p.verbs.live_mw_binds().is_empty());
+}
+
+#[test]
+fn a_revoked_or_released_tokens_write_with_immediate_proves_nothing() {
+    let p = fake(0, windows());
+    let lib = started(&p, 1);
+    let inst = lib.instance().unwrap();
+    let buf = host_buf(4096);
+    inst.register_host(buf).unwrap();
+    // A GET token, bound and granted; then a PUT token revokes it.
+    let get = inst.rdma_token(buf.addr(), 1024, Direction::Get).unwrap();
+    assert_eq!(inst.handle_token_reply(bind_reply().as_bytes()).unwrap(), 409);
+    let g = Token::decode(get.as_bytes()).unwrap();
+    let put = inst.rdma_token(buf.addr(), 1024, Direction::Put).unwrap();
+    let pt = Token::decode(put.as_bytes()).unwrap();
+    assert_eq!(pt.qpn, g.qpn, "the same token connection");
+    // A server (or anyone on the path) replays the old GET's proof and a
+    // full reply counting its length: the old token grants nothing now.
+    assert!(deliver_get_proof(&p.verbs, &g));
+    let e = inst.handle_token_reply(done(1024).as_bytes()).unwrap_err();
+    assert_eq!(e.kind(), hipobj::ErrorKind::RdmaError, "{e}");
+    assert!(
+        p.verbs.live_mw_binds().is_empty(),
+        "the failed reply ended the grant"
+    );
+    // A released GET token's proof counts for nothing either.
+    let get = inst.rdma_token(buf.addr(), 1024, Direction::Get).unwrap();
+    assert_eq!(inst.handle_token_reply(bind_reply().as_bytes()).unwrap(), 409);
+    let g = Token::decode(get.as_bytes()).unwrap();
+    inst.release_token(get.as_str());
+    assert!(p.verbs.live_mw_binds().is_empty());
+    assert!(deliver_get_proof(&p.verbs, &g));
+    let e = inst.handle_token_reply(done(1024).as_bytes()).unwrap_err();
+    assert_eq!(e.kind(), hipobj::ErrorKind::RdmaError, "{e}");
+}
