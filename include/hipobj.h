@@ -463,9 +463,11 @@ HIPOBJ_API hipObjError_t hipObjBufSync(void *devPtr, size_t size, off_t offset, 
  * hipObjPutRdmaToken(). @p op is HIPOBJ_RDMA_OP_PUT or HIPOBJ_RDMA_OP_GET
  * and picks what the token lets the server do: a PUT token carries a key
  * that allows only RDMA READ of the buffer, a GET token one that allows only
- * RDMA WRITE. The reply handler, hipObjHandleRdmaReply, checks a success
- * against it (a GET's WRITE WITH IMMEDIATE carries the token's key; the
- * count must be @p size).
+ * RDMA WRITE, over exactly those @p size bytes, until hipObjPutRdmaToken(),
+ * a failed reply, the buffer's deregistration or the next
+ * hipObjGetRdmaToken() (which revokes this token). The reply handler,
+ * hipObjHandleRdmaReply, checks a success against the latest token (a GET's
+ * WRITE WITH IMMEDIATE carries the token's key; the count must be @p size).
  *
  * Returns hipObjBusy while a timed-out staging copy of the buffer still runs
  * (see hipObjBufSync()).
@@ -477,7 +479,10 @@ HIPOBJ_API hipObjError_t hipObjGetRdmaToken(const void *devPtr, size_t size, int
 /*!
  * @brief Release a token from hipObjGetRdmaToken()
  *
- * Works before hipObjInit() and after hipObjShutdown(). A pointer that is not
+ * Ends what the token granted the server: its memory window over the buffer
+ * is invalidated (or, on a NIC without memory windows, the token
+ * connection's remote access is closed), so the server can no longer reach
+ * the buffer through it. Works before hipObjInit() and after hipObjShutdown(). A pointer that is not
  * a live token from hipObjGetRdmaToken() (NULL included) is refused with
  * hipObjInvalidValue and left alone.
  * @ingroup io
@@ -516,9 +521,9 @@ HIPOBJ_API hipObjError_t hipObjParseRdmaReply(const char *reply, size_t replyLen
  * - A success reply: only the full form "NNN:<token>:<count>" (NNN 200, 204
  *   or 206) is accepted. hipObject checks that it names the server queue
  *   pair the connection is bound to, that the connection has not failed,
- *   and that the count is the length of a token from hipObjGetRdmaToken()
- *   (a GET's also by its RDMA WRITE WITH IMMEDIATE carrying that token's
- *   key), writes the code and returns hipObjSuccess. For a staged buffer,
+ *   and that the count is the length of the latest token from
+ *   hipObjGetRdmaToken() (a GET's also by its RDMA WRITE WITH IMMEDIATE
+ *   carrying that token's key), writes the code and returns hipObjSuccess. For a staged buffer,
  *   call hipObjBufSync() next as usual. A bare "200", "ok", "204" or "206"
  *   fails with hipObjRdmaError; a count below the token's length with
  *   hipObjS3Error.

@@ -389,7 +389,11 @@ pub extern "C" fn hipObjPutRdmaToken(token: *mut c_char) -> HipObjError {
         // SAFETY: the pointer came from CString::into_raw in
         // hipObjGetRdmaToken and was just removed from the live set, so it is
         // released exactly once.
-        drop(unsafe { CString::from_raw(token) });
+        let owned = unsafe { CString::from_raw(token) };
+        // What the token granted (its memory window) ends here.
+        if let (Ok(i), Ok(text)) = (LIBRARY.instance(), owned.to_str()) {
+            i.release_token(text);
+        }
         HipObjError::OK
     })
 }

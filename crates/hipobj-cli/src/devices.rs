@@ -22,6 +22,8 @@ struct Shown {
     info: Option<NicInfo>,
     ports: Vec<NicPort>,
     mtus: Vec<(u8, Option<usize>)>,
+    /// How transfers on it are fenced (memory windows or the fallback).
+    fence: Option<hipobj::FenceMode>,
     note: Option<String>,
 }
 
@@ -45,9 +47,11 @@ fn gather(platform: &Platform) -> (Vec<Shown>, Option<String>) {
             let mut note = None;
             let mut ports = info.as_ref().map(|i| i.ports.clone()).unwrap_or_default();
             let mut mtus = Vec::new();
+            let mut fence = None;
             if listed {
                 match platform.verbs.open_device(&name) {
                     Ok(dev) => {
+                        fence = dev.attr().ok().map(|a| hipobj::FenceMode::of(&a));
                         if info.is_none() {
                             match selection::ports_from_verbs(dev.as_ref()) {
                                 Ok(p) => ports = p,
@@ -70,6 +74,7 @@ fn gather(platform: &Platform) -> (Vec<Shown>, Option<String>) {
                 info,
                 ports,
                 mtus,
+                fence,
                 note,
             }
         })
@@ -99,6 +104,10 @@ pub fn run(platform: &Platform, gpu: i32, nic_hint: Option<&str>, as_json: bool)
                     "numa_node": d.info.as_ref().and_then(|i| i.numa_node),
                     "vendor_id": d.info.as_ref().and_then(|i| i.vendor_id).map(|v| format!("{v:#06x}")),
                     "allowed_by_hint": hint.allows(&d.name),
+                    "fence": d.fence.map(|f| match f {
+                        hipobj::FenceMode::Windows => "memory_windows",
+                        hipobj::FenceMode::AccessFlags => "access_flags_fallback",
+                    }),
                     "note": d.note,
                     "ports": d.ports.iter().map(|p| json!({
                         "port": p.port,
@@ -158,6 +167,9 @@ pub fn run(platform: &Platform, gpu: i32, nic_hint: Option<&str>, as_json: bool)
             out.push_str("  [excluded by --nic-hint]");
         }
         out.push('\n');
+        if let Some(f) = d.fence {
+            out.push_str(&format!("  fence: {}\n", f.describe()));
+        }
         if let Some(n) = &d.note {
             out.push_str(&format!("  {n}\n"));
         }
@@ -213,6 +225,10 @@ mod tests {
         assert!(text.contains("fake0  (not in sysfs)"), "{text}");
         assert!(text.contains("::ffff:127.0.0.1 (127.0.0.1)"), "{text}");
         assert!(
+            text.contains("fence: fallback: per-lease QP access flags"),
+            "the fake NIC has no windows: {text}"
+        );
+        assert!(
             text.contains("init would choose, for no GPU: fake0 port 1"),
             "{text}"
         );
@@ -225,6 +241,7 @@ mod tests {
             .map_err(|e| crate::error::CliError::plain(e.to_string()))?;
         assert_eq!(j["choice"]["device"], "fake0");
         assert_eq!(j["devices"][0]["ports"][0]["gids"][0]["ipv4"], "127.0.0.1");
+        assert_eq!(j["devices"][0]["fence"], "access_flags_fallback");
         Ok(())
     }
 }

@@ -20,10 +20,11 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use hipobj_platform::{
-    AccessFlags, CompletionQueue, Device, DeviceAttr, Gid, LinkLayer, MemRegion, MemoryRegion, Mtu, PortAttr,
-    PortState, ProtectionDomain, QpAttr, QpAttrMask, QpInitAttr, QpState, QueuePair, RecvWr, SendOp, SendWr,
-    Verbs, VerbsError, VerbsErrorKind, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, BindMwWr, CompletionQueue, Device, DeviceAttr, Gid, LinkLayer, MemRegion, MemoryRegion,
+    MemoryWindow, Mtu, PortAttr, PortState, ProtectionDomain, QpAttr, QpAttrMask, QpInitAttr, QpState,
+    QueuePair, RecvWr, SendOp, SendWr, Verbs, VerbsError, VerbsErrorKind, WcOpcode, WcStatus, WorkCompletion,
 };
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::ffi::table::{LoadError, VerbsFns};
 use crate::ffi::{self, Zeroed};
@@ -276,7 +277,10 @@ impl Device for IbDevice {
             max_cqe: nonneg(a.max_cqe),
             max_mr_size: a.max_mr_size,
             max_qp_rd_atom: nonneg(a.max_qp_rd_atom),
-            mw_type2: false,
+            mw_type2: a.device_cap_flags & (ffi::IBV_DEVICE_MEM_WINDOW_TYPE_2A | ffi::IBV_DEVICE_MEM_WINDOW_TYPE_2B)
+                != 0
+                // SAFETY: see `Cq::ctx_ops`: the context is open.
+                && unsafe { (*self.ctx.ctx.as_ptr()).ops }.alloc_mw.is_some(),
         })
     }
 
@@ -505,6 +509,89 @@ impl ProtectionDomain for IbPd {
             qp_num,
         }))
     }
+
+    fn alloc_mw(&self) -> Result<Box<dyn MemoryWindow>, VerbsError> {
+        // SAFETY: see `Cq::ctx_ops`: the context is open.
+        let ops = unsafe { (*self.inner.ctx.ctx.as_ptr()).ops };
+        let (Some(alloc), Some(_)) = (ops.alloc_mw, ops.dealloc_mw) else {
+            return Err(VerbsError::new(
+                "ibv_alloc_mw",
+                VerbsErrorKind::Unsupported,
+                "the provider has no memory windows",
+            ));
+        };
+        // SAFETY: the PD is live; this is what the inline `ibv_alloc_mw` of
+        // verbs.h does.
+        let mw = non_null("ibv_alloc_mw", unsafe {
+            alloc(self.inner.pd.as_ptr(), ffi::IBV_MW_TYPE_2)
+        })?;
+        // SAFETY: `mw` was just allocated and is live.
+        let rkey = unsafe { (*mw.as_ptr()).rkey };
+        Ok(Box::new(IbMw {
+            pd: self.inner.clone(),
+            mw,
+            rkey: AtomicU32::new(rkey),
+        }))
+    }
+}
+
+/// A type-2 memory window.
+pub struct IbMw {
+    pd: Arc<Pd>,
+    mw: NonNull<ffi::ibv_mw>,
+    /// The key of the latest bind posted.
+    rkey: AtomicU32,
+}
+
+// SAFETY: see `Context`.
+unsafe impl Send for IbMw {}
+// SAFETY: see `Context`.
+unsafe impl Sync for IbMw {}
+
+impl fmt::Debug for IbMw {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IbMw")
+            .field("rkey", &format_args!("{:#x}", self.rkey.load(Ordering::Relaxed)))
+            .finish()
+    }
+}
+
+impl Drop for IbMw {
+    fn drop(&mut self) {
+        // SAFETY: see `Cq::ctx_ops`: the context is open.
+        let ops = unsafe { (*self.pd.ctx.ctx.as_ptr()).ops };
+        if let Some(dealloc) = ops.dealloc_mw {
+            // SAFETY: the window is live and deallocated once, before its PD
+            // (as the inline `ibv_dealloc_mw` of verbs.h does).
+            unsafe { dealloc(self.mw.as_ptr()) };
+        }
+    }
+}
+
+impl MemoryWindow for IbMw {
+    fn rkey(&self) -> u32 {
+        self.rkey.load(Ordering::Relaxed)
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// A key byte other than `not`, hard to guess: SipHash under the process's
+/// random keys (std's `RandomState`) over a counter.
+fn fresh_key_byte(not: u8) -> u8 {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    static STATE: std::sync::OnceLock<std::collections::hash_map::RandomState> = std::sync::OnceLock::new();
+    let state = STATE.get_or_init(std::collections::hash_map::RandomState::new);
+    loop {
+        let mut h = state.build_hasher();
+        h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+        let b = h.finish() as u8;
+        if b != not {
+            return b;
+        }
+    }
 }
 
 /// A registered memory region.
@@ -614,6 +701,8 @@ fn wc_opcode(v: u32) -> WcOpcode {
         ffi::IBV_WC_RECV => WcOpcode::Recv,
         ffi::IBV_WC_RECV_RDMA_WITH_IMM => WcOpcode::RecvRdmaWithImm,
         ffi::IBV_WC_SEND => WcOpcode::Send,
+        ffi::IBV_WC_BIND_MW => WcOpcode::BindMw,
+        ffi::IBV_WC_LOCAL_INV => WcOpcode::LocalInv,
         // Anything else: the opcode of a failed completion is
         // undefined, and RC work requests this backend posts are one of
         // the five above.
@@ -930,12 +1019,10 @@ impl QueuePair for IbQp {
                 raw.opcode = ffi::IBV_WR_RDMA_READ;
                 raw.wr = rdma(remote_addr, rkey);
             }
-            SendOp::LocalInv { .. } => {
-                return Err(VerbsError::new(
-                    "ibv_post_send",
-                    VerbsErrorKind::Unsupported,
-                    "memory windows are not wired to libibverbs yet",
-                ));
+            SendOp::LocalInv { rkey } => {
+                raw.opcode = ffi::IBV_WR_LOCAL_INV;
+                // `invalidate_rkey`, in host order (unlike `imm_data`).
+                raw.imm_data = rkey;
             }
         }
         let mut bad: *mut ffi::ibv_send_wr = ptr::null_mut();
@@ -945,6 +1032,10 @@ impl QueuePair for IbQp {
         check("ibv_post_send", unsafe {
             post(self.qp.as_ptr(), &mut raw, &mut bad)
         })
+    }
+
+    fn bind_mw(&self, wr: &BindMwWr<'_>) -> Result<u32, VerbsError> {
+        self.bind(wr)
     }
 
     fn post_recv(&self, wr: &RecvWr<'_>) -> Result<(), VerbsError> {
@@ -973,6 +1064,71 @@ impl QueuePair for IbQp {
 }
 
 impl IbQp {
+    fn bind(&self, wr: &BindMwWr<'_>) -> Result<u32, VerbsError> {
+        let foreign = |what: &str| {
+            VerbsError::new(
+                "ibv_post_send",
+                VerbsErrorKind::InvalidArgument,
+                format!("the {what} does not belong to the libibverbs backend"),
+            )
+        };
+        let mw = wr
+            .mw
+            .as_any()
+            .downcast_ref::<IbMw>()
+            .ok_or_else(|| foreign("memory window"))?;
+        let mr = wr
+            .mr
+            .as_any()
+            .downcast_ref::<IbMr>()
+            .ok_or_else(|| foreign("memory region"))?;
+        if !Arc::ptr_eq(&mw.pd.ctx, &self.pd.ctx) || !Arc::ptr_eq(&mr.pd.ctx, &self.pd.ctx) {
+            return Err(foreign("window or region"));
+        }
+        let Some(post) = self.ops().post_send else {
+            return Err(VerbsError::new(
+                "ibv_post_send",
+                VerbsErrorKind::Unsupported,
+                "the provider has no post_send",
+            ));
+        };
+        let old = mw.rkey.load(Ordering::Relaxed);
+        let key = match wr.rkey {
+            Some(k) if k >> 8 == old >> 8 => k,
+            Some(_) => return Err(foreign("key (another window's index)")),
+            None => (old & !0xff) | u32::from(fresh_key_byte(old as u8)),
+        };
+        let mut raw = ffi::ibv_send_wr::zeroed();
+        raw.wr_id = wr.wr_id;
+        raw.opcode = ffi::IBV_WR_BIND_MW;
+        raw.send_flags = if wr.signaled { ffi::IBV_SEND_SIGNALED } else { 0 };
+        raw.bind_mw_tso = ffi::ibv_send_wr_bind_mw_tso {
+            bind_mw: ffi::ibv_send_wr_bind_mw {
+                mw: mw.mw.as_ptr(),
+                rkey: key,
+                bind_info: ffi::ibv_mw_bind_info {
+                    mr: mr.mr.as_ptr(),
+                    addr: wr.addr,
+                    length: wr.length,
+                    mw_access_flags: wr.access.0,
+                },
+            },
+        };
+        let mut bad: *mut ffi::ibv_send_wr = ptr::null_mut();
+        // SAFETY: the QP, the window and the MR are live (the caller holds
+        // them); `raw` lives across the call (the provider copies it).
+        check("ibv_post_send", unsafe {
+            post(self.qp.as_ptr(), &mut raw, &mut bad)
+        })?;
+        // For a type-2 window the application keeps `ibv_mw.rkey` current:
+        // providers (rxe) put it in the next bind as the key the window has,
+        // and the kernel refuses a bind that names a stale one.
+        // SAFETY: the window is live and owned by `mw`; nothing else writes it.
+        unsafe { (*mw.mw.as_ptr()).rkey = key };
+        mw.rkey.store(key, Ordering::Relaxed);
+        Ok(key)
+    }
+
     fn ops(&self) -> ffi::ibv_context_ops {
         // SAFETY: see `Cq::ctx_ops`.
         unsafe { (*self.pd.ctx.ctx.as_ptr()).ops }

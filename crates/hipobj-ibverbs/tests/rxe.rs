@@ -325,3 +325,179 @@ fn rxe_end_to_end() {
     drop((qp_a, qp_b, qp_c, src_mr, dst_mr, remote_mr, back_mr, cq_a, cq_b));
     eprintln!("rxe end-to-end passed in {:?}", t0.elapsed());
 }
+
+/// Two connected RC QPs on one device, each with its own CQ: A plays the
+/// peer that writes and reads, B owns the memory and binds windows.
+struct Pair {
+    cq_a: Arc<dyn CompletionQueue>,
+    qp_a: Box<dyn QueuePair>,
+    cq_b: Arc<dyn CompletionQueue>,
+    qp_b: Box<dyn QueuePair>,
+}
+
+fn pair(pd: &dyn hipobj_platform::ProtectionDomain, dev: &dyn Device, sel: &Selection) -> Pair {
+    let cq_a = dev.create_cq(32).expect("create_cq");
+    let cq_b = dev.create_cq(32).expect("create_cq");
+    let qp_a = rc_qp(pd, &cq_a);
+    let qp_b = rc_qp(pd, &cq_b);
+    connect(qp_a.as_ref(), qp_b.qp_num(), sel, dev);
+    connect(qp_b.as_ref(), qp_a.qp_num(), sel, dev);
+    Pair {
+        cq_a,
+        qp_a,
+        cq_b,
+        qp_b,
+    }
+}
+
+/// Posts one WRITE or READ of `len` bytes from A and returns its completion.
+fn one_sided(p: &Pair, op: SendOp, local: &dyn hipobj_platform::MemoryRegion, len: u32) -> WorkCompletion {
+    p.qp_a
+        .post_send(&SendWr {
+            wr_id: 20,
+            op,
+            sg_list: &[Sge {
+                addr: local.addr(),
+                length: len,
+                lkey: local.lkey(),
+            }],
+            signaled: true,
+        })
+        .expect("post");
+    one_completion(p.cq_a.as_ref(), "WRITE/READ")
+}
+
+#[test]
+#[ignore = "needs an rxe device: run inside scripts/rxe-vm.sh"]
+fn rxe_memory_windows_fence_writes_and_reads() {
+    use hipobj_platform::BindMwWr;
+    let name = device_name();
+    let verbs = IbVerbs::load().expect("libibverbs.so.1");
+    let topo = SysfsTopology::system();
+    let (dev, sel) = selection::select(&verbs, &topo, None, Some(&name)).expect("selection");
+    let attr = dev.attr().expect("query_device");
+    assert!(attr.mw_type2, "rxe reports type-2 memory windows: {attr:?}");
+    let pd = dev.alloc_pd().expect("alloc_pd");
+    const LEN: usize = 8192;
+    let rw = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    let (_src, src_region) = Buf::new(pattern(5), LEN);
+    let (back, back_region) = Buf::new(|_| 0, LEN);
+    let (dst, dst_region) = Buf::new(|_| 0, LEN);
+    let src_mr = pd.reg_mr(src_region, rw).expect("reg_mr");
+    let back_mr = pd.reg_mr(back_region, rw).expect("reg_mr");
+    let dst_mr = pd
+        .reg_mr(dst_region, AccessFlags::MW_BIND | AccessFlags::LOCAL_WRITE)
+        .expect("reg_mr with MW_BIND only");
+    let mw = pd.alloc_mw().expect("ibv_alloc_mw");
+    let write = |rkey, off: u64| SendOp::Write {
+        remote_addr: dst_mr.addr() + off,
+        rkey,
+    };
+
+    // A window over [1024, 5120) with remote write and read, bound on B's QP.
+    let p = pair(pd.as_ref(), dev.as_ref(), &sel);
+    let unbound = mw.rkey();
+    let key1 = p
+        .qp_b
+        .bind_mw(&BindMwWr {
+            wr_id: 10,
+            mw: mw.as_ref(),
+            mr: dst_mr.as_ref(),
+            addr: dst_mr.addr() + 1024,
+            length: 4096,
+            access: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+            signaled: true,
+            rkey: None,
+        })
+        .expect("post bind");
+    assert_ne!(key1 & 0xff, unbound & 0xff);
+    let wc = one_completion(p.cq_b.as_ref(), "BIND_MW");
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode),
+        (10, WcStatus::Success, WcOpcode::BindMw)
+    );
+    let wc = one_sided(&p, write(key1, 1024), src_mr.as_ref(), 4096);
+    assert_eq!((wc.status, wc.opcode), (WcStatus::Success, WcOpcode::RdmaWrite));
+    let got = dst.snapshot();
+    let expect: Vec<u8> = (0..4096).map(pattern(5)).collect();
+    assert_eq!(&got[1024..5120], &expect[..], "window-bound WRITE landed");
+    assert!(got[..1024].iter().chain(&got[5120..]).all(|&b| b == 0));
+    let wc = one_sided(
+        &p,
+        SendOp::Read {
+            remote_addr: dst_mr.addr() + 1024,
+            rkey: key1,
+        },
+        back_mr.as_ref(),
+        4096,
+    );
+    assert_eq!((wc.status, wc.opcode), (WcStatus::Success, WcOpcode::RdmaRead));
+    assert_eq!(&back.snapshot()[..4096], &expect[..], "window-bound READ");
+
+    // Local invalidate, then a late WRITE with the old key fails.
+    p.qp_b
+        .post_send(&SendWr {
+            wr_id: 11,
+            op: SendOp::LocalInv { rkey: key1 },
+            sg_list: &[],
+            signaled: true,
+        })
+        .expect("post LOCAL_INV");
+    let wc = one_completion(p.cq_b.as_ref(), "LOCAL_INV");
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode),
+        (11, WcStatus::Success, WcOpcode::LocalInv)
+    );
+    let before = dst.snapshot();
+    let (_ff, ff_region) = Buf::new(|_| 0xff, LEN);
+    let ff_mr = pd.reg_mr(ff_region, rw).expect("reg_mr");
+    let wc = one_sided(&p, write(key1, 1024), ff_mr.as_ref(), 64);
+    assert_eq!(
+        wc.status,
+        WcStatus::RemAccessErr,
+        "late WRITE after invalidate: {wc:?}"
+    );
+    assert_eq!(dst.snapshot(), before, "nothing landed");
+    eprintln!("late WRITE after LOCAL_INV: {:?}", wc.status);
+    drop(p);
+
+    // Rebound with a new key on a new connection: the old key is useless.
+    let p = pair(pd.as_ref(), dev.as_ref(), &sel);
+    let key2 = p
+        .qp_b
+        .bind_mw(&BindMwWr {
+            wr_id: 12,
+            mw: mw.as_ref(),
+            mr: dst_mr.as_ref(),
+            addr: dst_mr.addr(),
+            length: LEN as u64,
+            access: AccessFlags::REMOTE_WRITE,
+            signaled: true,
+            rkey: None,
+        })
+        .expect("post rebind");
+    assert_ne!(key2, key1);
+    let wc = one_completion(p.cq_b.as_ref(), "BIND_MW again");
+    assert_eq!((wc.status, wc.opcode), (WcStatus::Success, WcOpcode::BindMw));
+    let wc = one_sided(&p, write(key1, 1024), ff_mr.as_ref(), 64);
+    assert_eq!(wc.status, WcStatus::RemAccessErr, "old key after rebind: {wc:?}");
+    assert_eq!(dst.snapshot(), before);
+    eprintln!("WRITE with the old key after a rebind: {:?}", wc.status);
+    drop(p);
+
+    // The MR's own key on an MW_BIND-only registration grants nothing.
+    let p = pair(pd.as_ref(), dev.as_ref(), &sel);
+    let wc = one_sided(&p, write(dst_mr.rkey(), 0), ff_mr.as_ref(), 64);
+    assert_eq!(
+        wc.status,
+        WcStatus::RemAccessErr,
+        "MR key of a bind-only MR: {wc:?}"
+    );
+    assert_eq!(dst.snapshot(), before);
+    eprintln!("WRITE through the MR key of an MW_BIND-only MR: {:?}", wc.status);
+    drop(p);
+    // The window goes before the MR (rxe refuses to deregister an MR with
+    // bound windows).
+    drop(mw);
+    drop((dst_mr, src_mr, back_mr, ff_mr, pd, dev));
+}

@@ -635,6 +635,12 @@ pub struct BindMwWr<'a> {
     pub length: u64,
     /// The remote rights the window grants (a subset of REMOTE_READ, REMOTE_WRITE).
     pub access: AccessFlags,
+    /// The key to bind under. `None`: the backend draws a fresh key byte that
+    /// differs from the window's current one. `Some(k)`: the caller chose it
+    /// (as `ibv_post_send` lets it), because it had to hand the key out
+    /// before the QP could bind (a token minted while the QP is not in RTS
+    /// yet); `k` must keep the window's index (`k >> 8 == rkey() >> 8`).
+    pub rkey: Option<u32>,
     /// Whether the bind completes on the send CQ when it succeeds.
     pub signaled: bool,
 }
@@ -901,8 +907,9 @@ pub trait QueuePair: Send + Sync + fmt::Debug {
     fn post_recv(&self, wr: &RecvWr<'_>) -> Result<(), VerbsError>;
 
     /// Posts a type-2 memory window bind (`IBV_WR_BIND_MW`) and returns the
-    /// window's new key. The backend picks the key's low byte so that it
-    /// differs from the window's previous key and is hard to guess; the key
+    /// window's new key. Unless the request names the key, the backend picks
+    /// the key's low byte so that it differs from the window's previous key
+    /// and is hard to guess; the key
     /// grants access only through this QP, and only once the bind has
     /// executed (it is ordered before later send work requests).
     fn bind_mw(&self, wr: &BindMwWr<'_>) -> Result<u32, VerbsError> {

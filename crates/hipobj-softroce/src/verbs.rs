@@ -26,16 +26,17 @@ use std::fmt;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use hipobj_platform::{
-    AccessFlags, CompletionQueue, Device, DeviceAttr, Gid, LinkLayer, MemRegion, MemoryRegion, Mtu, PortAttr,
-    PortState, ProtectionDomain, QpAttr, QpAttrMask, QpInitAttr, QpState, QueuePair, RecvWr, SendWr, Verbs,
-    VerbsError, VerbsErrorKind, WorkCompletion,
+    AccessFlags, BindMwWr, CompletionQueue, Device, DeviceAttr, Gid, LinkLayer, MemRegion, MemoryRegion,
+    MemoryWindow, Mtu, PortAttr, PortState, ProtectionDomain, QpAttr, QpAttrMask, QpInitAttr, QpState,
+    QueuePair, RecvWr, SendWr, Verbs, VerbsError, VerbsErrorKind, WorkCompletion,
 };
 
-use crate::engine::{Counters, Cq, Engine, EngineConfig, QpConfig};
+use crate::engine::{Counters, Cq, Engine, EngineConfig, MwBind, QpConfig};
 use crate::link::faults::FaultConfig;
 use crate::link::pcap::PcapWriter;
 use crate::link::udp::{self, RawSocket, Waker};
@@ -418,7 +419,7 @@ impl Device for SoftDevice {
             max_cqe: 1 << 22,
             max_mr_size: 1 << 40,
             max_qp_rd_atom: 16,
-            mw_type2: false,
+            mw_type2: true,
         })
     }
 
@@ -583,6 +584,38 @@ impl ProtectionDomain for SoftPd {
             _cqs: (init.send_cq.clone(), init.recv_cq.clone()),
         }))
     }
+
+    fn alloc_mw(&self) -> Result<Box<dyn MemoryWindow>, VerbsError> {
+        let key = self.inner.dev.engine().alloc_mw(self.inner.pd);
+        Ok(Box::new(SoftMw {
+            pd: self.inner.clone(),
+            key: AtomicU32::new(key),
+        }))
+    }
+}
+
+/// A type-2 memory window (`struct ibv_mw`). Dropping it deallocates it:
+/// once `drop` returns, none of its keys grants anything.
+#[derive(Debug)]
+struct SoftMw {
+    pd: Arc<PdInner>,
+    /// The key of the latest bind posted.
+    key: AtomicU32,
+}
+
+impl Drop for SoftMw {
+    fn drop(&mut self) {
+        self.pd.dev.engine().dealloc_mw(self.key.load(Ordering::Relaxed));
+    }
+}
+
+impl MemoryWindow for SoftMw {
+    fn rkey(&self) -> u32 {
+        self.key.load(Ordering::Relaxed)
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
 }
 
 /// A registered memory region (`struct ibv_mr`). Dropping it deregisters:
@@ -652,12 +685,55 @@ impl QueuePair for SoftQp {
 
     fn post_send(&self, wr: &SendWr<'_>) -> Result<(), VerbsError> {
         self.pd.dev.engine().post_send(self.qpn, wr)?;
-        self.pd.dev.nic.waker.wake();
+        // A local invalidate moves no packets (see bind_mw): no wake.
+        if !matches!(wr.op, hipobj_platform::SendOp::LocalInv { .. }) {
+            self.pd.dev.nic.waker.wake();
+        }
         Ok(())
     }
 
     fn post_recv(&self, wr: &RecvWr<'_>) -> Result<(), VerbsError> {
         self.pd.dev.engine().post_recv(self.qpn, wr)
+    }
+
+    fn bind_mw(&self, wr: &BindMwWr<'_>) -> Result<u32, VerbsError> {
+        let foreign = |what: &str| {
+            VerbsError::new(
+                "ibv_post_send",
+                VerbsErrorKind::InvalidArgument,
+                format!("the {what} does not belong to this soft device"),
+            )
+        };
+        let mw = wr
+            .mw
+            .as_any()
+            .downcast_ref::<SoftMw>()
+            .ok_or_else(|| foreign("memory window"))?;
+        let mr = wr
+            .mr
+            .as_any()
+            .downcast_ref::<SoftMr>()
+            .ok_or_else(|| foreign("memory region"))?;
+        if !Arc::ptr_eq(&mw.pd.dev, &self.pd.dev) || !Arc::ptr_eq(&mr.pd.dev, &self.pd.dev) {
+            return Err(foreign("window or region"));
+        }
+        let key = self.pd.dev.engine().bind_mw(
+            self.qpn,
+            &MwBind {
+                wr_id: wr.wr_id,
+                mw_key: mw.key.load(Ordering::Relaxed),
+                mr_key: mr.key,
+                addr: wr.addr,
+                length: wr.length,
+                access: wr.access,
+                signaled: wr.signaled,
+                rkey: wr.rkey,
+            },
+        )?;
+        mw.key.store(key, Ordering::Relaxed);
+        // No wake: a bind moves no packets. It either ran already or waits
+        // for earlier sends, whose ACKs the worker handles anyway.
+        Ok(key)
     }
 }
 

@@ -8,7 +8,10 @@
 //!   success needs the server's WRITE WITH IMMEDIATE on the CQ, which only a
 //!   real RDMA WRITE makes;
 //! * `get_4k_round_trip`: a whole 4 KiB GET, the server's RDMA WRITE over
-//!   loopback UDP included.
+//!   loopback UDP included;
+//! * `window_bind_invalidate`: the fence alone, which `control_path`
+//!   includes: bind the connection's memory window over 4 KiB, wait for the
+//!   bind's completion, invalidate it, wait for that completion.
 //!
 //! `cargo bench -p hipobj --bench control_path`
 //!
@@ -123,6 +126,25 @@ fn benches(c: &mut Criterion) {
                 .unwrap()
         })
     });
+    {
+        let entry = inst.buffers().find(buf.addr()).unwrap();
+        let mut lease = inst.pool().acquire().unwrap();
+        let conn = lease.conn();
+        let grant = |rkey| hipobj::Grant {
+            mr: entry.window_mr(),
+            addr: buf.addr() as u64,
+            len: 4096,
+            access: hipobj_platform::AccessFlags::REMOTE_WRITE,
+            rkey,
+        };
+        c.bench_function("window_bind_invalidate", |b| {
+            b.iter(|| {
+                let rkey = conn.next_rkey(0);
+                conn.open_grant(&grant(rkey)).unwrap();
+                conn.close_grant().unwrap();
+            })
+        });
+    }
     c.bench_function("get_4k_round_trip", |b| {
         b.iter(|| {
             inst.transfer(Direction::Get, buf.addr(), 4096, 0, &mut get)

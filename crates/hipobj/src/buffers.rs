@@ -62,6 +62,33 @@ impl MrPair {
     }
 }
 
+/// How a buffer is registered, by the device's fence mode.
+#[derive(Debug)]
+pub enum BufMrs {
+    /// Window mode: one registration with `MW_BIND | LOCAL_WRITE` only; its
+    /// own key gives a peer nothing, and each transfer binds a window over it.
+    Windowed(Box<dyn MemoryRegion>),
+    /// Fallback: one registration per remote right.
+    Pair(MrPair),
+}
+
+impl BufMrs {
+    /// The rights of the window-mode registration.
+    pub const WINDOWED_ACCESS: AccessFlags = AccessFlags::MW_BIND.union(AccessFlags::LOCAL_WRITE);
+
+    /// Registers a buffer for `windows` mode, with `reg` called once per access set.
+    pub fn register<E>(
+        windows: bool,
+        mut reg: impl FnMut(AccessFlags) -> Result<Box<dyn MemoryRegion>, E>,
+    ) -> Result<Self, E> {
+        if windows {
+            Ok(Self::Windowed(reg(Self::WINDOWED_ACCESS)?))
+        } else {
+            MrPair::register(reg).map(Self::Pair)
+        }
+    }
+}
+
 /// One registered buffer.
 #[derive(Debug)]
 pub struct BufEntry {
@@ -69,13 +96,13 @@ pub struct BufEntry {
     len: usize,
     kind: BufKind,
     // Field order is drop order: the MRs go before the memory they cover.
-    mrs: MrPair,
+    mrs: BufMrs,
     staging: Option<Box<dyn PinnedHostBuffer>>,
 }
 
 impl BufEntry {
     /// A buffer registered directly (host memory, or device memory the NIC reaches).
-    pub fn direct(addr: usize, len: usize, kind: BufKind, mrs: MrPair) -> Self {
+    pub fn direct(addr: usize, len: usize, kind: BufKind, mrs: BufMrs) -> Self {
         Self {
             addr,
             len,
@@ -86,7 +113,7 @@ impl BufEntry {
     }
 
     /// A device buffer that peers reach through `staging`, which `mrs` cover.
-    pub fn staged(addr: usize, len: usize, mrs: MrPair, staging: Box<dyn PinnedHostBuffer>) -> Self {
+    pub fn staged(addr: usize, len: usize, mrs: BufMrs, staging: Box<dyn PinnedHostBuffer>) -> Self {
         Self {
             addr,
             len,
@@ -116,14 +143,29 @@ impl BufEntry {
         self.kind
     }
 
-    /// The remote key a token for a transfer in direction `dir` carries.
+    /// The remote key of the registration for direction `dir` (window mode:
+    /// the one registration's key, which grants a peer nothing).
     pub fn rkey(&self, dir: Direction) -> u32 {
-        self.mrs.for_direction(dir).rkey()
+        match &self.mrs {
+            BufMrs::Pair(p) => p.for_direction(dir).rkey(),
+            BufMrs::Windowed(mr) => mr.rkey(),
+        }
+    }
+
+    /// Window mode: the registration windows are bound over.
+    pub fn window_mr(&self) -> Option<&dyn MemoryRegion> {
+        match &self.mrs {
+            BufMrs::Windowed(mr) => Some(mr.as_ref()),
+            BufMrs::Pair(_) => None,
+        }
     }
 
     /// The address peers use for the first byte.
     pub fn token_addr(&self) -> u64 {
-        self.mrs.get.addr()
+        match &self.mrs {
+            BufMrs::Pair(p) => p.get.addr(),
+            BufMrs::Windowed(mr) => mr.addr(),
+        }
     }
 
     /// The staging buffer's address, for a staged buffer.

@@ -5,15 +5,28 @@
 //! posted. A GET's last WRITE carries an immediate value, which consumes that
 //! receive: its completion is the client's proof that the server's WRITEs
 //! reached this QP ([`Connection::take_write_proof`]), and the receive is
-//! posted again. Otherwise a completion means the QP went to the error state
-//! (it flushes the receive), which a non-blocking poll notices.
+//! posted again. Otherwise a receive completion means the QP went to the
+//! error state (it flushes the receive), which a non-blocking poll notices.
+//!
+//! What a server may touch is fenced per transfer ([`Grant`]): on a device
+//! with type-2 memory windows, the connection's window is bound over exactly
+//! the transfer's range with only its right, under the key the token
+//! carries, and invalidated before the call returns; without windows, the
+//! QP's remote access flags are opened to the transfer's right by an
+//! RTS->RTS modify and closed again afterwards. Window binds and invalidates
+//! are the only send work requests a client posts; their completions are
+//! consumed here, so any other completion than these and a GET's proof
+//! still means the QP failed. A GET's proof is taken before its window is
+//! invalidated.
 
 use std::sync::Arc;
 
+use std::time::{Duration, Instant};
+
 use hipobj_platform::rc::{self, RcPath};
 use hipobj_platform::{
-    AccessFlags, CompletionQueue, Gid, QpAttr, QpAttrMask, QpInitAttr, QpState, QueuePair, RecvWr, WcOpcode,
-    WcStatus, WorkCompletion,
+    AccessFlags, BindMwWr, CompletionQueue, Gid, MemoryRegion, MemoryWindow, QpAttr, QpAttrMask, QpInitAttr,
+    QpState, QueuePair, RecvWr, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion,
 };
 
 use crate::device::RdmaDevice;
@@ -28,19 +41,66 @@ pub struct Peer {
     pub qpn: u32,
 }
 
-/// A queue pair, its completion queue, and whom it is bound to.
+/// What one transfer grants the server, through one connection.
+#[derive(Clone, Copy, Debug)]
+pub struct Grant<'a> {
+    /// Window mode: the registration the window covers (registered with
+    /// `MW_BIND`). `None` in the access-flag fallback.
+    pub mr: Option<&'a dyn MemoryRegion>,
+    /// First byte granted.
+    pub addr: u64,
+    /// Bytes granted.
+    pub len: u64,
+    /// The one remote right granted: REMOTE_WRITE for a GET, REMOTE_READ for a PUT.
+    pub access: AccessFlags,
+    /// The key the token carries (window mode: the key the window is bound
+    /// under; fallback: the key of the registration with that right).
+    pub rkey: u32,
+}
+
+/// A queue pair, its completion queue, its memory window, and whom it is bound to.
 #[derive(Debug)]
 pub struct Connection {
-    // Field order is drop order: the QP goes before its CQ.
+    // Field order is drop order: the QP goes before its window and its CQ.
+    // Destroying the QP ends any binding of the window (a type-2 window is
+    // reachable only through the QP that bound it); dropping the window
+    // deallocates it, before the buffers' MRs go.
     qp: Box<dyn QueuePair>,
+    mw: Option<Box<dyn MemoryWindow>>,
     cq: Arc<dyn CompletionQueue>,
     device: Arc<RdmaDevice>,
     peer: Option<Peer>,
     broken: bool,
+    /// The grant in force: the window's key while bound, or the right the
+    /// QP's access flags grant.
+    open: Option<(u32, AccessFlags)>,
 }
 
 /// The `wr_id` of the sentinel receive.
 const SENTINEL: u64 = 0x6869_706f_626a_0001;
+/// The `wr_id` of window binds.
+const BIND: u64 = 0x6869_706f_626a_0002;
+/// The `wr_id` of local invalidates.
+const INVALIDATE: u64 = 0x6869_706f_626a_0003;
+/// How long a window bind or invalidate may take to complete.
+const WINDOW_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A key byte other than `not`, hard to guess: SipHash under the process's
+/// random keys (std's `RandomState`) over a counter.
+fn fresh_key_byte(not: u8) -> u8 {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    static STATE: std::sync::OnceLock<std::collections::hash_map::RandomState> = std::sync::OnceLock::new();
+    let state = STATE.get_or_init(std::collections::hash_map::RandomState::new);
+    loop {
+        let mut h = state.build_hasher();
+        h.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        let b = h.finish() as u8;
+        if b != not {
+            return b;
+        }
+    }
+}
 
 fn rdma(what: &str, e: &hipobj_platform::VerbsError) -> Error {
     Error::rdma(what, e)
@@ -66,23 +126,43 @@ impl Connection {
                 sq_sig_all: false,
             })
             .map_err(|e| rdma("creating a queue pair", &e))?;
+        let mw = if device.windows() {
+            Some(
+                device
+                    .pd()
+                    .alloc_mw()
+                    .map_err(|e| rdma("allocating a memory window", &e))?,
+            )
+        } else {
+            None
+        };
         let conn = Self {
             qp,
+            mw,
             cq,
             device,
             peer: None,
             broken: false,
+            open: None,
         };
         conn.to_init()?;
         Ok(conn)
     }
 
     fn to_init(&self) -> Result<()> {
+        // With windows the window's rights are what a peer gets (and the QP's
+        // flags must allow them); without, the QP grants nothing until a
+        // transfer opens the one right it needs.
+        let access = if self.mw.is_some() {
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ
+        } else {
+            AccessFlags::LOCAL_WRITE
+        };
         let attr = QpAttr {
             qp_state: QpState::Init,
             pkey_index: 0,
             port_num: self.device.port(),
-            qp_access_flags: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+            qp_access_flags: access,
             ..QpAttr::default()
         };
         let mask = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS;
@@ -147,6 +227,8 @@ impl Connection {
 
     fn connect_inner(&mut self, peer: Peer, psn: u32) -> Result<()> {
         if self.peer.is_some() {
+            // Nothing granted survives the move to another server.
+            self.close_grant()?;
             self.peer = None;
             let reset = QpAttr {
                 qp_state: QpState::Reset,
@@ -174,6 +256,203 @@ impl Connection {
             .map_err(|(step, e)| rdma(step.doing(), &e))?;
         self.peer = Some(peer);
         Ok(())
+    }
+
+    /// Readies a connection taken from the pool for a transfer. A QP that
+    /// failed while idle (a late or stray access by the server moved it to
+    /// ERR, which flushed the sentinel) goes back to INIT and forgets its
+    /// server, so the transfer binds afresh in its first round.
+    pub fn refresh(&mut self) -> Result<()> {
+        let mut wc = [WorkCompletion::EMPTY; 1];
+        match self.cq.poll(&mut wc) {
+            Ok(0) => return Ok(()),
+            Ok(_) if self.open.is_none() => {}
+            Ok(_) => {
+                self.broken = true;
+                return Err(Error::new(
+                    crate::ErrorKind::RdmaError,
+                    "the connection failed while it still granted access",
+                ));
+            }
+            Err(e) => {
+                self.broken = true;
+                return Err(rdma("polling the completion queue", &e));
+            }
+        }
+        self.peer = None;
+        let reset = QpAttr {
+            qp_state: QpState::Reset,
+            ..QpAttr::default()
+        };
+        let r = self
+            .qp
+            .modify(&reset, QpAttrMask::STATE)
+            .map_err(|e| rdma("resetting a queue pair", &e))
+            .and_then(|()| {
+                self.drain();
+                self.to_init()
+            });
+        if r.is_err() {
+            self.broken = true;
+        }
+        r
+    }
+
+    /// The key a token for `mr_rkey`'s registration carries: in window mode
+    /// a fresh key of this connection's window (bound under it by
+    /// [`Connection::open_grant`]); else the registration's own key.
+    pub fn next_rkey(&self, mr_rkey: u32) -> u32 {
+        match &self.mw {
+            Some(mw) => {
+                let k = mw.rkey();
+                (k & !0xff) | u32::from(fresh_key_byte(k as u8))
+            }
+            None => mr_rkey,
+        }
+    }
+
+    /// Whether this connection fences with a memory window.
+    pub fn has_window(&self) -> bool {
+        self.mw.is_some()
+    }
+
+    /// Grants `g` to the bound server: binds the window under `g.rkey` over
+    /// exactly `g`'s range with only `g`'s right and waits for the bind to
+    /// complete, or (fallback) opens the QP's remote access to that right. A
+    /// QP not yet bound to a server (in INIT) can be reached by nobody:
+    /// nothing is done, and the caller grants again after binding. A failure
+    /// marks the connection broken.
+    pub fn open_grant(&mut self, g: &Grant<'_>) -> Result<()> {
+        if self.peer.is_none() || self.open.is_some() {
+            return Ok(());
+        }
+        let r = self.open_inner(g);
+        if r.is_err() {
+            self.broken = true;
+        }
+        r
+    }
+
+    fn open_inner(&mut self, g: &Grant<'_>) -> Result<()> {
+        match (&self.mw, g.mr) {
+            (Some(mw), Some(mr)) => {
+                let key = self
+                    .qp
+                    .bind_mw(&BindMwWr {
+                        wr_id: BIND,
+                        mw: mw.as_ref(),
+                        mr,
+                        addr: g.addr,
+                        length: g.len,
+                        access: g.access,
+                        signaled: true,
+                        rkey: Some(g.rkey),
+                    })
+                    .map_err(|e| rdma("binding a memory window", &e))?;
+                // Counted as open from the post on: if the completion never
+                // comes, the close path still tries to invalidate.
+                self.open = Some((key, g.access));
+                self.wait_window_op(BIND, WcOpcode::BindMw, "binding a memory window")?;
+                if key != g.rkey {
+                    return Err(Error::new(
+                        crate::ErrorKind::RdmaError,
+                        "the NIC bound the memory window under another key than the token carries",
+                    ));
+                }
+                Ok(())
+            }
+            (None, _) => {
+                self.set_access(g.access)?;
+                self.open = Some((g.rkey, g.access));
+                Ok(())
+            }
+            (Some(_), None) => Err(Error::new(
+                crate::ErrorKind::RdmaError,
+                "a buffer registered without MW_BIND on a connection that fences with windows",
+            )),
+        }
+    }
+
+    /// Ends the grant in force: invalidates the window and waits for that to
+    /// complete, or closes the QP's remote access. Called before every
+    /// transfer returns, on success and on failure. When it fails the
+    /// connection is marked broken and the pool destroys the QP, which ends
+    /// the window's binding as surely (a type-2 window's key works only
+    /// through the QP that bound it), and drops the window.
+    pub fn close_grant(&mut self) -> Result<()> {
+        let Some((key, _)) = self.open.take() else {
+            return Ok(());
+        };
+        let r = if self.mw.is_some() {
+            self.qp
+                .post_send(&SendWr {
+                    wr_id: INVALIDATE,
+                    op: SendOp::LocalInv { rkey: key },
+                    sg_list: &[],
+                    signaled: true,
+                })
+                .map_err(|e| rdma("invalidating a memory window", &e))
+                .and_then(|()| {
+                    self.wait_window_op(INVALIDATE, WcOpcode::LocalInv, "invalidating a memory window")
+                })
+        } else {
+            self.set_access(AccessFlags::default())
+        };
+        if r.is_err() {
+            self.broken = true;
+        }
+        r
+    }
+
+    /// RTS->RTS with these remote access flags (fallback mode).
+    fn set_access(&self, access: AccessFlags) -> Result<()> {
+        let attr = QpAttr {
+            qp_state: QpState::Rts,
+            qp_access_flags: AccessFlags::LOCAL_WRITE | access,
+            ..QpAttr::default()
+        };
+        self.qp
+            .modify(&attr, QpAttrMask::STATE | QpAttrMask::ACCESS_FLAGS)
+            .map_err(|e| rdma("changing a queue pair's remote access", &e))
+    }
+
+    /// Waits for the completion of the window operation `wr_id`. Any other
+    /// completion (the sentinel's flush) means the QP failed.
+    fn wait_window_op(&self, wr_id: u64, opcode: WcOpcode, what: &str) -> Result<()> {
+        let deadline = Instant::now() + WINDOW_TIMEOUT;
+        let mut wc = [WorkCompletion::EMPTY; 1];
+        loop {
+            match self.cq.poll(&mut wc) {
+                Ok(0) => {}
+                Ok(_)
+                    if wc[0].wr_id == wr_id
+                        && wc[0].status == WcStatus::Success
+                        && wc[0].opcode == opcode =>
+                {
+                    return Ok(());
+                }
+                Ok(_) => {
+                    return Err(Error::new(
+                        crate::ErrorKind::RdmaError,
+                        format!(
+                            "{what} failed (completion status {:?}, vendor error {:#x})",
+                            wc[0].status, wc[0].vendor_err
+                        ),
+                    ));
+                }
+                Err(e) => return Err(rdma("polling the completion queue", &e)),
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::new(
+                    crate::ErrorKind::RdmaError,
+                    format!("{what}: the NIC did not complete it within {WINDOW_TIMEOUT:?}"),
+                ));
+            }
+            self.cq
+                .wait(left.min(Duration::from_millis(100)))
+                .map_err(|e| rdma("waiting on the completion queue", &e))?;
+        }
     }
 
     fn drain(&self) {

@@ -21,6 +21,37 @@ pub struct RdmaDevice {
     mtu: Mtu,
     vendor: VendorProfile,
     limits: QpLimits,
+    windows: bool,
+}
+
+/// How a device fences what a token grants (docs/protocol.md §1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FenceMode {
+    /// Type-2 memory windows: each transfer's key covers exactly its range
+    /// and right, through its QP, until the call returns.
+    Windows,
+    /// No type-2 windows: two registrations per buffer (one per right) and
+    /// the QP's remote access flags opened for the transfer only.
+    AccessFlags,
+}
+
+impl FenceMode {
+    /// The mode a device with these attributes gets.
+    pub fn of(attr: &hipobj_platform::DeviceAttr) -> Self {
+        if attr.mw_type2 {
+            Self::Windows
+        } else {
+            Self::AccessFlags
+        }
+    }
+
+    /// A name for people (`hipobj devices`).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Windows => "memory windows (type 2)",
+            Self::AccessFlags => "fallback: per-lease QP access flags, one MR per right",
+        }
+    }
 }
 
 impl RdmaDevice {
@@ -54,6 +85,7 @@ impl RdmaDevice {
             mtu: selection.mtu,
             vendor: VendorProfile::for_device_vendor(attr.vendor_id),
             limits: QpLimits::new(&attr, &port_attr),
+            windows: FenceMode::of(&attr) == FenceMode::Windows,
             dev,
         })
     }
@@ -91,6 +123,12 @@ impl RdmaDevice {
     /// The vendor's QP attribute rules.
     pub fn vendor(&self) -> VendorProfile {
         self.vendor
+    }
+
+    /// Whether transfers are fenced by type-2 memory windows (else by the
+    /// access-flag fallback).
+    pub fn windows(&self) -> bool {
+        self.windows
     }
 
     /// The device's and port's limits on QP attributes.

@@ -5,15 +5,14 @@
 //! instance needs none. Calls hold an `Arc<Instance>` for their whole run, so
 //! an instance outlives a shutdown until the last call using it returns.
 
-use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use hipobj_platform::{MemRegion, Platform, PointerKind};
 use hipobj_proto::{Reply, Token, Transport};
 
 use crate::abandoned::AbandonedCopies;
-use crate::buffers::{BufEntry, BufKind, BufferMap, MAX_BUFFER_SIZE, MrPair};
-use crate::connection::{Connection, Peer};
+use crate::buffers::{BufEntry, BufKind, BufMrs, BufferMap, MAX_BUFFER_SIZE};
+use crate::connection::{Connection, Grant, Peer};
 use crate::control::Control;
 use crate::device::RdmaDevice;
 use crate::error::{Error, ErrorKind, Result};
@@ -95,6 +94,15 @@ impl Instance {
         config.validate()?;
         let (dev, chosen) = nic::choose(&platform, config)?;
         let device = Arc::new(RdmaDevice::new(dev, &chosen.selection)?);
+        if options.require_mw && !device.windows() {
+            return Err(Error::new(
+                ErrorKind::RdmaError,
+                format!(
+                    "RDMA device {} has no type-2 memory windows, and HIPOBJ_REQUIRE_MW refuses the access-flag fallback",
+                    chosen.selection.device
+                ),
+            ));
+        }
         let token_conn = Connection::new(device.clone())?;
         let pool = Arc::new(ConnectionPool::new(device.clone(), options.max_transfers)?);
         Ok(Self {
@@ -103,7 +111,7 @@ impl Instance {
             pool,
             token_conn: Mutex::new(TokenConn {
                 conn: Some(token_conn),
-                minted: VecDeque::new(),
+                grant: None,
                 may_bind: false,
             }),
             device,
@@ -129,7 +137,7 @@ impl Instance {
     }
 
     /// The connection pool.
-    pub fn pool(&self) -> &ConnectionPool {
+    pub fn pool(&self) -> &Arc<ConnectionPool> {
         &self.pool
     }
 
@@ -192,7 +200,8 @@ impl Instance {
             )));
         }
         let pd = self.device.pd();
-        let mrs = MrPair::register(|access| pd.reg_mr(region, access))
+        let windows = self.device.windows();
+        let mrs = BufMrs::register(windows, |access| pd.reg_mr(region, access))
             .map_err(|e| Error::rdma("registering host memory", &e))?;
         self.insert(BufEntry::direct(region.addr(), region.len(), BufKind::Host, mrs))
     }
@@ -232,11 +241,12 @@ impl Instance {
             )));
         }
         let pd = self.device.pd();
+        let windows = self.device.windows();
         if self.options.dmabuf && self.device.device().supports_dmabuf() {
             match gpu.export_dmabuf(region.addr(), region.len()) {
                 Ok(buf) => {
                     use std::os::fd::AsFd;
-                    let registered = MrPair::register(|access| {
+                    let registered = BufMrs::register(windows, |access| {
                         pd.reg_dmabuf_mr(
                             buf.fd.as_fd(),
                             buf.offset,
@@ -266,7 +276,7 @@ impl Instance {
                 Err(_) => {}
             }
         }
-        if let Ok(mrs) = MrPair::register(|access| pd.reg_mr(region, access)) {
+        if let Ok(mrs) = BufMrs::register(windows, |access| pd.reg_mr(region, access)) {
             return self.insert(BufEntry::direct(
                 region.addr(),
                 region.len(),
@@ -287,7 +297,7 @@ impl Instance {
             .alloc_pinned(region.len())
             .map_err(|e| Error::gpu(ErrorKind::RdmaError, "allocating a pinned staging buffer", &e))?;
         // The entry owns the staging buffer and drops it after the MRs over it.
-        let mrs = MrPair::register(|access| pd.reg_mr(staging.region(), access))
+        let mrs = BufMrs::register(windows, |access| pd.reg_mr(staging.region(), access))
             .map_err(|e| Error::rdma("registering a staging buffer", &e))?;
         eprintln!(
             "hipObject: warning: the NIC cannot reach GPU memory at {:#x} directly; it is staged through host memory and no longer GPU-direct",
@@ -302,6 +312,7 @@ impl Instance {
             return Err(Error::invalid("the buffer pointer is NULL"));
         }
         self.abandoned.prune_all();
+        self.revoke_token_grant(|_, g| g.entry.addr() == addr);
         let entry = self.buffers.remove(addr)?;
         // The MR and staging buffer are released here, after the map's lock.
         drop(entry);
@@ -369,12 +380,12 @@ impl Instance {
         self.stage(&entry, offset, size, dir)
     }
 
-    fn mint(&self, qpn: u32, entry: &BufEntry, dir: Direction, offset: usize, size: usize) -> Token {
+    fn mint(&self, qpn: u32, entry: &BufEntry, offset: usize, size: usize, rkey: u32) -> Token {
         Token {
             transport: Transport::Rc,
             qpn,
             gid: self.device.gid().0,
-            rkey: entry.rkey(dir),
+            rkey,
             addr: entry.token_addr().wrapping_add(offset as u64),
             len: size as u64,
             port: self.device.port(),
@@ -388,7 +399,12 @@ impl Instance {
 
     /// `hipObjGetRdmaToken`: a token for the first `size` bytes of a
     /// registered buffer, naming the token connection, that lets the server
-    /// do what a transfer in direction `dir` needs and nothing else.
+    /// do what a transfer in direction `dir` needs and nothing else: with
+    /// memory windows, the connection's window over exactly those bytes with
+    /// only that right, until [`Instance::release_token`], a failed reply,
+    /// the buffer's deregistration, or the next token (one window per token
+    /// connection: a new token revokes the previous one, and a reply is
+    /// checked against the latest token only).
     pub fn rdma_token(&self, addr: usize, size: usize, dir: Direction) -> Result<hipobj_proto::HexToken> {
         let entry = self.find_usable(addr)?;
         if size == 0 {
@@ -396,29 +412,72 @@ impl Instance {
         }
         entry.check_range(0, size)?;
         let mut tc = self.lock_token_conn();
-        if tc.conn.as_ref().is_none_or(Connection::is_broken) {
+        tc.grant = None;
+        // The previous token's grant ends here. A connection that failed
+        // while idle (or took a stray completion) goes back to INIT, so
+        // nothing that reached it earlier can count for this token.
+        let reusable = tc
+            .conn
+            .as_mut()
+            .is_some_and(|c| c.close_grant().is_ok() && c.refresh().is_ok() && !c.is_broken());
+        if !reusable {
             self.replace_token_conn(&mut tc)?;
         }
-        let qpn =
-            tc.conn.as_ref().map(Connection::qp_num).ok_or_else(|| {
-                Error::new(ErrorKind::RdmaError, "the token connection could not be rebuilt")
-            })?;
-        let token = self.mint(qpn, &entry, dir, 0, size);
-        tc.note_minted(Minted {
+        let conn = tc
+            .conn
+            .as_mut()
+            .ok_or_else(|| Error::new(ErrorKind::RdmaError, "the token connection could not be rebuilt"))?;
+        let rkey = conn.next_rkey(entry.rkey(dir));
+        if let Err(e) = conn.open_grant(&grant_of(&entry, dir, 0, size, rkey)) {
+            let _ = self.replace_token_conn(&mut tc);
+            return Err(e);
+        }
+        let token = self.mint(conn.qp_num(), &entry, 0, size, rkey).encode();
+        tc.grant = Some(TokenGrant {
+            entry,
             dir,
-            rkey: token.rkey,
-            len: token.len,
+            size,
+            rkey,
         });
-        Ok(token.encode())
+        tc.may_bind = true;
+        Ok(token)
+    }
+
+    /// `hipObjPutRdmaToken`: ends what the token grants (invalidates its
+    /// window, or closes the token connection's remote access). A token that
+    /// is not the latest, or not ours, grants nothing already.
+    pub fn release_token(&self, token: &str) {
+        let Ok(t) = Token::decode(token.as_bytes()) else {
+            return;
+        };
+        self.revoke_token_grant(|qpn, g| g.rkey == t.rkey && t.qpn == qpn);
+    }
+
+    /// Ends the application-driven grant if `which` (given the token
+    /// connection's QP number) selects it; a connection that cannot end it
+    /// is replaced.
+    fn revoke_token_grant(&self, which: impl Fn(u32, &TokenGrant) -> bool) {
+        let mut tc = self.lock_token_conn();
+        let TokenConn { conn, grant, .. } = &mut *tc;
+        let Some(c) = conn.as_mut() else {
+            *grant = None;
+            return;
+        };
+        if grant.as_ref().is_some_and(|g| which(c.qp_num(), g)) {
+            *grant = None;
+            if c.close_grant().is_err() {
+                let _ = self.replace_token_conn(&mut tc);
+            }
+        }
     }
 
     /// Swaps the token connection for a new one, so that the server's
     /// binding to the old QP number can never reach a buffer again. The old
-    /// QP leaves RTS first (or is destroyed), so a replacement that fails
-    /// leaves nothing a server can write through; tokens minted for it are
-    /// forgotten.
+    /// QP leaves RTS first (or is destroyed, which ends its window's binding
+    /// too), so a replacement that fails leaves nothing a server can write
+    /// through; the token it granted is forgotten.
     fn replace_token_conn(&self, tc: &mut TokenConn) -> Result<()> {
-        tc.minted.clear();
+        tc.grant = None;
         tc.may_bind = false;
         if let Some(mut old) = tc.conn.take() {
             // Reset is enough to stop it; the QP itself goes with `old`.
@@ -433,15 +492,18 @@ impl Instance {
     /// carried a token from [`Instance::rdma_token`], and returns its code.
     ///
     /// A binding reply (`409:<token>:<psn>`) connects the token connection to
-    /// the server QP it names and returns 409: send the same request again.
+    /// the server QP it names, grants what the latest token names under the
+    /// key it already carries, and returns 409: send the same request again.
     /// Only one binding round is allowed per token (or per completed
     /// transfer): a second 409 in a row fails. A success is accepted only in
-    /// its full form, checked as a transfer's is (docs/protocol.md §3): it
+    /// its full form, checked as a transfer's is (docs/protocol.md §3)
+    /// against the latest token (the only one that grants anything): it
     /// names the server QP the token connection is bound to, its byte count
-    /// is a minted token's length, and a GET's WRITE WITH IMMEDIATE carrying
-    /// that token's key completed on the connection. Any other reply, or a
-    /// failed check, is an error, and the token connection is replaced, so
-    /// the server's binding to it can never write the buffer later.
+    /// is that token's length, and for a GET token a WRITE WITH IMMEDIATE
+    /// carrying the token's key completed on the connection (for a PUT
+    /// token, nothing did). Any other reply, or a failed check, is an error:
+    /// the grant ends and the token connection is replaced, so the server's
+    /// binding to it can never write the buffer later.
     pub fn handle_token_reply(&self, reply: &[u8]) -> Result<u16> {
         let reply = hipobj_proto::parse_reply(reply).map_err(|e| {
             Error::invalid(format!(
@@ -450,7 +512,7 @@ impl Instance {
             ))
         })?;
         let mut tc = self.lock_token_conn();
-        let outcome = self.check_token_reply(&mut tc, &reply);
+        let outcome = check_token_reply(&mut tc, &reply);
         match outcome {
             Ok(()) => {
                 // After a completed transfer the next exchange may bind once.
@@ -460,70 +522,13 @@ impl Instance {
             Err(e) => {
                 // A replacement that fails leaves no connection; the next
                 // token request tries again.
+                tc.grant = None;
+                if let Some(c) = tc.conn.as_mut() {
+                    let _ = c.close_grant();
+                }
                 let _ = self.replace_token_conn(&mut tc);
                 Err(e)
             }
-        }
-    }
-
-    fn check_token_reply(&self, tc: &mut TokenConn, reply: &Reply) -> Result<()> {
-        let may_bind = std::mem::replace(&mut tc.may_bind, false);
-        let TokenConn { conn, minted, .. } = tc;
-        let minted = &*minted;
-        let conn = conn.as_mut().ok_or_else(|| {
-            Error::new(
-                ErrorKind::RdmaError,
-                "the token connection is gone (its replacement failed); get a new token",
-            )
-        })?;
-        match *reply {
-            Reply::Bind { token, psn } => {
-                if !may_bind {
-                    return Err(Error::new(
-                        ErrorKind::S3Error,
-                        "the server asked to bind the token connection again: one binding round per token",
-                    ));
-                }
-                conn.connect(peer_of(&token)?, psn)
-            }
-            r if r.is_success() => {
-                let (_, bytes) = proven_reply(conn, &r)?;
-                // A GET proves itself by its WRITE WITH IMMEDIATE, whose key
-                // names the token; a PUT by a count equal to a PUT token's
-                // length, with nothing on the CQ.
-                let expected = match conn.take_write_imm()? {
-                    Some(imm) => minted
-                        .iter()
-                        .rev()
-                        .find(|m| m.dir == Direction::Get && m.rkey == imm && m.len == bytes)
-                        .or_else(|| {
-                            minted
-                                .iter()
-                                .rev()
-                                .find(|m| m.dir == Direction::Get && m.rkey == imm)
-                        }),
-                    None => minted
-                        .iter()
-                        .rev()
-                        .find(|m| m.dir == Direction::Put && m.len == bytes)
-                        .or_else(|| minted.iter().rev().find(|m| m.dir == Direction::Put)),
-                };
-                let Some(expected) = expected.copied() else {
-                    return Err(Error::new(
-                        ErrorKind::RdmaError,
-                        "the server reported success, but nothing proves a live token's transfer: no WRITE WITH IMMEDIATE with a GET token's key, and no PUT token",
-                    ));
-                };
-                check_count(bytes, expected.len)?;
-                Ok(())
-            }
-            r => Err(Error::new(
-                ErrorKind::S3Error,
-                format!(
-                    "the server's x-amz-rdma-reply is {}, not a success",
-                    r.http_code()
-                ),
-            )),
         }
     }
 
@@ -571,8 +576,21 @@ impl Instance {
         // Until `note_success`, the lease destroys its connection when
         // dropped: every `?` below, and a panic, leave the QP out of RTS.
         let mut lease = self.acquire_idle()?;
-        let mint = |qpn| self.mint(qpn, &entry, dir, offset, size);
-        let peer = run_exchange(&mut lease, &mint, dir, control)?;
+        let ask = Ask {
+            entry: &entry,
+            dir,
+            offset,
+            size,
+        };
+        let mint = |qpn, rkey| self.mint(qpn, &entry, offset, size, rkey);
+        let outcome = run_exchange(&mut lease, &ask, &mint, control);
+        // Whatever happened, the grant ends before the call returns: the
+        // window is invalidated (or the QP's remote access closed). If that
+        // fails, the connection is broken and destroyed, which ends it too.
+        let closed = lease.conn().close_grant();
+        let peer = outcome?;
+        closed?;
+        lease.conn().check()?;
         if matches!(entry.kind(), BufKind::Device { .. }) {
             self.platform
                 .gpu
@@ -588,37 +606,95 @@ impl Instance {
     }
 }
 
-/// A token minted on the token connection, as much as a reply must match.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Minted {
+/// An application-driven token's grant: the latest token minted on the
+/// token connection, and what its reply must match.
+#[derive(Debug)]
+struct TokenGrant {
+    entry: Arc<BufEntry>,
     dir: Direction,
+    size: usize,
     rkey: u32,
-    len: u64,
 }
 
-/// Most minted tokens the token connection remembers; older ones are
-/// forgotten (a reply for one of them then fails).
-const MAX_MINTED: usize = 64;
-
-/// The token connection and what its replies are checked against.
+/// The token connection and the one token it grants.
 #[derive(Debug)]
 struct TokenConn {
     /// `None` only after a replacement failed.
     conn: Option<Connection>,
-    /// Tokens minted for the current connection, newest last.
-    minted: VecDeque<Minted>,
+    /// What the latest token grants, until `hipObjPutRdmaToken`, a failed
+    /// reply, the buffer's deregistration or the next token.
+    grant: Option<TokenGrant>,
     /// Whether the next 409 may bind: set by a new token or a completed
     /// transfer, cleared by any reply.
     may_bind: bool,
 }
 
-impl TokenConn {
-    fn note_minted(&mut self, m: Minted) {
-        if self.minted.len() >= MAX_MINTED {
-            self.minted.pop_front();
+/// Checks a reply to a request that carried the latest token, and acts on
+/// a binding round (see [`Instance::handle_token_reply`]).
+fn check_token_reply(tc: &mut TokenConn, reply: &Reply) -> Result<()> {
+    let may_bind = std::mem::replace(&mut tc.may_bind, false);
+    let TokenConn { conn, grant, .. } = tc;
+    let conn = conn.as_mut().ok_or_else(|| {
+        Error::new(
+            ErrorKind::RdmaError,
+            "the token connection is gone (its replacement failed); get a new token",
+        )
+    })?;
+    match *reply {
+        Reply::Bind { token, psn } => {
+            if !may_bind {
+                return Err(Error::new(
+                    ErrorKind::S3Error,
+                    "the server asked to bind the token connection again: one binding round per token",
+                ));
+            }
+            conn.connect(peer_of(&token)?, psn)?;
+            // Bound now: grant what the outstanding token names, under the
+            // key it already carries, before the application sends it again.
+            match grant.as_ref() {
+                Some(g) => conn.open_grant(&grant_of(&g.entry, g.dir, 0, g.size, g.rkey)),
+                None => Ok(()),
+            }
         }
-        self.minted.push_back(m);
-        self.may_bind = true;
+        r if r.is_success() => {
+            let (_, bytes) = proven_reply(conn, &r)?;
+            let Some(g) = grant.as_ref() else {
+                return Err(Error::new(
+                    ErrorKind::RdmaError,
+                    "the server reported success, but no live token grants anything (released, revoked or never minted)",
+                ));
+            };
+            // A GET proves itself by its WRITE WITH IMMEDIATE carrying the
+            // token's key; a PUT by a count equal to the token's length, with
+            // nothing on the CQ.
+            match g.dir {
+                Direction::Get => conn.take_write_proof(g.rkey)?,
+                Direction::Put => conn.check()?,
+            }
+            check_count(bytes, g.size as u64)
+        }
+        r => Err(Error::new(
+            ErrorKind::S3Error,
+            format!(
+                "the server's x-amz-rdma-reply is {}, not a success",
+                r.http_code()
+            ),
+        )),
+    }
+}
+
+/// What a transfer of `size` bytes at `offset` in direction `dir` grants:
+/// exactly that range, with only the right the server's RDMA needs.
+fn grant_of(entry: &BufEntry, dir: Direction, offset: usize, size: usize, rkey: u32) -> Grant<'_> {
+    Grant {
+        mr: entry.window_mr(),
+        addr: entry.token_addr().wrapping_add(offset as u64),
+        len: size as u64,
+        access: match dir {
+            Direction::Get => hipobj_platform::AccessFlags::REMOTE_WRITE,
+            Direction::Put => hipobj_platform::AccessFlags::REMOTE_READ,
+        },
+        rkey,
     }
 }
 
@@ -732,27 +808,47 @@ fn check_count(bytes: u64, asked: u64) -> Result<()> {
     Ok(())
 }
 
+/// One transfer's range and direction: what its grant covers.
+struct Ask<'a> {
+    entry: &'a BufEntry,
+    dir: Direction,
+    offset: usize,
+    size: usize,
+}
+
+impl Ask<'_> {
+    fn grant(&self, rkey: u32) -> Grant<'_> {
+        grant_of(self.entry, self.dir, self.offset, self.size, rkey)
+    }
+}
+
 /// The request/reply exchange of one transfer (docs/protocol.md §3), and the
-/// proof of its success. `mint` makes the token for a QP number.
+/// proof of its success. `mint` makes the token for a QP number and key.
 ///
-/// - A 409 from a server the leased connection is not bound to first trades
-///   the connection for one bound to that server, else an unbound one
-///   (no binding round spent), and sends the request again with a token
-///   for it.
-/// - A 409 for an unbound connection, or one bound to that server, binds it:
-///   at most once per transfer.
+/// - The leased connection grants exactly `ask`'s range and right under the
+///   token's key before the token leaves, if it is bound; one in INIT, which
+///   nothing can reach, grants once a binding round has connected it.
+/// - A 409 from a server the leased connection is not bound to first ends
+///   that connection's grant and trades it for one bound to that server,
+///   else an unbound one (no binding round spent), which grants under a key
+///   of its own, and sends the request again with a token for it.
+/// - A 409 for an unbound connection, or one bound to that server, binds it
+///   and grants: at most once per transfer.
 /// - A success must be the full form, from the bound server QP, with the
 ///   token's length as its count; a GET's WRITE WITH IMMEDIATE with the
 ///   token's key must have completed on the connection.
 ///
-/// Returns the server end that completed it.
+/// The caller ends the grant, whatever this returns. Returns the server end
+/// that completed it.
 fn run_exchange(
     lease: &mut Lease,
-    mint: &dyn Fn(u32) -> Token,
-    dir: Direction,
+    ask: &Ask<'_>,
+    mint: &dyn Fn(u32, u32) -> Token,
     control: &mut dyn Control,
 ) -> Result<Peer> {
-    let mut token = mint(lease.conn().qp_num());
+    let fresh = |conn: &Connection| mint(conn.qp_num(), conn.next_rkey(ask.entry.rkey(ask.dir)));
+    let mut token = fresh(lease.conn());
+    lease.conn().open_grant(&ask.grant(token.rkey))?;
     let mut reply = exchange(control, token.encode().as_str())?;
     let mut swapped = false;
     let mut bound_once = false;
@@ -760,9 +856,15 @@ fn run_exchange(
         let peer = peer_of(&server)?;
         let current = lease.conn().peer();
         let elsewhere = current.is_some_and(|p| p.gid != peer.gid);
+        if elsewhere && !swapped {
+            // The connection traded away goes back to the pool bound and
+            // usable: nothing it granted may outlive this transfer.
+            lease.conn().close_grant()?;
+        }
         if elsewhere && !swapped && lease.swap_for(peer.gid) {
             swapped = true;
-            token = mint(lease.conn().qp_num());
+            token = fresh(lease.conn());
+            lease.conn().open_grant(&ask.grant(token.rkey))?;
         } else if bound_once {
             return Err(Error::new(
                 ErrorKind::S3Error,
@@ -770,6 +872,7 @@ fn run_exchange(
             ));
         } else {
             lease.conn().connect(peer, psn)?;
+            lease.conn().open_grant(&ask.grant(token.rkey))?;
             bound_once = true;
         }
         reply = exchange(control, token.encode().as_str())?;
@@ -786,7 +889,7 @@ fn run_exchange(
     let conn = lease.conn();
     let (bound, bytes) = proven_reply(conn, &reply)?;
     check_count(bytes, token.len)?;
-    match dir {
+    match ask.dir {
         Direction::Get => conn.take_write_proof(token.rkey)?,
         Direction::Put => conn.check()?,
     }

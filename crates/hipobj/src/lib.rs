@@ -36,8 +36,11 @@ mod pool;
 // composition root, `hipobj-system`, or from the fakes in tests.
 pub use buffers::{BufKind, MAX_BUFFER_SIZE, MAX_BUFFERS};
 pub use client::{Client, ClientBuilder, Registration};
+// What one transfer grants the server through a connection (the fence
+// benchmark builds one by hand).
+pub use connection::Grant;
 pub use control::{Control, ControlError};
-pub use device::RdmaDevice;
+pub use device::{FenceMode, RdmaDevice};
 pub use error::{Error, ErrorKind, Result};
 pub use instance::{Config, Direction, Instance, SyncDirection};
 pub use library::Library;

@@ -6,12 +6,13 @@
 use std::time::Duration;
 
 /// The environment variables the library reads.
-pub const ENV_VARS: [&str; 5] = [
+pub const ENV_VARS: [&str; 6] = [
     "HIPOBJ_MAX_TRANSFERS",
     "HIPOBJ_STAGE_TIMEOUT_MS",
     "HIPOBJ_DMABUF",
     "HIPOBJ_REQUIRE_GPU_DIRECT",
     "HIPOBJ_RDMA_DEBUG",
+    "HIPOBJ_REQUIRE_MW",
 ];
 
 /// The library's settings.
@@ -27,6 +28,9 @@ pub struct Options {
     pub require_gpu_direct: bool,
     /// Whether failed dma-buf exports are reported on stderr (default off).
     pub rdma_debug: bool,
+    /// Whether a device without type-2 memory windows is refused at init
+    /// rather than used with the per-lease access-flag fallback (default off).
+    pub require_mw: bool,
 }
 
 impl Default for Options {
@@ -37,6 +41,7 @@ impl Default for Options {
             dmabuf: true,
             require_gpu_direct: false,
             rdma_debug: false,
+            require_mw: false,
         }
     }
 }
@@ -93,6 +98,9 @@ impl Options {
         }
         if let Some(v) = get("HIPOBJ_RDMA_DEBUG") {
             o.rdma_debug = !v.starts_with('0');
+        }
+        if let Some(v) = get("HIPOBJ_REQUIRE_MW") {
+            o.require_mw = !says_no(&v);
         }
         o
     }
@@ -162,6 +170,8 @@ mod tests {
         let r = |v: &str| with(&[("HIPOBJ_REQUIRE_GPU_DIRECT", v)]).require_gpu_direct;
         assert!(r("1") && r("y") && r("true"));
         assert!(!r("0") && !r("n") && !r("No") && !r(""));
+        let m = |v: &str| with(&[("HIPOBJ_REQUIRE_MW", v)]).require_mw;
+        assert!(m("1") && !m("0") && !Options::default().require_mw);
         let g = |v: &str| with(&[("HIPOBJ_RDMA_DEBUG", v)]).rdma_debug;
         assert!(g("1") && g("n") && g("yes"));
         assert!(!g("0") && !g("00") && !g(""));

@@ -68,5 +68,54 @@ fn put_and_get_on_rxe() {
     let want = server.objects.lock().unwrap()["obj-4096"].clone();
     assert_eq!(app_driven_get(&inst, &server, "obj-4096", 4096), want);
     println!("rxe e2e: an application-driven GET through hipObjHandleRdmaReply's path passed");
+
+    // Fenced: rxe has type-2 windows, so a GET's key is a window that is
+    // invalidated before the call returns. The server writes again with the
+    // token it kept: a remote access error, and no byte changes.
+    assert!(
+        inst.device().windows(),
+        "rxe transfers are fenced by memory windows"
+    );
+    let buf = support::host_buf(4096);
+    inst.register_host(buf).unwrap();
+    let mut req = server.request(support::server::Op::Get("obj-4096".into()));
+    let mut keep = Keeper {
+        inner: &mut req,
+        last: None,
+    };
+    inst.transfer(hipobj::Direction::Get, buf.addr(), 4096, 0, &mut keep)
+        .unwrap();
+    let token = keep.last.unwrap();
+    assert_eq!(support::read(buf), want);
+    let late = server.peer.write_to_client(&token, 4096, &mut |_, c| {
+        c.fill(0xee);
+        Ok(())
+    });
+    assert!(
+        late.is_err(),
+        "a late write after a successful GET landed on rxe: {late:?}"
+    );
+    assert_eq!(
+        support::read(buf),
+        want,
+        "the buffer changed after the call returned"
+    );
+    println!("rxe e2e: a late write after a successful GET failed: {late:?}");
     lib.shutdown();
+}
+
+/// Passes a request through and remembers its token.
+struct Keeper<'a, C: hipobj::Control> {
+    inner: &'a mut C,
+    last: Option<hipobj_proto::Token>,
+}
+
+impl<C: hipobj::Control> hipobj::Control for Keeper<'_, C> {
+    fn send_request(&mut self, token: &str) -> Result<(), hipobj::ControlError> {
+        self.last = Some(hipobj_proto::Token::decode(token.as_bytes()).unwrap());
+        self.inner.send_request(token)
+    }
+    fn recv_reply(&mut self, reply: &mut [u8]) -> Result<usize, hipobj::ControlError> {
+        self.inner.recv_reply(reply)
+    }
 }

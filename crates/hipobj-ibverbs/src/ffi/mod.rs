@@ -38,6 +38,15 @@ pub const IBV_WR_RDMA_WRITE_WITH_IMM: c_uint = 1;
 pub const IBV_WR_SEND: c_uint = 2;
 pub const IBV_WR_SEND_WITH_IMM: c_uint = 3;
 pub const IBV_WR_RDMA_READ: c_uint = 4;
+pub const IBV_WR_LOCAL_INV: c_uint = 7;
+pub const IBV_WR_BIND_MW: c_uint = 8;
+
+// enum ibv_mw_type
+pub const IBV_MW_TYPE_2: c_uint = 2;
+
+// enum ibv_device_cap_flags: type-2 memory windows
+pub const IBV_DEVICE_MEM_WINDOW_TYPE_2A: c_uint = 1 << 23;
+pub const IBV_DEVICE_MEM_WINDOW_TYPE_2B: c_uint = 1 << 24;
 
 // enum ibv_send_flags
 pub const IBV_SEND_SIGNALED: c_uint = 1 << 1;
@@ -49,6 +58,8 @@ pub const IBV_WC_WITH_IMM: c_uint = 1 << 1;
 pub const IBV_WC_SEND: c_uint = 0;
 pub const IBV_WC_RDMA_WRITE: c_uint = 1;
 pub const IBV_WC_RDMA_READ: c_uint = 2;
+pub const IBV_WC_BIND_MW: c_uint = 5;
+pub const IBV_WC_LOCAL_INV: c_uint = 6;
 pub const IBV_WC_RECV: c_uint = 128;
 pub const IBV_WC_RECV_RDMA_WITH_IMM: c_uint = 129;
 
@@ -87,12 +98,15 @@ pub type PollCqFn = unsafe extern "C" fn(cq: *mut ibv_cq, num_entries: c_int, wc
 pub type ReqNotifyCqFn = unsafe extern "C" fn(cq: *mut ibv_cq, solicited_only: c_int) -> c_int;
 pub type PostSendFn =
     unsafe extern "C" fn(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad_wr: *mut *mut ibv_send_wr) -> c_int;
+pub type AllocMwFn = unsafe extern "C" fn(pd: *mut ibv_pd, mw_type: c_uint) -> *mut ibv_mw;
+pub type DeallocMwFn = unsafe extern "C" fn(mw: *mut ibv_mw) -> c_int;
 pub type PostRecvFn =
     unsafe extern "C" fn(qp: *mut ibv_qp, wr: *mut ibv_recv_wr, bad_wr: *mut *mut ibv_recv_wr) -> c_int;
 
 /// `struct ibv_context_ops`: the provider's entry points. The inline
 /// functions of verbs.h (`ibv_poll_cq`, `ibv_req_notify_cq`, `ibv_post_send`,
-/// `ibv_post_recv`) call through this table; so does the backend.
+/// `ibv_post_recv`, `ibv_alloc_mw`, `ibv_dealloc_mw`) call through this
+/// table; so does the backend.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ibv_context_ops {
@@ -103,9 +117,9 @@ pub struct ibv_context_ops {
     pub _compat_reg_mr: *mut c_void,
     pub _compat_rereg_mr: *mut c_void,
     pub _compat_dereg_mr: *mut c_void,
-    pub alloc_mw: *mut c_void,
+    pub alloc_mw: Option<AllocMwFn>,
     pub bind_mw: *mut c_void,
-    pub dealloc_mw: *mut c_void,
+    pub dealloc_mw: Option<DeallocMwFn>,
     pub _compat_create_cq: *mut c_void,
     pub poll_cq: Option<PollCqFn>,
     pub req_notify_cq: Option<ReqNotifyCqFn>,
@@ -245,6 +259,46 @@ pub struct ibv_mr {
     pub handle: u32,
     pub lkey: u32,
     pub rkey: u32,
+}
+
+/// `struct ibv_mw`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct ibv_mw {
+    pub context: *mut ibv_context,
+    pub pd: *mut ibv_pd,
+    pub rkey: u32,
+    pub handle: u32,
+    pub mw_type: c_uint,
+}
+
+/// `struct ibv_mw_bind_info`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ibv_mw_bind_info {
+    pub mr: *mut ibv_mr,
+    pub addr: u64,
+    pub length: u64,
+    pub mw_access_flags: c_uint,
+}
+
+/// `bind_mw` of `struct ibv_send_wr`: the window, its new key, and what it
+/// grants.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ibv_send_wr_bind_mw {
+    pub mw: *mut ibv_mw,
+    pub rkey: u32,
+    pub bind_info: ibv_mw_bind_info,
+}
+
+/// `union { bind_mw; tso; }` of `struct ibv_send_wr` (`tso` is never used
+/// here; `_raw` keeps the union's size).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union ibv_send_wr_bind_mw_tso {
+    pub bind_mw: ibv_send_wr_bind_mw,
+    pub _raw: [u64; 6],
 }
 
 /// `struct ibv_comp_channel`.
@@ -413,9 +467,8 @@ pub union ibv_send_wr_wr {
     pub ud: ibv_send_wr_ud,
 }
 
-/// `struct ibv_send_wr`. The two unions after `wr` (`qp_type.xrc` and
-/// `bind_mw`/`tso`) are only ever zero here, so they are declared as
-/// opaque storage of the right size and alignment.
+/// `struct ibv_send_wr`. The `qp_type.xrc` union is only ever zero here;
+/// `bind_mw` carries a memory-window bind.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct ibv_send_wr {
@@ -431,7 +484,7 @@ pub struct ibv_send_wr {
     /// `union { struct { uint32_t remote_srqn; } xrc; } qp_type`.
     pub qp_type_xrc_remote_srqn: u32,
     /// `union { bind_mw; tso; }`: 48 bytes, 8-aligned.
-    pub bind_mw_tso: [u64; 6],
+    pub bind_mw_tso: ibv_send_wr_bind_mw_tso,
 }
 
 /// `struct ibv_recv_wr`.

@@ -14,7 +14,7 @@ use std::sync::Arc;
 pub use faults::{Fault, Faults};
 pub use gpu::FakeGpu;
 pub use topology::FakeTopology;
-pub use verbs::{FakeDeviceSpec, FakeVerbs, LiveCounts};
+pub use verbs::{FakeDeviceSpec, FakeMwBind, FakeMwEnd, FakeVerbs, LiveCounts};
 
 use crate::Platform;
 

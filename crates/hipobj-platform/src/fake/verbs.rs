@@ -10,9 +10,10 @@ use std::time::Duration;
 use super::faults::{Fault, Faults};
 use crate::memory::MemRegion;
 use crate::verbs::{
-    AccessFlags, CompletionQueue, Device, DeviceAttr, Gid, LinkLayer, MemoryRegion, Mtu, PortAttr, PortState,
-    ProtectionDomain, QpAttr, QpAttrMask, QpInitAttr, QpState, QueuePair, RecvWr, SendWr, Verbs, VerbsError,
-    VerbsErrorKind, WorkCompletion, check_rc_transition,
+    AccessFlags, BindMwWr, CompletionQueue, Device, DeviceAttr, Gid, LinkLayer, MemoryRegion, MemoryWindow,
+    Mtu, PortAttr, PortState, ProtectionDomain, QpAttr, QpAttrMask, QpInitAttr, QpState, QueuePair, RecvWr,
+    SendOp, SendWr, Verbs, VerbsError, VerbsErrorKind, WcOpcode, WcStatus, WorkCompletion,
+    check_rc_transition,
 };
 
 /// A fake device as a test describes it.
@@ -30,6 +31,9 @@ pub struct FakeDeviceSpec {
     pub vendor_id: u32,
     /// Whether dma-buf registration works.
     pub dmabuf: bool,
+    /// Whether the device has type-2 memory windows (default off: the
+    /// library's access-flag fallback; window tests turn it on).
+    pub mw_type2: bool,
 }
 
 impl Default for FakeDeviceSpec {
@@ -41,6 +45,7 @@ impl Default for FakeDeviceSpec {
             active_mtu: Mtu::Mtu4096,
             vendor_id: 0,
             dmabuf: false,
+            mw_type2: false,
         }
     }
 }
@@ -58,6 +63,8 @@ pub struct LiveCounts {
     pub qps: i64,
     /// Memory regions.
     pub mrs: i64,
+    /// Memory windows.
+    pub mws: i64,
 }
 
 impl LiveCounts {
@@ -74,6 +81,7 @@ struct Counters {
     cqs: AtomicI64,
     qps: AtomicI64,
     mrs: AtomicI64,
+    mws: AtomicI64,
     next_key: AtomicU32,
     next_qpn: AtomicU32,
 }
@@ -86,6 +94,9 @@ struct QpInner {
     /// wr_ids of posted receives.
     recvs: Mutex<Vec<u64>>,
     recv_cq: Option<CqEntries>,
+    send_cq: Option<CqEntries>,
+    /// The remote access flags last set by a modify.
+    access: Mutex<AccessFlags>,
 }
 
 impl QpInner {
@@ -123,9 +134,56 @@ struct Shared {
     qps: Mutex<HashMap<u32, Arc<QpInner>>>,
     /// Access rights of live MRs, by key.
     mrs: Mutex<HashMap<u32, AccessFlags>>,
+    /// Every memory-window bind ever made, oldest first.
+    binds: Mutex<Vec<FakeMwBind>>,
+}
+
+/// How a fake memory-window binding ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FakeMwEnd {
+    /// A local invalidate on the QP that bound it.
+    Invalidated,
+    /// The QP that bound it was destroyed.
+    QpDestroyed,
+    /// The window was deallocated.
+    Deallocated,
+    /// The region under it was deregistered.
+    MrDeregistered,
+}
+
+/// One bind of a fake memory window, as recorded for tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FakeMwBind {
+    /// The window (stable across binds).
+    pub window: u32,
+    /// The key this bind gave the window.
+    pub rkey: u32,
+    /// The QP that bound it.
+    pub qpn: u32,
+    /// The key of the region under it.
+    pub mr_rkey: u32,
+    /// First byte granted.
+    pub addr: u64,
+    /// Bytes granted.
+    pub len: u64,
+    /// Rights granted.
+    pub access: AccessFlags,
+    /// How the binding ended, or `None` while it grants access.
+    pub ended: Option<FakeMwEnd>,
 }
 
 impl Shared {
+    /// Ends every live binding that `pred` selects.
+    fn end_binds(&self, how: FakeMwEnd, pred: impl Fn(&FakeMwBind) -> bool) -> usize {
+        let mut binds = self.binds.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut n = 0;
+        for b in binds.iter_mut().filter(|b| b.ended.is_none() && pred(b)) {
+            b.ended = Some(how);
+            n += 1;
+        }
+        n
+    }
+
     fn check(&self, call: &'static str) -> Result<(), VerbsError> {
         match self.faults.hit(call) {
             Some(Fault::Fail) => Err(VerbsError::new(
@@ -161,6 +219,7 @@ impl FakeVerbs {
                 cqs: Mutex::new(HashMap::new()),
                 qps: Mutex::new(HashMap::new()),
                 mrs: Mutex::new(HashMap::new()),
+                binds: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -174,7 +233,30 @@ impl FakeVerbs {
             cqs: c.cqs.load(Ordering::SeqCst),
             qps: c.qps.load(Ordering::SeqCst),
             mrs: c.mrs.load(Ordering::SeqCst),
+            mws: c.mws.load(Ordering::SeqCst),
         }
+    }
+
+    /// Every memory-window bind made so far, oldest first, with how each ended.
+    pub fn mw_binds(&self) -> Vec<FakeMwBind> {
+        self.shared
+            .binds
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The latest bind that gave a window the key `rkey`, if any.
+    pub fn mw_bind(&self, rkey: u32) -> Option<FakeMwBind> {
+        self.mw_binds().into_iter().rev().find(|b| b.rkey == rkey)
+    }
+
+    /// The bindings that still grant access.
+    pub fn live_mw_binds(&self) -> Vec<FakeMwBind> {
+        self.mw_binds()
+            .into_iter()
+            .filter(|b| b.ended.is_none())
+            .collect()
     }
 
     /// The state of a live QP, or `None` if no QP has that number.
@@ -182,6 +264,13 @@ impl FakeVerbs {
         let qps = self.shared.qps.lock().unwrap_or_else(PoisonError::into_inner);
         qps.get(&qpn)
             .map(|q| *q.state.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// The access flags a live QP was last given by a modify.
+    pub fn qp_access(&self, qpn: u32) -> Option<AccessFlags> {
+        let qps = self.shared.qps.lock().unwrap_or_else(PoisonError::into_inner);
+        qps.get(&qpn)
+            .map(|q| *q.access.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Numbers of the live QPs.
@@ -318,7 +407,7 @@ impl Device for FakeDevice {
             max_cqe: 65536,
             max_mr_size: u64::MAX,
             max_qp_rd_atom: 16,
-            mw_type2: false,
+            mw_type2: self.spec.mw_type2,
         })
     }
 
@@ -369,6 +458,7 @@ impl Device for FakeDevice {
         Ok(Arc::new(FakePd {
             shared: self.shared.clone(),
             dmabuf: self.spec.dmabuf,
+            mw_type2: self.spec.mw_type2,
         }))
     }
 
@@ -395,6 +485,7 @@ impl Device for FakeDevice {
 struct FakePd {
     shared: Arc<Shared>,
     dmabuf: bool,
+    mw_type2: bool,
 }
 
 impl Drop for FakePd {
@@ -417,7 +508,7 @@ impl FakePd {
             key,
             addr,
             len,
-            _access: access,
+            access,
         })
     }
 }
@@ -452,18 +543,23 @@ impl ProtectionDomain for FakePd {
         self.shared.check("create_qp")?;
         self.shared.counters.qps.fetch_add(1, Ordering::SeqCst);
         let qpn = self.shared.counters.next_qpn.fetch_add(1, Ordering::SeqCst);
-        let key = Arc::as_ptr(&init.recv_cq).cast::<()>() as usize;
-        let recv_cq = self
-            .shared
-            .cqs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&key)
-            .cloned();
+        let find = |cq: &Arc<dyn CompletionQueue>| {
+            let key = Arc::as_ptr(cq).cast::<()>() as usize;
+            self.shared
+                .cqs
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&key)
+                .cloned()
+        };
+        let recv_cq = find(&init.recv_cq);
+        let send_cq = find(&init.send_cq);
         let inner = Arc::new(QpInner {
             state: Mutex::new(QpState::Reset),
             recvs: Mutex::new(Vec::new()),
             recv_cq,
+            send_cq,
+            access: Mutex::new(AccessFlags::default()),
         });
         self.shared
             .qps
@@ -476,6 +572,50 @@ impl ProtectionDomain for FakePd {
             inner,
         }))
     }
+
+    fn alloc_mw(&self) -> Result<Box<dyn MemoryWindow>, VerbsError> {
+        self.shared.check("alloc_mw")?;
+        if !self.mw_type2 {
+            return Err(VerbsError::new(
+                "ibv_alloc_mw",
+                VerbsErrorKind::Unsupported,
+                "this fake device has no type-2 memory windows",
+            ));
+        }
+        self.shared.counters.mws.fetch_add(1, Ordering::SeqCst);
+        let id = self.shared.counters.next_key.fetch_add(1, Ordering::SeqCst);
+        Ok(Box::new(FakeMw {
+            shared: self.shared.clone(),
+            id,
+            key: AtomicU32::new(id << 8),
+        }))
+    }
+}
+
+/// A fake type-2 memory window. Keys are `id << 8 | byte`; each bind moves
+/// the byte on.
+#[derive(Debug)]
+struct FakeMw {
+    shared: Arc<Shared>,
+    id: u32,
+    key: AtomicU32,
+}
+
+impl Drop for FakeMw {
+    fn drop(&mut self) {
+        let id = self.id;
+        self.shared.end_binds(FakeMwEnd::Deallocated, |b| b.window == id);
+        self.shared.counters.mws.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl MemoryWindow for FakeMw {
+    fn rkey(&self) -> u32 {
+        self.key.load(Ordering::SeqCst)
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
 }
 
 #[derive(Debug)]
@@ -484,11 +624,14 @@ struct FakeMr {
     key: u32,
     addr: u64,
     len: usize,
-    _access: AccessFlags,
+    access: AccessFlags,
 }
 
 impl Drop for FakeMr {
     fn drop(&mut self) {
+        let key = self.key;
+        self.shared
+            .end_binds(FakeMwEnd::MrDeregistered, |b| b.mr_rkey == key);
         self.shared.counters.mrs.fetch_sub(1, Ordering::SeqCst);
         self.shared
             .mrs
@@ -567,12 +710,44 @@ struct FakeQp {
 
 impl Drop for FakeQp {
     fn drop(&mut self) {
+        let qpn = self.qpn;
+        self.shared.end_binds(FakeMwEnd::QpDestroyed, |b| b.qpn == qpn);
         self.shared.counters.qps.fetch_sub(1, Ordering::SeqCst);
         self.shared
             .qps
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(&self.qpn);
+    }
+}
+
+impl FakeQp {
+    /// Send work requests need RTS; in ERR they flush (the caller completes
+    /// nothing more).
+    fn need_rts(&self) -> Result<(), VerbsError> {
+        match *self.inner.state.lock().unwrap_or_else(PoisonError::into_inner) {
+            QpState::Rts => Ok(()),
+            _ => Err(VerbsError::with_errno(
+                "ibv_post_send",
+                VerbsErrorKind::InvalidArgument,
+                22,
+                "the QP is not in RTS",
+            )),
+        }
+    }
+
+    fn complete(&self, wr_id: u64, opcode: WcOpcode, status: WcStatus) {
+        if let Some(cq) = &self.inner.send_cq {
+            cq.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push_back(WorkCompletion {
+                    wr_id,
+                    status,
+                    opcode,
+                    qp_num: self.qpn,
+                    ..WorkCompletion::EMPTY
+                });
+        }
     }
 }
 
@@ -585,6 +760,9 @@ impl QueuePair for FakeQp {
         self.shared.check("modify_qp")?;
         let cur = *self.inner.state.lock().unwrap_or_else(PoisonError::into_inner);
         check_rc_transition(cur, attr, mask)?;
+        if mask.contains(QpAttrMask::ACCESS_FLAGS) {
+            *self.inner.access.lock().unwrap_or_else(PoisonError::into_inner) = attr.qp_access_flags;
+        }
         self.inner.enter(self.qpn, attr.qp_state);
         Ok(())
     }
@@ -594,13 +772,90 @@ impl QueuePair for FakeQp {
         Ok(*self.inner.state.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
-    fn post_send(&self, _wr: &SendWr<'_>) -> Result<(), VerbsError> {
+    fn post_send(&self, wr: &SendWr<'_>) -> Result<(), VerbsError> {
         self.shared.check("post_send")?;
-        Err(VerbsError::new(
-            "ibv_post_send",
-            VerbsErrorKind::Unsupported,
-            "the fake NIC moves no data",
-        ))
+        let SendOp::LocalInv { rkey } = wr.op else {
+            return Err(VerbsError::new(
+                "ibv_post_send",
+                VerbsErrorKind::Unsupported,
+                "the fake NIC moves no data",
+            ));
+        };
+        self.need_rts()?;
+        let qpn = self.qpn;
+        let ended = self
+            .shared
+            .end_binds(FakeMwEnd::Invalidated, |b| b.rkey == rkey && b.qpn == qpn);
+        if ended == 0 {
+            self.complete(wr.wr_id, WcOpcode::LocalInv, WcStatus::LocQpOpErr);
+            self.inner.enter(self.qpn, QpState::Err);
+        } else if wr.signaled {
+            self.complete(wr.wr_id, WcOpcode::LocalInv, WcStatus::Success);
+        }
+        Ok(())
+    }
+
+    fn bind_mw(&self, wr: &BindMwWr<'_>) -> Result<u32, VerbsError> {
+        self.shared.check("bind_mw")?;
+        let invalid =
+            |why: &str| VerbsError::new("ibv_post_send", VerbsErrorKind::InvalidArgument, why.to_string());
+        let mw = wr
+            .mw
+            .as_any()
+            .downcast_ref::<FakeMw>()
+            .ok_or_else(|| invalid("not a fake memory window"))?;
+        let mr = wr
+            .mr
+            .as_any()
+            .downcast_ref::<FakeMr>()
+            .ok_or_else(|| invalid("not a fake memory region"))?;
+        self.need_rts()?;
+        let old = mw.key.load(Ordering::SeqCst);
+        let key = match wr.rkey {
+            Some(k) if k >> 8 == old >> 8 => k,
+            Some(_) => return Err(invalid("the key names another window")),
+            None => (old & !0xff) | u32::from((old as u8).wrapping_add(0x3b)),
+        };
+        mw.key.store(key, Ordering::SeqCst);
+        let remote = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
+        let end = wr.addr.checked_add(wr.length);
+        let busy = self
+            .shared
+            .binds
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .any(|b| b.window == mw.id && b.ended.is_none());
+        let fits = end.is_some_and(|e| wr.addr >= mr.addr && e <= mr.addr + mr.len as u64);
+        let ok = !busy
+            && fits
+            && mr.access.contains(AccessFlags::MW_BIND)
+            && wr.access.0 & !remote.0 == 0
+            && (!wr.access.contains(AccessFlags::REMOTE_WRITE)
+                || mr.access.contains(AccessFlags::LOCAL_WRITE));
+        if !ok {
+            self.complete(wr.wr_id, WcOpcode::BindMw, WcStatus::MwBindErr);
+            self.inner.enter(self.qpn, QpState::Err);
+            return Ok(key);
+        }
+        self.shared
+            .binds
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(FakeMwBind {
+                window: mw.id,
+                rkey: key,
+                qpn: self.qpn,
+                mr_rkey: mr.key,
+                addr: wr.addr,
+                len: wr.length,
+                access: wr.access,
+                ended: None,
+            });
+        if wr.signaled {
+            self.complete(wr.wr_id, WcOpcode::BindMw, WcStatus::Success);
+        }
+        Ok(key)
     }
 
     fn post_recv(&self, wr: &RecvWr<'_>) -> Result<(), VerbsError> {

@@ -20,6 +20,7 @@
 //! drive two engines with virtual time over an in-memory link.
 
 mod cq;
+mod mw;
 mod qp;
 mod requester;
 mod responder;
@@ -34,14 +35,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hipobj_platform::{
-    AccessFlags, MemRegion, Mtu, QpAttr, QpAttrMask, QpState, RecvWr, SendOp, SendWr, VerbsError,
-    VerbsErrorKind,
+    AccessFlags, MemRegion, Mtu, QpAttr, QpAttrMask, QpState, RecvWr, SendWr, VerbsError, VerbsErrorKind,
 };
 
 use crate::mem::{Mr, MrTable};
 use crate::wire::{self, Packet, PseudoHeader, ROCE_PORT};
 
 pub use cq::Cq;
+pub use mw::MwBind;
+use mw::PendingQueue;
 use qp::Qp;
 
 /// A point in time, in nanoseconds since an epoch the driver picks. The
@@ -250,6 +252,8 @@ pub struct Engine {
     next_qpn: u32,
     next_pd: u32,
     counters: Counters,
+    /// Send-queue entries waiting behind a window operation, per QP.
+    mw_pending: HashMap<u32, PendingQueue>,
 }
 
 fn not_found(op: &'static str, what: String) -> VerbsError {
@@ -268,6 +272,7 @@ impl Engine {
             next_qpn: 0x11,
             next_pd: 1,
             counters: Counters::default(),
+            mw_pending: HashMap::new(),
         }
     }
 
@@ -357,6 +362,7 @@ impl Engine {
     /// completions, and packets for it are dropped from then on.
     pub fn destroy_qp(&mut self, qpn: u32) -> bool {
         self.order.retain(|&q| q != qpn);
+        self.forget_window_ops(qpn, true);
         self.qps.remove(&qpn).is_some()
     }
 
@@ -372,7 +378,12 @@ impl Engine {
             counters: &mut self.counters,
             config: &self.config,
         };
-        qp.modify(&mut ctx, attr, mask)
+        qp.modify(&mut ctx, attr, mask)?;
+        match attr.qp_state {
+            QpState::Reset => self.forget_window_ops(qpn, false),
+            _ => self.run_window_ops(qpn),
+        }
+        Ok(())
     }
 
     /// A QP's state.
@@ -385,17 +396,12 @@ impl Engine {
 
     /// Posts a send work request (`ibv_post_send`).
     pub fn post_send(&mut self, qpn: u32, wr: &SendWr<'_>) -> Result<(), VerbsError> {
-        let qp = self
-            .qps
-            .get_mut(&qpn)
-            .ok_or_else(|| not_found("ibv_post_send", format!("no QP {qpn:#x}")))?;
-        if let SendOp::LocalInv { .. } = wr.op {
-            return Err(VerbsError::new(
-                "ibv_post_send",
-                VerbsErrorKind::Unsupported,
-                "the soft NIC has no memory windows yet",
-            ));
+        if self.post_send_ordered(qpn, wr)? {
+            return Ok(());
         }
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return Err(not_found("ibv_post_send", format!("no QP {qpn:#x}")));
+        };
         let mut ctx = Ctx {
             now: Time::ZERO,
             mrs: &self.mrs,
@@ -493,6 +499,9 @@ impl Engine {
             config: &self.config,
         };
         qp.handle_packet(&mut ctx, &packet);
+        if !self.mw_pending.is_empty() {
+            self.run_window_ops(packet.headers.bth.dest_qp);
+        }
     }
 
     /// Fires every timer due at `now`.
@@ -506,6 +515,7 @@ impl Engine {
             };
             qp.handle_timeout(&mut ctx);
         }
+        self.run_all_window_ops();
     }
 
     /// The earliest time at which [`Engine::handle_timeout`] has work, if any.

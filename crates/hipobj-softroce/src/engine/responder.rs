@@ -247,7 +247,7 @@ impl Qp {
             return Err(Refusal::Fatal(Syndrome::NakRemoteAccess));
         }
         ctx.mrs
-            .check(rkey, self.pd, va, len as usize, need)
+            .check_remote(rkey, self.pd, self.qpn, va, len as usize, need)
             .map(|_| ())
             .map_err(|_| Refusal::Fatal(Syndrome::NakRemoteAccess))
     }
@@ -407,7 +407,7 @@ impl Qp {
         }
         let dst = ctx
             .mrs
-            .check(rkey, self.pd, va, data.len(), AccessFlags::REMOTE_WRITE)
+            .check_remote(rkey, self.pd, self.qpn, va, data.len(), AccessFlags::REMOTE_WRITE)
             .map_err(|_| Refusal::Fatal(Syndrome::NakRemoteAccess))?;
         access::write(dst, data);
         Ok(())
@@ -460,9 +460,14 @@ impl Qp {
                 }
                 if plen > 0 {
                     // Checked per packet: deregistration stops a READ midway.
-                    let src = ctx
-                        .mrs
-                        .check(s.rkey, self.pd, s.va, plen as usize, AccessFlags::REMOTE_READ);
+                    let src = ctx.mrs.check_remote(
+                        s.rkey,
+                        self.pd,
+                        self.qpn,
+                        s.va,
+                        plen as usize,
+                        AccessFlags::REMOTE_READ,
+                    );
                     match src {
                         Ok(src) => {
                             access::read(src, &mut buf[hlen..hlen + plen as usize]);

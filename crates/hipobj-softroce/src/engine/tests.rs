@@ -1408,3 +1408,4 @@ fn an_ack_from_a_foreign_address_completes_nothing() {
     assert_eq!(wcs.len(), 1);
     assert_eq!((wcs[0].wr_id, wcs[0].status), (1, WcStatus::Success));
 }
+mod windows;

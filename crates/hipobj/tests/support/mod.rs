@@ -75,11 +75,16 @@ pub fn done(bytes: u64) -> String {
     done_status(200, bytes)
 }
 
-/// Whether `token` is a GET token: its key is one that allows RDMA WRITE.
+/// Whether `token` is a GET token: its key is one that allows RDMA WRITE,
+/// either a memory window's (the latest bind under that key granted
+/// REMOTE_WRITE; a device with windows) or a registration's (the
+/// access-flag fallback).
 pub fn is_get_token(verbs: &FakeVerbs, token: &hipobj_proto::Token) -> bool {
-    verbs
-        .mr_access(token.rkey)
-        .is_some_and(|a| a.contains(hipobj_platform::AccessFlags::REMOTE_WRITE))
+    let write = hipobj_platform::AccessFlags::REMOTE_WRITE;
+    match verbs.mw_bind(token.rkey) {
+        Some(b) => b.access.contains(write),
+        None => verbs.mr_access(token.rkey).is_some_and(|a| a.contains(write)),
+    }
 }
 
 /// What the client's QP sees of a GET's last RDMA WRITE, on the fake NIC
