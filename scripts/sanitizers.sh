@@ -110,7 +110,8 @@ head -c $((3 << 20)) /dev/urandom >"$work/in.bin"
 export AWS_ACCESS_KEY_ID=$ak AWS_SECRET_ACCESS_KEY=$sk HIPOBJ_NIC=softroce0
 run_asan put-object "$work/put-object" "$ep" sanbucket obj "$work/in.bin"
 grep -q 'over RDMA: HTTP 200' "$work/put-object.out" || fail "put-object did not use RDMA"
-run_asan get-object "$work/get-object" "$ep" sanbucket obj $((4 << 20)) "$work/out.bin"
+# hipObjGet needs the exact size: a shorter object fails the call.
+run_asan get-object "$work/get-object" "$ep" sanbucket obj $((3 << 20)) "$work/out.bin"
 grep -q 'over RDMA: HTTP 200' "$work/get-object.out" || fail "get-object did not use RDMA"
 cmp -s "$work/in.bin" "$work/out.bin" || fail "get-object: the bytes differ from what put-object stored"
 
