@@ -114,7 +114,9 @@ fetch_kernel() {
 build_initrd() {
     local ver
     ver=$(cat "$WORK/kernel/ready")
-    [[ -f $WORK/initrd.gz && $WORK/initrd.gz -nt $0 ]] && return 0
+    # Rebuilt when this script changed or the module list differs from the
+    # one the cached initrd was built with (another checkout may share the cache).
+    [[ -f $WORK/initrd.gz && $WORK/initrd.gz -nt $0 && "$(cat "$WORK/initrd.modules" 2>/dev/null)" == "$MODULES" ]] && return 0
     local root=$WORK/initrd
     rm -rf "$root" && mkdir -p "$root"/{bin,dev,proc,sys,host,mods}
     cp "$(command -v busybox || echo /bin/busybox)" "$root/bin/busybox"
@@ -149,6 +151,7 @@ poweroff -f
 EOF
     chmod +x "$root/init"
     (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$WORK/initrd.gz"
+    printf '%s' "$MODULES" >"$WORK/initrd.modules"
 }
 
 install_packages
