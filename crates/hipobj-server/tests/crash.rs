@@ -117,23 +117,7 @@ fn start_server(data: &std::path::Path, port: u16) -> ServerProc {
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hipobj-server"))
-        .args(["--config", cfg.to_str().unwrap()])
-        .env("HIPOBJ_LOG", "error")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("server said {line:?}"))
-        .parse()
-        .unwrap();
+    let (child, addr) = support::spawn_server(&cfg, &[("HIPOBJ_LOG", "error")]);
     ServerProc { child, addr }
 }
 

@@ -11,8 +11,7 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -110,23 +109,7 @@ fn start_server(dev: &str, data: &std::path::Path, port: u16) -> ServerProc {
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hipobj-server"))
-        .args(["--config", cfg.to_str().unwrap()])
-        .env("HIPOBJ_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("server said {line:?}"))
-        .parse()
-        .unwrap();
+    let (child, addr) = support::spawn_server(&cfg, &[("HIPOBJ_LOG", "warn")]);
     ServerProc { child, addr }
 }
 

@@ -12,8 +12,7 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -79,24 +78,13 @@ fn start_server(data: &std::path::Path, loss: f64) -> (Child, std::net::SocketAd
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hipobj-server"))
-        .args(["--config", cfg.to_str().unwrap()])
-        .env("HIPOBJ_LOG", "error")
-        .env("HIPOBJ_SOFTROCE_LOSS", loss.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("server said {line:?}"))
-        .parse()
-        .unwrap();
+    let (child, addr) = support::spawn_server(
+        &cfg,
+        &[
+            ("HIPOBJ_LOG", "error"),
+            ("HIPOBJ_SOFTROCE_LOSS", &loss.to_string()),
+        ],
+    );
     (child, addr)
 }
 

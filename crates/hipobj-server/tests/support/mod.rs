@@ -12,6 +12,33 @@ use hipobj_server::{Config, Handle, Server};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub const AK: &str = "hipobj-test";
+
+/// Starts the `hipobj-server` binary on `config` with extra environment
+/// `env`, and waits for the "listening on ADDR" line it prints when ready.
+pub fn spawn_server(
+    config: &std::path::Path,
+    env: &[(&str, &str)],
+) -> (std::process::Child, std::net::SocketAddr) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hipobj-server"))
+        .args(["--config", config.to_str().unwrap()])
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("server said {line:?}"))
+        .parse()
+        .unwrap();
+    (child, addr)
+}
 pub const SK: &str = "hipobj-test-secret";
 
 /// A config for tests: 127.0.0.1, a random port, one key, fs store in `dir`.
