@@ -1,5 +1,15 @@
 //! The bindings: one server QP per (access key, client GID, client QPN),
-//! at most `max_bindings` of them, idle ones expiring.
+//! at most `max_bindings` of them, idle ones expiring, and at most one per
+//! client QP whatever the key.
+//!
+//! That last rule is what keeps one client from disturbing another's QP.
+//! An RC responder accepts any packet addressed to its QPN from its peer's
+//! address; on a server every binding QP shares that address, so a second
+//! server QP pointed at a client QP (made for another key's token naming
+//! it) could send it requests with the wrong PSN or key and break it. A
+//! client QP that another key has bound and used is therefore refused
+//! ([`Lookup::Taken`]); one bound but never used (its 409 may have gone to
+//! an impostor, or the client died) is replaced.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -50,6 +60,12 @@ pub(crate) struct Binding {
 pub(crate) const UNCONFIRMED: Duration = Duration::from_secs(15);
 
 impl Binding {
+    /// Whether the binding has moved bytes or is moving them now: its client
+    /// QP is really connected to it.
+    fn in_use(self: &Arc<Self>) -> bool {
+        self.moved.load(Ordering::Relaxed) || Arc::strong_count(self) > 1
+    }
+
     /// Whether the binding is past its time at `idle` (a binding in use by
     /// a request, more than the map's reference, never is).
     fn expired(self: &Arc<Self>, idle: Duration) -> bool {
@@ -71,6 +87,9 @@ pub(crate) enum Lookup {
     Reserved,
     /// None, and every binding is in use by a transfer.
     Full,
+    /// The client QP is bound, and has moved bytes (or is moving them),
+    /// for another access key.
+    Taken,
 }
 
 #[derive(Debug, Default)]
@@ -120,6 +139,18 @@ impl Bindings {
         if let Some(b) = st.map.get(key) {
             return Lookup::Bound(b.clone());
         }
+        let other = st
+            .map
+            .iter()
+            .find(|(k, _)| k.gid == key.gid && k.qpn == key.qpn)
+            .map(|(k, b)| (k.clone(), b.in_use()));
+        match other {
+            Some((_, true)) => return Lookup::Taken,
+            Some((k, false)) => {
+                st.map.remove(&k);
+            }
+            None => {}
+        }
         while st.map.len() + st.reserved >= self.max {
             let victim = st
                 .map
@@ -138,11 +169,26 @@ impl Bindings {
         Lookup::Reserved
     }
 
-    /// Fills a reservation.
-    pub fn insert(&self, key: BindingKey, binding: Arc<Binding>) {
+    /// Fills a reservation. A bind for the same client QP under another key
+    /// may have finished meanwhile: an unused one gives way; a used one
+    /// wins, and this binding is dropped (false).
+    pub fn insert(&self, key: BindingKey, binding: Arc<Binding>) -> bool {
         let mut st = lock(&self.state);
         st.reserved = st.reserved.saturating_sub(1);
+        let others: Vec<(BindingKey, bool)> = st
+            .map
+            .iter()
+            .filter(|(k, _)| k.gid == key.gid && k.qpn == key.qpn && k.access_key != key.access_key)
+            .map(|(k, b)| (k.clone(), b.in_use()))
+            .collect();
+        if others.iter().any(|(_, used)| *used) {
+            return false;
+        }
+        for (k, _) in others {
+            st.map.remove(&k);
+        }
         st.map.insert(key, binding);
+        true
     }
 
     /// Gives a reservation back (connecting the QP failed).

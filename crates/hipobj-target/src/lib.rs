@@ -264,6 +264,15 @@ pub struct Target {
 
 /// A random initial PSN (24 bits). The PSN is what a packet from another
 /// QP would have to guess to be executed by a client QP.
+/// The refusal for a token naming a client QP another key has bound.
+fn taken<E>() -> TargetError<E> {
+    TargetError::NotTheCallers(
+        "the token's client QP is bound to another access key on this server; \
+         a client must use a QP of its own"
+            .into(),
+    )
+}
+
 fn random_psn() -> Result<u32, VerbsError> {
     getrandom::u32().map(|v| v & 0x00ff_ffff).map_err(|e| {
         VerbsError::new(
@@ -366,6 +375,7 @@ impl Target {
         let binding = match self.bindings.lookup(&key) {
             Lookup::Bound(b) => b,
             Lookup::Full => return Err(TargetError::Busy(self.config.max_bindings)),
+            Lookup::Taken => return Err(taken()),
             Lookup::Reserved => {
                 let reply = self.bind(key, token)?;
                 return Ok(Answer::Bind {
@@ -416,7 +426,7 @@ impl Target {
                         }),
                         Err(_) => Err(TargetError::Transfer(why)),
                     },
-                    Lookup::Bound(_) | Lookup::Full => Err(TargetError::Transfer(why)),
+                    Lookup::Bound(_) | Lookup::Full | Lookup::Taken => Err(TargetError::Transfer(why)),
                 }
             }
         }
@@ -466,15 +476,15 @@ impl Target {
             }
         };
         let qpn = conn.qp.qp_num();
-        self.bindings.insert(
-            key,
-            Arc::new(Binding {
-                qpn,
-                conn: Mutex::new(conn),
-                last_used: Mutex::new(Instant::now()),
-                moved: AtomicBool::new(false),
-            }),
-        );
+        let fresh = Arc::new(Binding {
+            qpn,
+            conn: Mutex::new(conn),
+            last_used: Mutex::new(Instant::now()),
+            moved: AtomicBool::new(false),
+        });
+        if !self.bindings.insert(key, fresh) {
+            return Err(taken());
+        }
         Ok(Reply::Bind {
             token: self.server_token(qpn),
             psn,

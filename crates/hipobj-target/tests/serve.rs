@@ -241,21 +241,31 @@ fn a_zero_byte_get_sends_one_empty_write_with_immediate() {
     );
 }
 
-/// A binding belongs to the access key that made it: the same token from
-/// another caller is a new client QP to the target (a bind, never a move),
-/// and a selection larger than the token is refused before any byte moves.
+/// A binding belongs to the access key that made it, and a client QP has
+/// at most one binding. Once the victim's binding has moved bytes, another
+/// key naming the victim's QP is refused: a second server QP aimed at it
+/// could break it with requests out of sequence (the attack that failed
+/// `another_client_cannot_ride_a_victims_binding` four runs in five). The
+/// victim's binding is untouched, and a selection larger than its token is
+/// refused before any byte moves.
 #[test]
-fn bindings_belong_to_one_caller_and_a_larger_selection_moves_nothing() {
+fn a_used_binding_belongs_to_one_caller_and_a_larger_selection_moves_nothing() {
     let t = target("softroce-t1-srv");
     let c = Client::new("softroce-t1-cli", 4096);
+    let victim = Caller::key("victim");
     let token = c.token(100);
-    c.connect(&bind(&t, &Caller::key("victim"), &token));
-    let other = bind(&t, &Caller::key("attacker"), &token);
-    assert!(matches!(other, Reply::Bind { .. }));
-    assert_eq!(t.stats().bindings, 2);
+    c.connect(&bind(&t, &victim, &token));
+    let a = t.serve(&victim, &token, Request::Get(&mut Bytes(b"x"))).unwrap();
+    assert!(matches!(a, Answer::Done { bytes: 1, .. }), "{a:?}");
+    assert_eq!(c.proof().status, WcStatus::Success);
+    let e = t
+        .serve(&Caller::key("attacker"), &token, Request::Get(&mut Bytes(b"")))
+        .unwrap_err();
+    assert!(matches!(e, TargetError::NotTheCallers(_)), "{e:?}");
+    assert_eq!(t.stats().bindings, 1);
     let big = vec![1u8; 101];
     let e = t
-        .serve(&Caller::key("victim"), &token, Request::Get(&mut Bytes(&big)))
+        .serve(&victim, &token, Request::Get(&mut Bytes(&big)))
         .unwrap_err();
     assert!(
         matches!(e, TargetError::BufferTooSmall { have: 100, want: 101 }),
@@ -263,6 +273,38 @@ fn bindings_belong_to_one_caller_and_a_larger_selection_moves_nothing() {
     );
     let mut wc = [WorkCompletion::EMPTY; 1];
     assert_eq!(c.cq.poll(&mut wc).unwrap(), 0, "a refused GET wrote");
+    c.qp.post_recv(&RecvWr {
+        wr_id: 8,
+        sg_list: &[],
+    })
+    .unwrap();
+    let data = b"still mine";
+    let a = t.serve(&victim, &token, Request::Get(&mut Bytes(data))).unwrap();
+    assert!(matches!(a, Answer::Done { bytes: 10, .. }), "{a:?}");
+    assert_eq!(c.proof().status, WcStatus::Success);
+}
+
+/// A binding that never moved a byte is no one's yet: its 409 may have
+/// gone to an impostor or to a client that died. Another key naming the
+/// same client QP replaces it (one binding per client QP, never two), and
+/// the first key's next request binds afresh rather than moving data.
+#[test]
+fn an_unused_binding_named_by_another_key_is_replaced_not_doubled() {
+    let t = target("softroce-t3-srv");
+    let c = Client::new("softroce-t3-cli", 4096);
+    let token = c.token(100);
+    let first = bind(&t, &Caller::key("first"), &token);
+    let second = bind(&t, &Caller::key("second"), &token);
+    assert_eq!(t.stats().bindings, 1);
+    let (Reply::Bind { token: a, .. }, Reply::Bind { token: b, .. }) = (&first, &second) else {
+        unreachable!()
+    };
+    assert_ne!(a.qpn, b.qpn, "the replacement is a new server QP");
+    let again = t
+        .serve(&Caller::key("first"), &token, Request::Get(&mut Bytes(b"x")))
+        .unwrap();
+    assert!(matches!(again, Answer::Bind { .. }), "{again:?}");
+    assert_eq!(t.stats().bindings, 1);
 }
 
 /// The double answers as the S3 server does: a bind, then a success with
