@@ -155,13 +155,11 @@ impl Source for Bytes<'_> {
 }
 
 fn target(name: &str) -> Target {
-    Target::open(
-        soft(name).as_ref(),
-        &NoTopology,
-        Some(name),
-        TargetConfig::default(),
-    )
-    .unwrap()
+    target_on(&soft(name), name)
+}
+
+fn target_on(verbs: &SoftVerbs, name: &str) -> Target {
+    Target::open(verbs, &NoTopology, Some(name), TargetConfig::default()).unwrap()
 }
 
 fn bind(t: &Target, caller: &Caller, token: &Token) -> Reply {
@@ -305,6 +303,63 @@ fn an_unused_binding_named_by_another_key_is_replaced_not_doubled() {
         .unwrap();
     assert!(matches!(again, Answer::Bind { .. }), "{again:?}");
     assert_eq!(t.stats().bindings, 1);
+}
+
+/// A server QP grants no remote access, whatever a client sends it: a
+/// client connected to its binding (as any client is after a 409) posts an
+/// RDMA WRITE, an RDMA READ and an empty WRITE to it. Each is refused by the
+/// QP's own rights before any key is looked at (the server NIC counts them
+/// as such), and the client sees a remote access error, not success. The
+/// keys sent here are made up; the refusals counted are not key checks.
+#[test]
+fn a_server_qp_refuses_every_rdma_a_client_sends_it() {
+    use hipobj_platform::{SendOp, SendWr};
+    let verbs = soft("softroce-t4-srv");
+    let t = target_on(&verbs, "softroce-t4-srv");
+    let ops = [
+        (
+            SendOp::Write {
+                remote_addr: 0x1000,
+                rkey: 0x1234,
+            },
+            8u32,
+        ),
+        (
+            SendOp::Read {
+                remote_addr: 0x1000,
+                rkey: 0x1234,
+            },
+            8,
+        ),
+        (
+            SendOp::Write {
+                remote_addr: 0,
+                rkey: 0,
+            },
+            0,
+        ),
+    ];
+    for (i, (op, len)) in ops.into_iter().enumerate() {
+        let c = Client::new(&format!("softroce-t4-cli{i}"), 4096);
+        c.connect(&bind(&t, &Caller::key(&format!("ak{i}")), &c.token(64)));
+        let sge = c.buf.sge(0, len).unwrap();
+        let sg: &[_] = if len == 0 { &[] } else { std::slice::from_ref(&sge) };
+        c.qp.post_send(&SendWr {
+            wr_id: 1,
+            op,
+            sg_list: sg,
+            signaled: true,
+        })
+        .unwrap();
+        let wc = c.proof();
+        assert_eq!((wc.wr_id, wc.status), (1, WcStatus::RemAccessErr), "{op:?}");
+        let n = verbs.counters().unwrap().refused_qp_rights;
+        assert_eq!(
+            n,
+            i as u64 + 1,
+            "refused for another reason than the QP's rights: {op:?}"
+        );
+    }
 }
 
 /// The double answers as the S3 server does: a bind, then a success with

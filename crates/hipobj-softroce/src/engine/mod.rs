@@ -116,6 +116,9 @@ pub struct Counters {
     pub drop_foreign_source: u64,
     /// Dropped: a response that matches no outstanding request.
     pub drop_unexpected: u64,
+    /// Requests refused (a fatal NAK) because the QP grants no remote access
+    /// of that kind (`qp_access_flags`), before any key was looked at.
+    pub refused_qp_rights: u64,
     /// Duplicate requests seen by responders (acknowledged, not executed;
     /// READs are answered again).
     pub duplicates: u64,

@@ -239,12 +239,22 @@ impl Qp {
     }
 
     /// Checks a remote access against the MR table and the QP's own rights.
-    fn remote(&self, ctx: &Ctx<'_>, rkey: u32, va: u64, len: u32, need: AccessFlags) -> Result<(), Refusal> {
+    /// The QP's own rights come first and hold whatever the length: a QP
+    /// that grants no remote write takes no WRITE, not even an empty one.
+    fn remote(
+        &self,
+        ctx: &mut Ctx<'_>,
+        rkey: u32,
+        va: u64,
+        len: u32,
+        need: AccessFlags,
+    ) -> Result<(), Refusal> {
+        if !self.attr.access.contains(need) {
+            ctx.counters.refused_qp_rights += 1;
+            return Err(Refusal::Fatal(Syndrome::NakRemoteAccess));
+        }
         if len == 0 {
             return Ok(());
-        }
-        if !self.attr.access.contains(need) {
-            return Err(Refusal::Fatal(Syndrome::NakRemoteAccess));
         }
         ctx.mrs
             .check_remote(rkey, self.pd, self.qpn, va, len as usize, need)
