@@ -341,7 +341,7 @@ fn a_server_qp_refuses_every_rdma_a_client_sends_it() {
     ];
     for (i, (op, len)) in ops.into_iter().enumerate() {
         let c = Client::new(&format!("softroce-t4-cli{i}"), 4096);
-        c.connect(&bind(&t, &Caller::key(&format!("ak{i}")), &c.token(64)));
+        c.connect(&bind(&t, &Caller::key(format!("ak{i}")), &c.token(64)));
         let sge = c.buf.sge(0, len).unwrap();
         let sg: &[_] = if len == 0 { &[] } else { std::slice::from_ref(&sge) };
         c.qp.post_send(&SendWr {
