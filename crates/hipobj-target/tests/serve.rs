@@ -399,3 +399,30 @@ fn the_target_takes_its_nics_vendor_profile() {
     .unwrap();
     assert_eq!(t.vendor(), VendorProfile::Broadcom);
 }
+
+/// Server initial PSNs are random (issue 11): a client that could predict
+/// the PSN of another client's binding could forge its packets. Thirty-two
+/// binds give thirty-two distinct PSNs spread over the 24-bit space
+/// (sequential or clock-derived PSNs, or a constant, fail; a repeat among
+/// 32 fair draws has a chance of about 3 in 100,000).
+#[test]
+fn bindings_start_at_random_psns() {
+    let t = target("softroce-t5-srv");
+    let c = Client::new("softroce-t5-cli", 64);
+    let mut psns = Vec::new();
+    for i in 0..32u32 {
+        let mut token = c.token(64);
+        token.qpn = 0x100 + i;
+        let Reply::Bind { psn, .. } = bind(&t, &Caller::key("ak"), &token) else {
+            unreachable!()
+        };
+        assert!(psn <= 0x00ff_ffff, "{psn:#x} is not a 24-bit PSN");
+        psns.push(psn);
+    }
+    let mut sorted = psns.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), psns.len(), "a PSN repeated: {psns:x?}");
+    let spread = sorted[sorted.len() - 1] - sorted[0];
+    assert!(spread > 1 << 20, "PSNs bunched in {spread:#x}: {psns:x?}");
+}
