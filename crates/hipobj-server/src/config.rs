@@ -257,6 +257,15 @@ pub struct RdmaConfig {
     /// came from (or, from loopback, not an address of this host). Turn it
     /// off only when clients reach the server through NAT.
     pub check_peer_address: bool,
+    /// hipobj-rc-v2: sessions open at once (503 beyond).
+    pub v2_max_sessions: usize,
+    /// hipobj-rc-v2: the largest staging buffer, in bytes: the largest PUT
+    /// (413 above) and a GET's chunk.
+    pub v2_staging_max: usize,
+    /// hipobj-rc-v2: how long a prepared session waits for READY, in ms.
+    pub v2_prepare_timeout_ms: u64,
+    /// hipobj-rc-v2: how long READY waits for the transfer, in ms (408).
+    pub v2_transfer_timeout_ms: u64,
 }
 
 impl Default for RdmaConfig {
@@ -272,12 +281,26 @@ impl Default for RdmaConfig {
             completion_timeout_secs: 10,
             chunk_size: 1 << 20,
             check_peer_address: true,
+            v2_max_sessions: 64,
+            v2_staging_max: 64 << 20,
+            v2_prepare_timeout_ms: 10_000,
+            v2_transfer_timeout_ms: 30_000,
         }
     }
 }
 
 impl RdmaConfig {
-    /// The target's settings.
+    /// The hipobj-rc-v2 sessions' settings.
+    pub fn v2_config(&self) -> hipobj_target::rc_v2::V2Config {
+        hipobj_target::rc_v2::V2Config {
+            max_sessions: self.v2_max_sessions.max(1),
+            staging_max: self.v2_staging_max.max(4096),
+            prepare_timeout: Duration::from_millis(self.v2_prepare_timeout_ms.max(1)),
+            transfer_timeout: Duration::from_millis(self.v2_transfer_timeout_ms.max(1)),
+        }
+    }
+
+    /// The limits of the binding protocol's target.
     pub fn target_config(&self) -> hipobj_target::TargetConfig {
         hipobj_target::TargetConfig {
             idle_timeout: Duration::from_secs(self.idle_timeout_secs),

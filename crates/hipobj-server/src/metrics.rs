@@ -27,6 +27,10 @@ pub struct Metrics {
     pub rdma_errors: AtomicU64,
     /// RDMA transfers running now.
     pub rdma_in_flight: AtomicI64,
+    /// hipobj-rc-v2 sessions prepared.
+    pub rdma_v2_sessions: AtomicU64,
+    /// hipobj-rc-v2 control requests refused or failed (not counting 501).
+    pub rdma_v2_errors: AtomicU64,
 }
 
 /// Adds one to a counter.
@@ -85,6 +89,16 @@ impl Metrics {
                 g(&self.rdma_errors),
             ),
             (
+                "hipobj_rdma_v2_sessions_total",
+                "hipobj-rc-v2 sessions prepared",
+                g(&self.rdma_v2_sessions),
+            ),
+            (
+                "hipobj_rdma_v2_errors_total",
+                "hipobj-rc-v2 control requests that failed",
+                g(&self.rdma_v2_errors),
+            ),
+            (
                 "hipobj_rdma_in_flight",
                 "RDMA transfers running",
                 self.rdma_in_flight.load(Ordering::Relaxed),
@@ -118,7 +132,7 @@ impl Metrics {
     pub fn summary(&self) -> String {
         let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
         format!(
-            "requests={} rdma: gets={} puts={} bytes_written={} bytes_read={} binds={} declines={} errors={} in_flight={}",
+            "requests={} rdma: gets={} puts={} bytes_written={} bytes_read={} binds={} declines={} errors={} v2_sessions={} v2_errors={} in_flight={}",
             l(&self.http_requests),
             l(&self.rdma_gets),
             l(&self.rdma_puts),
@@ -127,6 +141,8 @@ impl Metrics {
             l(&self.rdma_binds),
             l(&self.rdma_declines),
             l(&self.rdma_errors),
+            l(&self.rdma_v2_sessions),
+            l(&self.rdma_v2_errors),
             self.rdma_in_flight.load(Ordering::Relaxed)
         )
     }

@@ -62,12 +62,32 @@ impl Server {
             (false, _) => None,
         };
         let store = crate::storage::open(&config)?;
+        let sessions = rdma.as_ref().map(|r| {
+            Arc::new(hipobj_target::rc_v2::V2Sessions::new(
+                r.target().clone(),
+                config.rdma.v2_config(),
+            ))
+        });
+        let v2 = crate::rdma::v2::V2 {
+            sessions: sessions.clone(),
+            store: store.clone(),
+            owners: crate::s3::owners::Owners::new(&config)?,
+            keys: Arc::new(
+                config
+                    .credentials
+                    .iter()
+                    .map(|c| (c.access_key.clone(), c.secret_key.clone()))
+                    .collect(),
+            ),
+            metrics: metrics.clone(),
+        };
         let layer = RdmaS3::new(store, rdma.clone(), metrics.clone());
         let front = Front {
             s3: s3_service(layer, &config)?,
             metrics: metrics.clone(),
             rdma: rdma.clone(),
             endpoints: config.metrics_endpoint,
+            v2,
         };
         let listener = TcpListener::bind(config.address)
             .await
@@ -83,6 +103,9 @@ impl Server {
                 Duration::from_secs(config.metrics_log_secs),
                 stopped.clone(),
             ));
+        }
+        if let Some(s) = sessions {
+            tokio::spawn(reap_v2(s, stopped.clone()));
         }
         let grace = Duration::from_secs(config.shutdown_grace_secs);
         let task = tokio::spawn(serve(listener, front, stopped, grace, config.http.clone()));
@@ -232,6 +255,24 @@ async fn serve(
     tokio::select! {
         () = graceful.shutdown() => tracing::info!("all connections closed"),
         () = tokio::time::sleep(grace) => tracing::warn!("grace period over; dropping the connections left"),
+    }
+}
+
+/// Drops v2 sessions whose READY did not come in time, once a second, so
+/// that a client that died after PREPARE holds nothing for long.
+async fn reap_v2(sessions: Arc<hipobj_target::rc_v2::V2Sessions>, mut stopped: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            () = stop_requested(&mut stopped) => break,
+            _ = tick.tick() => {
+                let s = sessions.clone();
+                let n = tokio::task::spawn_blocking(move || s.reap()).await.unwrap_or(0);
+                if n > 0 {
+                    tracing::info!("dropped {n} hipobj-rc-v2 session(s) whose READY did not come in time");
+                }
+            }
+        }
     }
 }
 

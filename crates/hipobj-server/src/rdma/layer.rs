@@ -35,10 +35,10 @@ impl std::fmt::Debug for RdmaS3 {
 }
 
 /// Counts a transfer in flight for as long as it lives.
-struct InFlight(Arc<Metrics>);
+pub(super) struct InFlight(Arc<Metrics>);
 
 impl InFlight {
-    fn new(m: &Arc<Metrics>) -> Self {
+    pub(super) fn new(m: &Arc<Metrics>) -> Self {
         m.rdma_in_flight.fetch_add(1, Ordering::Relaxed);
         Self(m.clone())
     }
@@ -116,12 +116,25 @@ fn object_read_failed(e: std::io::Error) -> S3Error {
 
 /// A GET's source: the store's GetObject, opened once the target has found
 /// the binding, its body read on the target's (blocking) thread.
-struct StoreSource {
+pub(super) struct StoreSource {
     rt: Handle,
     inner: Arc<dyn S3>,
     req: Option<S3Request<dto::GetObjectInput>>,
     body: Option<BlockingBody>,
     resp: Option<S3Response<dto::GetObjectOutput>>,
+}
+
+impl StoreSource {
+    /// A source that runs `req` on `inner` when the transfer opens it.
+    pub(super) fn new(rt: Handle, inner: Arc<dyn S3>, req: S3Request<dto::GetObjectInput>) -> Self {
+        Self {
+            rt,
+            inner,
+            req: Some(req),
+            body: None,
+            resp: None,
+        }
+    }
 }
 
 impl Source for StoreSource {
@@ -157,7 +170,7 @@ impl Source for StoreSource {
 
 /// A PUT's sink: the store's PutObject or UploadPart, started once the
 /// target has found the binding, fed through a bounded channel.
-struct StoreSink<T, S> {
+pub(super) struct StoreSink<T, S> {
     rt: Handle,
     store: Option<S>,
     tx: Option<ChunkSender>,
@@ -205,10 +218,26 @@ where
 }
 
 impl<T, S> StoreSink<T, S> {
+    /// A sink that starts `store` when the transfer opens it.
+    pub(super) fn new(rt: Handle, store: S) -> Self {
+        Self {
+            rt,
+            store: Some(store),
+            tx: None,
+            task: None,
+            resp: None,
+        }
+    }
+
+    /// The store's response, once committed.
+    pub(super) fn take_response(&mut self) -> Option<S3Response<T>> {
+        self.resp.take()
+    }
+
     /// After the target returned: a store still running (the transfer
     /// stopped early) sees its body end in an error, stores nothing, and is
     /// waited for; its error, if any, is returned.
-    async fn finish(&mut self) -> Option<S3Error> {
+    pub(super) async fn finish(&mut self) -> Option<S3Error> {
         self.tx = None;
         let task = self.task.take()?;
         match task.await {

@@ -9,6 +9,8 @@
 
 mod bridge;
 mod layer;
+pub mod sigv4;
+pub mod v2;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;

@@ -40,12 +40,20 @@ pub struct Front {
     pub rdma: Option<Arc<Rdma>>,
     /// Whether `/.hipobj/*` is served.
     pub endpoints: bool,
+    /// The `hipobj-rc-v2` control path, `/.hipobj-rc/*`.
+    pub v2: crate::rdma::v2::V2,
 }
 
 impl Front {
     /// Serves one request.
     pub async fn call(&self, req: http::Request<Incoming>) -> Result<http::Response<Body>, HttpError> {
         inc(&self.metrics.http_requests);
+        // Before s3s, which would take `.hipobj-rc` for a bucket name.
+        if req.uri().path().starts_with(hipobj_proto::rc_v2::PATH_PREFIX) {
+            let mut resp = self.v2.handle(req).await;
+            with_request_id(&mut resp);
+            return Ok(resp);
+        }
         if self.endpoints && req.method() == http::Method::GET {
             let text = match req.uri().path() {
                 "/.hipobj/metrics" => Some(

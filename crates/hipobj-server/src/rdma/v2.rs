@@ -1,0 +1,368 @@
+//! `POST /.hipobj-rc/prepare|ready|cancel`: the `hipobj-rc-v2` control
+//! path (docs/protocol.md, "hipobj-rc-v2 server"), served before s3s sees
+//! the request (`.hipobj-rc` would be parsed as a bucket name).
+//!
+//! This module only maps HTTP onto [`hipobj_target::rc_v2::V2Sessions`]:
+//! it verifies the signature ([`super::sigv4`]), checks the object with the
+//! store (404, 416) and the bucket's owner (403), hands the store to the
+//! session as the bytes' source or sink, and writes the statuses and
+//! headers of [`hipobj_proto::rc_v2`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use hipobj_proto::rc_v2::{
+    self, CancelRequest, Op, PrepareRequest, ReadyRequest, ReadyResponse, Status, V2Error,
+};
+use hipobj_target::Caller;
+use hipobj_target::Request;
+use hipobj_target::rc_v2::{V2Failure, V2Sessions};
+use s3s::{Body, S3, S3Error, S3ErrorCode, S3Request, dto};
+use tokio::runtime::Handle;
+
+use super::ClientAddr;
+use super::layer::{StoreSink, StoreSource};
+use crate::metrics::{Metrics, inc};
+use crate::s3::owners::Owners;
+
+/// The control path's state.
+#[derive(Clone)]
+pub struct V2 {
+    /// `None` when RDMA is off: every request gets 501.
+    pub sessions: Option<Arc<V2Sessions>>,
+    /// The store (the same one S3 requests reach).
+    pub store: Arc<dyn S3>,
+    /// Who owns which bucket.
+    pub owners: Owners,
+    /// Access key to secret key.
+    pub keys: Arc<HashMap<String, String>>,
+    /// The counters.
+    pub metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for V2 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("V2")
+            .field("rdma", &self.sessions.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A control response: status, headers, and a short text body saying why.
+fn respond(status: Status, headers: Vec<(&'static str, String)>, why: &str) -> http::Response<Body> {
+    let mut resp = http::Response::new(if why.is_empty() {
+        Body::empty()
+    } else {
+        Body::from(format!("{why}\n"))
+    });
+    *resp.status_mut() =
+        http::StatusCode::from_u16(status.code()).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+    let h = resp.headers_mut();
+    h.insert(
+        http::header::CACHE_CONTROL,
+        http::HeaderValue::from_static("no-store"),
+    );
+    h.insert(
+        rc_v2::PROTOCOL_HEADER,
+        http::HeaderValue::from_static(rc_v2::PROTOCOL),
+    );
+    if status == Status::Unsupported {
+        h.insert(
+            rc_v2::PROTOCOL_STATUS_HEADER,
+            http::HeaderValue::from_static(rc_v2::PROTOCOL_STATUS_UNSUPPORTED),
+        );
+    }
+    for (n, v) in headers {
+        if let Ok(v) = http::HeaderValue::from_str(&v) {
+            h.insert(n, v);
+        }
+    }
+    if !why.is_empty() {
+        h.insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("text/plain"),
+        );
+    }
+    resp
+}
+
+fn fail(status: Status, why: &str) -> http::Response<Body> {
+    respond(status, Vec::new(), why)
+}
+
+/// The status for a store error.
+fn store_status(e: &S3Error) -> Status {
+    match e.code() {
+        S3ErrorCode::NoSuchBucket | S3ErrorCode::NoSuchKey => Status::NotFound,
+        S3ErrorCode::InvalidRange => Status::RangeNotSatisfiable,
+        S3ErrorCode::AccessDenied => Status::Forbidden,
+        S3ErrorCode::InvalidArgument | S3ErrorCode::InvalidBucketName | S3ErrorCode::KeyTooLongError => {
+            Status::BadRequest
+        }
+        S3ErrorCode::EntityTooLarge => Status::TooLarge,
+        _ => Status::Internal,
+    }
+}
+
+fn store_fail(e: &S3Error) -> http::Response<Body> {
+    fail(store_status(e), e.message().unwrap_or("the store failed"))
+}
+
+fn v2_fail(e: &V2Error) -> http::Response<Body> {
+    fail(e.status(), &e.to_string())
+}
+
+impl V2 {
+    /// A store request on behalf of `access_key`.
+    fn store_request<T>(&self, input: T, method: http::Method, access_key: &str) -> S3Request<T> {
+        S3Request {
+            input,
+            method,
+            uri: http::Uri::from_static("/"),
+            headers: http::HeaderMap::new(),
+            extensions: http::Extensions::new(),
+            credentials: Some(s3s::auth::Credentials {
+                access_key: access_key.to_owned(),
+                secret_key: self.keys.get(access_key).cloned().unwrap_or_default().into(),
+            }),
+            region: None,
+            service: None,
+            trailing_headers: None,
+        }
+    }
+
+    /// Serves one request under [`rc_v2::PATH_PREFIX`].
+    pub async fn handle<B>(&self, req: http::Request<B>) -> http::Response<Body> {
+        let (parts, _body) = req.into_parts();
+        let r = self.serve(&parts).await;
+        let status = r.status().as_u16();
+        if status >= 400 && status != 501 {
+            inc(&self.metrics.rdma_v2_errors);
+            tracing::info!(path = parts.uri.path(), status, "hipobj-rc-v2 request refused");
+        }
+        r
+    }
+
+    async fn serve(&self, parts: &http::request::Parts) -> http::Response<Body> {
+        let path = parts.uri.path();
+        let which = match path {
+            rc_v2::PREPARE_PATH => 0,
+            rc_v2::READY_PATH => 1,
+            rc_v2::CANCEL_PATH => 2,
+            _ => return fail(Status::NotFound, "no such control path"),
+        };
+        if parts.method != http::Method::POST {
+            return fail(Status::BadRequest, "control requests are POSTs");
+        }
+        let headers = || parts.headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes()));
+        let Some(sessions) = self.sessions.clone() else {
+            inc(&self.metrics.rdma_declines);
+            return fail(
+                Status::Unsupported,
+                "RDMA is not enabled on this server; use plain HTTP",
+            );
+        };
+        if !rc_v2::is_v2(headers()) {
+            inc(&self.metrics.rdma_declines);
+            return fail(Status::Unsupported, "x-amz-rdma-protocol is not hipobj-rc-v2");
+        }
+        let has_body = parts
+            .headers
+            .get(http::header::CONTENT_LENGTH)
+            .is_some_and(|v| v.as_bytes() != b"0")
+            || parts.headers.contains_key(http::header::TRANSFER_ENCODING);
+        if has_body {
+            return fail(Status::BadRequest, "control requests have no body");
+        }
+        let key = match super::sigv4::verify(&parts.method, &parts.uri, &parts.headers, &self.keys) {
+            Ok(k) => k,
+            Err(why) => return fail(Status::Forbidden, &why),
+        };
+        let caller = Caller {
+            access_key: key,
+            address: parts.extensions.get::<ClientAddr>().map(|a| a.0.ip()),
+        };
+        match which {
+            0 => match PrepareRequest::from_headers(headers()) {
+                Ok(p) => self.prepare(sessions, caller, p).await,
+                Err(e) => v2_fail(&e),
+            },
+            1 => match ReadyRequest::from_headers(headers()) {
+                Ok(r) => self.ready(sessions, caller, r).await,
+                Err(e) => v2_fail(&e),
+            },
+            _ => match CancelRequest::from_headers(headers()) {
+                Ok(c) => {
+                    sessions.cancel(&caller, &c.session);
+                    respond(Status::Cancelled, Vec::new(), "")
+                }
+                Err(e) => v2_fail(&e),
+            },
+        }
+    }
+
+    async fn prepare(
+        &self,
+        sessions: Arc<V2Sessions>,
+        caller: Caller,
+        p: PrepareRequest,
+    ) -> http::Response<Body> {
+        let (bucket, key) = (p.target.bucket().to_owned(), p.target.key().to_owned());
+        if let Err(e) = crate::storage::names::check_key(&key) {
+            return store_fail(&e);
+        }
+        if let Err(e) = self.owners.check(&bucket, &caller.access_key).await {
+            return store_fail(&e);
+        }
+        match p.op {
+            Op::Get => {
+                let mut b = dto::HeadObjectInput::builder();
+                b.set_bucket(bucket);
+                b.set_key(key);
+                let Ok(input) = b.build() else {
+                    return fail(Status::Internal, "building the store request failed");
+                };
+                let req = self.store_request(input, http::Method::HEAD, &caller.access_key);
+                let len = match self.store.head_object(req).await {
+                    Ok(r) => r
+                        .output
+                        .content_length
+                        .and_then(|n| u64::try_from(n).ok())
+                        .unwrap_or(0),
+                    Err(e) => return store_fail(&e),
+                };
+                let end = p.offset.unwrap_or(0).checked_add(p.size.get_u64());
+                if end.is_none_or(|end| end > len) {
+                    return fail(
+                        Status::RangeNotSatisfiable,
+                        &format!("offset + size runs past the object's {len} bytes"),
+                    );
+                }
+            }
+            Op::Put => {
+                let mut b = dto::HeadBucketInput::builder();
+                b.set_bucket(bucket);
+                let Ok(input) = b.build() else {
+                    return fail(Status::Internal, "building the store request failed");
+                };
+                let req = self.store_request(input, http::Method::HEAD, &caller.access_key);
+                if let Err(e) = self.store.head_bucket(req).await {
+                    return store_fail(&e);
+                }
+            }
+        }
+        let made = tokio::task::spawn_blocking(move || sessions.prepare(&caller, &p)).await;
+        match made {
+            Ok(Ok(resp)) => {
+                inc(&self.metrics.rdma_v2_sessions);
+                respond(Status::Ok, resp.to_headers(), "")
+            }
+            Ok(Err(V2Failure::Status(s, why))) => fail(s, &why),
+            Ok(Err(V2Failure::Store(()))) | Err(_) => fail(Status::Internal, "preparing the session failed"),
+        }
+    }
+
+    async fn ready(
+        &self,
+        sessions: Arc<V2Sessions>,
+        caller: Caller,
+        r: ReadyRequest,
+    ) -> http::Response<Body> {
+        let claimed = match sessions.claim(&caller, &r) {
+            Ok(c) => c,
+            Err(V2Failure::Status(s, why)) => return fail(s, &why),
+            Err(V2Failure::Store(())) => return fail(Status::Internal, "claiming the session failed"),
+        };
+        let s = claimed.session();
+        let (op, size, offset, cookie) = (s.op(), s.size(), s.offset(), s.cookie());
+        let (bucket, key) = (s.object().bucket().to_owned(), s.object().key().to_owned());
+        let rt = Handle::current();
+        let _flight = super::layer::InFlight::new(&self.metrics);
+        let (moved, etag, crc) = match op {
+            Op::Get => {
+                let mut b = dto::GetObjectInput::builder();
+                b.set_bucket(bucket);
+                b.set_key(key);
+                b.set_range(Some(dto::Range::Int {
+                    first: offset,
+                    last: Some(offset + u64::from(size) - 1),
+                }));
+                let Ok(input) = b.build() else {
+                    return fail(Status::Internal, "building the store request failed");
+                };
+                let mut src = StoreSource::new(
+                    rt,
+                    self.store.clone(),
+                    self.store_request(input, http::Method::GET, &caller.access_key),
+                );
+                let moved =
+                    tokio::task::spawn_blocking(move || sessions.run(claimed, Request::Get(&mut src))).await;
+                (moved, None, None)
+            }
+            Op::Put => {
+                let store = self.store.clone();
+                let mut b = dto::PutObjectInput::builder();
+                b.set_bucket(bucket);
+                b.set_key(key);
+                let Ok(input) = b.build() else {
+                    return fail(Status::Internal, "building the store request failed");
+                };
+                let mut req = self.store_request(input, http::Method::PUT, &caller.access_key);
+                let mut sink = StoreSink::new(rt, move |body, len| {
+                    req.input.body = Some(body);
+                    req.input.content_length = Some(len);
+                    async move { store.put_object(req).await }
+                });
+                let (moved, mut sink) = match tokio::task::spawn_blocking(move || {
+                    let m = sessions.run(claimed, Request::Put(&mut sink));
+                    (m, sink)
+                })
+                .await
+                {
+                    Ok(x) => x,
+                    Err(e) => return fail(Status::Internal, &format!("the transfer task failed: {e}")),
+                };
+                let stored = sink.finish().await;
+                let moved = match moved {
+                    Err(V2Failure::Store(e)) => Err(V2Failure::Store(stored.unwrap_or(e))),
+                    m => m,
+                };
+                let out = sink.take_response().map(|r| r.output);
+                let etag = out
+                    .as_ref()
+                    .and_then(|o| o.e_tag.as_ref())
+                    .map(|e| format!("\"{}\"", e.value()));
+                let crc = out.and_then(|o| o.checksum_crc64nvme);
+                (Ok(moved), etag, crc)
+            }
+        };
+        let bytes = match moved {
+            Ok(Ok(n)) => n,
+            Ok(Err(V2Failure::Status(s, why))) => return fail(s, &why),
+            Ok(Err(V2Failure::Store(e))) => return store_fail(&e),
+            Err(e) => return fail(Status::Internal, &format!("the transfer task failed: {e}")),
+        };
+        match op {
+            Op::Get => {
+                inc(&self.metrics.rdma_gets);
+                self.metrics
+                    .rdma_bytes_written
+                    .fetch_add(bytes, Ordering::Relaxed);
+            }
+            Op::Put => {
+                inc(&self.metrics.rdma_puts);
+                self.metrics.rdma_bytes_read.fetch_add(bytes, Ordering::Relaxed);
+            }
+        }
+        tracing::info!(op = op.as_str(), bytes, "hipobj-rc-v2 transfer done");
+        let resp = ReadyResponse {
+            cookie,
+            bytes,
+            etag,
+            version_id: None,
+            checksum_crc64nvme: crc,
+        };
+        respond(Status::Ok, resp.to_headers(), "")
+    }
+}
