@@ -227,8 +227,15 @@ impl Connection {
 
     fn connect_inner(&mut self, peer: Peer, psn: u32) -> Result<()> {
         if self.peer.is_some() {
-            // Nothing granted survives the move to another server.
-            self.close_grant()?;
+            // Nothing granted survives the move to another server. A QP the
+            // server's failed RDMA left in ERR cannot invalidate (the work
+            // request flushes), and a reset keeps the QP and its number, so
+            // the window could outlive the rebind: it goes instead, which
+            // ends every key it had, and a fresh one takes its place.
+            if self.close_grant().is_err() {
+                self.replace_window()?;
+                self.broken = false;
+            }
             self.peer = None;
             let reset = QpAttr {
                 qp_state: QpState::Reset,
@@ -309,6 +316,12 @@ impl Connection {
             }
             None => mr_rkey,
         }
+    }
+
+    /// Whether a grant under `rkey` can be bound on this connection's
+    /// window (the key names this window); always true without one.
+    pub fn window_takes(&self, rkey: u32) -> bool {
+        self.mw.as_ref().is_none_or(|mw| mw.rkey() >> 8 == rkey >> 8)
     }
 
     /// Whether this connection fences with a memory window.
@@ -402,6 +415,20 @@ impl Connection {
             self.broken = true;
         }
         r
+    }
+
+    /// Deallocates the window (its keys find nothing from then on) and
+    /// allocates a new one.
+    fn replace_window(&mut self) -> Result<()> {
+        if self.mw.take().is_some() {
+            let mw = self
+                .device
+                .pd()
+                .alloc_mw()
+                .map_err(|e| rdma("allocating a memory window", &e))?;
+            self.mw = Some(mw);
+        }
+        Ok(())
     }
 
     /// RTS->RTS with these remote access flags (fallback mode).

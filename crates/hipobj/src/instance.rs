@@ -872,6 +872,12 @@ fn run_exchange(
             ));
         } else {
             lease.conn().connect(peer, psn)?;
+            // The binding round resends the same token, unless the
+            // reconnect had to replace the window (a QP the server's failed
+            // RDMA left in ERR): the old key's window is gone.
+            if !lease.conn().window_takes(token.rkey) {
+                token = fresh(lease.conn());
+            }
             lease.conn().open_grant(&ask.grant(token.rkey))?;
             bound_once = true;
         }
