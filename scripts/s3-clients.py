@@ -100,6 +100,29 @@ if prefix != "moto":
     code = error_code(s3.list_parts, Bucket=b, Key="aborted", UploadId=up2["UploadId"])[0]
     check(code == "NoSuchUpload", f"abort: {code}")
 
+# UploadPartCopy: "mp" in two ranges, then all of "dir/mib" as the last part.
+mp_bytes = b"".join(parts)
+mib = data(1 << 20, len("dir/mib"))
+up4 = s3.create_multipart_upload(Bucket=b, Key="pc")
+src_mp = {"Bucket": b, "Key": "mp"}
+cut = 5 << 20
+r1 = s3.upload_part_copy(Bucket=b, Key="pc", UploadId=up4["UploadId"], PartNumber=1, CopySource=src_mp, CopySourceRange=f"bytes=0-{cut - 1}")
+check(r1["CopyPartResult"]["ETag"] == f'"{hashlib.md5(mp_bytes[:cut]).hexdigest()}"', "UploadPartCopy range ETag")
+r2 = s3.upload_part_copy(Bucket=b, Key="pc", UploadId=up4["UploadId"], PartNumber=2, CopySource=src_mp, CopySourceRange=f"bytes={cut}-{len(mp_bytes) - 1}")
+r3 = s3.upload_part_copy(Bucket=b, Key="pc", UploadId=up4["UploadId"], PartNumber=3, CopySource={"Bucket": b, "Key": "dir/mib"})
+check(r3["CopyPartResult"]["ETag"] == f'"{hashlib.md5(mib).hexdigest()}"', "UploadPartCopy whole ETag")
+pc = [{"PartNumber": i + 1, "ETag": r["CopyPartResult"]["ETag"]} for i, r in enumerate([r1, r2, r3])]
+s3.complete_multipart_upload(Bucket=b, Key="pc", UploadId=up4["UploadId"], MultipartUpload={"Parts": pc})
+check(s3.get_object(Bucket=b, Key="pc")["Body"].read() == mp_bytes + mib, "UploadPartCopy bytes")
+if prefix != "moto":
+    up5 = s3.create_multipart_upload(Bucket=b, Key="pc2")
+    kw = dict(Bucket=b, Key="pc2", UploadId=up5["UploadId"], PartNumber=1, CopySource={"Bucket": b, "Key": "one"})
+    check(error_code(s3.upload_part_copy, CopySourceRange="bytes=0-21", **kw) in [("InvalidRange", 416), ("InvalidRange", 400)], "UploadPartCopy past the end")
+    check(error_code(s3.upload_part_copy, CopySourceRange="bytes=0-bar", **kw) == ("InvalidArgument", 400), "UploadPartCopy bad range")
+    check(error_code(s3.upload_part_copy, CopySourceIfMatch='"0"', **kw) == ("PreconditionFailed", 412), "UploadPartCopy If-Match")
+    check(error_code(s3.upload_part_copy, **dict(kw, CopySource={"Bucket": b, "Key": "nope"})) == ("NoSuchKey", 404), "UploadPartCopy missing source")
+    s3.abort_multipart_upload(Bucket=b, Key="pc2", UploadId=up5["UploadId"])
+
 if prefix != "moto":
     # Pages of one entry with a delimiter: botocore's paginator stops with
     # "same next token received twice" if a page repeats a common prefix.

@@ -4,7 +4,9 @@
 #   1. boto3 (scripts/s3-clients.py) and curl --aws-sigv4 against the
 #      server over its filesystem store;
 #   2. the same boto3 checks against the server with the S3 back end,
-#      fronting moto_server.
+#      fronting moto_server;
+#   3. scale-out over that moto: three gateways, RDMA on the soft NIC, one
+#      killed with SIGKILL mid-transfer, the clients failing over.
 #
 # Fails on any wrong answer. Python packages go into a venv
 # ($HIPOBJ_S3_VENV, default /tmp/hipobj-s3-venv), created on first use.
@@ -120,4 +122,12 @@ f.put_object(Bucket="through", Key="k", Body=b"via hipobj-server")
 assert m.get_object(Bucket="through", Key="k")["Body"].read() == b"via hipobj-server", "moto does not hold the object"
 print("moto holds what went through hipobj-server")
 PY
+
+# --- 3. scale-out: three gateways over moto, one killed mid-transfer ------
+# Three hipobj-server gateways with RDMA on the soft NIC in front of this
+# moto, six failover clients spread over them, one gateway killed with
+# SIGKILL while RDMA transfers run through it: every call fails over and
+# succeeds, nothing lost or torn (crates/hipobj-server/tests/failover.rs).
+HIPOBJ_MOTO_ENDPOINT="http://127.0.0.1:$moto_port" \
+    cargo test -q -p hipobj-server --test failover -- --ignored --exact failover_over_moto
 echo "s3-clients: all passed"

@@ -109,9 +109,36 @@ impl Error {
         self.declined
     }
 
-    /// Whether no response came at all (connection refused, timeout).
+    /// Whether no response came at all: the connection was refused, timed
+    /// out, or broke before the answer (a gateway that died while serving
+    /// the request). In the last case the request may or may not have taken
+    /// effect; it never reports a success.
     pub fn is_unreachable(&self) -> bool {
         self.unreachable
+    }
+
+    /// Whether the failure is the endpoint's rather than the request's, so
+    /// that another gateway over the same store may serve the call: no
+    /// response at all ([`Error::is_unreachable`]), or HTTP 502, 503 or 504.
+    pub fn may_fail_over(&self) -> bool {
+        self.unreachable || matches!(self.status, Some(502..=504))
+    }
+
+    /// This error as the last of several tries, the earlier failures named.
+    pub(crate) fn after_failover(mut self, earlier: &[(usize, Error)]) -> Self {
+        if !earlier.is_empty() {
+            let tries: Vec<String> = earlier
+                .iter()
+                .map(|(at, e)| format!("endpoint {at}: {e}"))
+                .collect();
+            self.detail = format!(
+                "{} (after {} failed tries: {})",
+                self.detail,
+                earlier.len(),
+                tries.join("; ")
+            );
+        }
+        self
     }
 
     /// The sentence for people.

@@ -54,6 +54,7 @@
 
 mod capture;
 mod error;
+mod failover;
 
 use std::sync::Arc;
 
@@ -64,6 +65,7 @@ use hipobj::{Control, ControlError, ErrorKind, Registration};
 
 use capture::{Capture, Exchange};
 pub use error::{Error, Result};
+pub use failover::{FailoverClient, RetryPolicy, Served};
 
 /// Where in a registration a transfer reads or writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1622,6 +1622,101 @@ impl S3 for FsStore {
         }))
     }
 
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<dto::UploadPartCopyInput>,
+    ) -> S3Result<S3Response<dto::UploadPartCopyOutput>> {
+        let input = req.input;
+        check_key(&input.key)?;
+        if !(1..=10_000).contains(&input.part_number) {
+            return Err(s3_error!(InvalidArgument, "part numbers run from 1 to 10000"));
+        }
+        let dto::CopySource::Bucket {
+            bucket: src_bucket,
+            key: src_key,
+            ..
+        } = &input.copy_source
+        else {
+            return Err(s3_error!(
+                NotImplemented,
+                "only bucket/key copy sources are supported"
+            ));
+        };
+        let owner = req.credentials.as_ref().map(|c| c.access_key.as_str());
+        let (dir, _) = self
+            .load_upload(&input.upload_id, &input.bucket, &input.key, owner)
+            .await?;
+        let src = self.object_path(src_bucket, src_key).await?;
+        let Some(Stored { meta, file }) = Self::read_stored(&src).await? else {
+            return Err(s3_error!(NoSuchKey, "the copy source does not exist"));
+        };
+        ReadConditions {
+            if_match: input.copy_source_if_match.as_ref(),
+            if_none_match: input.copy_source_if_none_match.as_ref(),
+            if_modified_since: input.copy_source_if_modified_since.as_ref(),
+            if_unmodified_since: input.copy_source_if_unmodified_since.as_ref(),
+        }
+        .check(&meta, true)?;
+        let (start, len) = match input.copy_source_range.as_deref() {
+            None => (0, meta.size),
+            Some(r) => copy_source_range(r, meta.size)?,
+        };
+        if len > self.limits.max_object_size {
+            return Err(s3_error!(EntityTooLarge));
+        }
+        let mut tmp = self.temp().await?;
+        let mut reader = file;
+        reader
+            .seek(SeekFrom::Start(start))
+            .await
+            .map_err(|e| internal("reading the copy source", e))?;
+        let mut data = reader.take(len);
+        let mut md5 = Md5::new();
+        let mut buf = vec![0u8; 256 << 10];
+        let mut copied = 0u64;
+        loop {
+            let n = data
+                .read(&mut buf)
+                .await
+                .map_err(|e| internal("reading the copy source", e))?;
+            if n == 0 {
+                break;
+            }
+            md5.update(&buf[..n]);
+            tmp.out
+                .write_all(&buf[..n])
+                .await
+                .map_err(|e| internal("writing the part", e))?;
+            copied += n as u64;
+        }
+        if copied != len {
+            return Err(internal("copying a part", "the source changed during the copy"));
+        }
+        let part = Meta {
+            key: String::new(),
+            size: copied,
+            etag: hex(&md5.finalize()),
+            modified_ms: now_ms(),
+            attrs: Attrs::default(),
+            sums: Sums::default(),
+            parts: Vec::new(),
+            upload_id: None,
+        };
+        // As for UploadPart: an upload completed or aborted meanwhile makes
+        // the rename fail, and nothing is left behind.
+        self.finish(tmp, &part, &dir.join(format!("part-{:05}", input.part_number)))
+            .await
+            .map_err(|_| s3_error!(NoSuchUpload))?;
+        Ok(S3Response::new(dto::UploadPartCopyOutput {
+            copy_part_result: Some(dto::CopyPartResult {
+                e_tag: Some(ETag::Strong(part.etag)),
+                last_modified: Some(timestamp(part.modified_ms)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }))
+    }
+
     async fn list_parts(
         &self,
         req: S3Request<dto::ListPartsInput>,
@@ -1880,4 +1975,36 @@ impl S3 for FsStore {
             .map_err(|e| internal("aborting an upload", e))?;
         Ok(S3Response::new(dto::AbortMultipartUploadOutput::default()))
     }
+}
+
+/// UploadPartCopy's `x-amz-copy-source-range`: exactly `bytes=FIRST-LAST`
+/// (both given, FIRST <= LAST; `400 InvalidArgument` otherwise), inside an
+/// object of `size` bytes (`416 InvalidRange` otherwise). Returns the start
+/// and the length.
+fn copy_source_range(v: &str, size: u64) -> S3Result<(u64, u64)> {
+    let bad = || {
+        S3Error::with_message(
+            S3ErrorCode::InvalidArgument,
+            "x-amz-copy-source-range must be bytes=FIRST-LAST",
+        )
+    };
+    let (a, b) = v
+        .strip_prefix("bytes=")
+        .and_then(|r| r.split_once('-'))
+        .ok_or_else(bad)?;
+    let digits = |t: &str| !t.is_empty() && t.bytes().all(|c| c.is_ascii_digit());
+    if !digits(a) || !digits(b) {
+        return Err(bad());
+    }
+    let (first, last): (u64, u64) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+    if first > last {
+        return Err(bad());
+    }
+    if last >= size {
+        return Err(S3Error::with_message(
+            S3ErrorCode::InvalidRange,
+            format!("the range ends past the source object's {size} bytes"),
+        ));
+    }
+    Ok((first, last - first + 1))
 }
