@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # The Python package (python/, docs/python.md): build the abi3 wheel with
-# maturin from PyPI, install it into a fresh venv, and run its pytest suite
-# against hipobj-server on the soft RoCE NIC; then the checkpoint example at
-# a small size. Fails on any failed, erroring or missing test.
+# maturin from PyPI, install it into a venv, and run its pytest suite
+# (torch CPU tensors included) against hipobj-server on the soft RoCE NIC;
+# then `pip install ./python` into a fresh venv through maturin's PEP 517
+# backend, and the checkpoint example at a small size with that install.
+# Fails on any failed, erroring or missing test.
 #
-# The venv lives in $HIPOBJ_PY_VENV (default /tmp/hipobj-py-venv). The
-# wheel is built with the dev profile so that it reuses the workspace's
-# debug build (the soft NIC is optimised even there); `maturin build
-# --release` makes the wheel to ship.
+# The venv lives in $HIPOBJ_PY_VENV (default /tmp/hipobj-py-venv); torch
+# (about 5.5 GiB from PyPI, a minute or two) goes into it once, unless
+# HIPOBJ_PY_TORCH=0. Both builds use the dev profile so that they reuse
+# the workspace's debug build (the soft NIC is optimised even there): the
+# wheel by `maturin build --profile dev`, the PEP 517 install through
+# MATURIN_PEP517_ARGS. A plain `pip install ./python` builds the release
+# profile, which is the same code and takes much longer here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +26,9 @@ if ! "$venv/bin/python" -c 'import maturin, numpy, pytest, boto3' 2>/dev/null; t
     "$venv/bin/pip" install -q 'maturin>=1.5,<2' numpy pytest boto3
 fi
 py="$venv/bin/python"
+if [ "${HIPOBJ_PY_TORCH:-1}" != 0 ] && ! "$py" -c 'import torch' 2>/dev/null; then
+    "$venv/bin/pip" install -q --progress-bar off torch
+fi
 
 cargo build -q -p hipobj-server
 export HIPOBJ_SERVER_BIN="$CARGO_TARGET_DIR/debug/hipobj-server"
@@ -46,6 +54,19 @@ case $rc in
     *) echo "FAIL: pytest exited with $rc" >&2; exit "$rc" ;;
 esac
 
-# The checkpoint example, small: write tensors by RDMA PUT, load them back
-# with ranged RDMA GETs into one registered buffer, compare, print the table.
-"$py" python/examples/checkpoint.py --size-mib 16
+# `pip install ./python` as the README says, into a fresh venv: pip builds
+# the package in an isolated environment with maturin from PyPI (the PEP 517
+# backend in pyproject.toml) and installs it with its numpy and boto3
+# extras.
+fresh="$work/venv"
+python3 -m venv "$fresh"
+MATURIN_PEP517_ARGS="--profile dev" "$fresh/bin/pip" install -q --progress-bar off './python[numpy,boto3]'
+"$fresh/bin/pip" show -f hipobj | grep -q 'hipobj/_native.abi3.so' || {
+    echo "FAIL: pip install ./python installed no extension module" >&2; exit 1; }
+"$fresh/bin/pip" show -f hipobj | grep -q 'hipobj/__init__.pyi' || {
+    echo "FAIL: pip install ./python installed no type stubs" >&2; exit 1; }
+
+# The checkpoint example, small, on that install: write tensors by RDMA PUT
+# (a multipart upload above 8 MiB), load them back with ranged RDMA GETs
+# into one registered buffer, compare, print the table.
+(cd "$work" && "$fresh/bin/python" "$OLDPWD/python/examples/checkpoint.py" --size-mib 16 --part-mib 8)

@@ -4,9 +4,9 @@ UploadPart at signing time, and the reply header back to the library."""
 from __future__ import annotations
 
 import threading
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
-from ._client import Client, _Front, _warn_declined
+from ._client import MULTIPART_THRESHOLD, PART_SIZE, Client, _Front, _warn_declined
 from ._errors import HipObjError, error
 
 _TOKEN_HEADER = "x-amz-rdma-token"
@@ -95,14 +95,27 @@ class Boto3(_Front):
     Create the boto3 client with ``botocore.config.Config(retries={"max_attempts": 1})``
     or similar: hipObject handles the binding round (409) itself, and a retry
     would pair one reply with another request's token.
+
+    ``put_from`` of more than ``multipart_threshold`` bytes is a multipart
+    upload (CreateMultipartUpload, RDMA UploadParts of ``part_size``,
+    CompleteMultipartUpload; AbortMultipartUpload if a part fails).
     """
 
-    def __init__(self, client: Client, s3: Any, *, fallback: bool = True):
-        super().__init__(client)
+    def __init__(
+        self,
+        client: Client,
+        s3: Any,
+        *,
+        fallback: bool = True,
+        multipart_threshold: int = MULTIPART_THRESHOLD,
+        part_size: int = PART_SIZE,
+    ):
+        super().__init__(client, multipart_threshold, part_size)
         install(s3)
         self.s3 = s3
         self.fallback = fallback
         self.last_etag: Optional[str] = None
+        self._tls = threading.local()  # this thread's last transfer: its ETag, and whether by RDMA
 
     def _transfer(self, get: bool, buf, offset, nbytes, method, params, op) -> int:
         def go(reg, at, n):
@@ -116,8 +129,10 @@ class Boto3(_Front):
                 if not self.fallback:
                     raise error("hipObjS3Error", f"{op}: the server declined RDMA ({why})") from None
                 _warn_declined(op, why)
+                self._tls.rdma = False
                 return self._plain(get, buf, at - (reg_off(buf, reg)), n, method, params, ex)
-            self.last_etag = ex.headers.get("etag")
+            self._tls.rdma = True
+            self.last_etag = self._tls.etag = ex.headers.get("etag")
             if get:
                 got = ex.headers.get(_BYTES_HEADER)
                 return int(got) if got is not None else n
@@ -140,20 +155,33 @@ class Boto3(_Front):
         p["Body"] = bytes(mv[at : at + n])
         p["ContentLength"] = n
         resp = getattr(self.s3, method)(**p)
-        self.last_etag = resp.get("ETag")
+        self.last_etag = self._tls.etag = resp.get("ETag")
         return n
 
-    def get_into(self, buf: Any, bucket: str, key: str, *, offset: int = 0, nbytes: Optional[int] = None, range: Optional[str] = None) -> int:
-        """GetObject (or the HTTP ``range``) into ``buf`` at ``offset``; returns the bytes written."""
+    def _get(self, buf, bucket, key, offset, nbytes, range) -> int:
         params = {"Bucket": bucket, "Key": key}
         if range is not None:
             params["Range"] = range
         return self._transfer(True, buf, offset, nbytes, "get_object", params, "GetObject")
 
-    def put_from(self, buf: Any, bucket: str, key: str, *, offset: int = 0, nbytes: Optional[int] = None) -> int:
-        """PutObject of ``nbytes`` of ``buf`` from ``offset``; returns the bytes sent."""
+    def _put(self, buf, bucket, key, offset, n) -> int:
         params = {"Bucket": bucket, "Key": key, "Body": b"", "ContentLength": 0}
-        return self._transfer(False, buf, offset, nbytes, "put_object", params, "PutObject")
+        return self._transfer(False, buf, offset, n, "put_object", params, "PutObject")
+
+    def _create(self, bucket, key) -> str:
+        return self.s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+
+    def _part(self, buf, bucket, key, upload, number, offset, n) -> Tuple[Optional[str], bool]:
+        self.upload_part_from(buf, bucket, key, upload, number, offset=offset, nbytes=n)
+        return self._tls.etag, bool(self._tls.rdma)
+
+    def _complete(self, bucket, key, upload, parts, n, rdma) -> None:
+        done = [{"PartNumber": number, "ETag": etag} for number, etag in parts]
+        resp = self.s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": done})
+        self.last_etag = resp.get("ETag")
+
+    def _abort(self, bucket, key, upload) -> None:
+        self.s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload)
 
     def upload_part_from(self, buf: Any, bucket: str, key: str, upload_id: str, number: int, *, offset: int = 0, nbytes: Optional[int] = None) -> int:
         """UploadPart ``number`` of ``upload_id``; returns the bytes sent."""

@@ -7,11 +7,48 @@ import concurrent.futures
 import functools
 import threading
 import warnings
-from typing import Any, Optional
+from typing import Any, List, Optional, Tuple
 
 from . import _native
 from ._errors import HipObjError, RdmaFallbackWarning, error
 from ._memory import RegistrationCache, Target, target_of
+
+
+# S3's smallest part (all but the last); the defaults for put_from's
+# automatic multipart upload.
+MIN_PART_SIZE = 5 << 20
+MULTIPART_THRESHOLD = 64 << 20
+PART_SIZE = 64 << 20
+
+
+def stream_handle(stream: Any) -> Optional[int]:
+    """The raw handle (``hipStream_t`` / ``CUstream``) of ``stream``.
+
+    Accepts ``None`` (no stream), an ``int`` handle (0 is the default
+    stream), an object with the CUDA stream protocol (``__cuda_stream__``
+    returning ``(version, handle)``), a ``torch.cuda.Stream`` (its
+    ``cuda_stream``) or a CuPy stream (its ``ptr``).
+    """
+    if stream is None:
+        return None
+    h: Any
+    if isinstance(stream, int) and not isinstance(stream, bool):
+        h = stream
+    elif hasattr(stream, "__cuda_stream__"):
+        v = stream.__cuda_stream__()
+        h = v[1] if isinstance(v, tuple) and len(v) == 2 else None
+    elif hasattr(stream, "cuda_stream"):
+        h = stream.cuda_stream
+    elif hasattr(stream, "ptr"):
+        h = stream.ptr
+    else:
+        h = None
+    if not isinstance(h, int) or isinstance(h, bool) or h < 0 or h >= 1 << 64:
+        raise error(
+            "hipObjInvalidValue",
+            f"stream must be an int handle, a torch.cuda.Stream, a CuPy stream or have __cuda_stream__; got {type(stream).__name__}",
+        )
+    return h
 
 
 class Client:
@@ -68,6 +105,12 @@ class Client:
             raise error("hipObjInvalidValue", f"{offset}+{n} bytes runs past the {t.nbytes}-byte buffer")
         return t, (t.addr - t.root_addr) + offset, n
 
+    def _sync_stream(self, stream: Any) -> None:
+        """Waits for the work queued on ``stream`` (GIL released); nothing for None."""
+        h = stream_handle(stream)
+        if h is not None:
+            self._native.synchronize_stream(h)
+
     def _run(self, obj, offset, nbytes, for_get, fn):
         t, at, n = self._span(obj, offset, nbytes, for_get)
         e = self.cache.acquire(t)
@@ -80,10 +123,18 @@ class Client:
 
 
 class _Front:
-    """get_into / put_from, blocking and asyncio, over one S3 client."""
+    """get_into / put_from, blocking and asyncio, over one S3 client.
 
-    def __init__(self, client: Client):
+    ``put_from`` of more than ``multipart_threshold`` bytes is a multipart
+    upload of ``part_size`` parts, each sent by RDMA.
+    """
+
+    def __init__(self, client: Client, multipart_threshold: int = MULTIPART_THRESHOLD, part_size: int = PART_SIZE):
         self.client = client
+        self.part_size = _check_part_size(part_size)
+        if multipart_threshold < 1:
+            raise error("hipObjInvalidValue", "multipart_threshold must be at least 1 byte")
+        self.multipart_threshold = multipart_threshold
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._pool_lock = threading.Lock()
 
@@ -105,11 +156,94 @@ class _Front:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor(), functools.partial(self.put_from, buf, bucket, key, **kw))
 
-    def get_into(self, buf, bucket, key, *, offset=0, nbytes=None, range=None) -> int:  # pragma: no cover
+    def get_into(
+        self,
+        buf: Any,
+        bucket: str,
+        key: str,
+        *,
+        offset: int = 0,
+        nbytes: Optional[int] = None,
+        range: Optional[str] = None,
+        stream: Any = None,
+    ) -> int:
+        """GetObject (or the HTTP ``range``) into ``buf`` at ``offset``; returns the bytes written.
+
+        ``stream``: the GPU stream whose work uses ``buf``; it is
+        synchronized before the transfer starts (docs/python.md, streams).
+        """
+        self.client._span(buf, offset, nbytes, True)  # bad input: refused before any I/O
+        self.client._sync_stream(stream)
+        return self._get(buf, bucket, key, offset, nbytes, range)
+
+    def put_from(
+        self,
+        buf: Any,
+        bucket: str,
+        key: str,
+        *,
+        offset: int = 0,
+        nbytes: Optional[int] = None,
+        part_size: Optional[int] = None,
+        stream: Any = None,
+    ) -> int:
+        """PutObject of ``nbytes`` of ``buf`` from ``offset``; returns the bytes sent.
+
+        Above ``multipart_threshold`` bytes it is a multipart upload of
+        ``part_size`` parts (default: the client's), aborted if a part fails.
+        ``stream``: the GPU stream that produced ``buf``, synchronized first.
+        """
+        _, _, n = self.client._span(buf, offset, nbytes, False)
+        part = self.part_size if part_size is None else _check_part_size(part_size)
+        self.client._sync_stream(stream)
+        if n <= self.multipart_threshold:
+            return self._put(buf, bucket, key, offset, n)
+        upload = self._create(bucket, key)
+        parts: List[Tuple[int, Optional[str]]] = []
+        rdma = True
+        try:
+            for i, off in enumerate(range(0, n, part)):
+                m = min(part, n - off)
+                etag, by_rdma = self._part(buf, bucket, key, upload, i + 1, offset + off, m)
+                parts.append((i + 1, etag))
+                rdma = rdma and by_rdma
+            self._complete(bucket, key, upload, parts, n, rdma)
+        except BaseException:
+            try:
+                self._abort(bucket, key, upload)
+            except Exception:  # the part's failure is what the caller needs
+                pass
+            raise
+        return n
+
+    # What each S3 client provides.
+    def _get(self, buf, bucket, key, offset, nbytes, range) -> int:  # pragma: no cover
         raise NotImplementedError
 
-    def put_from(self, buf, bucket, key, *, offset=0, nbytes=None) -> int:  # pragma: no cover
+    def _put(self, buf, bucket, key, offset, n) -> int:  # pragma: no cover
         raise NotImplementedError
+
+    def _create(self, bucket, key) -> str:  # pragma: no cover
+        raise NotImplementedError
+
+    def _part(self, buf, bucket, key, upload, number, offset, n) -> Tuple[Optional[str], bool]:  # pragma: no cover
+        """Sends one part; returns its ETag and whether it went by RDMA."""
+        raise NotImplementedError
+
+    def _complete(self, bucket, key, upload, parts, n, rdma) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def _abort(self, bucket, key, upload) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+
+def _check_part_size(part_size: int) -> int:
+    if not isinstance(part_size, int) or part_size < MIN_PART_SIZE or part_size > _native.MAX_BUFFER_SIZE:
+        raise error(
+            "hipObjInvalidValue",
+            f"part_size must be {MIN_PART_SIZE} bytes (S3's smallest part) to 4 GiB; got {part_size!r}",
+        )
+    return part_size
 
 
 def _warn_declined(op: str, why: Optional[str]) -> None:
@@ -125,7 +259,9 @@ class S3(_Front):
 
     For programs that do not use boto3. A server that declines RDMA gets
     plain HTTP through the same memory, with an ``RdmaFallbackWarning``
-    (``fallback=False`` makes it a ``HipObjError``).
+    (``fallback=False`` makes it a ``HipObjError``). ``put_from`` of more
+    than ``multipart_threshold`` bytes is a multipart upload of
+    ``part_size`` parts.
     """
 
     def __init__(
@@ -137,28 +273,48 @@ class S3(_Front):
         *,
         region: str = "us-east-1",
         fallback: bool = True,
+        multipart_threshold: int = MULTIPART_THRESHOLD,
+        part_size: int = PART_SIZE,
     ):
-        super().__init__(client)
+        super().__init__(client, multipart_threshold, part_size)
         self._s3 = _native.S3Client(client._native, endpoint, access_key, secret_key, region, fallback)
         self.last: Optional[dict] = None
 
-    def get_into(self, buf: Any, bucket: str, key: str, *, offset: int = 0, nbytes: Optional[int] = None, range: Optional[str] = None) -> int:
-        """GetObject (or the HTTP ``range``) into ``buf`` at ``offset``; returns the bytes written."""
-
+    def _get(self, buf, bucket, key, offset, nbytes, range) -> int:
         def go(reg, at, n):
             return self._s3.get_object(reg, at, n, bucket, key, range)
 
         r = self.client._run(buf, offset, nbytes, True, go)
         return self._done("GetObject", r)
 
-    def put_from(self, buf: Any, bucket: str, key: str, *, offset: int = 0, nbytes: Optional[int] = None) -> int:
-        """PutObject of ``nbytes`` of ``buf`` from ``offset``; returns the bytes sent."""
-
+    def _put(self, buf, bucket, key, offset, n) -> int:
         def go(reg, at, n):
             return self._s3.put_object(reg, at, n, bucket, key)
 
-        r = self.client._run(buf, offset, nbytes, False, go)
+        r = self.client._run(buf, offset, n, False, go)
         return self._done("PutObject", r)
+
+    def _create(self, bucket, key) -> str:
+        return self._s3.create_multipart_upload(bucket, key)
+
+    def _part(self, buf, bucket, key, upload, number, offset, n) -> Tuple[Optional[str], bool]:
+        r = self.upload_part_from(buf, bucket, key, upload, number, offset=offset, nbytes=n)
+        return r.get("etag"), bool(r["rdma"])
+
+    def _complete(self, bucket, key, upload, parts, n, rdma) -> None:
+        etag = self._s3.complete_multipart_upload(bucket, key, upload, parts)
+        self.last = {
+            "bytes": n,
+            "rdma": rdma,
+            "declined": None if rdma else "a part fell back to plain HTTP",
+            "etag": etag,
+            "object_size": None,
+            "status": 200,
+            "parts": len(parts),
+        }
+
+    def _abort(self, bucket, key, upload) -> None:
+        self._s3.abort_multipart_upload(bucket, key, upload)
 
     def upload_part_from(self, buf: Any, bucket: str, key: str, upload_id: str, number: int, *, offset: int = 0, nbytes: Optional[int] = None) -> dict:
         """UploadPart ``number``; returns what happened, with the part's ``etag``."""

@@ -109,18 +109,69 @@ class _DLTensor(ctypes.Structure):
     ]
 
 
+class _DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class _DLManagedTensorVersioned(ctypes.Structure):
+    """DLPack 1.x's managed tensor: the version and flags before the tensor."""
+
+    _fields_ = [
+        ("version", _DLPackVersion),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+        ("flags", ctypes.c_uint64),
+        ("dl_tensor", _DLTensor),
+    ]
+
+
+_DLPACK_FLAG_READ_ONLY = 1 << 0
+_DLPACK_FLAG_IS_COPIED = 1 << 1
+
 _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 _capsule_pointer.restype = ctypes.c_void_p
 _capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capsule_name = ctypes.pythonapi.PyCapsule_GetName
+_capsule_name.restype = ctypes.c_char_p
+_capsule_name.argtypes = [ctypes.py_object]
+
+
+def _export(obj: Any):
+    """``obj.__dlpack__()``, as a DLPack 1.x capsule where the producer can
+    (it carries the read-only and copied flags), else the legacy one."""
+    try:
+        return obj.__dlpack__(max_version=(1, 0))
+    except TypeError:
+        # A producer from before DLPack 1.0 takes no max_version.
+        return obj.__dlpack__()
 
 
 def dlpack_target(obj: Any, *, for_get: bool) -> Target:
     """The memory of a DLPack producer (torch, CuPy, JAX, NumPy ...)."""
-    capsule = obj.__dlpack__()
+    try:
+        capsule = _export(obj)
+    except (TypeError, ValueError, RuntimeError, BufferError) as e:
+        # e.g. torch refuses a tensor that requires grad, or a conjugated view
+        raise error("hipObjInvalidValue", f"the DLPack export failed: {e}") from e
     # The capsule is not consumed: its destructor gives the tensor back when
     # the capsule dies, which the registration's keepalive delays.
-    ptr = _capsule_pointer(capsule, b"dltensor")
-    t = _DLTensor.from_address(ptr)  # DLManagedTensor starts with its DLTensor
+    name = _capsule_name(capsule)
+    readonly = False
+    if name == b"dltensor_versioned":
+        m = _DLManagedTensorVersioned.from_address(_capsule_pointer(capsule, name))
+        if m.version.major != 1:
+            raise error("hipObjInvalidValue", f"DLPack {m.version.major}.{m.version.minor} is not 1.x")
+        readonly = bool(m.flags & _DLPACK_FLAG_READ_ONLY)
+        if m.flags & _DLPACK_FLAG_IS_COPIED:
+            # The bytes would move into or out of a copy, not the object.
+            raise error("hipObjInvalidValue", "the DLPack producer exported a copy, not its memory")
+        t = m.dl_tensor
+    elif name == b"dltensor":
+        t = _DLTensor.from_address(_capsule_pointer(capsule, name))  # DLManagedTensor starts with its DLTensor
+    else:
+        raise error("hipObjInvalidValue", f"__dlpack__ returned a capsule named {name!r}, not a DLPack tensor")
+    if for_get and readonly:
+        raise error("hipObjInvalidValue", "a GET needs writable memory; this DLPack export is read-only")
     if t.dtype.bits % 8:
         raise error("hipObjInvalidValue", f"DLPack dtype of {t.dtype.bits} bits is not byte-addressable")
     item = t.dtype.bits // 8 * max(t.dtype.lanes, 1)
@@ -147,10 +198,39 @@ def dlpack_target(obj: Any, *, for_get: bool) -> Target:
         device = True
     else:
         raise error("hipObjInvalidValue", f"DLPack device type {dev} is neither host memory nor a CUDA/ROCm GPU")
-    # A DLPack export carries no read-only flag (DLPack 1.0's flags live in
-    # the versioned capsule); host producers that are read-only NumPy
-    # arrays refuse to export at all.
-    return Target(addr, nbytes, False, device, obj, addr, nbytes, keepalive=capsule)
+    storage = _torch_storage(obj, addr, nbytes)
+    if storage is not None:
+        # A torch tensor: the registration covers its whole storage, so
+        # views of one storage share it, and holds the storage (not the
+        # capsule, which would keep the tensor object alive for ever): the
+        # root tensor's death then releases the registration, and the
+        # memory cannot be freed before that.
+        st, sa, sn = storage
+        root = obj
+        for _ in range(64):
+            base = getattr(root, "_base", None)
+            if base is None or base is root:
+                break
+            root = base
+        del capsule
+        return Target(addr, nbytes, readonly, device, root, sa, sn, keepalive=st)
+    return Target(addr, nbytes, readonly, device, obj, addr, nbytes, keepalive=capsule)
+
+
+def _torch_storage(obj: Any, addr: int, nbytes: int):
+    """``(storage, address, bytes)`` of a torch tensor's storage holding
+    ``[addr, addr + nbytes)``, or None for other producers."""
+    get = getattr(obj, "untyped_storage", None)
+    if not callable(get):
+        return None
+    try:
+        st = get()
+        sa, sn = int(st.data_ptr()), int(st.nbytes())
+    except Exception:  # not torch's method after all
+        return None
+    if sa <= addr and addr + nbytes <= sa + sn and sn <= _native.MAX_BUFFER_SIZE:
+        return st, sa, sn
+    return None
 
 
 def cuda_target(obj: Any, *, for_get: bool) -> Target:
@@ -288,7 +368,10 @@ class RegistrationCache:
         if t.device or t.keepalive is not None:
             # GPU memory, or a DLPack export of host memory: registered by
             # address; the owner (and the DLPack capsule) must outlive it.
-            reg = _native.Registration.raw(self._client, t.root_addr, t.root_nbytes, t.device, t.readonly)
+            # Writable as far as the registration goes: views of one
+            # allocation may differ, and each transfer's own object was
+            # checked by target_of (a read-only one never reaches a GET).
+            reg = _native.Registration.raw(self._client, t.root_addr, t.root_nbytes, t.device, False)
         else:
             # A buffer export. Weak: a finalizer releases the registration
             # before the owner's memory is freed. Otherwise the registration

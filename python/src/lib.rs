@@ -88,6 +88,14 @@ impl Client {
         self.inner.instance().buffers().len()
     }
 
+    /// Waits for the GPU work queued on `stream` (a hipStream_t or CUstream
+    /// handle; 0 is the default stream), with the GIL released.
+    fn synchronize_stream(&self, py: Python<'_>, stream: usize) -> PyResult<()> {
+        let inst = self.inner.instance().clone();
+        py.allow_threads(move || inst.synchronize_stream(stream))
+            .map_err(|e| core_err(py, &e))
+    }
+
     /// RDMA connections in the pool (concurrent transfers).
     fn connections(&self) -> usize {
         self.inner.instance().pool().size()

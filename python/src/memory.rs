@@ -124,8 +124,8 @@ pub(crate) fn buffer_info(obj: &Bound<'_, PyAny>) -> PyResult<(usize, usize, boo
 enum Held {
     /// Host memory, through the core's safe API (usable by hipobj-s3).
     Host(hipobj::Registration<'static>),
-    /// GPU memory, or host memory given as a raw pointer: the instance's
-    /// registration, deregistered by [`Registration::release`].
+    /// GPU memory: the instance's registration, deregistered by
+    /// [`Registration::release`].
     Raw,
 }
 
@@ -347,20 +347,50 @@ impl Registration {
         device: bool,
         readonly: bool,
     ) -> PyResult<Self> {
-        // SAFETY: the caller's promise (documented in hipobj.register_pointer)
-        // that the range is allocated memory that outlives this registration,
-        // as with hipObjBufRegister in C.
-        let region = unsafe { MemRegion::new(addr, len) };
+        if addr == 0 || len == 0 {
+            return Err(own_err(
+                py,
+                ErrorKind::InvalidValue,
+                "a null address or a size of 0",
+            ));
+        }
         let client = client.inner.clone();
-        let inst = client.instance().clone();
-        let r = py.allow_threads(|| {
-            if device {
-                inst.register_device(region)
-            } else {
-                inst.register_host(region)
+        if !device {
+            if len as u64 > hipobj::MAX_BUFFER_SIZE {
+                return Err(own_err(
+                    py,
+                    ErrorKind::SizeTooLarge,
+                    format!("{len} bytes is over the 4 GiB limit of one registration"),
+                ));
             }
-        });
-        r.map_err(|e| core_err(py, &e))?;
+            // Host memory goes through the core's safe registration, as a
+            // buffer export does, so that the built-in S3 client (and its
+            // plain-HTTP fallback) can move it too.
+            // SAFETY: the caller's promise (the Python layer holds the
+            // producer's storage or DLPack capsule for as long as this
+            // registration lives) that `addr..addr+len` is allocated host
+            // memory that outlives the registration, as with
+            // hipObjBufRegister in C. The slice is used as in `host`.
+            let slice: &'static mut [u8] =
+                unsafe { std::slice::from_raw_parts_mut(std::ptr::with_exposed_provenance_mut(addr), len) };
+            let reg = py
+                .allow_threads(|| client.register(slice))
+                .map_err(|e| core_err(py, &e))?;
+            return Ok(Self {
+                client,
+                addr,
+                len,
+                readonly,
+                device,
+                held: Mutex::new(Some(Held::Host(reg))),
+                export: Mutex::new(None),
+            });
+        }
+        // SAFETY: the caller's promise, as above, for GPU memory.
+        let region = unsafe { MemRegion::new(addr, len) };
+        let inst = client.instance().clone();
+        py.allow_threads(|| inst.register_device(region))
+            .map_err(|e| core_err(py, &e))?;
         Ok(Self {
             client,
             addr,

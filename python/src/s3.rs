@@ -6,6 +6,7 @@ use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::config::{
     BehaviorVersion, Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation,
 };
+use aws_sdk_s3::types::CompletedMultipartUpload;
 use hipobj::ErrorKind;
 use hipobj_s3::{RdmaS3Client, Span, Transfer};
 use pyo3::prelude::*;
@@ -137,5 +138,80 @@ impl S3Client {
             self.inner.upload_part(r, at, bucket, key, upload_id, number)
         })?;
         result(py, &out.map_err(|e| raise_s3(py, &e))?)
+    }
+
+    /// CreateMultipartUpload; returns the upload id.
+    fn create_multipart_upload(&self, py: Python<'_>, bucket: &str, key: &str) -> PyResult<String> {
+        let s3 = self.inner.s3().clone();
+        let rt = self.inner.runtime().clone();
+        let out = py.allow_threads(|| {
+            rt.block_on(s3.create_multipart_upload().bucket(bucket).key(key).send())
+                .map_err(|e| hipobj_s3::Error::from_sdk("CreateMultipartUpload", &e))
+        });
+        let out = out.map_err(|e| raise_s3(py, &e))?;
+        out.upload_id().map(str::to_owned).ok_or_else(|| {
+            own_err(
+                py,
+                ErrorKind::S3Error,
+                "CreateMultipartUpload: the response carries no UploadId",
+            )
+        })
+    }
+
+    /// CompleteMultipartUpload from `(number, etag)` pairs; returns the ETag.
+    fn complete_multipart_upload(
+        &self,
+        py: Python<'_>,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        parts: Vec<(i32, Option<String>)>,
+    ) -> PyResult<Option<String>> {
+        let s3 = self.inner.s3().clone();
+        let rt = self.inner.runtime().clone();
+        let done = CompletedMultipartUpload::builder()
+            .set_parts(Some(
+                parts
+                    .into_iter()
+                    .map(|(n, etag)| hipobj_s3::completed_part(n, etag))
+                    .collect(),
+            ))
+            .build();
+        let out = py.allow_threads(|| {
+            rt.block_on(
+                s3.complete_multipart_upload()
+                    .bucket(bucket)
+                    .key(key)
+                    .upload_id(upload_id)
+                    .multipart_upload(done)
+                    .send(),
+            )
+            .map_err(|e| hipobj_s3::Error::from_sdk("CompleteMultipartUpload", &e))
+        });
+        let out = out.map_err(|e| raise_s3(py, &e))?;
+        Ok(out.e_tag().map(str::to_owned))
+    }
+
+    /// AbortMultipartUpload (after a failed part).
+    fn abort_multipart_upload(
+        &self,
+        py: Python<'_>,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+    ) -> PyResult<()> {
+        let s3 = self.inner.s3().clone();
+        let rt = self.inner.runtime().clone();
+        let out = py.allow_threads(|| {
+            rt.block_on(
+                s3.abort_multipart_upload()
+                    .bucket(bucket)
+                    .key(key)
+                    .upload_id(upload_id)
+                    .send(),
+            )
+            .map_err(|e| hipobj_s3::Error::from_sdk("AbortMultipartUpload", &e))
+        });
+        out.map(drop).map_err(|e| raise_s3(py, &e))
     }
 }

@@ -165,3 +165,28 @@ def test_a_device_pointer_the_runtime_does_not_know_is_a_clear_error(client):
     with pytest.raises(hipobj.HipObjError) as e:
         client.register(FakeCudaArray(0x7F0000000000, 16, strides=(2,)))
     assert "contiguous" in str(e.value)
+
+
+class VersionedProducer(Producer):
+    """A DLPack 1.x producer: passes max_version through (NumPy 2.1+ marks
+    a read-only array's export read-only instead of refusing it)."""
+
+    def __dlpack__(self, stream=None, max_version=None):
+        return self._arr.__dlpack__(max_version=max_version)
+
+
+def test_a_read_only_dlpack_export_is_refused_for_a_get_and_serves_a_put(client):
+    a = np.arange(4096, dtype=np.uint8)
+    a.setflags(write=False)
+    p = VersionedProducer(a)
+    t = hipobj._memory.target_of(p, for_get=False)
+    assert t.readonly and t.nbytes == 4096 and t.addr == a.ctypes.data
+    regs = client.cache.registrations
+    with pytest.raises(hipobj.HipObjError) as e:
+        hipobj._memory.target_of(p, for_get=True)
+    assert e.value.name == "hipObjInvalidValue" and "read-only" in str(e.value)
+    assert client.cache.registrations == regs
+    # A legacy producer cannot say read-only, so NumPy refuses to export.
+    with pytest.raises(hipobj.HipObjError) as e:
+        hipobj._memory.target_of(Producer(a), for_get=False)
+    assert e.value.name == "hipObjInvalidValue"

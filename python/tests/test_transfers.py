@@ -195,3 +195,112 @@ def test_the_gil_is_released_during_a_transfer(s3, bucket):
         s3.client.cache.done(entry)
     assert during > 0, "no Python thread ran during the 64 MiB transfer: the GIL was held"
     assert np.array_equal(src, dst)
+
+
+def _calls(s3, ops):
+    """Counts the boto3 API calls named in ``ops`` made through ``s3``."""
+    seen = {op: 0 for op in ops}
+
+    def count(model, **_):
+        if model.name in seen:
+            seen[model.name] += 1
+
+    s3.meta.events.register("before-call.s3", count)
+    return seen
+
+
+@pytest.mark.parametrize("front", ["builtin", "boto3"])
+def test_put_from_above_the_threshold_is_a_multipart_upload(front, client, rdma_server, bucket):
+    part = 5 << 20
+    src = pattern(2 * part + 777, 9)
+    b3 = boto3_client(rdma_server.endpoint)
+    if front == "builtin":
+        f = hipobj.S3(client, rdma_server.endpoint, AK, SK, fallback=False, multipart_threshold=6 << 20, part_size=part)
+    else:
+        f = hipobj.Boto3(client, b3, fallback=False, multipart_threshold=6 << 20, part_size=part)
+    seen = _calls(b3, ["CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload", "PutObject"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every part by RDMA
+        assert f.put_from(src, bucket, f"auto-mp-{front}") == src.nbytes
+    if front == "builtin":
+        assert f.last["parts"] == 3 and f.last["rdma"] is True and f.last["bytes"] == src.nbytes
+    else:
+        assert seen == {"CreateMultipartUpload": 1, "UploadPart": 3, "CompleteMultipartUpload": 1, "PutObject": 0}
+    # The server stored three parts: 5 MiB, 5 MiB and the rest.
+    sizes = [b3.get_object(Bucket=bucket, Key=f"auto-mp-{front}", PartNumber=i)["ContentLength"] for i in (1, 2, 3)]
+    assert sizes == [part, part, 777]
+    assert b3.head_object(Bucket=bucket, Key=f"auto-mp-{front}")["ETag"].strip('"').endswith("-3")
+    dst = np.zeros_like(src)
+    assert f.get_into(dst, bucket, f"auto-mp-{front}") == src.nbytes
+    assert np.array_equal(src, dst)
+    # At or below the threshold it is one PutObject; part_size per call.
+    small = src[: 6 << 20]
+    assert f.put_from(small, bucket, f"auto-one-{front}") == small.nbytes
+    if front == "boto3":
+        assert seen["PutObject"] == 1 and seen["UploadPart"] == 3
+    assert f.put_from(src, bucket, f"auto-mp6-{front}", part_size=6 << 20) == src.nbytes
+    assert b3.get_object(Bucket=bucket, Key=f"auto-mp6-{front}", PartNumber=2)["ContentLength"] == src.nbytes - (6 << 20)
+    back = np.zeros_like(src)
+    f.get_into(back, bucket, f"auto-mp6-{front}")
+    assert np.array_equal(src, back)
+
+
+def test_a_part_smaller_than_s3_allows_is_refused_before_any_io(client, rdma_server, bucket):
+    b3 = boto3_client(rdma_server.endpoint)
+    with pytest.raises(hipobj.HipObjError) as e:
+        hipobj.Boto3(client, b3, part_size=1 << 20)
+    assert e.value.name == "hipObjInvalidValue"
+    f = hipobj.Boto3(client, b3, multipart_threshold=1 << 20)
+    seen = _calls(b3, ["CreateMultipartUpload", "UploadPart", "PutObject"])
+    with pytest.raises(hipobj.HipObjError) as e:
+        f.put_from(pattern(3 << 20, 10), bucket, "tiny-parts", part_size=(5 << 20) - 1)
+    assert e.value.name == "hipObjInvalidValue"
+    assert seen == {"CreateMultipartUpload": 0, "UploadPart": 0, "PutObject": 0}
+
+
+def test_a_failed_part_aborts_the_upload(client, rdma_server, bucket):
+    b3 = boto3_client(rdma_server.endpoint)
+    f = hipobj.Boto3(client, b3, fallback=False, multipart_threshold=5 << 20, part_size=5 << 20)
+    seen = _calls(b3, ["UploadPart", "AbortMultipartUpload", "CompleteMultipartUpload"])
+
+    def fail_second_part(params, **_):
+        if params.get("PartNumber") == 2:
+            raise RuntimeError("the network went away")
+
+    b3.meta.events.register("provide-client-params.s3.UploadPart", fail_second_part)
+    with pytest.raises(hipobj.HipObjError) as e:
+        f.put_from(pattern(12 << 20, 11), bucket, "aborted")
+    assert isinstance(e.value.__cause__, RuntimeError)
+    assert seen == {"UploadPart": 1, "AbortMultipartUpload": 1, "CompleteMultipartUpload": 0}
+    assert b3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == [] or all(
+        u["Key"] != "aborted" for u in b3.list_multipart_uploads(Bucket=bucket)["Uploads"]
+    )
+    with pytest.raises(Exception):
+        b3.head_object(Bucket=bucket, Key="aborted")
+
+
+def test_multipart_falls_back_per_part_with_a_warning(client, plain_server, plain_bucket):
+    src = pattern((10 << 20) + 5, 12)
+    for front in (
+        hipobj.S3(client, plain_server.endpoint, AK, SK, multipart_threshold=5 << 20, part_size=5 << 20),
+        hipobj.Boto3(client, boto3_client(plain_server.endpoint), multipart_threshold=5 << 20, part_size=5 << 20),
+    ):
+        with pytest.warns(hipobj.RdmaFallbackWarning):
+            assert front.put_from(src, plain_bucket, "fb-mp") == src.nbytes
+        body = boto3_client(plain_server.endpoint).get_object(Bucket=plain_bucket, Key="fb-mp")["Body"].read()
+        assert body == src.tobytes()
+
+
+def test_a_read_only_dlpack_producer_is_put_but_never_written(client, boto, bucket):
+    from test_memory import VersionedProducer
+
+    a = pattern(1 << 20, 13)
+    a.setflags(write=False)
+    p = VersionedProducer(a)
+    assert boto.put_from(p, bucket, "ro-dlpack") == a.nbytes
+    assert boto.s3.get_object(Bucket=bucket, Key="ro-dlpack")["Body"].read() == a.tobytes()
+    log = []
+    boto.s3.meta.events.register("before-call.s3", lambda model, **_: log.append(model.name))
+    with pytest.raises(hipobj.HipObjError) as e:
+        boto.get_into(p, bucket, "ro-dlpack")
+    assert e.value.name == "hipObjInvalidValue" and log == []

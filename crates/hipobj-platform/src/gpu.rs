@@ -110,6 +110,16 @@ pub trait GpuRuntime: Send + Sync + fmt::Debug {
 
     /// Waits for all work on the current device.
     fn synchronize(&self) -> Result<(), GpuError>;
+
+    /// Waits for the work queued so far on `stream`, a stream handle of this
+    /// runtime (`hipStream_t`, `CUstream`; 0 is the default stream). Callers
+    /// use it to order a transfer after the GPU work that writes or reads
+    /// the buffer. The default waits for the whole device, which covers
+    /// every stream.
+    fn stream_synchronize(&self, stream: usize) -> Result<(), GpuError> {
+        let _ = stream;
+        self.synchronize()
+    }
 }
 
 /// Polls `event` until it reports done or `timeout` passes; says which.
@@ -190,5 +200,9 @@ impl GpuRuntime for NoGpu {
     }
     fn synchronize(&self) -> Result<(), GpuError> {
         Ok(())
+    }
+    fn stream_synchronize(&self, _stream: usize) -> Result<(), GpuError> {
+        // A stream handle cannot come from a runtime that is not there.
+        Err(self.unsupported("stream_synchronize"))
     }
 }

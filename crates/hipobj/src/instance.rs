@@ -380,6 +380,24 @@ impl Instance {
         self.stage(&entry, offset, size, dir)
     }
 
+    /// Waits for the GPU work queued so far on `stream`, a stream handle of
+    /// the platform's GPU runtime (0 is the default stream). Bindings call
+    /// it before a transfer's token exists, so the server's RDMA READ of a
+    /// PUT sees what the stream's kernels wrote, and the RDMA WRITE of a GET
+    /// (or, for a staged buffer, the copy to the GPU that ends it) does not
+    /// race the stream's own use of the buffer. A failure is
+    /// `InvalidValue` carrying the runtime's error number: a handle the
+    /// runtime does not know, or no GPU runtime at all.
+    pub fn synchronize_stream(&self, stream: usize) -> Result<()> {
+        self.platform.gpu.stream_synchronize(stream).map_err(|e| {
+            Error::gpu(
+                ErrorKind::InvalidValue,
+                &format!("synchronizing stream {stream:#x}"),
+                &e,
+            )
+        })
+    }
+
     fn mint(&self, qpn: u32, entry: &BufEntry, offset: usize, size: usize, rkey: u32) -> Token {
         Token {
             transport: Transport::Rc,

@@ -396,3 +396,32 @@ fn each_token_grants_only_its_direction() {
         "a GET token must not let the server read: {get:?}"
     );
 }
+
+/// A binding's stream argument reaches the GPU runtime's stream
+/// synchronize with the handle unchanged; a handle the runtime refuses is
+/// `InvalidValue` carrying the runtime's error number, and a host with no
+/// GPU runtime refuses every stream.
+#[test]
+fn a_stream_is_synchronized_through_the_gpu_runtime() {
+    let p = gpu_platform(false);
+    let lib = start(&p, Options::default());
+    let inst = lib.instance().unwrap();
+    inst.synchronize_stream(0xdead_b000).unwrap();
+    inst.synchronize_stream(0).unwrap();
+    assert_eq!(p.gpu.synced_streams(), [0xdead_b000, 0]);
+
+    p.faults.set("stream_synchronize", Fault::Fail);
+    let e = inst.synchronize_stream(0x42).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidValue);
+    assert_eq!(e.gpu_error(), 1, "the runtime's error number is kept");
+    assert!(e.to_string().contains("0x42"), "{e}");
+    assert_eq!(
+        p.gpu.synced_streams().len(),
+        2,
+        "a failed synchronize is not counted"
+    );
+
+    let none = hipobj_platform::NoGpu::new("test");
+    let e = hipobj_platform::GpuRuntime::stream_synchronize(&none, 0).unwrap_err();
+    assert_eq!(e.call, "stream_synchronize");
+}

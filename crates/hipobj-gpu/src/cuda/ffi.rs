@@ -89,6 +89,8 @@ pub(crate) struct CudaApi {
     ctx_pop_current: unsafe extern "C" fn(*mut *mut c_void) -> CuResult,
     ctx_get_device: unsafe extern "C" fn(*mut CuDevice) -> CuResult,
     ctx_synchronize: unsafe extern "C" fn() -> CuResult,
+    /// Optional: without it, a stream is synchronized by its context.
+    stream_synchronize: Option<unsafe extern "C" fn(*mut c_void) -> CuResult>,
     pointer_get_attribute: unsafe extern "C" fn(*mut c_void, c_int, CuDeviceptr) -> CuResult,
     mem_get_address_range: unsafe extern "C" fn(*mut CuDeviceptr, *mut usize, CuDeviceptr) -> CuResult,
     mem_host_alloc: unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> CuResult,
@@ -153,6 +155,7 @@ impl CudaApi {
                 ctx_pop_current: dl::sym(lib, "cuCtxPopCurrent_v2")?,
                 ctx_get_device: dl::sym(lib, "cuCtxGetDevice")?,
                 ctx_synchronize: dl::sym(lib, "cuCtxSynchronize")?,
+                stream_synchronize: dl::sym(lib, "cuStreamSynchronize").ok(),
                 pointer_get_attribute: dl::sym(lib, "cuPointerGetAttribute")?,
                 mem_get_address_range: dl::sym(lib, "cuMemGetAddressRange_v2")?,
                 mem_host_alloc: dl::sym(lib, "cuMemHostAlloc")?,
@@ -414,6 +417,24 @@ impl CudaApi {
         self.with_context(ctx, || {
             // SAFETY: no arguments.
             self.check("cuCtxSynchronize", unsafe { (self.ctx_synchronize)() })
+        })
+    }
+
+    /// `cuStreamSynchronize(stream)` on the context calls run in (a
+    /// stream of another context names its own), or the context where the
+    /// driver lacks it.
+    pub(crate) fn stream_synchronize(&self, stream: usize) -> Result<(), GpuError> {
+        let Some(f) = self.stream_synchronize else {
+            return self.synchronize();
+        };
+        let ctx = self.context()?;
+        self.with_context(ctx, || {
+            // SAFETY: the handle is the caller's CUstream (0, and the
+            // special handles 1 and 2, are the default streams); the driver
+            // checks it and returns an error for a bad one.
+            self.check("cuStreamSynchronize", unsafe {
+                f(std::ptr::with_exposed_provenance_mut(stream))
+            })
         })
     }
 

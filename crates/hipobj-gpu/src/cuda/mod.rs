@@ -131,4 +131,8 @@ impl GpuRuntime for CudaRuntime {
     fn synchronize(&self) -> Result<(), GpuError> {
         self.api.synchronize()
     }
+
+    fn stream_synchronize(&self, stream: usize) -> Result<(), GpuError> {
+        self.api.stream_synchronize(stream)
+    }
 }

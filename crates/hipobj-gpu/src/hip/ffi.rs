@@ -125,6 +125,8 @@ pub(crate) struct HipApi {
     event_query: unsafe extern "C" fn(*mut c_void) -> HipError,
     event_destroy: unsafe extern "C" fn(*mut c_void) -> HipError,
     device_synchronize: unsafe extern "C" fn() -> HipError,
+    /// Optional: without it, a stream is synchronized by the whole device.
+    stream_synchronize: Option<unsafe extern "C" fn(*mut c_void) -> HipError>,
     get_error_string: unsafe extern "C" fn(HipError) -> *const c_char,
     /// HIP 7 and later.
     mem_get_handle_for_address_range:
@@ -181,6 +183,7 @@ impl HipApi {
                 event_query: dl::sym(lib, "hipEventQuery")?,
                 event_destroy: dl::sym(lib, "hipEventDestroy")?,
                 device_synchronize: dl::sym(lib, "hipDeviceSynchronize")?,
+                stream_synchronize: dl::sym(lib, "hipStreamSynchronize").ok(),
                 get_error_string: dl::sym(lib, "hipGetErrorString")?,
                 mem_get_handle_for_address_range: dl::sym(lib, "hipMemGetHandleForAddressRange").ok(),
                 hsa: Hsa::load(hsa_names),
@@ -311,6 +314,19 @@ impl HipApi {
     pub(crate) fn synchronize(&self) -> Result<(), GpuError> {
         // SAFETY: no arguments.
         self.check("hipDeviceSynchronize", unsafe { (self.device_synchronize)() })
+    }
+
+    /// `hipStreamSynchronize(stream)`, or the whole device where the
+    /// runtime lacks it.
+    pub(crate) fn stream_synchronize(&self, stream: usize) -> Result<(), GpuError> {
+        match self.stream_synchronize {
+            // SAFETY: the handle is the caller's hipStream_t (0 is the null
+            // stream); HIP checks it and returns an error for a bad one.
+            Some(f) => self.check("hipStreamSynchronize", unsafe {
+                f(std::ptr::with_exposed_provenance_mut(stream))
+            }),
+            None => self.synchronize(),
+        }
     }
 
     /// Exports `[addr, addr + len)` of device memory as a dma-buf: through

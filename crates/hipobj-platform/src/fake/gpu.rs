@@ -147,6 +147,8 @@ struct Allocation {
 #[derive(Debug, Default)]
 struct State {
     allocations: Vec<Allocation>,
+    /// The handles `stream_synchronize` was called with, in order.
+    synced_streams: Vec<usize>,
 }
 
 #[derive(Debug, Default)]
@@ -231,6 +233,11 @@ impl FakeGpu {
         let addr = mem.addr();
         self.lock().allocations.push(Allocation { device: None, mem });
         addr
+    }
+
+    /// The stream handles synchronized so far, in order.
+    pub fn synced_streams(&self) -> Vec<usize> {
+        self.lock().synced_streams.clone()
     }
 
     /// Frees an allocation made by [`FakeGpu::alloc_device`] or [`FakeGpu::alloc_host`].
@@ -519,6 +526,12 @@ impl GpuRuntime for FakeGpu {
 
     fn synchronize(&self) -> Result<(), GpuError> {
         self.check("synchronize")?;
+        Ok(())
+    }
+
+    fn stream_synchronize(&self, stream: usize) -> Result<(), GpuError> {
+        self.check("stream_synchronize")?;
+        self.lock().synced_streams.push(stream);
         Ok(())
     }
 }
