@@ -179,6 +179,7 @@ fn soak_small_and_1mib_transfers_on_the_soft_nic() {
     let small_done = AtomicUsize::new(0);
     let large_done = AtomicUsize::new(0);
     let samples: Mutex<Vec<Sample>> = Mutex::new(Vec::new());
+    let failures: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let run = |small_left: &AtomicUsize, large_left: &AtomicUsize, deadline: Option<Instant>, log: bool| {
         small_done.store(0, Ordering::SeqCst);
         large_done.store(0, Ordering::SeqCst);
@@ -203,8 +204,14 @@ fn soak_small_and_1mib_transfers_on_the_soft_nic() {
             });
             let mut workers = Vec::new();
             for t in 0..threads {
-                let (h, s3, c, smalls) = (&h, &s3, &c, &smalls);
+                let (h, s3, c, smalls, failures) = (&h, &s3, &c, &smalls, &failures);
                 workers.push(sc.spawn(move || {
+                    // A failed call is recorded and the soak goes on, so one
+                    // run counts every failure; the test fails at the end.
+                    let fail = |what: String| {
+                        println!("soak: FAILURE {what}");
+                        failures.lock().unwrap().push(what);
+                    };
                     let mut sbuf = vec![0u8; 4096];
                     let mut sreg = c.register(&mut sbuf).unwrap();
                     let mut lbuf = vec![0u8; 1 << 20];
@@ -226,13 +233,20 @@ fn soak_small_and_1mib_transfers_on_the_soft_nic() {
                             let data = pattern(1 << 20, n as u8);
                             lreg.write_from(0, &data).expect("fits");
                             let mut ctl = S3Control::new(h, s3, BUCKET, Op::put(key.clone()));
-                            c.put(&lreg, 0, 1 << 20, &mut ctl)
-                                .unwrap_or_else(|e| panic!("PUT {key}: {e} {:?}", ctl.seen));
+                            if let Err(e) = c.put(&lreg, 0, 1 << 20, &mut ctl) {
+                                fail(format!("PUT {key}: {e} {:?}", ctl.seen));
+                                continue;
+                            }
                             lreg.fill(0);
                             let mut ctl = S3Control::new(h, s3, BUCKET, Op::get(key.clone()));
-                            c.get(&mut lreg, 0, 1 << 20, &mut ctl)
-                                .unwrap_or_else(|e| panic!("GET {key}: {e} {:?}", ctl.seen));
-                            assert!(lreg.to_vec() == data.as_slice(), "GET {key}: bytes differ");
+                            if let Err(e) = c.get(&mut lreg, 0, 1 << 20, &mut ctl) {
+                                fail(format!("GET {key}: {e} {:?}", ctl.seen));
+                                continue;
+                            }
+                            if lreg.to_vec() != data.as_slice() {
+                                fail(format!("FALSE SUCCESS: GET {key}: bytes differ"));
+                                continue;
+                            }
                             large_done.fetch_add(1, Ordering::SeqCst);
                             continue;
                         }
@@ -249,16 +263,19 @@ fn soak_small_and_1mib_transfers_on_the_soft_nic() {
                         let want = &smalls[i];
                         sreg.fill(0xee);
                         let mut ctl = S3Control::new(h, s3, BUCKET, Op::get(format!("small-{i}")));
-                        c.get(&mut sreg, 0, want.len(), &mut ctl)
-                            .unwrap_or_else(|e| panic!("GET small-{i}: {e} {:?}", ctl.seen));
-                        assert!(
-                            &sreg.to_vec()[..want.len()] == want.as_slice(),
-                            "small-{i}: bytes differ"
-                        );
-                        assert!(
-                            sreg.to_vec()[want.len()..].iter().all(|b| *b == 0xee),
-                            "small-{i}: bytes past the object written"
-                        );
+                        if let Err(e) = c.get(&mut sreg, 0, want.len(), &mut ctl) {
+                            fail(format!("GET small-{i}: {e} {:?}", ctl.seen));
+                            continue;
+                        }
+                        let got = sreg.to_vec();
+                        if &got[..want.len()] != want.as_slice() {
+                            fail(format!("FALSE SUCCESS: GET small-{i}: bytes differ"));
+                            continue;
+                        }
+                        if !got[want.len()..].iter().all(|b| *b == 0xee) {
+                            fail(format!("GET small-{i}: bytes past the object written"));
+                            continue;
+                        }
                         small_done.fetch_add(1, Ordering::SeqCst);
                     }
                 }));
@@ -296,16 +313,23 @@ fn soak_small_and_1mib_transfers_on_the_soft_nic() {
     };
     println!(
         "soak: {ran_small} of {small} small GETs and {ran_large} of {large} 1 MiB PUT+GET pairs \
-         (after a warm-up of {} and {}), {threads} threads, loss {loss}: {elapsed:?}, every byte checked, 0 failures; \
+         (after a warm-up of {} and {}), {threads} threads, loss {loss}: {elapsed:?}, every byte checked, {} failures; \
          server RSS {rss0} -> {rss1} KiB (peak {}), fds {fds0} -> {fds1} (peak {}); \
          client RSS {crss0} -> {crss1} KiB (peak {}), fds {cfds0} -> {cfds1} (peak {}); {} samples",
         warm_small,
         warm_large,
+        failures.lock().unwrap().len(),
         peak(|s| s.server_rss, rss0, rss1),
         peak(|s| s.server_fds as u64, fds0 as u64, fds1 as u64),
         peak(|s| s.client_rss, crss0, crss1),
         peak(|s| s.client_fds as u64, cfds0 as u64, cfds1 as u64),
         samples.len(),
+    );
+    let failures = failures.into_inner().unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} transfers failed: {failures:#?}",
+        failures.len()
     );
     if budget.is_none() {
         assert_eq!((ran_small, ran_large), (small, large), "not every transfer ran");
