@@ -111,3 +111,145 @@ put("roce_stateful", "own-read-short-answer", post_read(2048) + DRAIN + response
 put("roce_stateful", "own-read-times-out",
     post_read(100) + DRAIN + later(25) + DRAIN + later(30) + DRAIN + later(33) + DRAIN + later(34) + DRAIN)
 put("roce_stateful", "own-read-nak", post_read(64) + DRAIN + response(4, 0, 0, syndrome=3) + DRAIN)
+
+
+# transfer_sequence: whole calls (see the target's `run` and `S3`). A round
+# is the send byte (0x10: the server's RDMA during the request, then its
+# action), the reply's bytes, then the after byte (1: RDMA after the reply).
+def u32(v):
+    return struct.pack("<I", v & 0xFFFFFFFF)
+
+
+def rnd(reply, during=None, after=None, fail_send=False):
+    a = 15 if fail_send else (0x10 if during is not None else 0)
+    out = bytes([a]) + (during or b"")
+    if fail_send:
+        return out
+    out += reply
+    if reply[0] % 16 in (14, 15):
+        return out
+    return out + (bytes([1]) + after if after is not None else bytes([0]))
+
+
+def call(dir_put, size, rounds, off=0, op=2):
+    return bytes([op, 1 if dir_put else 0, off]) + u16(size - 1) + b"".join(rounds)
+
+
+BIND_A = bytes([0, 0]) + u16(0x22)
+BIND_B = bytes([0, 1]) + u16(0x33)
+DONE = bytes([4, 0])              # 200, the bound server, the exact count
+PROVE = bytes([1])                # WRITE WITH IMMEDIATE, the token's key, its QP
+PROVE_WRONG_KEY = bytes([1 | 1 << 3, 5])
+MW, FALLBACK = 1, 0
+
+put("transfer_sequence", "get-bind-then-proven-success",
+    bytes([MW]) + call(False, 4096, [rnd(BIND_A), rnd(DONE, after=PROVE)]))
+put("transfer_sequence", "put-bind-then-success-fallback",
+    bytes([FALLBACK]) + call(True, 1000, [rnd(BIND_A), rnd(DONE)]))
+put("transfer_sequence", "get-success-without-proof",
+    bytes([MW]) + call(False, 512, [rnd(BIND_A), rnd(DONE)]))
+put("transfer_sequence", "get-proof-with-another-key",
+    bytes([MW]) + call(False, 512, [rnd(BIND_A), rnd(DONE, after=PROVE_WRONG_KEY)]))
+put("transfer_sequence", "get-proof-before-the-bind",
+    bytes([MW]) + call(False, 512, [rnd(BIND_A, during=PROVE), rnd(DONE)]))
+put("transfer_sequence", "replayed-success-next-call",
+    bytes([MW]) + call(False, 512, [rnd(BIND_A), rnd(DONE, after=PROVE)])
+    + call(False, 512, [rnd(bytes([13, 1]))]))
+put("transfer_sequence", "bare-successes",
+    bytes([FALLBACK]) + b"".join(call(False, 64, [rnd(BIND_A), rnd(bytes([9, i]), after=PROVE)]) for i in range(5)))
+put("transfer_sequence", "success-with-token-no-count",
+    bytes([MW]) + call(False, 64, [rnd(BIND_A), rnd(bytes([10, 0]), after=PROVE)]))
+put("transfer_sequence", "short-and-long-counts",
+    bytes([MW]) + call(False, 100, [rnd(BIND_A), rnd(bytes([4, 3 << 2]), after=PROVE)])
+    + call(True, 100, [rnd(BIND_A), rnd(bytes([4, 4 << 2]))]))
+put("transfer_sequence", "success-from-another-server-qp",
+    bytes([MW]) + call(False, 64, [rnd(BIND_A), rnd(bytes([4, 3, 0, 2]), after=PROVE)]))
+put("transfer_sequence", "bogus-server-tokens",
+    bytes([MW]) + b"".join(call(False, 64, [rnd(bytes([3, i]))]) for i in range(8)))
+put("transfer_sequence", "second-bind-in-one-call",
+    bytes([MW]) + call(True, 64, [rnd(BIND_A), rnd(BIND_A)]))
+put("transfer_sequence", "two-servers-trade",
+    bytes([MW | 1 << 1]) + call(False, 64, [rnd(BIND_A), rnd(DONE, after=PROVE)])
+    + call(False, 64, [rnd(BIND_B), rnd(BIND_B), rnd(DONE, after=PROVE)])
+    + call(False, 64, [rnd(BIND_A), rnd(DONE, after=PROVE)]))
+put("transfer_sequence", "qp-broken-mid-transfer",
+    bytes([MW]) + call(False, 64, [rnd(BIND_A), rnd(DONE, during=bytes([4]), after=PROVE)]))
+put("transfer_sequence", "stray-completion-between-calls",
+    bytes([MW]) + call(False, 64, [rnd(BIND_A), rnd(DONE, after=PROVE)])
+    + bytes([1, 1, 0]) + u32(0x1234) + call(False, 64, [rnd(DONE, after=PROVE)]))
+put("transfer_sequence", "callbacks-fail",
+    bytes([FALLBACK]) + call(True, 64, [rnd(b"", fail_send=True)])
+    + call(True, 64, [rnd(bytes([14]))]) + call(True, 64, [rnd(bytes([15]))])
+    + call(True, 64, [rnd(bytes([12, 5]) + b"junk!")]))
+put("transfer_sequence", "bind-fails-once",
+    bytes([MW]) + bytes([0, 1, 0]) + call(False, 64, [rnd(BIND_A)], op=0)[1:])
+put("transfer_sequence", "replacement-fails",
+    bytes([FALLBACK]) + bytes([0, 6, 0]) + call(True, 64, [rnd(BIND_A), rnd(bytes([11, 0]))], op=0)[1:]
+    + call(True, 64, [rnd(BIND_A), rnd(DONE)]))
+
+
+# app_reply: steps (see the target's `run` and `choose_reply`).
+def token(dir_put, size):
+    return bytes([0, 1 if dir_put else 0]) + u16(size)
+
+
+def reply(*b):
+    return bytes([2]) + bytes(b)
+
+
+A_BIND = reply(0, 0) + u16(0x44)
+A_DONE = reply(4, 0)
+A_PROVE = bytes([4, 0])
+put("app_reply", "get-token-bind-prove-success", bytes([MW]) + token(False, 4096) + A_BIND + A_PROVE + A_DONE)
+put("app_reply", "put-token-bind-success", bytes([FALLBACK]) + token(True, 100) + A_BIND + A_DONE)
+put("app_reply", "get-success-without-proof", bytes([MW]) + token(False, 100) + A_BIND + A_DONE)
+put("app_reply", "two-binding-rounds", bytes([MW]) + token(False, 100) + A_BIND + A_BIND)
+put("app_reply", "resend-after-success", bytes([MW]) + token(False, 100) + A_BIND + A_PROVE + A_DONE + A_PROVE + A_DONE
+    + A_BIND + A_PROVE + A_DONE)
+put("app_reply", "success-after-release", bytes([MW]) + token(False, 100) + A_BIND + A_PROVE + bytes([5, 0]) + A_DONE)
+put("app_reply", "revoked-tokens-proof", bytes([MW]) + token(False, 100) + A_BIND + token(False, 200)
+    + bytes([4, 2, 0]) + A_DONE)
+put("app_reply", "deregistered-then-success", bytes([MW]) + token(False, 100) + A_BIND + A_PROVE + bytes([7]) + A_DONE
+    + bytes([7]) + token(False, 100) + A_BIND + A_PROVE + A_DONE)
+put("app_reply", "malformed-and-error-replies", bytes([FALLBACK]) + token(True, 100) + reply(10, 3) + b"abc"
+    + A_BIND + reply(7, 4) + token(True, 100) + reply(7, 0) + reply(8, 0))
+put("app_reply", "token-qp-broken", bytes([MW]) + token(False, 100) + A_BIND + bytes([6, 0]) + A_PROVE + A_DONE)
+put("app_reply", "failed-replacement", bytes([FALLBACK]) + token(False, 100) + A_BIND + bytes([6, 1, 5, 0])
+    + reply(7, 4) + token(False, 100) + A_BIND + A_PROVE + A_DONE)
+put("app_reply", "bad-token-sizes", bytes([MW]) + token(False, 0) + token(False, 65535) + token(True, 65535))
+put("app_reply", "bogus-server", bytes([MW]) + token(False, 100) + reply(3, 0) + token(False, 100) + reply(3, 4))
+
+
+# target_request: steps (see the target's `step`). Offsets count 2-byte units
+# from the read-write region; the read-only region starts 36864 bytes in.
+def req(client=0, put_=False, tsel=0, off=0, length=b"", odd=0, caller=1, rsel=0, extra=b""):
+    head = client | (2 if put_ else 0)
+    return bytes([head, tsel]) + u16(off & 0xFFFF) + length + bytes([odd, caller, rsel]) + extra
+
+
+def get(size, seed=5, **kw):
+    return req(extra=kw.pop("extra_before", b"") + u16(size) + bytes([seed]), **kw)
+
+
+L4K = u16(4096)
+put("target_request", "get-bind-then-get", get(3000, length=L4K) + get(3000, length=L4K))
+put("target_request", "put-bind-then-put", req(put_=True, length=L4K) + req(put_=True, length=L4K))
+put("target_request", "get-range-206", get(3000, length=L4K) + req(length=L4K, rsel=1, extra=u16(5000) + u16(100) + u16(700) + bytes([9])))
+put("target_request", "get-selection-too-large", get(10, length=u16(100)) + get(101, length=u16(100)))
+put("target_request", "get-empty-object", get(0, length=u16(100)) + get(0, length=u16(100)))
+put("target_request", "get-forged-key", get(10, length=L4K)
+    + bytes([0, 7]) + u32(0xDEADBEEF) + u16(0) + L4K + bytes([0, 1, 0]) + u16(100) + bytes([1]) + get(10, length=L4K))
+put("target_request", "get-read-only-key", get(10, length=L4K) + get(10, tsel=5, length=L4K) + get(10, length=L4K))
+put("target_request", "put-from-read-only-region", req(put_=True, tsel=5, off=36864 // 2, length=L4K)
+    + req(put_=True, tsel=5, off=36864 // 2, length=L4K))
+put("target_request", "get-past-the-region", get(10, length=L4K) + get(300, off=(32768 - 100) // 2, length=L4K))
+put("target_request", "put-checksums", req(put_=True, length=u16(64)) + req(put_=True, length=u16(64), rsel=4, extra=u32(1))
+    + req(put_=True, length=u16(64), rsel=6))
+put("target_request", "store-and-source-fail", req(put_=True, length=L4K) + req(put_=True, length=u16(9000), rsel=0x30, extra=bytes([1]))
+    + req(put_=True, length=L4K, rsel=0xc0) + get(9000, length=u16(9000), rsel=0x30, extra_before=bytes([1]))
+    + get(10, length=L4K, rsel=0xc0))
+put("target_request", "refused-tokens", get(1, tsel=5 << 3, length=b"") + get(1, length=L4K, odd=1)
+    + get(1, length=L4K, odd=0x20) + get(1, length=L4K, odd=0xFF) + get(1, tsel=7 << 3, length=bytes([0]))
+    + get(1, tsel=6 << 3, length=bytes([0])) + get(1, length=L4K, odd=0x30) + get(1, length=L4K, caller=2))
+put("target_request", "two-callers-one-binding", get(10, length=L4K) + get(10, client=1, length=L4K)
+    + get(10, length=L4K) + get(10, length=L4K))

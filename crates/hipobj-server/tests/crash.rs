@@ -26,66 +26,14 @@ use std::time::Duration;
 
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
-use hipobj::{Client, Control, ControlError, ErrorKind, Options};
+use hipobj::{Client, ErrorKind, Options};
 use hipobj_platform::{NoGpu, Platform};
-use support::rdma::{Outcome, get, put, upload_part};
+use support::rdma::{Op, S3Control};
 use support::{md5_hex, pattern};
 
 const BUCKET: &str = "crash-bucket";
 /// Set in the child process of `client_killed_mid_transfer_frees_its_binding`.
 const CHILD_ENV: &str = "HIPOBJ_CRASH_TEST_CLIENT";
-
-#[derive(Clone, Debug)]
-enum Op {
-    Get(String),
-    Put(String),
-    Part { key: String, upload_id: String, n: i32 },
-}
-
-/// The hipobj `Control` over aws-sdk-s3 (one signed S3 request per round).
-struct S3Control<'a> {
-    rt: &'a tokio::runtime::Handle,
-    s3: &'a aws_sdk_s3::Client,
-    op: Op,
-    seen: Vec<Outcome>,
-}
-
-impl<'a> S3Control<'a> {
-    fn new(rt: &'a tokio::runtime::Handle, s3: &'a aws_sdk_s3::Client, op: Op) -> Self {
-        Self {
-            rt,
-            s3,
-            op,
-            seen: Vec::new(),
-        }
-    }
-}
-
-impl Control for S3Control<'_> {
-    fn send_request(&mut self, token: &str) -> Result<(), ControlError> {
-        let o = self.rt.block_on(async {
-            match &self.op {
-                Op::Get(key) => get(self.s3, BUCKET, key, token, None).await,
-                Op::Put(key) => put(self.s3, BUCKET, key, token, None).await,
-                Op::Part { key, upload_id, n } => {
-                    upload_part(self.s3, BUCKET, key, upload_id, *n, token).await
-                }
-            }
-        });
-        self.seen.push(o);
-        Ok(())
-    }
-
-    fn recv_reply(&mut self, reply: &mut [u8]) -> Result<usize, ControlError> {
-        let o = self.seen.last().unwrap();
-        let r = o
-            .reply
-            .as_deref()
-            .ok_or_else(|| ControlError(format!("HTTP {} {:?}: no x-amz-rdma-reply", o.status, o.code)))?;
-        reply[..r.len()].copy_from_slice(r.as_bytes());
-        Ok(r.len())
-    }
-}
 
 struct ServerProc {
     child: Child,
@@ -244,7 +192,7 @@ fn server_killed_mid_transfers_fails_every_call_and_restarts_whole() {
                     // Bounded: the kill comes after a few transfers.
                     for ok in 0..100_000 {
                         reg.fill(UNWRITTEN);
-                        let mut ctl = S3Control::new(h, s3, Op::Get(format!("get-{i}")));
+                        let mut ctl = S3Control::new(h, s3, BUCKET, Op::get(format!("get-{i}")));
                         match c.get(&mut reg, 0, GET_LEN, &mut ctl) {
                             Ok(()) => {
                                 assert!(
@@ -276,7 +224,7 @@ fn server_killed_mid_transfers_fails_every_call_and_restarts_whole() {
                         let which = round % 2;
                         let mut src = v[which].clone();
                         let reg = c.register(&mut src).unwrap();
-                        let mut ctl = S3Control::new(h, s3, Op::Put(format!("put-{i}")));
+                        let mut ctl = S3Control::new(h, s3, BUCKET, Op::put(format!("put-{i}")));
                         let r = c.put(&reg, 0, PUT_LEN, &mut ctl);
                         assert!(
                             reg.to_vec() == v[which].as_slice(),
@@ -306,6 +254,7 @@ fn server_killed_mid_transfers_fails_every_call_and_restarts_whole() {
                     let mut ctl = S3Control::new(
                         h,
                         s3,
+                        BUCKET,
                         Op::Part {
                             key: "mp".into(),
                             upload_id: id.clone(),
@@ -449,7 +398,7 @@ fn server_killed_mid_transfers_fails_every_call_and_restarts_whole() {
     // The next transfers on the same client succeed (stale bindings rebind).
     let mut dst = vec![UNWRITTEN; GET_LEN];
     let mut reg = c.register(&mut dst).unwrap();
-    let mut ctl = S3Control::new(&h, &s3, Op::Get("get-0".into()));
+    let mut ctl = S3Control::new(&h, &s3, BUCKET, Op::get("get-0"));
     c.get(&mut reg, 0, GET_LEN, &mut ctl)
         .unwrap_or_else(|e| panic!("GET after restart: {e} {:?}", ctl.seen));
     assert!(reg.to_vec() == gets[0].as_slice());
@@ -457,7 +406,7 @@ fn server_killed_mid_transfers_fails_every_call_and_restarts_whole() {
     let fresh = pattern(PUT_LEN, 99);
     let mut src = fresh.clone();
     let reg = c.register(&mut src).unwrap();
-    let mut ctl = S3Control::new(&h, &s3, Op::Put("put-0".into()));
+    let mut ctl = S3Control::new(&h, &s3, BUCKET, Op::put("put-0"));
     c.put(&reg, 0, PUT_LEN, &mut ctl)
         .unwrap_or_else(|e| panic!("PUT after restart: {e} {:?}", ctl.seen));
     drop(reg);
@@ -492,7 +441,7 @@ fn crash_client_child(endpoint: &str) {
     let mut buf = vec![0u8; 64 << 20];
     let mut reg = c.register(&mut buf).unwrap();
     for i in 0..100_000 {
-        let mut ctl = S3Control::new(&h, &s3, Op::Get("big".into()));
+        let mut ctl = S3Control::new(&h, &s3, BUCKET, Op::get("big"));
         c.get(&mut reg, 0, 64 << 20, &mut ctl).unwrap();
         if i == 0 {
             println!("child: transferring");
@@ -580,7 +529,7 @@ fn client_killed_mid_transfer_frees_its_binding() {
     let c = client();
     let mut dst = vec![0u8; 64 << 20];
     let mut reg = c.register(&mut dst).unwrap();
-    let mut ctl = S3Control::new(&h, &s3, Op::Get("big".into()));
+    let mut ctl = S3Control::new(&h, &s3, BUCKET, Op::get("big"));
     c.get(&mut reg, 0, 64 << 20, &mut ctl)
         .unwrap_or_else(|e| panic!("GET after the client died: {e} {:?}", ctl.seen));
     assert!(reg.to_vec() == big.as_slice());

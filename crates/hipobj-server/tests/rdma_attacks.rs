@@ -9,14 +9,14 @@ mod support;
 
 use std::sync::{Arc, Mutex, OnceLock};
 
-use hipobj::{Client, Control, ControlError, Options};
+use hipobj::{Client, Options};
 use hipobj_platform::{NoGpu, NoTopology, Platform};
 use hipobj_proto::Token;
 use hipobj_server::config::AccessKey;
 use hipobj_server::rdma::VerbsProvider;
 use hipobj_server::{Handle, Server};
 use hipobj_softroce::{SoftConfig, SoftVerbs};
-use support::rdma::{Outcome, get, put};
+use support::rdma::{Op, S3Control, get, put};
 
 const BUCKET: &str = "attacks";
 const AK2: &str = "attacker-key";
@@ -92,41 +92,6 @@ fn victim(name: &str) -> Client {
     .unwrap()
 }
 
-/// The victim's S3 side: aws-sdk-s3 with the victim's key; remembers every
-/// token and outcome.
-struct S3Ctl<'a> {
-    rt: &'a tokio::runtime::Handle,
-    s3: &'a aws_sdk_s3::Client,
-    key: &'a str,
-    put: bool,
-    tokens: Vec<String>,
-    seen: Vec<Outcome>,
-}
-
-impl Control for S3Ctl<'_> {
-    fn send_request(&mut self, token: &str) -> Result<(), ControlError> {
-        self.tokens.push(token.to_owned());
-        let o = self.rt.block_on(async {
-            if self.put {
-                put(self.s3, BUCKET, self.key, token, None).await
-            } else {
-                get(self.s3, BUCKET, self.key, token, None).await
-            }
-        });
-        self.seen.push(o);
-        Ok(())
-    }
-    fn recv_reply(&mut self, reply: &mut [u8]) -> Result<usize, ControlError> {
-        let o = self.seen.last().unwrap();
-        let r = o
-            .reply
-            .as_deref()
-            .ok_or_else(|| ControlError(format!("HTTP {} {:?}", o.status, o.code)))?;
-        reply[..r.len()].copy_from_slice(r.as_bytes());
-        Ok(r.len())
-    }
-}
-
 /// Issue 11, finding 4: a victim has PUT from its buffer (its QP bound, its
 /// buffer registered). A second client, with its own access key, sends a
 /// PUT whose token names the victim's GID, QPN, key, address and length.
@@ -156,14 +121,7 @@ fn another_client_cannot_ride_a_victims_binding() {
     let mut src = secret.clone();
     let reg = c.register(&mut src).unwrap();
     let handle = rt.handle().clone();
-    let mut ctl = S3Ctl {
-        rt: &handle,
-        s3: &s3,
-        key: "mine",
-        put: true,
-        tokens: Vec::new(),
-        seen: Vec::new(),
-    };
+    let mut ctl = S3Control::new(&handle, &s3, BUCKET, Op::put("mine"));
     c.put(&reg, 0, secret.len(), &mut ctl).unwrap();
     assert_eq!(ctl.seen.len(), 2, "the victim bound, then moved: {:?}", ctl.seen);
     let stolen = ctl.tokens.last().unwrap().clone();
@@ -191,14 +149,7 @@ fn another_client_cannot_ride_a_victims_binding() {
     assert!(head.is_err(), "the attacker's object exists");
 
     // The victim's own binding still works, in one round.
-    let mut ctl = S3Ctl {
-        rt: &handle,
-        s3: &s3,
-        key: "mine2",
-        put: true,
-        tokens: Vec::new(),
-        seen: Vec::new(),
-    };
+    let mut ctl = S3Control::new(&handle, &s3, BUCKET, Op::put("mine2"));
     c.put(&reg, 0, secret.len(), &mut ctl).unwrap();
     assert_eq!(ctl.seen.len(), 1, "{:?}", ctl.seen);
     assert_eq!(
@@ -230,25 +181,11 @@ fn no_token_or_authorization_reaches_the_log_at_trace() {
     let mut src = data.clone();
     let reg = c.register(&mut src).unwrap();
     let handle = rt.handle().clone();
-    let mut ctl = S3Ctl {
-        rt: &handle,
-        s3: &s3,
-        key: "obj",
-        put: true,
-        tokens: Vec::new(),
-        seen: Vec::new(),
-    };
+    let mut ctl = S3Control::new(&handle, &s3, BUCKET, Op::put("obj"));
     c.put(&reg, 0, data.len(), &mut ctl).unwrap();
     let mut dst = vec![0u8; data.len()];
     let mut dreg = c.register(&mut dst).unwrap();
-    let mut gctl = S3Ctl {
-        rt: &handle,
-        s3: &s3,
-        key: "obj",
-        put: false,
-        tokens: Vec::new(),
-        seen: Vec::new(),
-    };
+    let mut gctl = S3Control::new(&handle, &s3, BUCKET, Op::get("obj"));
     c.get(&mut dreg, 0, data.len(), &mut gctl).unwrap();
     assert!(dreg.to_vec() == data);
     // A malformed token, whose text must not be echoed either.

@@ -17,71 +17,12 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
-use hipobj::{Client, Control, ControlError, Options};
+use hipobj::{Client, Options};
 use hipobj_platform::{NoGpu, Platform};
-use support::rdma::{Outcome, get, put, upload_part};
+use support::rdma::{Op, S3Control};
 use support::{md5_bytes, md5_hex, pattern};
 
 const BUCKET: &str = "rdma-bucket";
-
-/// What one RDMA request asks the server for.
-#[derive(Clone, Debug)]
-enum Op {
-    Get { key: String, range: Option<String> },
-    Put { key: String },
-    Part { key: String, upload_id: String, n: i32 },
-}
-
-/// The hipobj `Control` over aws-sdk-s3: each `send_request` is one real,
-/// signed S3 request with the token; `recv_reply` hands back its
-/// `x-amz-rdma-reply`.
-struct S3Control<'a> {
-    rt: &'a tokio::runtime::Handle,
-    s3: &'a aws_sdk_s3::Client,
-    op: Op,
-    seen: Vec<Outcome>,
-}
-
-impl<'a> S3Control<'a> {
-    fn new(rt: &'a tokio::runtime::Handle, s3: &'a aws_sdk_s3::Client, op: Op) -> Self {
-        Self {
-            rt,
-            s3,
-            op,
-            seen: Vec::new(),
-        }
-    }
-
-    fn last(&self) -> &Outcome {
-        self.seen.last().unwrap()
-    }
-}
-
-impl Control for S3Control<'_> {
-    fn send_request(&mut self, token: &str) -> Result<(), ControlError> {
-        let o = self.rt.block_on(async {
-            match &self.op {
-                Op::Get { key, range } => get(self.s3, BUCKET, key, token, range.as_deref()).await,
-                Op::Put { key } => put(self.s3, BUCKET, key, token, None).await,
-                Op::Part { key, upload_id, n } => {
-                    upload_part(self.s3, BUCKET, key, upload_id, *n, token).await
-                }
-            }
-        });
-        self.seen.push(o);
-        Ok(())
-    }
-
-    fn recv_reply(&mut self, reply: &mut [u8]) -> Result<usize, ControlError> {
-        let o = self.last();
-        let r = o
-            .reply
-            .as_deref()
-            .ok_or_else(|| ControlError(format!("HTTP {} {:?}: no x-amz-rdma-reply", o.status, o.code)))?;
-        reply[..r.len()].copy_from_slice(r.as_bytes());
-        Ok(r.len())
-    }
-}
 
 struct ServerProc {
     child: Child,
@@ -163,7 +104,7 @@ fn client(dev: &str, max_transfers: u32) -> Client {
 fn put_get(rt: &tokio::runtime::Handle, s3: &aws_sdk_s3::Client, c: &Client, key: &str, data: &[u8]) {
     let mut src = data.to_vec();
     let reg = c.register(&mut src).unwrap();
-    let mut ctl = S3Control::new(rt, s3, Op::Put { key: key.into() });
+    let mut ctl = S3Control::new(rt, s3, BUCKET, Op::Put { key: key.into() });
     c.put(&reg, 0, data.len(), &mut ctl)
         .unwrap_or_else(|e| panic!("PUT {key}: {e} {:?}", ctl.seen));
     let o = ctl.last();
@@ -185,6 +126,7 @@ fn put_get(rt: &tokio::runtime::Handle, s3: &aws_sdk_s3::Client, c: &Client, key
     let mut ctl = S3Control::new(
         rt,
         s3,
+        BUCKET,
         Op::Get {
             key: key.into(),
             range: None,
@@ -264,6 +206,7 @@ fn scenario(dev: &str, big: usize) {
     let mut ctl = S3Control::new(
         &h,
         &s3,
+        BUCKET,
         Op::Get {
             key: "mib".into(),
             range: Some("bytes=5000-5999".into()),
@@ -286,6 +229,7 @@ fn scenario(dev: &str, big: usize) {
     let mut ctl = S3Control::new(
         &h,
         &s3,
+        BUCKET,
         Op::Get {
             key: "mib".into(),
             range: None,
@@ -313,6 +257,7 @@ fn scenario(dev: &str, big: usize) {
         let mut ctl = S3Control::new(
             &h,
             &s3,
+            BUCKET,
             Op::Part {
                 key: "mp".into(),
                 upload_id: id.clone(),
@@ -342,6 +287,7 @@ fn scenario(dev: &str, big: usize) {
     let mut ctl = S3Control::new(
         &h,
         &s3,
+        BUCKET,
         Op::Get {
             key: "mp".into(),
             range: None,
@@ -370,6 +316,7 @@ fn scenario(dev: &str, big: usize) {
     let mut ctl = S3Control::new(
         &h,
         &s3,
+        BUCKET,
         Op::Get {
             key: "mib".into(),
             range: None,

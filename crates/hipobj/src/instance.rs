@@ -881,6 +881,11 @@ fn run_exchange(
         }
         if elsewhere && !swapped && lease.swap_for(peer.gid) {
             swapped = true;
+            // The connection traded in must be as idle as a leased one: a
+            // completion it took while another transfer held it (a WRITE
+            // WITH IMMEDIATE its server sent then) must not pass for this
+            // GET's proof. Such a connection is destroyed with the lease.
+            lease.conn().check()?;
             token = fresh(lease.conn());
             lease.conn().open_grant(&ask.grant(token.rkey))?;
         } else if bound_once {

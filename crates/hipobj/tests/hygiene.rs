@@ -456,3 +456,67 @@ fn a_rebind_after_the_servers_rdma_broke_the_qp_succeeds_and_grants_nothing_old(
         }
     }
 }
+
+/// Found by the `transfer_sequence` fuzz target: a connection traded back
+/// to the pool by a 409 from another server can carry a completion that
+/// arrived while it was leased: here a WRITE WITH IMMEDIATE its own server
+/// sent during a request that another server answered. When a later 409
+/// trades it in again, that stale completion must not count as the new
+/// GET's proof. Without memory windows every GET token of a buffer carries
+/// the same key, so only the CQ check on the traded-in connection stops it
+/// (docs/protocol.md §3 step 3, §5).
+#[test]
+fn a_stale_write_with_immediate_on_a_traded_in_connection_proves_nothing() {
+    let p = fake(0, FakeDeviceSpec::default());
+    let lib = started(&p, 2);
+    let inst = lib.instance().unwrap();
+    let buf = host_buf(512);
+    inst.register_host(buf).unwrap();
+    let b = Token {
+        qpn: 0x77,
+        gid: Gid::from_ipv4(std::net::Ipv4Addr::new(127, 8, 8, 8)).0,
+        ..server_token()
+    };
+    let done_b = Reply::Done {
+        status: 200,
+        token: b,
+        bytes: 512,
+    }
+    .to_string();
+    // 1. A GET from server B binds connection X to B.
+    let mut s = Script::serving(&p, &[&bind_reply_for(b), &done_b]);
+    inst.transfer(Direction::Get, buf.addr(), 512, 0, &mut s).unwrap();
+    let x = Token::decode(s.tokens[0].as_bytes()).unwrap();
+    // 2. The next GET leases X (B answered last) but reaches server A,
+    //    whose 409 trades X back to the pool; meanwhile B writes to X with
+    //    an immediate carrying the buffer's key. The GET then completes on
+    //    another connection, bound to A.
+    let verbs = p.verbs.clone();
+    let mut s = Script::serving(&p, &[&bind_reply(), &bind_reply(), &done(512)]);
+    let mut sent = 0;
+    s.on_send = Some(Box::new(move || {
+        sent += 1;
+        if sent == 1 {
+            assert!(verbs.deliver_write_with_imm(x.qpn, x.rkey, 0));
+        }
+    }));
+    inst.transfer(Direction::Get, buf.addr(), 512, 0, &mut s).unwrap();
+    assert_eq!(qpn_of(&s.tokens[0]), x.qpn, "the GET did not lease X first");
+    assert_ne!(qpn_of(&s.tokens[2]), x.qpn, "X was not traded away");
+    // 3. A GET leases the connection bound to A, gets a 409 from B, is
+    //    traded X, and B answers with a success and no new WRITE WITH
+    //    IMMEDIATE: the stale one must not pass for this GET's proof.
+    let mut s = Script::replying(&[&bind_reply_for(b), &done_b]);
+    let r = inst.transfer(Direction::Get, buf.addr(), 512, 0, &mut s);
+    assert_ne!(qpn_of(&s.tokens[0]), x.qpn, "the GET leased X itself");
+    assert_eq!(
+        r.map_err(|e| e.kind()),
+        Err(ErrorKind::RdmaError),
+        "a stale WRITE WITH IMMEDIATE proved a later GET"
+    );
+    assert_eq!(
+        p.verbs.qp_state(x.qpn),
+        None,
+        "the connection with the stale completion survived"
+    );
+}

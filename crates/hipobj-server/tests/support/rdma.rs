@@ -157,3 +157,81 @@ pub async fn upload_part(
         .await;
     finish(cap, r)
 }
+
+/// What one RDMA request asks the server for.
+#[derive(Clone, Debug)]
+pub enum Op {
+    Get { key: String, range: Option<String> },
+    Put { key: String },
+    Part { key: String, upload_id: String, n: i32 },
+}
+
+impl Op {
+    /// GetObject of the whole object.
+    pub fn get(key: impl Into<String>) -> Self {
+        Self::Get {
+            key: key.into(),
+            range: None,
+        }
+    }
+
+    /// PutObject.
+    pub fn put(key: impl Into<String>) -> Self {
+        Self::Put { key: key.into() }
+    }
+}
+
+/// The hipobj `Control` over aws-sdk-s3: each `send_request` is one real,
+/// signed S3 request carrying the token; `recv_reply` hands back its
+/// `x-amz-rdma-reply`. Every token sent and every outcome are kept.
+pub struct S3Control<'a> {
+    pub rt: &'a tokio::runtime::Handle,
+    pub s3: &'a aws_sdk_s3::Client,
+    pub bucket: &'a str,
+    pub op: Op,
+    pub tokens: Vec<String>,
+    pub seen: Vec<Outcome>,
+}
+
+impl<'a> S3Control<'a> {
+    pub fn new(rt: &'a tokio::runtime::Handle, s3: &'a aws_sdk_s3::Client, bucket: &'a str, op: Op) -> Self {
+        Self {
+            rt,
+            s3,
+            bucket,
+            op,
+            tokens: Vec::new(),
+            seen: Vec::new(),
+        }
+    }
+
+    /// The last request's outcome.
+    pub fn last(&self) -> &Outcome {
+        self.seen.last().unwrap()
+    }
+}
+
+impl hipobj::Control for S3Control<'_> {
+    fn send_request(&mut self, token: &str) -> Result<(), hipobj::ControlError> {
+        self.tokens.push(token.to_owned());
+        let b = self.bucket;
+        let o = self.rt.block_on(async {
+            match &self.op {
+                Op::Get { key, range } => get(self.s3, b, key, token, range.as_deref()).await,
+                Op::Put { key } => put(self.s3, b, key, token, None).await,
+                Op::Part { key, upload_id, n } => upload_part(self.s3, b, key, upload_id, *n, token).await,
+            }
+        });
+        self.seen.push(o);
+        Ok(())
+    }
+
+    fn recv_reply(&mut self, reply: &mut [u8]) -> Result<usize, hipobj::ControlError> {
+        let o = self.last();
+        let r = o.reply.as_deref().ok_or_else(|| {
+            hipobj::ControlError(format!("HTTP {} {:?}: no x-amz-rdma-reply", o.status, o.code))
+        })?;
+        reply[..r.len()].copy_from_slice(r.as_bytes());
+        Ok(r.len())
+    }
+}
