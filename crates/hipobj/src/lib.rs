@@ -30,6 +30,7 @@ mod library;
 mod nic;
 mod options;
 mod pool;
+mod rcv2;
 
 // The public API: what programs built on the core (the C skin, the CLI, the
 // aws-sdk-s3 integration) use. The platform they run on comes from the
@@ -46,3 +47,4 @@ pub use instance::{Config, Direction, Instance, SyncDirection};
 pub use library::Library;
 pub use nic::{Chosen, choose as choose_nic};
 pub use options::{ENV_VARS, Options};
+pub use rcv2::{RC_V2_MAX_SIZE, RcV2Prepared, RcV2Ready, RcV2Session};
