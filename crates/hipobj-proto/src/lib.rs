@@ -16,6 +16,9 @@
 //!   `NNN:<token>:<count>` success reply that names the server queue pair
 //!   and the bytes it moved.
 //!
+//! - [`rc_v2`]: the headers, values and messages of the `hipobj-rc-v2`
+//!   control protocol (PREPARE / READY / CANCEL on `/.hipobj-rc/`).
+//!
 //! Both sides use it: the client to mint tokens and read replies, the server
 //! (and test servers) to read tokens and write replies.
 //!
@@ -48,6 +51,7 @@
 //! # Ok::<(), hipobj_proto::ReplyError>(())
 //! ```
 
+pub mod rc_v2;
 pub mod reply;
 pub mod token;
 
