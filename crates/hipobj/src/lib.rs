@@ -36,7 +36,7 @@ mod rcv2;
 // aws-sdk-s3 integration) use. The platform they run on comes from the
 // composition root, `hipobj-system`, or from the fakes in tests.
 pub use buffers::{BufKind, MAX_BUFFER_SIZE, MAX_BUFFERS};
-pub use client::{Client, ClientBuilder, Registration};
+pub use client::{Client, ClientBuilder, RcV2, Registration};
 // What one transfer grants the server through a connection (the fence
 // benchmark builds one by hand).
 pub use connection::Grant;
@@ -47,4 +47,4 @@ pub use instance::{Config, Direction, Instance, SyncDirection};
 pub use library::Library;
 pub use nic::{Chosen, choose as choose_nic};
 pub use options::{ENV_VARS, Options};
-pub use rcv2::{RC_V2_MAX_SIZE, RcV2Prepared, RcV2Ready, RcV2Session};
+pub use rcv2::{RC_V2_MAX_SIZE, RcV2Session};

@@ -35,6 +35,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hipobj_platform::{Gid, Sge};
+use hipobj_proto::rc_v2::{
+    CancelRequest, Cookie, Op, PrepareRequest, PrepareResponse, Psn, Qpn, ReadyRequest, ReadyResponse,
+    RemoteMr, SessionId, Size, Target,
+};
 use hipobj_proto::{Token, Transport};
 
 use crate::buffers::{BufEntry, BufKind};
@@ -70,34 +74,6 @@ enum Stage {
     Failed,
 }
 
-/// What the server's PREPARE answer names.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RcV2Prepared {
-    /// `X-Amz-Rdma-Session`: the server's id for the session.
-    pub session: String,
-    /// The token of `X-Amz-Rdma-Reply: 200:<token>`.
-    pub token: Token,
-    /// `X-Amz-Rdma-Qpn`.
-    pub qpn: u32,
-    /// `X-Amz-Rdma-Psn`: the server's first PSN.
-    pub psn: u32,
-    /// `X-Amz-Rdma-Mr-Addr`: the staging buffer.
-    pub mr_addr: u64,
-    /// `X-Amz-Rdma-Mr-Rkey`.
-    pub mr_rkey: u32,
-}
-
-/// What the server's READY answer says.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RcV2Ready {
-    /// The HTTP status.
-    pub status: u16,
-    /// `X-Amz-Rdma-Cookie`, if present and well formed.
-    pub cookie: Option<u32>,
-    /// `X-Amz-Rdma-Bytes-Transferred`, if present and well formed.
-    pub bytes: Option<u64>,
-}
-
 /// One hipobj-rc-v2 transfer on the client's side.
 #[derive(Debug)]
 pub struct RcV2Session {
@@ -119,8 +95,8 @@ pub struct RcV2Session {
     rkey: u32,
     qpn: u32,
     stage: Stage,
-    session: Option<String>,
-    staging: Option<(u64, u32)>,
+    session: Option<SessionId>,
+    staging: Option<RemoteMr>,
 }
 
 /// A random non-zero value below `limit` (a power of two), from SipHash
@@ -209,10 +185,10 @@ impl RcV2Session {
     }
 
     /// `x-amz-rdma-op`.
-    pub fn op(&self) -> &'static str {
+    pub fn op(&self) -> Op {
         match self.dir {
-            Direction::Get => "GET",
-            Direction::Put => "PUT",
+            Direction::Get => Op::Get,
+            Direction::Put => Op::Put,
         }
     }
 
@@ -269,19 +245,76 @@ impl RcV2Session {
     /// The server's session id, once PREPARE succeeded and until READY was
     /// answered: while this is `Some`, the server holds resources that a
     /// CANCEL (with this id) releases.
-    pub fn cancel_id(&self) -> Option<&str> {
-        self.session.as_deref()
+    pub fn cancel_id(&self) -> Option<SessionId> {
+        self.session
     }
 
     /// GET: `x-amz-rdma-mr-addr` and `x-amz-rdma-mr-rkey` of READY, the
     /// range the server may write. `None` for a PUT.
-    pub fn ready_buffer(&self) -> Option<(u64, u32)> {
-        (self.dir == Direction::Get).then(|| (self.remote_addr(), self.rkey))
+    pub fn ready_buffer(&self) -> Option<RemoteMr> {
+        (self.dir == Direction::Get).then(|| RemoteMr {
+            addr: self.remote_addr(),
+            rkey: self.rkey,
+        })
     }
 
     /// The server's staging buffer (PUT), once PREPARE succeeded.
-    pub fn staging(&self) -> Option<(u64, u32)> {
+    pub fn staging(&self) -> Option<RemoteMr> {
         self.staging
+    }
+
+    /// The PREPARE request for `bucket`/`key`, starting `object_offset`
+    /// bytes into the object (a ranged GET; `None` for a PUT or a GET from
+    /// the start).
+    pub fn prepare_request(
+        &self,
+        bucket: &str,
+        key: &str,
+        object_offset: Option<u64>,
+    ) -> Result<PrepareRequest> {
+        let target = Target::new(bucket, key).map_err(|e| {
+            Error::invalid(format!(
+                "s3://{bucket}/{key} cannot be a hipobj-rc-v2 target: {e}"
+            ))
+        })?;
+        if object_offset.is_some_and(|o| o != 0) && self.dir == Direction::Put {
+            return Err(Error::invalid(
+                "a hipobj-rc-v2 PUT writes a whole object: no offset",
+            ));
+        }
+        Ok(PrepareRequest {
+            op: self.op(),
+            target,
+            size: Size::new(self.size as u64)
+                .ok_or_else(|| Error::new(ErrorKind::SizeTooLarge, "over the protocol's size"))?,
+            offset: object_offset.filter(|&o| o != 0),
+            token: self.token(),
+            psn: Psn::new(self.psn).ok_or_else(|| Error::new(ErrorKind::InternalError, "PSN"))?,
+            cookie: Cookie::new(self.cookie).ok_or_else(|| Error::new(ErrorKind::InternalError, "cookie"))?,
+            client_mr: None,
+        })
+    }
+
+    /// The READY request: the session, the cookie, and the client's QP
+    /// (with, for a GET, the buffer range the server may write).
+    pub fn ready_request(&self) -> Result<ReadyRequest> {
+        self.expect(Stage::Connected, "READY")?;
+        let session = self
+            .session
+            .ok_or_else(|| Error::new(ErrorKind::InternalError, "no session"))?;
+        let qpn = Qpn::new(self.qpn).ok_or_else(|| Error::new(ErrorKind::InternalError, "QPN"))?;
+        let mr = self.ready_buffer().unwrap_or(RemoteMr { addr: 0, rkey: 0 });
+        Ok(ReadyRequest {
+            session,
+            cookie: Cookie::new(self.cookie).ok_or_else(|| Error::new(ErrorKind::InternalError, "cookie"))?,
+            client_mr: Some((mr, qpn)),
+        })
+    }
+
+    /// The CANCEL request the server is owed, if any (see
+    /// [`RcV2Session::cancel_id`]).
+    pub fn cancel_request(&self) -> Option<CancelRequest> {
+        self.session.map(|session| CancelRequest { session })
     }
 
     fn lease(&mut self) -> Result<&mut Lease> {
@@ -324,13 +357,13 @@ impl RcV2Session {
     /// transfer's range is granted. On failure the session is over and
     /// [`RcV2Session::cancel_id`] says whether the server still needs a
     /// CANCEL.
-    pub fn prepared(&mut self, status: u16, answer: Option<&RcV2Prepared>) -> Result<()> {
+    pub fn prepared(&mut self, status: u16, answer: Option<&PrepareResponse>) -> Result<()> {
         self.expect(Stage::New, "a PREPARE answer")?;
         let r = self.prepared_inner(status, answer);
         r.map_err(|e| self.fail(e))
     }
 
-    fn prepared_inner(&mut self, status: u16, answer: Option<&RcV2Prepared>) -> Result<()> {
+    fn prepared_inner(&mut self, status: u16, answer: Option<&PrepareResponse>) -> Result<()> {
         if status != 200 {
             return Err(failed(
                 ErrorKind::S3Error,
@@ -344,11 +377,11 @@ impl RcV2Session {
             )
         })?;
         // From here on the server holds a session: a failure owes a CANCEL.
-        self.session = Some(a.session.clone());
+        self.session = Some(a.session);
         let peer = check_server(a, self.dir, self.size as u64)?;
-        let (psn, dir) = (a.psn, self.dir);
+        let (psn, dir) = (a.psn.get(), self.dir);
         let sq_psn = self.psn;
-        self.staging = (dir == Direction::Put).then_some((a.mr_addr, a.mr_rkey));
+        self.staging = (dir == Direction::Put).then(|| a.staging());
         let (addr, len, rkey) = (self.remote_addr(), self.size as u64, self.rkey);
         let entry = self.entry()?;
         let lease = self
@@ -370,6 +403,54 @@ impl RcV2Session {
         Ok(())
     }
 
+    /// [`RcV2Session::prepared`] from the response's status and headers
+    /// (any `(name, value)` pairs; names in any case).
+    pub fn prepared_from<'n, 'v>(
+        &mut self,
+        status: u16,
+        headers: impl IntoIterator<Item = (&'n str, &'v [u8])>,
+    ) -> Result<()> {
+        let headers: Vec<(&str, &[u8])> = headers.into_iter().collect();
+        let parsed = (status == 200).then(|| PrepareResponse::from_headers(headers.iter().copied()));
+        match parsed {
+            Some(Err(e)) => {
+                self.expect(Stage::New, "a PREPARE answer")?;
+                // The server may hold a session even if we cannot read the
+                // rest of its answer: if it named one, it is owed a CANCEL.
+                self.session = headers
+                    .iter()
+                    .find(|(n, _)| n.eq_ignore_ascii_case(hipobj_proto::rc_v2::SESSION_HEADER))
+                    .and_then(|(_, v)| SessionId::parse(v));
+                Err(self.fail(failed(
+                    ErrorKind::S3Error,
+                    format!("the server's PREPARE answer is unusable: {e}"),
+                )))
+            }
+            Some(Ok(a)) => self.prepared(status, Some(&a)),
+            None => self.prepared(status, None),
+        }
+    }
+
+    /// [`RcV2Session::finish`] from the response's status and headers.
+    pub fn finish_from<'n, 'v>(
+        &mut self,
+        status: u16,
+        headers: impl IntoIterator<Item = (&'n str, &'v [u8])>,
+    ) -> Result<u64> {
+        let parsed = (status == 200).then(|| ReadyResponse::from_headers(headers));
+        match parsed {
+            Some(Err(e)) => {
+                let _ = self.finish(status, None);
+                Err(failed(
+                    ErrorKind::S3Error,
+                    format!("the server's READY answer is unusable: {e}"),
+                ))
+            }
+            Some(Ok(a)) => self.finish(status, Some(&a)),
+            None => self.finish(status, None),
+        }
+    }
+
     /// PUT: posts the client's RDMA WRITE WITH IMMEDIATE (immediate = the
     /// cookie) of the whole range into the server's staging buffer. Call it
     /// once READY is on its way (the server accepts the write only after
@@ -385,7 +466,7 @@ impl RcV2Session {
     }
 
     fn start_inner(&mut self) -> Result<()> {
-        let (addr, rkey) = self
+        let RemoteMr { addr, rkey } = self
             .staging
             .ok_or_else(|| failed(ErrorKind::InternalError, "no staging buffer"))?;
         let sge = Sge {
@@ -405,7 +486,7 @@ impl RcV2Session {
     /// QP with the cookie and that many bytes, for a PUT the successful
     /// completion of the client's write. Returns the bytes moved. The grant
     /// and the QP end before this returns, whatever the outcome.
-    pub fn finish(&mut self, answer: &RcV2Ready) -> Result<u64> {
+    pub fn finish(&mut self, status: u16, answer: Option<&ReadyResponse>) -> Result<u64> {
         let want = match self.dir {
             Direction::Get => Stage::Connected,
             Direction::Put => Stage::Started,
@@ -413,7 +494,7 @@ impl RcV2Session {
         self.expect(want, "a READY answer")?;
         // Any answer to READY ends the server's session: no CANCEL is owed.
         self.session = None;
-        let r = self.finish_inner(answer);
+        let r = self.finish_inner(status, answer);
         match r {
             Ok(n) => {
                 let entry = self.entry();
@@ -429,35 +510,41 @@ impl RcV2Session {
         }
     }
 
-    fn finish_inner(&mut self, a: &RcV2Ready) -> Result<u64> {
+    fn finish_inner(&mut self, status: u16, a: Option<&ReadyResponse>) -> Result<u64> {
         let size = self.size as u64;
-        if a.status != 200 {
+        if status != 200 {
             return Err(failed(
                 ErrorKind::S3Error,
-                format!("the server answered READY with HTTP {}", a.status),
+                format!("the server answered READY with HTTP {status}"),
             ));
         }
-        if a.cookie != Some(self.cookie) {
+        let a = a.ok_or_else(|| {
+            failed(
+                ErrorKind::S3Error,
+                "the server's READY answer lacks or garbles a hipobj-rc-v2 header",
+            )
+        })?;
+        if a.cookie.get() != self.cookie {
             return Err(failed(
                 ErrorKind::RdmaError,
                 format!(
-                    "the READY answer echoes cookie {:?}, not this session's {:#010x}",
+                    "the READY answer echoes cookie {}, not this session's {:08x}",
                     a.cookie, self.cookie
                 ),
             ));
         }
         match a.bytes {
-            Some(n) if n == size => {}
-            Some(n) if n < size => {
+            n if n == size => {}
+            n if n < size => {
                 return Err(failed(
                     ErrorKind::S3Error,
                     format!("the server moved {n} bytes of the {size} asked for"),
                 ));
             }
-            other => {
+            n => {
                 return Err(failed(
                     ErrorKind::RdmaError,
-                    format!("the READY answer's byte count {other:?} is not the session's {size}"),
+                    format!("the READY answer claims {n} bytes, more than the session's {size}"),
                 ));
             }
         }
@@ -530,11 +617,12 @@ impl Drop for RcV2Session {
     }
 }
 
-/// Checks the server's PREPARE answer before anything is connected: an RC
-/// token naming the same QP as `X-Amz-Rdma-Qpn`, a unicast GID, a non-zero
-/// 24-bit PSN, and (PUT) a staging buffer the token agrees on and that holds
+/// Checks the server's PREPARE answer before anything is connected, beyond
+/// what parsing it checked (an RC token agreeing with `X-Amz-Rdma-Qpn` and
+/// the staging headers, a non-zero GID and PSN): a QP number that can be an
+/// RC QP, a unicast GID, a port, and (PUT) a staging buffer that holds
 /// `size` bytes.
-fn check_server(a: &RcV2Prepared, dir: Direction, size: u64) -> Result<Peer> {
+fn check_server(a: &PrepareResponse, dir: Direction, size: u64) -> Result<Peer> {
     let bad = |why: String| {
         Err(failed(
             ErrorKind::S3Error,
@@ -545,17 +633,9 @@ fn check_server(a: &RcV2Prepared, dir: Direction, size: u64) -> Result<Peer> {
     if t.transport != Transport::Rc {
         return bad("its token is not for a reliable connection".into());
     }
-    if t.qpn != a.qpn {
-        return bad(format!(
-            "its token names QP {:#x} but X-Amz-Rdma-Qpn says {:#x}",
-            t.qpn, a.qpn
-        ));
-    }
+
     if !(2..=hipobj_proto::PSN_MAX).contains(&t.qpn) {
         return bad(format!("QP number {:#x} is not in 2..2^24", t.qpn));
-    }
-    if a.psn == 0 || a.psn > hipobj_proto::PSN_MAX {
-        return bad(format!("PSN {:#x} is not a non-zero 24-bit number", a.psn));
     }
     let gid = Gid(t.gid);
     if t.gid == [0; 16] || t.gid[0] == 0xff {
@@ -569,16 +649,11 @@ fn check_server(a: &RcV2Prepared, dir: Direction, size: u64) -> Result<Peer> {
     if t.port == 0 {
         return bad("its token's port is 0".into());
     }
-    if dir == Direction::Put {
-        if t.rkey != a.mr_rkey || t.addr != a.mr_addr {
-            return bad("its token and X-Amz-Rdma-Mr-Addr/-Rkey name different staging buffers".into());
-        }
-        if t.len < size {
-            return bad(format!(
-                "its staging buffer holds {} bytes, fewer than the {size} to write",
-                t.len
-            ));
-        }
+    if dir == Direction::Put && t.len < size {
+        return bad(format!(
+            "its staging buffer holds {} bytes, fewer than the {size} to write",
+            t.len
+        ));
     }
     Ok(Peer { gid, qpn: t.qpn })
 }

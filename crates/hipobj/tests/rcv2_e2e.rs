@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use hipobj::{Direction, ErrorKind, Instance, Library, Options, RcV2Session};
 use hipobj_platform::{NoGpu, NoTopology, Platform, Verbs};
+use hipobj_proto::rc_v2::{self, PrepareResponse};
 use hipobj_softroce::{SoftConfig, SoftVerbs};
 
 use support::v2::{Misbehave, V2Server};
@@ -66,26 +67,35 @@ fn drive(
     let mut s = inst.rc_v2_session(dir, addr, size, at).unwrap();
     let r = run(&mut s, server, key, obj_offset);
     if r.is_err()
-        && let Some(id) = s.cancel_id()
+        && let Some(c) = s.cancel_request()
     {
-        assert_eq!(server.cancel(id), 204);
+        assert_eq!(server.handle(rc_v2::CANCEL_PATH, &c.to_headers()).0, 204);
     }
     (r, s)
 }
 
+fn bytes<'a>(h: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a [u8])> {
+    h.iter().map(|(n, v)| (*n, v.as_bytes())).collect()
+}
+
+/// The application's part, in headers: PREPARE, READY (in another thread,
+/// with the PUT's write started while it waits).
 fn run(s: &mut RcV2Session, server: &V2Server, key: &str, obj_offset: u64) -> hipobj::Result<u64> {
-    let answer = server.prepare(s.op(), &s.token(), s.psn(), s.cookie(), key, s.size(), obj_offset);
-    match answer {
-        Ok(a) => s.prepared(200, Some(&a))?,
-        Err(status) => return s.prepared(status, None).map(|()| 0),
-    }
-    let id = s.cancel_id().unwrap().to_owned();
-    let (cookie, qpn, buf) = (s.cookie(), s.qpn(), s.ready_buffer());
-    let ready = std::thread::scope(|sc| {
-        let h = sc.spawn(|| server.ready(&id, cookie, qpn, buf));
+    let prepare = s.prepare_request("bkt", key, Some(obj_offset))?;
+    let (status, h) = server.handle(rc_v2::PREPARE_PATH, &prepare.to_headers());
+    s.prepared_from(status, bytes(&h))?;
+    let ready = s.ready_request()?.to_headers();
+    let (status, h) = std::thread::scope(|sc| {
+        let h = sc.spawn(|| server.handle(rc_v2::READY_PATH, &ready));
         s.start().map(|()| h.join().unwrap())
     })?;
-    s.finish(&ready)
+    s.finish_from(status, bytes(&h))
+}
+
+fn prepared(server: &V2Server, s: &RcV2Session, size: u64) -> PrepareResponse {
+    let mut r = s.prepare_request("bkt", "k", None).unwrap();
+    r.size = rc_v2::Size::new(size).unwrap();
+    server.prepare(&r).unwrap()
 }
 
 fn pattern(n: usize, seed: usize) -> Vec<u8> {
@@ -235,13 +245,13 @@ fn a_client_that_gives_up_between_prepare_and_ready_owes_and_sends_a_cancel() {
     let src = host_buf(4096);
     inst.register_host(src).unwrap();
     let mut s = inst.rc_v2_session(Direction::Put, src.addr(), 4096, 0).unwrap();
-    let a = server
-        .prepare(s.op(), &s.token(), s.psn(), s.cookie(), "k", s.size(), 0)
-        .unwrap();
+    let a = prepared(&server, &s, 4096);
     s.prepared(200, Some(&a)).unwrap();
+    assert_eq!(server.open_sessions(), 1);
     s.abort();
-    let id = s.cancel_id().unwrap().to_owned();
-    assert_eq!(server.cancel(&id), 204);
+    let id = s.cancel_id().unwrap();
+    let c = s.cancel_request().unwrap().to_headers();
+    assert_eq!(server.handle(rc_v2::CANCEL_PATH, &c).0, 204);
     assert_eq!(server.open_sessions(), 0);
     assert_eq!(*server.cancelled.lock().unwrap(), vec![id]);
     // A READY after the abort is refused by the session itself.
@@ -255,19 +265,25 @@ fn a_prepare_answer_whose_token_names_another_qp_is_refused_and_cancelled() {
     let src = host_buf(64);
     inst.register_host(src).unwrap();
     let mut s = inst.rc_v2_session(Direction::Put, src.addr(), 64, 0).unwrap();
-    let mut a = server
-        .prepare(s.op(), &s.token(), s.psn(), s.cookie(), "k", 64, 0)
-        .unwrap();
-    a.qpn ^= 1;
-    let e = s.prepared(200, Some(&a)).unwrap_err();
+    let a = prepared(&server, &s, 64);
+    let mut h = a.to_headers();
+    for (n, v) in &mut h {
+        if *n == rc_v2::QPN_HEADER {
+            *v = format!("{:x}", a.token.qpn ^ 1);
+        }
+    }
+    let e = s.prepared_from(200, bytes(&h)).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::S3Error, "{e}");
-    assert_eq!(s.cancel_id(), Some(a.session.as_str()));
+    assert_eq!(s.cancel_id(), Some(a.session));
     // A staging buffer smaller than the PUT is refused too.
     let mut s = inst.rc_v2_session(Direction::Put, src.addr(), 64, 0).unwrap();
-    let mut a = server
-        .prepare(s.op(), &s.token(), s.psn(), s.cookie(), "k", 32, 0)
-        .unwrap();
-    a.token.len = 32;
+    let a = prepared(&server, &s, 32);
+    let e = s.prepared(200, Some(&a)).unwrap_err();
+    assert!(e.to_string().contains("fewer than the 64"), "{e}");
+    // A server QP number that cannot be an RC QP (1 is the GSI).
+    let mut s = inst.rc_v2_session(Direction::Put, src.addr(), 64, 0).unwrap();
+    let mut a = prepared(&server, &s, 64);
+    a.token.qpn = 1;
     assert!(s.prepared(200, Some(&a)).is_err());
 }
 

@@ -15,11 +15,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hipobj::{RcV2Prepared, RcV2Ready};
 use hipobj_platform::rc::{self, RcPath};
 use hipobj_platform::{
     AccessFlags, CompletionQueue, Device, Gid, MemRegion, MemoryRegion, NoTopology, ProtectionDomain,
     QpInitAttr, QueuePair, RecvWr, SendOp, SendWr, Sge, Verbs, WcOpcode, WcStatus, WorkCompletion,
+};
+use hipobj_proto::rc_v2::{
+    self, CancelRequest, Cookie, PrepareRequest, PrepareResponse, Psn, ReadyRequest, ReadyResponse, SessionId,
 };
 use hipobj_proto::{Token, Transport};
 
@@ -59,11 +61,11 @@ pub struct V2Server {
     pd: Arc<dyn ProtectionDomain>,
     selection: hipobj_platform::selection::Selection,
     pub objects: Mutex<HashMap<String, Vec<u8>>>,
-    sessions: Mutex<HashMap<String, Session>>,
+    sessions: Mutex<HashMap<SessionId, Session>>,
     next: Mutex<u64>,
     pub misbehave: Mutex<Misbehave>,
     /// Sessions ended by CANCEL.
-    pub cancelled: Mutex<Vec<String>>,
+    pub cancelled: Mutex<Vec<SessionId>>,
     /// After each transfer: the session's QP and the client's buffer, kept
     /// for a late write ([`V2Server::write_late`]).
     last: Mutex<
@@ -100,18 +102,47 @@ impl V2Server {
         self.sessions.lock().unwrap().len()
     }
 
-    /// PREPARE: `Err(status)` or the answer's values.
-    pub fn prepare(
+    /// One control request, as headers in and out: what an HTTP front
+    /// would hand over after checking the signature.
+    pub fn handle<S: AsRef<str>>(
         &self,
-        op: &str,
-        token: &Token,
-        psn: u32,
-        cookie: u32,
-        key: &str,
-        size: u64,
-        offset: u64,
-    ) -> Result<RcV2Prepared, u16> {
-        if !(op == "GET" || op == "PUT") || psn == 0 || size == 0 || token.transport != Transport::Rc {
+        path: &str,
+        headers: &[(S, String)],
+    ) -> (u16, Vec<(&'static str, String)>) {
+        let h = || headers.iter().map(|(n, v)| (n.as_ref(), v.as_bytes()));
+        match path {
+            rc_v2::PREPARE_PATH => match PrepareRequest::from_headers(h()) {
+                Ok(r) => match self.prepare(&r) {
+                    Ok(a) => (200, a.to_headers()),
+                    Err(status) => (status, Vec::new()),
+                },
+                Err(e) => (e.status().code(), Vec::new()),
+            },
+            rc_v2::READY_PATH => match ReadyRequest::from_headers(h()) {
+                Ok(r) => match self.ready(&r) {
+                    (200, Some(a)) => (200, a.to_headers()),
+                    (status, _) => (status, Vec::new()),
+                },
+                Err(e) => (e.status().code(), Vec::new()),
+            },
+            rc_v2::CANCEL_PATH => match CancelRequest::from_headers(h()) {
+                Ok(r) => (self.cancel(r.session), Vec::new()),
+                Err(e) => (e.status().code(), Vec::new()),
+            },
+            _ => (404, Vec::new()),
+        }
+    }
+
+    /// PREPARE: `Err(status)` or the answer.
+    pub fn prepare(&self, r: &PrepareRequest) -> Result<PrepareResponse, u16> {
+        let op = r.op.as_str();
+        let token = &r.token;
+        let psn = r.psn.get();
+        let cookie = r.cookie.get();
+        let key = r.target.key();
+        let size = r.size.get_u64();
+        let offset = r.offset.unwrap_or(0);
+        if token.transport != Transport::Rc {
             return Err(400);
         }
         if op == "GET" {
@@ -152,14 +183,15 @@ impl V2Server {
             AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
         )
         .unwrap();
-        let id = {
+        let n = {
             let mut n = self.next.lock().unwrap();
             *n += 1;
-            format!("{:032x}", *n * 0x9e37_79b9)
+            *n
         };
-        let server_psn = 0x00ab_cd00 | (*self.next.lock().unwrap() as u32 & 0xff);
-        let answer = RcV2Prepared {
-            session: id.clone(),
+        let id = SessionId((u128::from(n) * 0x9e37_79b9_7f4a_7c15).to_be_bytes());
+        let server_psn = 0x00ab_cd00 | (n as u32 & 0xff);
+        let answer = PrepareResponse {
+            session: id,
             token: Token {
                 transport: Transport::Rc,
                 qpn: qp.qp_num(),
@@ -170,10 +202,7 @@ impl V2Server {
                 port: self.selection.port,
                 lid: 0,
             },
-            qpn: qp.qp_num(),
-            psn: server_psn,
-            mr_addr: mr.addr(),
-            mr_rkey: mr.rkey(),
+            psn: Psn::new(server_psn).unwrap(),
         };
         self.sessions.lock().unwrap().insert(
             id,
@@ -197,13 +226,15 @@ impl V2Server {
 
     /// READY: connects and moves the bytes; blocks until done (a PUT waits
     /// for the client's write).
-    pub fn ready(&self, id: &str, cookie: u32, qpn: u32, buf: Option<(u64, u32)>) -> RcV2Ready {
-        let fail = |status| RcV2Ready {
-            status,
-            cookie: None,
-            bytes: None,
+    pub fn ready(&self, r: &ReadyRequest) -> (u16, Option<ReadyResponse>) {
+        let fail = |status| (status, None);
+        let cookie = r.cookie.get();
+        let Some((mr, qpn)) = r.client_mr else {
+            return fail(400);
         };
-        let Some(s) = self.sessions.lock().unwrap().remove(id) else {
+        let qpn = qpn.get();
+        let buf = (mr.rkey != 0).then_some((mr.addr, mr.rkey));
+        let Some(s) = self.sessions.lock().unwrap().remove(&r.session) else {
             return fail(409);
         };
         if s.cookie != cookie {
@@ -246,13 +277,11 @@ impl V2Server {
             WcOpcode::RecvRdmaWithImm
         } else {
             if m.no_write {
-                return RcV2Ready {
-                    status: 200,
-                    cookie: Some(s.cookie),
-                    bytes: Some(s.size),
-                };
+                return (200, Some(answer(s.cookie, s.size)));
             }
-            let (addr, rkey) = buf.unwrap();
+            let Some((addr, rkey)) = buf else {
+                return fail(400);
+            };
             let len = if m.short_write { s.size - 1 } else { s.size };
             let imm = if m.wrong_imm {
                 s.cookie.wrapping_add(1)
@@ -306,17 +335,19 @@ impl V2Server {
         if let Some((addr, rkey)) = buf {
             *self.last.lock().unwrap() = Some((s.qp, s.cq, s.mr, addr, rkey));
         }
-        RcV2Ready {
-            status: 200,
-            cookie: Some(if m.wrong_echo { s.cookie ^ 1 } else { s.cookie }),
-            bytes: Some(if m.overcount { moved + 1 } else { moved }),
-        }
+        (
+            200,
+            Some(answer(
+                if m.wrong_echo { s.cookie ^ 1 } else { s.cookie },
+                if m.overcount { moved + 1 } else { moved },
+            )),
+        )
     }
 
     /// CANCEL: always 204.
-    pub fn cancel(&self, id: &str) -> u16 {
-        if self.sessions.lock().unwrap().remove(id).is_some() {
-            self.cancelled.lock().unwrap().push(id.to_owned());
+    pub fn cancel(&self, id: SessionId) -> u16 {
+        if self.sessions.lock().unwrap().remove(&id).is_some() {
+            self.cancelled.lock().unwrap().push(id);
         }
         204
     }
@@ -354,5 +385,15 @@ impl V2Server {
                 let _ = cq.wait(Duration::from_millis(50));
             }
         })
+    }
+}
+
+fn answer(cookie: u32, bytes: u64) -> ReadyResponse {
+    ReadyResponse {
+        cookie: Cookie::new(cookie).unwrap(),
+        bytes,
+        etag: None,
+        version_id: None,
+        checksum_crc64nvme: None,
     }
 }
