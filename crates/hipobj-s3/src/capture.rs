@@ -61,8 +61,13 @@ impl Exchange {
     /// hipobj-rc-v2: HTTP 501 with `x-amz-rdma-protocol-status:
     /// unsupported` (the same answer, to a v2 control request, says the
     /// server does not speak v2 either).
+    ///
+    /// A 501 reply header counts as well as the status: elbencho's HTTP
+    /// library turns the 501 of a declined *ranged* GET into HTTP 416 and
+    /// keeps the headers.
     pub fn unsupported(&self) -> bool {
-        self.status == Some(501)
+        let declined = self.status == Some(501) || self.reply.as_deref().map(str::trim) == Some("501");
+        declined
             && self.protocol_status.as_deref().is_some_and(|v| {
                 v.trim()
                     .eq_ignore_ascii_case(hipobj_proto::rc_v2::PROTOCOL_STATUS_UNSUPPORTED)
@@ -192,6 +197,21 @@ mod tests {
         assert!(ex(200, Some("200")).declined().is_none());
         assert!(ex(200, Some("5O1")).declined().is_none());
         assert!(Exchange::default().declined().is_none());
+    }
+
+    #[test]
+    fn what_points_to_v2() {
+        let mut e = ex(501, None);
+        assert!(!e.unsupported(), "501 alone is a plain decline");
+        e.protocol_status = Some("unsupported".into());
+        assert!(e.unsupported());
+        // elbencho's ranged GET: HTTP 416, reply 501, status header kept.
+        let mut e = ex(416, Some("501"));
+        e.protocol_status = Some("unsupported".into());
+        assert!(e.unsupported());
+        let mut e = ex(416, Some("416"));
+        e.protocol_status = Some("unsupported".into());
+        assert!(!e.unsupported());
     }
 
     #[test]
