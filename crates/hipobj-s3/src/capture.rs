@@ -30,6 +30,11 @@ pub(crate) struct Exchange {
     pub body: Option<Bytes>,
     /// The SDK's error, when the call failed.
     pub failure: Option<Error>,
+    /// `x-amz-rdma-protocol-status`.
+    pub protocol_status: Option<String>,
+    /// Every `x-amz-rdma-*` response header, name lowercase (hipobj-rc-v2
+    /// answers are read from these).
+    pub rdma: Vec<(String, Vec<u8>)>,
 }
 
 impl Exchange {
@@ -50,6 +55,28 @@ impl Exchange {
             )),
             None => None,
         }
+    }
+
+    /// Whether the server sent the answer that points a client to
+    /// hipobj-rc-v2: HTTP 501 with `x-amz-rdma-protocol-status:
+    /// unsupported` (the same answer, to a v2 control request, says the
+    /// server does not speak v2 either).
+    ///
+    /// A 501 reply header counts as well as the status: elbencho's HTTP
+    /// library turns the 501 of a declined *ranged* GET into HTTP 416 and
+    /// keeps the headers.
+    pub fn unsupported(&self) -> bool {
+        let declined = self.status == Some(501) || self.reply.as_deref().map(str::trim) == Some("501");
+        declined
+            && self.protocol_status.as_deref().is_some_and(|v| {
+                v.trim()
+                    .eq_ignore_ascii_case(hipobj_proto::rc_v2::PROTOCOL_STATUS_UNSUPPORTED)
+            })
+    }
+
+    /// The `x-amz-rdma-*` headers as `(name, value)` pairs.
+    pub fn rdma_headers(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        self.rdma.iter().map(|(n, v)| (n.as_str(), v.as_slice()))
     }
 
     /// The error the S3 exchange ended in, if it was one.
@@ -129,6 +156,18 @@ impl Intercept for Capture {
         ex.etag = h.get("etag").map(str::to_owned);
         ex.content_range = h.get("content-range").map(str::to_owned);
         ex.content_length = h.get("content-length").and_then(|v| v.trim().parse().ok());
+        ex.protocol_status = h
+            .get(hipobj_proto::rc_v2::PROTOCOL_STATUS_HEADER)
+            .map(str::to_owned);
+        ex.rdma = h
+            .iter()
+            .filter(|(n, _)| {
+                n.len() >= hipobj_proto::rc_v2::HEADER_PREFIX.len()
+                    && n[..hipobj_proto::rc_v2::HEADER_PREFIX.len()]
+                        .eq_ignore_ascii_case(hipobj_proto::rc_v2::HEADER_PREFIX)
+            })
+            .map(|(n, v)| (n.to_ascii_lowercase(), v.as_bytes().to_vec()))
+            .collect();
         Ok(())
     }
 }
@@ -158,6 +197,21 @@ mod tests {
         assert!(ex(200, Some("200")).declined().is_none());
         assert!(ex(200, Some("5O1")).declined().is_none());
         assert!(Exchange::default().declined().is_none());
+    }
+
+    #[test]
+    fn what_points_to_v2() {
+        let mut e = ex(501, None);
+        assert!(!e.unsupported(), "501 alone is a plain decline");
+        e.protocol_status = Some("unsupported".into());
+        assert!(e.unsupported());
+        // elbencho's ranged GET: HTTP 416, reply 501, status header kept.
+        let mut e = ex(416, Some("501"));
+        e.protocol_status = Some("unsupported".into());
+        assert!(e.unsupported());
+        let mut e = ex(416, Some("416"));
+        e.protocol_status = Some("unsupported".into());
+        assert!(!e.unsupported());
     }
 
     #[test]

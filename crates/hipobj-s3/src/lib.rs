@@ -55,6 +55,7 @@
 mod capture;
 mod error;
 mod failover;
+mod v2;
 
 use std::sync::Arc;
 
@@ -66,6 +67,7 @@ use hipobj::{Control, ControlError, ErrorKind, Registration};
 use capture::{Capture, Exchange};
 pub use error::{Error, Result};
 pub use failover::{FailoverClient, RetryPolicy, Served};
+pub use v2::Protocol;
 
 /// Where in a registration a transfer reads or writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,6 +113,7 @@ pub struct RdmaS3Client {
     hipobj: hipobj::Client,
     rt: tokio::runtime::Handle,
     fallback: bool,
+    protocol: v2::Memory,
 }
 
 /// The S3 request a transfer drives.
@@ -140,7 +143,18 @@ impl RdmaS3Client {
             hipobj,
             rt,
             fallback: true,
+            protocol: v2::Memory::default(),
         }
+    }
+
+    /// Which RDMA protocol the endpoint was found to speak (shared by the
+    /// clones of this client). The first transfer finds out: the binding
+    /// exchange first; on `501` with `x-amz-rdma-protocol-status:
+    /// unsupported`, hipobj-rc-v2; plain HTTP last, said in
+    /// [`Transfer::declined`]. Later transfers go straight to what was
+    /// found.
+    pub fn protocol(&self) -> Protocol {
+        self.protocol.get()
     }
 
     /// Whether a declined transfer falls back to plain HTTP (the default) or
@@ -179,11 +193,122 @@ impl RdmaS3Client {
         range: Option<&str>,
     ) -> Result<Transfer> {
         let op = Op::Get { range };
+        match self.protocol.get() {
+            Protocol::RcV2 => return self.v2_get(reg, at, bucket, key, range, false),
+            Protocol::Plain(why) => return self.declined_get(reg, at, bucket, key, range, op, why),
+            Protocol::Binding | Protocol::Unknown => {}
+        }
         let mut ex = Exchanger::new(self, bucket, key, op);
         let outcome = self.hipobj.get(reg, at.offset, at.len, &mut ex);
         match self.conclude(outcome, ex.last.take(), op)? {
-            Ok(t) => Ok(t),
-            Err((declined, last)) => self.plain_get(reg, at, bucket, key, range, declined, last),
+            Ok(t) => {
+                self.protocol.set(Protocol::Binding);
+                Ok(t)
+            }
+            Err((_, Some(last))) if last.unsupported() && self.protocol.get() == Protocol::Unknown => {
+                self.v2_get(reg, at, bucket, key, range, true)
+            }
+            Err((declined, last)) => {
+                self.protocol.set(Protocol::Plain(declined.clone()));
+                if !self.fallback {
+                    return Err(Error::declined(op.name(), declined));
+                }
+                self.plain_get(reg, at, bucket, key, range, declined, last)
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn declined_get(
+        &self,
+        reg: &mut Registration<'_>,
+        at: Span,
+        bucket: &str,
+        key: &str,
+        range: Option<&str>,
+        op: Op<'_>,
+        why: String,
+    ) -> Result<Transfer> {
+        if !self.fallback {
+            return Err(Error::declined(op.name(), why));
+        }
+        self.plain_get(reg, at, bucket, key, range, why, None)
+    }
+
+    /// GetObject by hipobj-rc-v2: one session for the range (or, without
+    /// one, for the whole object, whose size a HeadObject finds first: v2
+    /// moves exactly the size asked for).
+    fn v2_get(
+        &self,
+        reg: &mut Registration<'_>,
+        at: Span,
+        bucket: &str,
+        key: &str,
+        range: Option<&str>,
+        probing: bool,
+    ) -> Result<Transfer> {
+        let (offset, len, object_size) = match range {
+            Some(r) => {
+                let (o, n) = v2::v2_range(r, at.len).ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::InvalidValue,
+                        format!("hipobj-rc-v2 serves ranges of the form bytes=a-b or bytes=a-, not {r:?}"),
+                    )
+                })?;
+                (o, n, None)
+            }
+            None => {
+                let s3 = self.s3.clone();
+                let (b, k) = (bucket.to_owned(), key.to_owned());
+                let size = self
+                    .rt
+                    .block_on(async move { s3.head_object().bucket(b).key(k).send().await })
+                    .map_err(|e| Error::from_sdk("HeadObject", &e))?
+                    .content_length()
+                    .and_then(|n| u64::try_from(n).ok())
+                    .unwrap_or(0);
+                (0, size, Some(size))
+            }
+        };
+        if len > at.len as u64 {
+            return Err(Error::new(
+                ErrorKind::SizeTooLarge,
+                format!(
+                    "the object or range ({len} bytes) is larger than the {}-byte buffer",
+                    at.len
+                ),
+            ));
+        }
+        if len == 0 {
+            return self.plain_get(
+                reg,
+                at,
+                bucket,
+                key,
+                range,
+                "an empty object moves no bytes".into(),
+                None,
+            );
+        }
+        let n = usize::try_from(len).map_err(|_| Error::new(ErrorKind::SizeTooLarge, "length"))?;
+        let mut s = self.hipobj.rc_v2_get(reg, at.offset, n)?;
+        match self.run_v2(&mut s, bucket, key, Some(offset), probing)? {
+            v2::Outcome::Done(bytes, etag) => {
+                self.protocol.set(Protocol::RcV2);
+                Ok(Transfer {
+                    bytes,
+                    etag,
+                    rdma: true,
+                    declined: None,
+                    object_size,
+                    status: if range.is_some() { 206 } else { 200 },
+                })
+            }
+            v2::Outcome::Unsupported(why) => {
+                drop(s);
+                self.protocol.set(Protocol::Plain(why.clone()));
+                self.declined_get(reg, at, bucket, key, range, Op::Get { range }, why)
+            }
         }
     }
 
@@ -214,11 +339,77 @@ impl RdmaS3Client {
         key: &str,
         op: Op<'_>,
     ) -> Result<Transfer> {
+        match (self.protocol.get(), op) {
+            (Protocol::RcV2, Op::Put) => return self.v2_put(reg, at, bucket, key, false),
+            (Protocol::RcV2, _) => {
+                return self.declined_put(reg, at, bucket, key, op, "hipobj-rc-v2 has no UploadPart".into());
+            }
+            (Protocol::Plain(why), _) => return self.declined_put(reg, at, bucket, key, op, why),
+            (Protocol::Binding | Protocol::Unknown, _) => {}
+        }
         let mut ex = Exchanger::new(self, bucket, key, op);
         let outcome = self.hipobj.put(reg, at.offset, at.len, &mut ex);
         match self.conclude(outcome, ex.last.take(), op)? {
-            Ok(t) => Ok(t),
-            Err((declined, _)) => self.plain_put(reg, at, bucket, key, op, declined),
+            Ok(t) => {
+                self.protocol.set(Protocol::Binding);
+                Ok(t)
+            }
+            Err((_, Some(last))) if last.unsupported() && self.protocol.get() == Protocol::Unknown => {
+                match op {
+                    Op::Put => self.v2_put(reg, at, bucket, key, true),
+                    _ => self.declined_put(reg, at, bucket, key, op, "hipobj-rc-v2 has no UploadPart".into()),
+                }
+            }
+            Err((declined, _)) => {
+                self.protocol.set(Protocol::Plain(declined.clone()));
+                self.declined_put(reg, at, bucket, key, op, declined)
+            }
+        }
+    }
+
+    fn declined_put(
+        &self,
+        reg: &Registration<'_>,
+        at: Span,
+        bucket: &str,
+        key: &str,
+        op: Op<'_>,
+        why: String,
+    ) -> Result<Transfer> {
+        if !self.fallback {
+            return Err(Error::declined(op.name(), why));
+        }
+        self.plain_put(reg, at, bucket, key, op, why)
+    }
+
+    /// PutObject by hipobj-rc-v2: one session, the client's write into the
+    /// server's staging buffer.
+    fn v2_put(
+        &self,
+        reg: &Registration<'_>,
+        at: Span,
+        bucket: &str,
+        key: &str,
+        probing: bool,
+    ) -> Result<Transfer> {
+        let mut s = self.hipobj.rc_v2_put(reg, at.offset, at.len)?;
+        match self.run_v2(&mut s, bucket, key, None, probing)? {
+            v2::Outcome::Done(bytes, etag) => {
+                self.protocol.set(Protocol::RcV2);
+                Ok(Transfer {
+                    bytes,
+                    etag,
+                    rdma: true,
+                    declined: None,
+                    object_size: None,
+                    status: 200,
+                })
+            }
+            v2::Outcome::Unsupported(why) => {
+                drop(s);
+                self.protocol.set(Protocol::Plain(why.clone()));
+                self.declined_put(reg, at, bucket, key, Op::Put, why)
+            }
         }
     }
 
@@ -242,7 +433,9 @@ impl RdmaS3Client {
         };
         if let Err(e) = outcome {
             return match last.declined() {
-                Some(why) if self.fallback => Ok(Err((why, Some(last)))),
+                // A 501 pointing to hipobj-rc-v2 is handed back even without
+                // fallback: the caller tries v2 before giving up.
+                Some(why) if self.fallback || last.unsupported() => Ok(Err((why, Some(last)))),
                 Some(why) => Err(Error::declined(op.name(), why)),
                 None => Err(last.error(op.name()).unwrap_or_else(|| Error::from(e))),
             };

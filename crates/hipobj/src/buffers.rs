@@ -152,6 +152,16 @@ impl BufEntry {
         }
     }
 
+    /// The local key of a registration that covers the whole buffer, for
+    /// work requests that read it locally (hipobj-rc-v2's PUT write, whose
+    /// source needs no access right at all).
+    pub fn lkey(&self) -> u32 {
+        match &self.mrs {
+            BufMrs::Pair(p) => p.get.lkey(),
+            BufMrs::Windowed(mr) => mr.lkey(),
+        }
+    }
+
     /// Window mode: the registration windows are bound over.
     pub fn window_mr(&self) -> Option<&dyn MemoryRegion> {
         match &self.mrs {

@@ -29,6 +29,7 @@ use crate::error::{Error, Result};
 use crate::instance::{Config, Direction, Instance};
 use crate::library::Library;
 use crate::options::Options;
+use crate::rcv2::RcV2Session;
 
 /// Builds a [`Client`].
 #[derive(Debug)]
@@ -155,6 +156,60 @@ impl Client {
         self.check_owner(reg)?;
         self.instance
             .transfer(Direction::Put, reg.region.addr(), len, offset, s3)
+    }
+}
+
+/// A hipobj-rc-v2 session over a [`Registration`], which it borrows for as
+/// long as it lives (see [`RcV2Session`] for the calls).
+#[derive(Debug)]
+pub struct RcV2<'r> {
+    session: RcV2Session,
+    _borrow: PhantomData<&'r mut ()>,
+}
+
+impl std::ops::Deref for RcV2<'_> {
+    type Target = RcV2Session;
+    fn deref(&self) -> &RcV2Session {
+        &self.session
+    }
+}
+
+impl std::ops::DerefMut for RcV2<'_> {
+    fn deref_mut(&mut self) -> &mut RcV2Session {
+        &mut self.session
+    }
+}
+
+impl Client {
+    /// A hipobj-rc-v2 GET session: the server will write `len` bytes at
+    /// `offset` of `reg`.
+    pub fn rc_v2_get<'r>(
+        &self,
+        reg: &'r mut Registration<'_>,
+        offset: usize,
+        len: usize,
+    ) -> Result<RcV2<'r>> {
+        self.check_owner(reg)?;
+        let session = self
+            .instance
+            .rc_v2_session(Direction::Get, reg.region.addr(), len, offset)?;
+        Ok(RcV2 {
+            session,
+            _borrow: PhantomData,
+        })
+    }
+
+    /// A hipobj-rc-v2 PUT session: the client will write the `len` bytes
+    /// at `offset` of `reg` into the server's staging buffer.
+    pub fn rc_v2_put<'r>(&self, reg: &'r Registration<'_>, offset: usize, len: usize) -> Result<RcV2<'r>> {
+        self.check_owner(reg)?;
+        let session = self
+            .instance
+            .rc_v2_session(Direction::Put, reg.region.addr(), len, offset)?;
+        Ok(RcV2 {
+            session,
+            _borrow: PhantomData,
+        })
     }
 }
 

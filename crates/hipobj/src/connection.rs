@@ -82,6 +82,8 @@ const SENTINEL: u64 = 0x6869_706f_626a_0001;
 const BIND: u64 = 0x6869_706f_626a_0002;
 /// The `wr_id` of local invalidates.
 const INVALIDATE: u64 = 0x6869_706f_626a_0003;
+/// The `wr_id` of hipobj-rc-v2's PUT write.
+const WRITE: u64 = 0x6869_706f_626a_0004;
 /// How long a window bind or invalidate may take to complete.
 const WINDOW_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -218,14 +220,20 @@ impl Connection {
     /// bound to another peer is reset and brought back to INIT first, so the
     /// QP number, which the server's binding names, stays the same.
     pub fn connect(&mut self, peer: Peer, psn: u32) -> Result<()> {
-        let result = self.connect_inner(peer, psn);
+        self.connect_with(peer, psn, 0)
+    }
+
+    /// [`Connection::connect`] with our own first PSN `sq_psn` (hipobj-rc-v2
+    /// announces it to the server in PREPARE; the binding protocol sends 0).
+    pub fn connect_with(&mut self, peer: Peer, psn: u32, sq_psn: u32) -> Result<()> {
+        let result = self.connect_inner(peer, psn, sq_psn);
         if result.is_err() {
             self.broken = true;
         }
         result
     }
 
-    fn connect_inner(&mut self, peer: Peer, psn: u32) -> Result<()> {
+    fn connect_inner(&mut self, peer: Peer, psn: u32, sq_psn: u32) -> Result<()> {
         if self.peer.is_some() {
             // Nothing granted survives the move to another server. A QP the
             // server's failed RDMA left in ERR cannot invalidate (the work
@@ -255,7 +263,7 @@ impl Connection {
             dest_qpn: peer.qpn,
             dgid: peer.gid,
             rq_psn: psn,
-            sq_psn: 0,
+            sq_psn,
             max_dest_rd_atomic: 16,
             max_rd_atomic: 1,
         };
@@ -431,6 +439,59 @@ impl Connection {
         Ok(())
     }
 
+    /// Posts one signaled RDMA WRITE WITH IMMEDIATE of `sge` to
+    /// `remote_addr`/`rkey` at the bound peer (hipobj-rc-v2's PUT: the
+    /// client writes into the server's staging buffer). Its completion is
+    /// awaited by [`Connection::wait_write`]. A failure marks the connection
+    /// broken.
+    pub fn post_write_imm(
+        &mut self,
+        sge: hipobj_platform::Sge,
+        remote_addr: u64,
+        rkey: u32,
+        imm: u32,
+    ) -> Result<()> {
+        if self.peer.is_none() {
+            return Err(Error::new(
+                crate::ErrorKind::InternalError,
+                "a write was posted on a connection bound to no server",
+            ));
+        }
+        let r = self
+            .qp
+            .post_send(&SendWr {
+                wr_id: WRITE,
+                op: SendOp::WriteWithImm {
+                    remote_addr,
+                    rkey,
+                    imm,
+                },
+                sg_list: &[sge],
+                signaled: true,
+            })
+            .map_err(|e| rdma("posting an RDMA WRITE WITH IMMEDIATE", &e));
+        if r.is_err() {
+            self.broken = true;
+        }
+        r
+    }
+
+    /// Waits up to `timeout` for the successful completion of the write of
+    /// [`Connection::post_write_imm`]. Any other completion, or none in
+    /// time, is an error and marks the connection broken.
+    pub fn wait_write(&mut self, timeout: Duration) -> Result<()> {
+        let r = self.wait_op(
+            WRITE,
+            WcOpcode::RdmaWrite,
+            "the RDMA WRITE WITH IMMEDIATE",
+            timeout,
+        );
+        if r.is_err() {
+            self.broken = true;
+        }
+        r
+    }
+
     /// RTS->RTS with these remote access flags (fallback mode).
     fn set_access(&self, access: AccessFlags) -> Result<()> {
         let attr = QpAttr {
@@ -446,7 +507,11 @@ impl Connection {
     /// Waits for the completion of the window operation `wr_id`. Any other
     /// completion (the sentinel's flush) means the QP failed.
     fn wait_window_op(&self, wr_id: u64, opcode: WcOpcode, what: &str) -> Result<()> {
-        let deadline = Instant::now() + WINDOW_TIMEOUT;
+        self.wait_op(wr_id, opcode, what, WINDOW_TIMEOUT)
+    }
+
+    fn wait_op(&self, wr_id: u64, opcode: WcOpcode, what: &str, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
         let mut wc = [WorkCompletion::EMPTY; 1];
         loop {
             match self.cq.poll(&mut wc) {
@@ -473,7 +538,7 @@ impl Connection {
             if left.is_zero() {
                 return Err(Error::new(
                     crate::ErrorKind::RdmaError,
-                    format!("{what}: the NIC did not complete it within {WINDOW_TIMEOUT:?}"),
+                    format!("{what}: the NIC did not complete it within {timeout:?}"),
                 ));
             }
             self.cq
@@ -523,6 +588,12 @@ impl Connection {
     /// again, and nothing else may have completed). Any other completion is
     /// an error and marks the connection broken.
     pub fn take_write_imm(&mut self) -> Result<Option<u32>> {
+        self.take_write_imm_len().map(|o| o.map(|(imm, _)| imm))
+    }
+
+    /// [`Connection::take_write_imm`] with the completion's byte count: the
+    /// length of the WRITE WITH IMMEDIATE that consumed the receive.
+    pub fn take_write_imm_len(&mut self) -> Result<Option<(u32, u32)>> {
         let result = self.take_write_imm_inner();
         if result.is_err() {
             self.broken = true;
@@ -530,7 +601,7 @@ impl Connection {
         result
     }
 
-    fn take_write_imm_inner(&mut self) -> Result<Option<u32>> {
+    fn take_write_imm_inner(&mut self) -> Result<Option<(u32, u32)>> {
         let mut wc = [WorkCompletion::EMPTY; 1];
         let n = self
             .cq
@@ -560,7 +631,7 @@ impl Connection {
         };
         self.post_sentinel()?;
         self.check()?;
-        Ok(Some(imm))
+        Ok(Some((imm, c.byte_len)))
     }
 
     /// Checks, without waiting, that the QP has not gone to the error state.

@@ -126,6 +126,11 @@ impl Instance {
         &self.options
     }
 
+    /// The platform it runs on.
+    pub(crate) fn platform(&self) -> &Platform {
+        &self.platform
+    }
+
     /// What init chose.
     pub fn chosen(&self) -> &Chosen {
         &self.chosen
@@ -319,7 +324,7 @@ impl Instance {
         Ok(())
     }
 
-    fn find_usable(&self, addr: usize) -> Result<Arc<BufEntry>> {
+    pub(crate) fn find_usable(&self, addr: usize) -> Result<Arc<BufEntry>> {
         if addr == 0 {
             return Err(Error::invalid("the buffer pointer is NULL"));
         }
@@ -335,7 +340,13 @@ impl Instance {
     /// Copies part of a staged buffer between device and staging memory,
     /// with the staging deadline. A copy that misses it is handed to the
     /// abandoned list and the call fails with `InternalError`.
-    fn stage(&self, entry: &Arc<BufEntry>, offset: usize, size: usize, dir: SyncDirection) -> Result<()> {
+    pub(crate) fn stage(
+        &self,
+        entry: &Arc<BufEntry>,
+        offset: usize,
+        size: usize,
+        dir: SyncDirection,
+    ) -> Result<()> {
         let Some(staging) = entry.staging_addr() else {
             return Ok(());
         };
@@ -554,7 +565,7 @@ impl Instance {
     /// was sent means the QP failed, or a peer wrote with an immediate
     /// outside any transfer (which must not count as a later GET's proof):
     /// such a connection is destroyed and another leased.
-    fn acquire_idle(&self) -> Result<Lease> {
+    pub(crate) fn acquire_idle(&self) -> Result<Lease> {
         let mut tries = self.pool.size() + 1;
         loop {
             let mut lease = self.pool.acquire()?;

@@ -30,12 +30,13 @@ mod library;
 mod nic;
 mod options;
 mod pool;
+mod rcv2;
 
 // The public API: what programs built on the core (the C skin, the CLI, the
 // aws-sdk-s3 integration) use. The platform they run on comes from the
 // composition root, `hipobj-system`, or from the fakes in tests.
 pub use buffers::{BufKind, MAX_BUFFER_SIZE, MAX_BUFFERS};
-pub use client::{Client, ClientBuilder, Registration};
+pub use client::{Client, ClientBuilder, RcV2, Registration};
 // What one transfer grants the server through a connection (the fence
 // benchmark builds one by hand).
 pub use connection::Grant;
@@ -46,3 +47,4 @@ pub use instance::{Config, Direction, Instance, SyncDirection};
 pub use library::Library;
 pub use nic::{Chosen, choose as choose_nic};
 pub use options::{ENV_VARS, Options};
+pub use rcv2::{RC_V2_MAX_SIZE, RcV2Session};

@@ -2,6 +2,7 @@
 #![allow(dead_code, clippy::unwrap_used, unsafe_code)]
 
 pub mod server;
+pub mod v2;
 
 use std::collections::VecDeque;
 

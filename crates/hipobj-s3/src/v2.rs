@@ -1,0 +1,246 @@
+//! hipobj-rc-v2 for [`RdmaS3Client`]: the three control requests as
+//! SigV4-signed `POST`s on `/.hipobj-rc/`, and the per-endpoint memory of
+//! which protocol the server speaks.
+//!
+//! A control request is built from an ordinary SDK request (HeadObject of
+//! the same bucket and key, so endpoint, credentials, region and signing are
+//! the client's own) whose method, path and headers are replaced by
+//! `mutate_request`, which runs before signing: every `x-amz-rdma-*` header
+//! is among the signed headers. The answer is read off the raw response by
+//! the same interceptor as a token request's.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use hipobj::{ErrorKind, RcV2Session};
+use hipobj_proto::rc_v2;
+
+use crate::capture::{Capture, Exchange};
+use crate::error::{Error, Result};
+use crate::{RdmaS3Client, rdma_overrides};
+
+/// What an endpoint was found to speak.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Protocol {
+    /// Not known yet: the next transfer tries the binding exchange first.
+    #[default]
+    Unknown,
+    /// The binding exchange (`x-amz-rdma-token` on the object request).
+    Binding,
+    /// hipobj-rc-v2 (PREPARE / READY / CANCEL on `/.hipobj-rc/`).
+    RcV2,
+    /// Neither: plain HTTP, for the reason given.
+    Plain(String),
+}
+
+/// The memory shared by clones of one client (one endpoint).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Memory(Arc<Mutex<Protocol>>);
+
+impl Memory {
+    pub fn get(&self) -> Protocol {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    pub fn set(&self, p: Protocol) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = p;
+    }
+}
+
+/// How long a PUT waits after sending READY before its write goes out: the
+/// server accepts the write only once READY has reached it (RC retransmits
+/// an early one, for about half a second).
+const PUT_WRITE_DELAY: Duration = Duration::from_millis(20);
+
+/// `scheme://authority` of a URI.
+fn origin(uri: &str) -> &str {
+    let start = uri.find("://").map_or(0, |i| i + 3);
+    match uri[start..].find('/') {
+        Some(i) => &uri[..start + i],
+        None => uri,
+    }
+}
+
+/// What a v2 transfer came to.
+pub(crate) enum Outcome {
+    /// The bytes moved: the count and the ETag (PUT).
+    Done(u64, Option<String>),
+    /// The server does not speak v2 (PREPARE answered 501 + unsupported).
+    Unsupported(String),
+}
+
+impl RdmaS3Client {
+    /// Sends one control request to `path` with `headers`, signed as the
+    /// client signs everything.
+    pub(crate) async fn control(
+        &self,
+        bucket: &str,
+        key: &str,
+        path: &'static str,
+        headers: Vec<(&'static str, String)>,
+    ) -> Exchange {
+        let cap = Capture::default();
+        let mutate = move |req: &mut aws_smithy_runtime_api::http::Request| {
+            let _ = req.set_method(rc_v2::METHOD);
+            let uri = format!("{}{path}", origin(req.uri()));
+            let _ = req.set_uri(uri);
+            let h = req.headers_mut();
+            for (n, v) in &headers {
+                h.insert(*n, v.clone());
+            }
+            h.insert("content-length", "0");
+        };
+        let failure = self
+            .s3
+            .head_object()
+            .bucket(bucket)
+            .key(key)
+            .customize()
+            .config_override(rdma_overrides())
+            .mutate_request(mutate)
+            .interceptor(cap.clone())
+            .send()
+            .await
+            .err()
+            .map(|e| Error::from_sdk("hipobj-rc-v2", &e));
+        cap.finish(failure)
+    }
+
+    fn control_blocking(
+        &self,
+        bucket: &str,
+        key: &str,
+        path: &'static str,
+        headers: Vec<(&'static str, String)>,
+    ) -> Result<Exchange> {
+        let ex = self.rt.block_on(self.control(bucket, key, path, headers));
+        match (ex.status, &ex.failure) {
+            (None, Some(e)) => Err(e.clone()),
+            (None, None) => Err(Error::new(ErrorKind::S3Error, format!("{path}: no response"))),
+            _ => Ok(ex),
+        }
+    }
+
+    /// Sends the CANCEL a failed session owes, if it owes one. Its answer
+    /// does not matter (204 always); a failure to send it is not reported
+    /// over the error that caused it.
+    fn cancel(&self, s: &RcV2Session, bucket: &str, key: &str) {
+        if let Some(c) = s.cancel_request() {
+            let _ = self.control_blocking(bucket, key, rc_v2::CANCEL_PATH, c.to_headers());
+        }
+    }
+
+    /// Runs one v2 session: PREPARE, connect, READY (with the PUT's write
+    /// while READY is open), and the checks of the answer. Any failure after
+    /// PREPARE made a session sends CANCEL.
+    pub(crate) fn run_v2(
+        &self,
+        s: &mut RcV2Session,
+        bucket: &str,
+        key: &str,
+        object_offset: Option<u64>,
+        probing: bool,
+    ) -> Result<Outcome> {
+        let r = self.run_v2_inner(s, bucket, key, object_offset, probing);
+        if r.is_err() {
+            s.abort();
+            self.cancel(s, bucket, key);
+        }
+        r
+    }
+
+    fn run_v2_inner(
+        &self,
+        s: &mut RcV2Session,
+        bucket: &str,
+        key: &str,
+        object_offset: Option<u64>,
+        probing: bool,
+    ) -> Result<Outcome> {
+        let prepare = s.prepare_request(bucket, key, object_offset)?;
+        let ex = self.control_blocking(bucket, key, rc_v2::PREPARE_PATH, prepare.to_headers())?;
+        if ex.unsupported() {
+            return Ok(Outcome::Unsupported(
+                "the server declined RDMA for both the binding exchange and hipobj-rc-v2 (HTTP 501, x-amz-rdma-protocol-status: unsupported)".into(),
+            ));
+        }
+        let status = ex.status.unwrap_or(0);
+        let speaks_v2 = ex
+            .rdma_headers()
+            .any(|(n, v)| n == rc_v2::PROTOCOL_HEADER && v == rc_v2::PROTOCOL.as_bytes());
+        if probing && status != 200 && !speaks_v2 {
+            // The first PREPARE to an endpoint that pointed us to v2 did not
+            // get a v2 answer: this server does not serve it after all.
+            return Ok(Outcome::Unsupported(format!(
+                "the server pointed to hipobj-rc-v2, but answered its PREPARE with HTTP {status}"
+            )));
+        }
+        s.prepared_from(status, ex.rdma_headers())
+            .map_err(|e| with_status(e, "PREPARE", status))?;
+        let ready = s.ready_request()?.to_headers();
+        let client = self.clone();
+        let (b, k) = (bucket.to_owned(), key.to_owned());
+        let task = self
+            .rt
+            .spawn(async move { client.control(&b, &k, rc_v2::READY_PATH, ready).await });
+        if s.direction() == hipobj::Direction::Put {
+            std::thread::sleep(PUT_WRITE_DELAY);
+        }
+        let started = s.start();
+        let ex = self.rt.block_on(task).map_err(|e| {
+            Error::new(
+                ErrorKind::InternalError,
+                format!("the READY request's task failed: {e}"),
+            )
+        })?;
+        started?;
+        let status = match (ex.status, &ex.failure) {
+            (Some(st), _) => st,
+            (None, Some(e)) => return Err(e.clone()),
+            (None, None) => return Err(Error::new(ErrorKind::S3Error, "READY: no response")),
+        };
+        let etag = ex
+            .rdma_headers()
+            .find(|(n, _)| *n == rc_v2::ETAG_HEADER)
+            .and_then(|(_, v)| std::str::from_utf8(v).ok().map(str::to_owned));
+        let n = s
+            .finish_from(status, ex.rdma_headers())
+            .map_err(|e| with_status(e, "READY", status))?;
+        Ok(Outcome::Done(n, etag))
+    }
+}
+
+fn with_status(e: hipobj::Error, what: &str, status: u16) -> Error {
+    Error::new(e.kind(), format!("hipobj-rc-v2 {what} (HTTP {status}): {e}"))
+}
+
+/// The object offset and length of a Range value the v2 path can serve:
+/// `bytes=a-b` (`b - a + 1` bytes) or `bytes=a-` (`len` bytes from `a`).
+pub(crate) fn v2_range(range: &str, len: usize) -> Option<(u64, u64)> {
+    let spec = range.trim().strip_prefix("bytes=")?;
+    let (a, b) = spec.split_once('-')?;
+    let a: u64 = a.trim().parse().ok()?;
+    if b.trim().is_empty() {
+        return Some((a, len as u64));
+    }
+    let b: u64 = b.trim().parse().ok()?;
+    Some((a, b.checked_sub(a)?.checked_add(1)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origins_and_ranges() {
+        assert_eq!(
+            origin("http://127.0.0.1:9000/bkt/key?x-id=1"),
+            "http://127.0.0.1:9000"
+        );
+        assert_eq!(origin("https://h"), "https://h");
+        assert_eq!(v2_range("bytes=10-19", 100), Some((10, 10)));
+        assert_eq!(v2_range("bytes=10-", 100), Some((10, 100)));
+        assert_eq!(v2_range("bytes=-10", 100), None);
+        assert_eq!(v2_range("bytes=19-10", 100), None);
+    }
+}

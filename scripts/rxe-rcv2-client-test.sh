@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# The hipobj CLI against a hipobj-rc-v2 server we did not write: elbencho's
+# s3rdma-server (built from ../shared/peers/hipobj-rc-v2 by its build.sh),
+# both on rxe0 inside the rxe VM (scripts/rxe-vm.sh). One unchanged client
+# command per transfer, with --require-rdma: the binding exchange is
+# declined (501 + unsupported), the client switches to hipobj-rc-v2.
+#
+#   scripts/rxe-rcv2-client-test.sh [SIZE...]     default sizes: 1 4097 1048576 67108864
+#
+# Checks, for each size: PUT over RDMA, the stored file equal to the input,
+# GET over RDMA equal to the input; then ranged GETs (one range, and a
+# 64 MiB object fetched in 16 MiB ranges), the server's log counting one
+# hipobj-rc-v2 transfer per RDMA request, and the CLI never falling back.
+# Control: against a second server started with --no-rdma, --require-rdma
+# fails, and without it the bytes come over plain HTTP with a warning.
+# Prints PASS/FAIL per check and "RCV2-CLIENT: PASS (N checks)".
+#
+# Env: HIPOBJ_PEERS_DIR (the peers' sources; default ../shared/peers/hipobj-rc-v2
+# or /work/shared/peers/hipobj-rc-v2), HIPOBJ_PEERS_BUILD (default
+# /tmp/hipobj-rc-v2-peers), RXE_VM_DIR as for scripts/rxe-vm.sh.
+# Run the VM under `flock /tmp/rxe-vm.lock` when others share it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+peers_dir=${HIPOBJ_PEERS_DIR:-}
+if [[ -z $peers_dir ]]; then
+    for d in "$root/../shared/peers/hipobj-rc-v2" /work/shared/peers/hipobj-rc-v2; do
+        [[ -x $d/build.sh ]] && { peers_dir=$d; break; }
+    done
+fi
+[[ -n $peers_dir && -x $peers_dir/build.sh ]] || { echo "rxe-rcv2-client-test: no peers directory (set HIPOBJ_PEERS_DIR)" >&2; exit 1; }
+export HIPOBJ_PEERS_BUILD=${HIPOBJ_PEERS_BUILD:-/tmp/hipobj-rc-v2-peers}
+[[ -x $HIPOBJ_PEERS_BUILD/bin/s3rdma-server ]] || bash "$peers_dir/build.sh"
+
+cargo build -q -p hipobj-cli --bin hipobj
+target=$(cargo metadata --format-version 1 --no-deps | grep -o '"target_directory":"[^"]*"' | cut -d'"' -f4)
+hipobj=$target/debug/hipobj
+[[ -x $hipobj ]] || { echo "rxe-rcv2-client-test: no $hipobj" >&2; exit 1; }
+
+sizes=("$@")
+[[ ${#sizes[@]} -gt 0 ]] || sizes=(1 4097 1048576 67108864)
+
+inner=$(mktemp /tmp/rxe-rcv2-client.XXXXXX.sh)
+trap 'rm -f "$inner"' EXIT
+cat >"$inner" <<EOF
+set -u
+P=$HIPOBJ_PEERS_BUILD/bin
+H=$hipobj
+SIZES="${sizes[*]}"
+EOF
+cat >>"$inner" <<'EOF'
+S=/run/scratch
+checks=0 failed=0
+pass() { checks=$((checks + 1)); echo "PASS $*"; }
+fail() { checks=$((checks + 1)); failed=$((failed + 1)); echo "FAIL $*"; }
+check() { local what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; fi; }
+
+start_server() { # PORT DIR ARGS...
+    local port=$1 dir=$2; shift 2
+    mkdir -p "$dir"
+    $P/s3rdma-server --dir "$dir" --addr 127.0.0.1 --port "$port" "$@" >"$dir.log" 2>&1 &
+    for _ in $(seq 120); do curl -s -o /dev/null "http://127.0.0.1:$port/" && return 0; sleep 0.5; done
+    echo "server on $port did not start"; cat "$dir.log"; return 1
+}
+start_server 9000 $S/elb --rdma-addr 192.0.2.1 --no-cuobj --verbose || exit 1
+start_server 9001 $S/plain --no-rdma || exit 1
+curl -s -X PUT http://127.0.0.1:9000/bkt >/dev/null
+curl -s -X PUT http://127.0.0.1:9001/bkt >/dev/null
+export AWS_ACCESS_KEY_ID=any AWS_SECRET_ACCESS_KEY=any AWS_REGION=us-east-1
+rdma=(--endpoint-url http://127.0.0.1:9000 --nic-hint rxe0 --require-rdma)
+transfers=0
+
+for size in $SIZES; do
+    head -c "$size" /dev/urandom >$S/in.$size
+    t0=$(date +%s.%N)
+    if $H put "${rdma[@]}" $S/in.$size s3://bkt/k$size 2>$S/put.$size.err; then
+        t1=$(date +%s.%N)
+        pass "PUT $size bytes over RDMA ($(echo "$t1 - $t0" | bc) s)"
+        transfers=$((transfers + 1))
+    else
+        fail "PUT $size bytes: $(tail -3 $S/put.$size.err)"
+    fi
+    check "stored object of $size bytes equals the input" cmp -s $S/in.$size $S/elb/bkt/k$size
+    t0=$(date +%s.%N)
+    if $H get "${rdma[@]}" s3://bkt/k$size $S/out.$size 2>$S/get.$size.err; then
+        t1=$(date +%s.%N)
+        pass "GET $size bytes over RDMA ($(echo "$t1 - $t0" | bc) s)"
+        transfers=$((transfers + 1))
+    else
+        fail "GET $size bytes: $(tail -3 $S/get.$size.err)"
+    fi
+    check "GET of $size bytes equals the input" cmp -s $S/in.$size $S/out.$size
+done
+
+# Ranged GETs, on the largest object.
+big=$(for s in $SIZES; do echo $s; done | sort -n | tail -1)
+if [[ $big -gt 200000 ]]; then
+    if $H get "${rdma[@]}" --range 100000-199999 s3://bkt/k$big $S/range 2>$S/range.err; then
+        transfers=$((transfers + 1))
+        # (a file, not <(...): the VM's chroot has no /dev/fd)
+        tail -c +100001 $S/in.$big | head -c 100000 >$S/slice
+        check "ranged GET bytes=100000-199999 equals the slice" cmp -s $S/range $S/slice
+    else
+        fail "ranged GET: $(tail -3 $S/range.err)"
+    fi
+    part=$(( (big + 3) / 4 ))
+    if $H get "${rdma[@]}" --part-size $part s3://bkt/k$big $S/parts 2>$S/parts.err; then
+        transfers=$((transfers + 4))
+        check "GET of $big bytes in 4 ranged requests equals the input" cmp -s $S/in.$big $S/parts
+    else
+        fail "GET in ranges: $(tail -3 $S/parts.err)"
+    fi
+fi
+
+# Every RDMA request was one hipobj-rc-v2 transfer at the server, and the
+# client never said it fell back.
+n=$(grep -c 'bytes (hipobj-rc-v2' $S/elb.log || true)
+check "server log: $n hipobj-rc-v2 transfers, $transfers expected" test "$n" -eq "$transfers"
+check "no fallback to plain HTTP" bash -c "! grep -l 'plain HTTP' $S/*.err"
+grep 'hipobj-rc-v2' $S/elb.log | head -20
+
+# Control: RDMA off at the server.
+head -c 5000 /dev/urandom >$S/in.plain
+curl -s -X PUT --data-binary @$S/in.plain http://127.0.0.1:9001/bkt/p >/dev/null
+if $H get --endpoint-url http://127.0.0.1:9001 --nic-hint rxe0 --require-rdma s3://bkt/p $S/out.plain 2>$S/plain-req.err; then
+    fail "--require-rdma against a --no-rdma server succeeded"
+else
+    pass "--require-rdma against a --no-rdma server fails: $(tail -1 $S/plain-req.err)"
+fi
+if $H get --endpoint-url http://127.0.0.1:9001 --nic-hint rxe0 s3://bkt/p $S/out.plain 2>$S/plain.err; then
+    check "plain HTTP fallback moved the right bytes" cmp -s $S/in.plain $S/out.plain
+    check "the fallback was said out loud" grep -q 'plain HTTP' $S/plain.err
+    cat $S/plain.err
+else
+    fail "plain fallback: $(tail -3 $S/plain.err)"
+fi
+
+if [[ $failed -eq 0 ]]; then
+    echo "RCV2-CLIENT: PASS ($checks checks)"
+    exit 0
+fi
+echo "RCV2-CLIENT: FAIL ($failed of $checks checks failed)"
+tail -30 $S/elb.log
+exit 1
+EOF
+chmod a+r "$inner"
+scripts/rxe-vm.sh /bin/bash "$inner"
