@@ -5,7 +5,10 @@
 # pair (10.77.0.2), where the soft NIC runs on its raw link.
 # crates/hipobj-softroce/tests/rxe_interop.rs then moves RDMA WRITE, READ,
 # SEND and WRITE with immediate both ways with every byte checked; rxe
-# checks the soft NIC's ICRCs and the soft NIC checks rxe's.
+# checks the soft NIC's ICRCs and the soft NIC checks rxe's. Then
+# scripts/rxe-interop-s3.sh runs hipobj-server on one side and the hipobj
+# CLI on the other, both ways (a PUT and a GET each, bytes compared, the
+# server's RDMA counters shown); its lines start with "s3-interop:".
 #
 # dumpcap records the veth inside the VM; the capture comes back through
 # the console into target/rxe-interop/veth.pcap, where scapy's RoCE layer
@@ -21,6 +24,8 @@ venv="${HIPOBJ_SCAPY_VENV:-/tmp/hipobj-scapy-venv}"
 exe=$(cargo test -p hipobj-softroce --test rxe_interop --no-run --message-format=json |
     grep -o '"executable":"[^"]*"' | tail -1 | cut -d'"' -f4)
 [[ -n $exe && -x $exe ]] || { echo "rxe-interop-test: could not build the test" >&2; exit 1; }
+cargo build -q -p hipobj-cli -p hipobj-server
+bin=$(cargo metadata --format-version 1 --no-deps | grep -o '"target_directory":"[^"]*"' | cut -d'"' -f4)/debug
 
 # The job inside the VM (a file under target/, which the VM sees read-only).
 job=$PWD/$out/job.sh
@@ -41,9 +46,14 @@ cap=\$!
 for i in \$(seq 50); do [ -s /run/scratch/veth.pcap ] && break; sleep 0.2; done
 HIPOBJ_RXE_DEVICE=rxe1 timeout 300 $exe --ignored --exact soft_nic_and_rxe_interoperate --nocapture --test-threads=1 $*
 rc=\$?
+sh $PWD/scripts/rxe-interop-s3.sh $bin/hipobj $bin/hipobj-server || rc=1
 sleep 1
 kill -INT \$cap; wait \$cap
 cat /run/scratch/dumpcap.err
+# Where a packet could be lost between the wire and the soft NIC: the veth
+# end in the namespace, and the raw socket's drop count (last column).
+ip netns exec soft ip -s link show veth-soft
+ip netns exec soft cat /proc/net/raw
 echo "rxe1 counters:"; for f in /sys/class/infiniband/rxe1/ports/1/hw_counters/*; do printf '  %s=%s\n' "\$(basename \$f)" "\$(cat \$f)"; done
 echo "@@PCAP-BEGIN"; gzip -c /run/scratch/veth.pcap | base64; echo "@@PCAP-END"
 exit \$rc
@@ -54,7 +64,7 @@ RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-600} scripts/rxe-vm.sh /bin/sh "$job" >"$out/co
 rc=$?
 set -e
 # The console minus the capture.
-sed '/@@PCAP-BEGIN/,/@@PCAP-END/d' "$out/console.txt" | grep -v '^\s*$' | tail -60
+sed '/@@PCAP-BEGIN/,/@@PCAP-END/d' "$out/console.txt" | grep -v '^\s*$' | tail -100
 sed -n '/@@PCAP-BEGIN/,/@@PCAP-END/p' "$out/console.txt" | sed '1d;$d' | tr -d '\r' | base64 -d | gunzip >"$out/veth.pcap" || true
 if [ -s "$out/veth.pcap" ]; then
     if ! "$venv/bin/python" -c 'import scapy.contrib.roce' 2>/dev/null; then

@@ -108,6 +108,25 @@ pub(crate) struct Requester {
     /// The send window now, in packets: halved on each loss, grown back by
     /// each packet acknowledged, never above the configured window.
     cwnd: u32,
+    /// Packets acknowledged since the window last grew by one.
+    grown: u32,
+    /// Set when the retransmission timer went back to `una`: one packet (it
+    /// asks for an ACK) goes out until the responder answers, instead of
+    /// the whole window again.
+    probing: bool,
+    /// The window and `max_sent` when the retransmission timer fired: if
+    /// the probe's answer acknowledges everything sent by then, no request
+    /// was lost (an ACK was, or the timer fired early) and the window is
+    /// given back.
+    before_rto: Option<(u32, u32)>,
+    /// The next packet is the first one sent again after going back to
+    /// `una`, the very PSN the responder is waiting for: if it is lost too,
+    /// the responder, which NAKs a gap only once, drops everything after it
+    /// in silence until the retransmission timer fires. It goes out twice;
+    /// the responder executes one copy and takes the other as a duplicate
+    /// (a WRITE or SEND packet is acknowledged, a READ request answered
+    /// again from the same PSN, which replaces the answer still queued).
+    twice: bool,
 }
 
 /// The retransmission timeout never goes below this (100 us). The soft
@@ -144,6 +163,10 @@ impl Requester {
         self.rto_deadline = None;
         self.rto_backoff = 0;
         self.cwnd = u32::MAX;
+        self.grown = 0;
+        self.probing = false;
+        self.twice = false;
+        self.before_rto = None;
         self.cursor_idx = 0;
         self.cursor_pkt = 0;
         self.retry_left = attr.retry_cnt;
@@ -294,7 +317,11 @@ impl Qp {
             self.req.rnr_until = None;
         }
         let full = ctx.config.window.max(1);
-        let window = self.req.cwnd.clamp(1, full);
+        let window = if self.req.probing {
+            1
+        } else {
+            self.req.cwnd.clamp(1, full)
+        };
         let mtu = self.attr.mtu;
         let r = &self.req;
         let wqe = r.sq.get(r.cursor_idx)?;
@@ -315,7 +342,11 @@ impl Qp {
                     // more than the window, so that after a loss the
                     // responder's burst (which the requester cannot stop)
                     // shrinks with it.
-                    ctx.config.read_chunk.clamp(1, full).min(window).min(left)
+                    ctx.config
+                        .read_chunk
+                        .clamp(1, full)
+                        .min((window / 2).max(1))
+                        .min(left)
                 } else {
                     // Asked again: a duplicate READ must lie inside one
                     // request the responder executed (it must not reach PSNs
@@ -326,7 +357,7 @@ impl Qp {
                     // itself may be the one lost: send it whole, as before.
                     match r.read_reqs.iter().find(|&&(f, e)| psn::le(f, p) && psn::lt(p, e)) {
                         Some(&(f, e)) if f == p => psn::diff(e, p),
-                        Some(&(_, e)) => psn::diff(e, p).min(window),
+                        Some(&(_, e)) => psn::diff(e, p).min((window / 2).max(1)),
                         None => return None,
                     }
                 };
@@ -440,7 +471,13 @@ impl Qp {
         } else {
             r.since_ack_req + 1
         };
-        r.cursor_pkt += advance;
+        if r.twice {
+            // The first packet after going back goes out twice (see `twice`):
+            // the cursor stays for the second copy.
+            r.twice = false;
+        } else {
+            r.cursor_pkt += advance;
+        }
         if r.cursor_pkt >= npkts {
             r.cursor_idx += 1;
             r.cursor_pkt = 0;
@@ -486,7 +523,21 @@ impl Qp {
         r.rnr_left = self.attr.rnr_retry;
         r.last_rewind = None;
         r.rto_backoff = 0;
-        r.cwnd = r.cwnd.min(ctx.config.window).saturating_add(acked_now);
+        r.probing = false;
+        if let Some((cwnd, sent)) = r.before_rto.take()
+            && psn::le(sent, target)
+        {
+            r.cwnd = cwnd;
+        }
+        if r.cwnd < ctx.config.window {
+            // After a loss the window grows by one packet per window's worth
+            // acknowledged (see `grown`).
+            r.grown = r.grown.saturating_add(acked_now);
+            while r.grown >= r.cwnd && r.cwnd < ctx.config.window {
+                r.grown -= r.cwnd;
+                r.cwnd += 1;
+            }
+        }
         while r.reads_inflight.front().is_some_and(|&end| psn::le(end, target)) {
             r.reads_inflight.pop_front();
         }
@@ -532,6 +583,7 @@ impl Qp {
         r.seek(to);
         r.reads_inflight.clear();
         r.since_ack_req = 0;
+        r.twice = false;
     }
 
     /// A response (ACK, NAK or READ response) arrived at a QP in RTS.
@@ -691,10 +743,15 @@ impl Qp {
                 // timeout; this is not one of retry_cnt's retries.
                 ctx.counters.rto_rewinds += 1;
                 self.req.rto_backoff += 1;
+                if self.req.before_rto.is_none() {
+                    self.req.before_rto = Some((self.req.cwnd, self.req.max_sent));
+                }
                 self.shrink_window(ctx);
                 let una = self.req.una;
                 self.rewind(ctx, una);
                 self.req.last_rewind = None;
+                self.req.probing = true;
+                self.req.twice = true;
                 self.arm_rto(now);
             }
         }
@@ -710,6 +767,7 @@ impl Qp {
         }
         ctx.counters.timeouts += 1;
         if self.retry(ctx) {
+            self.req.twice = false;
             self.req.last_rewind = None;
             self.arm_retry(now);
         }
@@ -729,9 +787,15 @@ impl Qp {
             return false;
         }
         self.req.retry_left -= 1;
+        self.req.probing = false;
+        self.req.before_rto = None;
         self.shrink_window(ctx);
         self.rewind(ctx, una);
         self.req.last_rewind = Some(una);
+        // After a NAK (said or implied) the peer is there and waiting for
+        // `una`; after a local ACK timeout it may not be, and each try is
+        // one packet, as verbs counts them.
+        self.req.twice = true;
         self.arm_rto(ctx.now);
         true
     }

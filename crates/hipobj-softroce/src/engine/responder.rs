@@ -17,6 +17,9 @@ use crate::wire::{Headers, Opcode, Packet, psn};
 pub(crate) struct AckOut {
     pub psn: u32,
     pub aeth: AethRepr,
+    /// Copies still to send: 1, or 2 while the link has been losing
+    /// packets (see [`LOSSY_SPAN`]).
+    pub copies: u8,
 }
 
 /// A READ being answered.
@@ -29,6 +32,9 @@ pub(crate) struct ReadStream {
     index: u32,
     npkts: u32,
     msn: u32,
+    /// Answers a duplicate READ: it takes none of the responder's
+    /// `max_dest_rd_atomic` slots, as the request it repeats took one.
+    again: bool,
 }
 
 /// Responder output, sent strictly in this order: an ACK must never overtake
@@ -67,7 +73,23 @@ pub(crate) struct Responder {
     /// the responses to a duplicate READ carry the MSN the READ got when
     /// it was executed.
     reads_done: VecDeque<(u32, u32, u32)>,
+    /// Requests still to execute before the link counts as clean again: set
+    /// to [`LOSSY_SPAN`] by every sequence error and duplicate (signs that
+    /// packets in either direction were lost), counted down by each request
+    /// executed. While it is above zero each ACK and NAK goes out twice.
+    lossy: u32,
 }
+
+/// How many requests after the last sign of loss the responder keeps sending
+/// its ACKs and NAKs twice. On a lossy link the one ACK a window asks for,
+/// or the one NAK a gap gets, is all the requester has to go on: when it is
+/// lost the requester waits out its retransmission timer, idle, and then
+/// sends the window again. A second copy makes that a loss squared. Only the
+/// same packet is repeated, so what it says is unchanged: the requester
+/// ignores an ACK that makes no progress and does not count a NAK for the
+/// PSN it has already gone back to as a new retry (the kernel's rxe does
+/// likewise). On a clean link nothing is repeated.
+const LOSSY_SPAN: u32 = 1024;
 
 /// READs remembered for their MSN (a requester goes back at most a window,
 /// which holds fewer READs than this unless they are tiny).
@@ -83,6 +105,7 @@ impl Responder {
         self.send_offset = None;
         self.out.clear();
         self.reads_done.clear();
+        self.lossy = 0;
     }
 
     /// Stops all output but a pending fatal NAK (the QP entered ERR).
@@ -108,6 +131,7 @@ impl Responder {
         let ack = AckOut {
             psn,
             aeth: self.aeth(syndrome),
+            copies: if self.lossy > 0 { 2 } else { 1 },
         };
         if let Some(Out::Ack(last)) = self.out.back_mut() {
             match (last.aeth.syndrome, syndrome) {
@@ -165,7 +189,10 @@ impl Responder {
     }
 
     fn reads_queued(&self) -> usize {
-        self.out.iter().filter(|o| matches!(o, Out::Read(_))).count()
+        self.out
+            .iter()
+            .filter(|o| matches!(o, Out::Read(s) if !s.again))
+            .count()
     }
 }
 
@@ -183,7 +210,11 @@ impl Qp {
         ctx.counters.naks_fatal += 1;
         let aeth = self.resp.aeth(syndrome);
         self.enter_error(ctx.counters, None);
-        self.resp.final_nak = Some(AckOut { psn: p, aeth });
+        self.resp.final_nak = Some(AckOut {
+            psn: p,
+            aeth,
+            copies: 1,
+        });
     }
 
     fn rnr(&mut self, ctx: &mut Ctx<'_>, p: u32) {
@@ -199,6 +230,7 @@ impl Qp {
         let p = h.bth.psn;
         let epsn = self.resp.epsn;
         if p != epsn {
+            self.resp.lossy = LOSSY_SPAN;
             if psn::lt(p, epsn) {
                 ctx.counters.duplicates += 1;
                 if h.bth.opcode == Opcode::ReadRequest {
@@ -209,7 +241,7 @@ impl Qp {
                     // Its responses carry the MSN the READ got when it was
                     // executed (the current one if it is too old to know).
                     let msn = self.resp.read_msn(p).unwrap_or(self.resp.msn);
-                    if let Err(Refusal::Fatal(s)) = self.start_read(ctx, packet, p, msn) {
+                    if let Err(Refusal::Fatal(s)) = self.start_read(ctx, packet, p, msn, true) {
                         self.fatal(ctx, p, s);
                     }
                 } else {
@@ -227,6 +259,7 @@ impl Qp {
         }
         match self.execute(ctx, packet) {
             Ok(consumed) => {
+                self.resp.lossy = self.resp.lossy.saturating_sub(1);
                 self.resp.nak_sent = false;
                 self.resp.epsn = psn::add(epsn, consumed);
                 if h.bth.ack_req && h.bth.opcode != Opcode::ReadRequest {
@@ -370,7 +403,7 @@ impl Qp {
                     return invalid;
                 }
                 let msn = psn::add(self.resp.msn, 1);
-                let n = self.start_read(ctx, packet, p, msn)?;
+                let n = self.start_read(ctx, packet, p, msn, false)?;
                 self.resp.msn = msn;
                 if self.resp.reads_done.len() >= READS_REMEMBERED {
                     self.resp.reads_done.pop_front();
@@ -390,6 +423,7 @@ impl Qp {
         packet: &Packet<'_>,
         p: u32,
         msn: u32,
+        again: bool,
     ) -> Result<u32, Refusal> {
         let Some(reth) = packet.headers.reth else {
             return Err(Refusal::Fatal(Syndrome::NakInvalidRequest));
@@ -407,6 +441,7 @@ impl Qp {
             index: 0,
             npkts,
             msn,
+            again,
         }));
         Ok(npkts)
     }
@@ -440,7 +475,13 @@ impl Qp {
     pub fn responder_transmit(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
         match *self.resp.out.front()? {
             Out::Ack(a) => {
-                self.resp.out.pop_front();
+                if a.copies > 1 {
+                    if let Some(Out::Ack(front)) = self.resp.out.front_mut() {
+                        front.copies -= 1;
+                    }
+                } else {
+                    self.resp.out.pop_front();
+                }
                 self.emit_ack(ctx, buf, a.psn, a.aeth)
             }
             Out::Read(s) => {
