@@ -61,9 +61,12 @@ esac
 fresh="$work/venv"
 python3 -m venv "$fresh"
 MATURIN_PEP517_ARGS="--profile dev" "$fresh/bin/pip" install -q --progress-bar off './python[numpy,boto3]'
-"$fresh/bin/pip" show -f hipobj | grep -q 'hipobj/_native.abi3.so' || {
+# The file list is read whole first: `grep -q` quits at its first match,
+# and under pipefail the writer's SIGPIPE would fail the check.
+files="$("$fresh/bin/pip" show -f hipobj)"
+grep -q 'hipobj/_native.abi3.so' <<<"$files" || {
     echo "FAIL: pip install ./python installed no extension module" >&2; exit 1; }
-"$fresh/bin/pip" show -f hipobj | grep -q 'hipobj/__init__.pyi' || {
+grep -q 'hipobj/__init__.pyi' <<<"$files" || {
     echo "FAIL: pip install ./python installed no type stubs" >&2; exit 1; }
 
 # The checkpoint example, small, on that install: write tensors by RDMA PUT
