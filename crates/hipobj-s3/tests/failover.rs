@@ -101,7 +101,11 @@ fn a_dead_or_dropping_endpoint_moves_the_call_on_and_the_client_stays_there() {
     assert!(s.endpoint == 2 && s.failed.is_empty());
     // The endpoint declined RDMA on the first call, and that choice is
     // remembered per endpoint (hipobj-s3's negotiation): one plain GET.
-    assert_eq!(live.requests().len(), before + 1, "one plain GET, no token request");
+    assert_eq!(
+        live.requests().len(),
+        before + 1,
+        "one plain GET, no token request"
+    );
 
     // A clone keeps its own place: starting_at spreads clients.
     let other = fo.clone().starting_at(4);
