@@ -10,11 +10,10 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hipobj_platform::memory::RegisteredBuffer;
+use hipobj_platform::fake::ClientQp;
 use hipobj_platform::rc::{self, RcPath};
-use hipobj_platform::selection;
 use hipobj_platform::vendor::{QpLimits, VendorProfile};
-use hipobj_platform::{AccessFlags, Gid, NoTopology, QpInitAttr, RecvWr, WcOpcode, WcStatus, WorkCompletion};
+use hipobj_platform::{Gid, NoTopology, WcOpcode, WcStatus, WorkCompletion};
 use hipobj_proto::rc_v2::{
     self, Cookie, Op, PrepareRequest, PrepareResponse, Psn, Qpn, ReadyRequest, RemoteMr, Size, Target,
 };
@@ -248,39 +247,16 @@ async fn a_get_through_the_server_moves_the_objects_bytes_in_chunks_and_counts_a
         .unwrap();
 
     // The client: a QP and a buffer on its own soft device.
-    let verbs = soft("softroce-v2-get-cli");
-    let (device, sel) =
-        selection::select(verbs.as_ref(), &NoTopology, None, Some("softroce-v2-get-cli")).unwrap();
-    let pd = device.alloc_pd().unwrap();
-    let cq = device.create_cq(16).unwrap();
-    let qp = pd
-        .create_qp(&QpInitAttr {
-            send_cq: cq.clone(),
-            recv_cq: cq.clone(),
-            max_send_wr: 4,
-            max_recv_wr: 4,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            sq_sig_all: false,
-        })
-        .unwrap();
-    rc::to_init(
-        qp.as_ref(),
-        sel.port,
-        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-    )
-    .unwrap();
-    qp.post_recv(&RecvWr {
-        wr_id: 7,
-        sg_list: &[],
-    })
-    .unwrap();
-    let buf = RegisteredBuffer::new(
-        pd.as_ref(),
-        16_384,
-        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-    )
-    .unwrap();
+    let name = "softroce-v2-get-cli";
+    let c = ClientQp::new(soft(name), name, 16_384);
+    let ClientQp {
+        qp,
+        cq,
+        buf,
+        sel,
+        device,
+        ..
+    } = &c;
     let token = Token {
         transport: Transport::Rc,
         qpn: qp.qp_num(),

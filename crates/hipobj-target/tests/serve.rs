@@ -7,28 +7,23 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hipobj_platform::memory::RegisteredBuffer;
+use hipobj_platform::fake::ClientQp;
 use hipobj_platform::rc::{self, RcPath};
-use hipobj_platform::selection::{self, Selection};
 use hipobj_platform::vendor::{QpLimits, VendorProfile};
-use hipobj_platform::{
-    AccessFlags, CompletionQueue, Device, Gid, NoTopology, QpInitAttr, QueuePair, RecvWr, WcOpcode, WcStatus,
-    WorkCompletion,
-};
+use hipobj_platform::{Gid, NoTopology, RecvWr, WcOpcode, WcStatus, WorkCompletion};
 use hipobj_proto::{Reply, Token, Transport};
 use hipobj_softroce::{SoftConfig, SoftVerbs};
 use hipobj_target::double::{ObjectServer, Op};
 use hipobj_target::{Answer, Caller, Request, Selected, Source, Target, TargetConfig, TargetError};
 
 /// A client QP on its own soft device, with a registered buffer.
-struct Client {
-    // Field order is drop order.
-    buf: RegisteredBuffer,
-    qp: Box<dyn QueuePair>,
-    cq: Arc<dyn CompletionQueue>,
-    device: Arc<dyn Device>,
-    sel: Selection,
-    _verbs: Arc<SoftVerbs>,
+struct Client(ClientQp);
+
+impl std::ops::Deref for Client {
+    type Target = ClientQp;
+    fn deref(&self) -> &ClientQp {
+        &self.0
+    }
 }
 
 fn soft(name: &str) -> Arc<SoftVerbs> {
@@ -40,46 +35,7 @@ fn soft(name: &str) -> Arc<SoftVerbs> {
 
 impl Client {
     fn new(name: &str, len: usize) -> Self {
-        let verbs = soft(name);
-        let (device, sel) = selection::select(verbs.as_ref(), &NoTopology, None, Some(name)).unwrap();
-        let pd = device.alloc_pd().unwrap();
-        let cq = device.create_cq(16).unwrap();
-        let qp = pd
-            .create_qp(&QpInitAttr {
-                send_cq: cq.clone(),
-                recv_cq: cq.clone(),
-                max_send_wr: 4,
-                max_recv_wr: 4,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                sq_sig_all: false,
-            })
-            .unwrap();
-        rc::to_init(
-            qp.as_ref(),
-            sel.port,
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-        )
-        .unwrap();
-        qp.post_recv(&RecvWr {
-            wr_id: 7,
-            sg_list: &[],
-        })
-        .unwrap();
-        let buf = RegisteredBuffer::new(
-            pd.as_ref(),
-            len,
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-        )
-        .unwrap();
-        Self {
-            buf,
-            qp,
-            cq,
-            device,
-            sel,
-            _verbs: verbs,
-        }
+        Self(ClientQp::new(soft(name), name, len))
     }
 
     fn token(&self, len: u64) -> Token {

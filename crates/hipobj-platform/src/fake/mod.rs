@@ -4,6 +4,7 @@
 //! named call, and counts the objects it has handed out that are still alive,
 //! so that a test can prove that nothing leaked.
 
+mod client_qp;
 mod faults;
 mod gpu;
 mod topology;
@@ -11,6 +12,7 @@ mod verbs;
 
 use std::sync::Arc;
 
+pub use client_qp::ClientQp;
 pub use faults::{Fault, Faults};
 pub use gpu::FakeGpu;
 pub use topology::FakeTopology;
