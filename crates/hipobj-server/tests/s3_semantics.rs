@@ -707,6 +707,29 @@ async fn buckets_belong_to_the_key_that_created_them() {
         .await
         .unwrap();
     assert_eq!(got.body.collect().await.unwrap().into_bytes().as_ref(), b"hello");
+
+    // A name deleted by its owner and created again by another key belongs
+    // to the new key from then on (the server keeps owners in memory too).
+    owner.create_bucket().bucket("gone").send().await.unwrap();
+    put(&owner, "gone", "k", b"old").await;
+    owner
+        .delete_object()
+        .bucket("gone")
+        .key("k")
+        .send()
+        .await
+        .unwrap();
+    owner.delete_bucket().bucket("gone").send().await.unwrap();
+    other.create_bucket().bucket("gone").send().await.unwrap();
+    put(&other, "gone", "k", b"new").await;
+    let e = owner
+        .get_object()
+        .bucket("gone")
+        .key("k")
+        .send()
+        .await
+        .unwrap_err();
+    denied(status(&e), "GET from a name another key created again");
     h.shutdown().await;
 }
 

@@ -6,9 +6,14 @@
 //! clashes with a bucket). A bucket with no record (made before the model,
 //! or by hand) is open to every configured key, as before. The record of a
 //! deleted bucket stays until the name is created again, by anyone.
+//!
+//! Every request checks its bucket's owner, so the records are read from
+//! disk once and then kept in memory: only this server writes them (the
+//! data directory is its own), and `claim` updates the memory with the file.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
 
 use s3s::{S3Error, S3ErrorCode, S3Result};
 
@@ -24,6 +29,9 @@ pub struct Owners {
     data: Option<PathBuf>,
     /// Bucket to the other keys that may use it.
     shares: HashMap<String, Vec<String>>,
+    /// Records already read or written: bucket to its owner, `None` where
+    /// there is no record.
+    known: Arc<RwLock<HashMap<String, Option<String>>>>,
 }
 
 impl Owners {
@@ -45,16 +53,35 @@ impl Owners {
             }
             _ => (None, None),
         };
-        Ok(Self { dir, data, shares })
+        Ok(Self {
+            dir,
+            data,
+            shares,
+            known: Arc::default(),
+        })
     }
 
     /// The key that owns `bucket`, if recorded.
     async fn owner(&self, bucket: &str) -> Option<String> {
         let dir = self.dir.as_ref()?;
-        tokio::fs::read_to_string(dir.join(bucket))
-            .await
-            .ok()
-            .map(|s| s.trim().to_owned())
+        if let Some(known) = self.known.read().ok().and_then(|k| k.get(bucket).cloned()) {
+            return known;
+        }
+        let owner = match tokio::fs::read_to_string(dir.join(bucket)).await {
+            Ok(s) => Some(s.trim().to_owned()),
+            // No record: remembered as such. Any other failure is not
+            // remembered, so the next request reads the file again.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(_) => return None,
+        };
+        self.remember(bucket, owner.clone());
+        owner
+    }
+
+    fn remember(&self, bucket: &str, owner: Option<String>) {
+        if let Ok(mut k) = self.known.write() {
+            k.insert(bucket.to_owned(), owner);
+        }
     }
 
     async fn bucket_exists(&self, bucket: &str) -> bool {
@@ -104,10 +131,24 @@ impl Owners {
                 _ => Ok(()),
             };
         }
-        tokio::fs::write(dir.join(bucket), key).await.map_err(|e| {
-            tracing::error!("recording the owner of {bucket}: {e}");
-            S3Error::with_message(S3ErrorCode::InternalError, "recording the bucket's owner failed")
-        })
+        match tokio::fs::write(dir.join(bucket), key).await {
+            Ok(()) => {
+                self.remember(bucket, Some(key.to_owned()));
+                Ok(())
+            }
+            Err(e) => {
+                // The file may hold part of the key: the next request reads
+                // it again rather than trust the memory.
+                if let Ok(mut k) = self.known.write() {
+                    k.remove(bucket);
+                }
+                tracing::error!("recording the owner of {bucket}: {e}");
+                Err(S3Error::with_message(
+                    S3ErrorCode::InternalError,
+                    "recording the bucket's owner failed",
+                ))
+            }
+        }
     }
 
     /// Whether `key` may see `bucket` in ListBuckets.
