@@ -242,19 +242,21 @@ fn run(nic: &Nic, sock: &Link, faults: FaultConfig, mut gso: GsoSender, mut pcap
     }
 }
 
-/// Records sent datagrams in the tap with the headers they leave under:
-/// with GSO, segment `k` of a run carries identification `k` and the ICRC
-/// [`udp::GsoSender`] gives it.
+/// Records sent datagrams in the tap in the order and with the headers
+/// they leave under: with GSO, each QP's together, and segment `k` of a
+/// run carries identification `k` and the ICRC [`udp::GsoSender`] gives it.
 fn record_sent(
     p: &mut PcapWriter<std::io::BufWriter<std::fs::File>>,
     local: SocketAddrV4,
     items: &[(&[u8], SocketAddrV4)],
     gso: bool,
 ) {
-    let runs = if gso {
-        udp::gso_runs(items)
+    let grouped;
+    let (items, runs) = if gso {
+        grouped = udp::group_by_qp(items);
+        (grouped.as_slice(), udp::gso_runs(&grouped))
     } else {
-        (0..items.len()).map(|i| i..i + 1).collect()
+        (items, (0..items.len()).map(|i| i..i + 1).collect())
     };
     let mut deltas = crate::wire::icrc::SegmentDeltas::default();
     let mut buf = Vec::new();

@@ -436,6 +436,16 @@ pub fn gso_runs(items: &[(&[u8], SocketAddrV4)]) -> Vec<Range<usize>> {
     runs
 }
 
+/// `items` with each QP's packets together: a stable sort by address and
+/// destination QP, so that every QP's packets keep their order (all RC
+/// orders are per QP) while the packets of QPs that took turns at the
+/// engine line up into runs GSO can carry.
+pub fn group_by_qp<'a>(items: &[(&'a [u8], SocketAddrV4)]) -> Vec<(&'a [u8], SocketAddrV4)> {
+    let mut v = items.to_vec();
+    v.sort_by_key(|(d, a)| (u32::from(*a.ip()), a.port(), qp_psn(d).map(|q| q.0)));
+    v
+}
+
 /// The UDP link's sender: runs of equal-size packets go out as UDP GSO
 /// super-packets ([`gso_runs`]), the rest as before.
 ///
@@ -468,11 +478,14 @@ impl GsoSender {
         self.enabled
     }
 
-    /// Sends `items` from `sock`, as [`send`] does.
+    /// Sends `items` from `sock`, as [`send`] does, with each QP's packets
+    /// together ([`group_by_qp`]).
     pub fn send(&mut self, sock: &UdpSocket, items: &[(&[u8], SocketAddrV4)]) -> io::Result<()> {
         if !self.enabled {
             return send(sock, items);
         }
+        let grouped = group_by_qp(items);
+        let items = grouped.as_slice();
         let runs = gso_runs(items);
         // Each datagram goes out as two pieces: its bytes up to the ICRC,
         // and the ICRC for the identification its segment will carry (its
@@ -839,6 +852,26 @@ mod tests {
         let v = vec![b"tiny".to_vec(), b"tiny".to_vec()];
         assert_eq!(runs(&v, &[b]), vec![0..1, 1..2]);
         assert!(gso_runs(&[]).is_empty());
+    }
+
+    /// Packets of QPs that took turns line up per QP, each QP's in its
+    /// order, and form runs.
+    #[test]
+    fn turns_of_several_qps_are_grouped_per_qp_in_order() {
+        let a = SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 2), 4791);
+        let b = SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 3), 4791);
+        let p: Vec<Vec<u8>> = vec![
+            packet(64, 0x12, 1, a, b),
+            packet(64, 0x11, 7, a, b),
+            packet(20, 0x12, 9, a, b), // an ACK to QP 0x12, after its data
+            packet(64, 0x12, 2, a, b),
+            packet(64, 0x11, 8, a, b),
+        ];
+        let items: Vec<(&[u8], SocketAddrV4)> = p.iter().map(|x| (x.as_slice(), b)).collect();
+        let g = group_by_qp(&items);
+        let order: Vec<(u32, u32)> = g.iter().map(|(d, _)| qp_psn(d).expect("bth")).collect();
+        assert_eq!(order, vec![(0x11, 7), (0x11, 8), (0x12, 1), (0x12, 9), (0x12, 2)]);
+        assert_eq!(gso_runs(&g), vec![0..2, 2..3, 3..4, 4..5]);
     }
 
     /// Sends `packets` (to `to`) through a GSO sender and returns what a
