@@ -228,6 +228,10 @@ impl SegmentDeltas {
 /// the next PSN begins and the first segment's ICRC verifies under the
 /// header the kernel gives it. `None` when no size fits: then it is one
 /// packet (or garbage) and is parsed as such. Never panics.
+///
+/// At most [`GSO_SIZE_TRIES`] sizes get as far as the ICRC, so that a
+/// hostile packet whose every 4-byte offset looks like the next BTH costs
+/// a few CRCs, not a thousand.
 pub fn gso_segment_size(ip_udp: &[u8; IP_UDP_LEN], payload: &[u8]) -> Option<usize> {
     let bth = payload.get(..super::bth::HEADER_LEN)?;
     let qp = &bth[5..8];
@@ -242,8 +246,14 @@ pub fn gso_segment_size(ip_udp: &[u8; IP_UDP_LEN], payload: &[u8]) -> Option<usi
                 .get(s..s + super::bth::HEADER_LEN)
                 .is_some_and(|b| &b[5..8] == qp && b[9..12] == next[1..4])
         })
+        .take(GSO_SIZE_TRIES)
         .find(|&s| verify_over(&segment_header(ip_udp, s, id), &payload[..s]))
 }
+
+/// How many candidate segment sizes [`gso_segment_size`] checks the ICRC
+/// of: a real super-packet's payload rarely holds the next BTH's QP and PSN
+/// at an aligned offset before the true boundary.
+pub const GSO_SIZE_TRIES: usize = 8;
 
 /// The IPv4 and UDP header of a `len`-byte segment of the super-packet
 /// whose header is `ip_udp`, with identification `id`: what the kernel's
@@ -463,6 +473,26 @@ mod tests {
             }
             assert_eq!(gso_segment_size(&sup, &wrong), None);
         }
+        // A payload that looks like the next BTH (QP 2, PSN 2) at every
+        // aligned offset: only the first GSO_SIZE_TRIES sizes get an ICRC
+        // check, so the true boundary at 4112 is not reached and the
+        // packet stays whole (and fails its ICRC as one packet).
+        let mut first = vec![0u8; 4112];
+        for at in (0..4112 - 12).step_by(4) {
+            first[at + 5..at + 8].copy_from_slice(&[0, 0, 2]);
+            first[at + 9..at + 12].copy_from_slice(&[0, 0, 2]);
+        }
+        first[0] = 0x07;
+        first[9..12].copy_from_slice(&[0, 0, 1]);
+        seal_over(&p.ip_udp_header_with_id(4112, 0), &mut first);
+        let mut second = first.clone();
+        second[9..12].copy_from_slice(&[0, 0, 2]);
+        seal_over(&p.ip_udp_header_with_id(4112, 1), &mut second);
+        let mut hostile = first.clone();
+        hostile.extend(&second);
+        let sup = p.ip_udp_header(hostile.len());
+        assert!(verify_over(&segment_header(&sup, 4112, 0), &hostile[..4112]));
+        assert_eq!(gso_segment_size(&sup, &hostile), None);
         let one = make(4112, 1, 0);
         assert_eq!(gso_segment_size(&p.ip_udp_header(4112), &one), None);
         for len in 0..40 {
