@@ -1,8 +1,15 @@
-//! Soft RoCE throughput between two processes at several loss rates, against
-//! the loopback UDP ceiling of this machine, all measured side by side in one
-//! run and in the same way: each round moves the same bytes once over UDP and
-//! once by WRITE and by READ at every loss rate, and the table reports the
-//! median of the rounds for each.
+//! Soft RoCE throughput between two processes at several loss rates, with
+//! UDP GSO on and off, against loopback TCP between the same two processes
+//! and the loopback UDP ceiling of this machine, all measured side by side
+//! in one run and in the same way: each round moves the same bytes once
+//! over UDP (4 KiB datagrams alone, and as GSO super-packets into a GRO
+//! receiver), once over TCP each way, and once by WRITE and by READ on
+//! every row, and the table reports the median of the rounds for each.
+//!
+//! TCP is timed as the RDMA operations are: "push" (beside WRITE) from the
+//! parent's first byte written until the child, having read all `MIB` MiB
+//! into its buffer, answers with one byte; "pull" (beside READ) from the
+//! parent's one-byte request until it has read all of them.
 //!
 //! `cargo bench -p hipobj-softroce --bench transfer [-- MIB [ROUNDS [MTU]]]`
 //!
@@ -13,8 +20,8 @@
 //! the faults on everything they send (requests, responses and ACKs).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,7 +31,7 @@ use hipobj_platform::{
     AccessFlags, CompletionQueue, Device, Gid, Mtu, QpAttr, QpAttrMask, QpInitAttr, QpState, QueuePair,
     SendOp, SendWr, Sge, Verbs, WcOpcode, WcStatus, WorkCompletion,
 };
-use hipobj_softroce::link::udp::{self, BATCH, RxBatch, Waker};
+use hipobj_softroce::link::udp::{self, BATCH, GsoSender, RxBatch, Waker};
 use hipobj_softroce::{FaultConfig, HostBuffer, SoftConfig, SoftVerbs};
 
 const RW: AccessFlags = AccessFlags(1 | 2 | 4);
@@ -37,10 +44,11 @@ struct Node {
     qp: Box<dyn QueuePair>,
 }
 
-fn node(mtu: Mtu, faults: FaultConfig) -> Node {
+fn node(mtu: Mtu, faults: FaultConfig, gso: bool) -> Node {
     let verbs = SoftVerbs::new(SoftConfig {
         mtu,
         faults,
+        gso,
         ..SoftConfig::default()
     });
     let dev = verbs.open_device("softroce0").unwrap();
@@ -108,44 +116,82 @@ fn line(r: &mut impl BufRead, prefix: &str) -> Vec<String> {
     }
 }
 
-/// The fault configuration of each row: the loss rates, with the other
-/// knobs from the environment on the lossy rows.
-fn levels() -> Vec<FaultConfig> {
+/// The rows: lossless with UDP GSO off, then every loss rate with GSO on,
+/// with the other fault knobs from the environment on the lossy rows.
+fn levels() -> Vec<(FaultConfig, bool)> {
     let env = SoftConfig::from_env().expect("HIPOBJ_SOFTROCE_* knobs").faults;
     let losses = if std::env::var_os("HIPOBJ_SOFTROCE_LOSS").is_some() {
         vec![0.0, env.loss]
     } else {
         vec![0.0, 0.01, 0.1]
     };
-    losses
-        .into_iter()
-        .enumerate()
-        .map(|(i, loss)| {
-            if loss == 0.0 {
-                FaultConfig::NONE
-            } else {
-                FaultConfig {
-                    loss,
-                    seed: env.seed.wrapping_add(i as u64 + 1),
-                    ..env
-                }
+    let mut rows = vec![(FaultConfig::NONE, false)];
+    rows.extend(losses.into_iter().enumerate().map(|(i, loss)| {
+        let faults = if loss == 0.0 {
+            FaultConfig::NONE
+        } else {
+            FaultConfig {
+                loss,
+                seed: env.seed.wrapping_add(i as u64 + 1),
+                ..env
             }
-        })
-        .collect()
+        };
+        (faults, true)
+    }));
+    rows
 }
 
-/// The child process: one device per row, each with a registered buffer,
-/// all waiting for the parent.
+/// The child's TCP side: one connection from the parent; `W` reads `len`
+/// bytes into a buffer and answers one byte, `R` writes `len` bytes, `Q`
+/// ends.
+fn tcp_serve(listener: TcpListener, len: usize) {
+    let (mut s, _) = listener.accept().unwrap();
+    s.set_nodelay(true).unwrap();
+    let mut buf = vec![0u8; len];
+    let out: Vec<u8> = (0..len).map(|i| (i * 3) as u8).collect();
+    let mut cmd = [0u8; 1];
+    loop {
+        s.read_exact(&mut cmd).unwrap();
+        match cmd[0] {
+            b'W' => {
+                s.read_exact(&mut buf).unwrap();
+                s.write_all(b"k").unwrap();
+            }
+            b'R' => s.write_all(&out).unwrap(),
+            _ => return,
+        }
+    }
+}
+
+/// TCP push and pull of `data.len()` bytes to and from the child.
+fn tcp_once(s: &mut TcpStream, data: &[u8], back: &mut [u8]) -> (Duration, Duration) {
+    let t = Instant::now();
+    s.write_all(b"W").unwrap();
+    s.write_all(data).unwrap();
+    let mut ack = [0u8; 1];
+    s.read_exact(&mut ack).unwrap();
+    let push = t.elapsed();
+    let t = Instant::now();
+    s.write_all(b"R").unwrap();
+    s.read_exact(back).unwrap();
+    (push, t.elapsed())
+}
+
+/// The child process: a TCP listener, and one device per row, each with a
+/// registered buffer, all waiting for the parent.
 fn peer(len: usize, mtu: Mtu) {
     let mut stdin = BufReader::new(std::io::stdin());
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    println!("TCP {}", listener.local_addr().unwrap().port());
+    let tcp = std::thread::spawn(move || tcp_serve(listener, len));
     let mut keep = Vec::new();
-    for (i, faults) in levels().into_iter().enumerate() {
+    for (i, (faults, gso)) in levels().into_iter().enumerate() {
         // The child's fault stream differs from the parent's.
         let faults = FaultConfig {
             seed: faults.seed.wrapping_mul(31).wrapping_add(7),
             ..faults
         };
-        let n = node(mtu, faults);
+        let n = node(mtu, faults, gso);
         let buf = HostBuffer::new(len);
         let mr = n.pd.reg_mr(buf.region(), RW).unwrap();
         let ip = n.dev.query_gid(1, 0).unwrap().to_ipv4().unwrap();
@@ -161,6 +207,7 @@ fn peer(len: usize, mtu: Mtu) {
     }
     println!("READY");
     line(&mut stdin, "BYE");
+    tcp.join().unwrap();
 }
 
 fn blank() -> WorkCompletion {
@@ -200,7 +247,7 @@ fn run_one(n: &Node, op: SendOp, sge: Sge) -> Duration {
 /// sendmmsg (timed from the first datagram, as a transfer is timed from its
 /// post; datagrams the kernel drops when the receiver falls behind are lost
 /// to it, as they would be to the NIC).
-fn udp_once(size: usize, len: usize) -> Duration {
+fn udp_once(size: usize, len: usize, gso: bool) -> Duration {
     let rx_addr = SocketAddrV4::new(Ipv4Addr::new(127, 33, 0, 1), 0);
     let rx = udp::bind(rx_addr).unwrap();
     let std::net::SocketAddr::V4(to) = rx.local_addr().unwrap() else {
@@ -210,10 +257,20 @@ fn udp_once(size: usize, len: usize) -> Duration {
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
     let sender = std::thread::spawn(move || {
-        let payload = vec![0xabu8; size];
-        let items: Vec<(&[u8], SocketAddrV4)> = (0..BATCH).map(|_| (payload.as_slice(), to)).collect();
+        // Packets of one QP with consecutive PSNs, so that GSO takes them
+        // in runs as it takes a WRITE's.
+        let payloads: Vec<Vec<u8>> = (0..BATCH)
+            .map(|i| {
+                let mut p = vec![0xabu8; size];
+                p[5..8].copy_from_slice(&[0, 0, 0x11]);
+                p[9..12].copy_from_slice(&(i as u32).to_be_bytes()[1..]);
+                p
+            })
+            .collect();
+        let items: Vec<(&[u8], SocketAddrV4)> = payloads.iter().map(|p| (p.as_slice(), to)).collect();
+        let mut gso = GsoSender::new(gso);
         while !s2.load(Ordering::Relaxed) {
-            let _ = udp::send(&tx, &items);
+            let _ = gso.send(&tx, &items);
         }
     });
     let waker = Waker::new().unwrap();
@@ -281,21 +338,29 @@ fn main() {
         .unwrap();
     let mut to = child.stdin.take().unwrap();
     let mut from = BufReader::new(child.stdout.take().unwrap());
+    let tcp_port: u16 = line(&mut from, "TCP ")[0].parse().unwrap();
     let mut pairs = Vec::new();
-    for faults in &levels {
+    for (faults, gso) in &levels {
         let p = line(&mut from, "PEER ");
         let (qpn, rkey, addr): (u32, u32, u64) = (
             p[2].parse().unwrap(),
             p[3].parse().unwrap(),
             p[4].parse().unwrap(),
         );
-        let n = node(mtu, *faults);
+        let n = node(mtu, *faults, *gso);
         connect(&n, mtu, Gid::from_ipv4(p[1].parse().unwrap()), qpn);
         let ip = n.dev.query_gid(1, 0).unwrap().to_ipv4().unwrap();
         writeln!(to, "PARENT {ip} {}", n.qp.qp_num()).unwrap();
         pairs.push((n, rkey, addr));
     }
     line(&mut from, "READY");
+    let mut tcp = TcpStream::connect(("127.0.0.1", tcp_port)).unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let tcp_data: Vec<u8> = (0..len).map(|i| (i * 5) as u8).collect();
+    let mut tcp_back = vec![0u8; len];
+    // Once untimed: the child's buffer and ours are touched and the
+    // connection is past slow start, as the NICs' buffers are registered.
+    tcp_once(&mut tcp, &tcp_data, &mut tcp_back);
 
     let src = HostBuffer::new(len);
     src.write(0, &(0..len).map(|i| (i * 7 + i / 4093) as u8).collect::<Vec<_>>());
@@ -317,10 +382,16 @@ fn main() {
     let keys: Vec<(u32, u32)> = mrs.iter().map(|(s, d)| (s.lkey(), d.lkey())).collect();
     let datagram = 12 + mtu.bytes() + 4;
     let mut udp_t = Vec::new();
+    let mut gso_t = Vec::new();
+    let (mut push_t, mut pull_t) = (Vec::new(), Vec::new());
     let mut w_t = vec![Vec::new(); levels.len()];
     let mut r_t = vec![Vec::new(); levels.len()];
     for _ in 0..rounds {
-        udp_t.push(udp_once(datagram, len));
+        udp_t.push(udp_once(datagram, len, false));
+        gso_t.push(udp_once(datagram, len, true));
+        let (push, pull) = tcp_once(&mut tcp, &tcp_data, &mut tcp_back);
+        push_t.push(push);
+        pull_t.push(pull);
         for (i, (n, rkey, addr)) in pairs.iter().enumerate() {
             let (ks, kd) = keys[i];
             w_t[i].push(run_one(
@@ -343,26 +414,36 @@ fn main() {
             assert!(dst.to_vec() == src.to_vec(), "READ brought back other bytes");
         }
     }
+    tcp.write_all(b"Q").unwrap();
     writeln!(to, "BYE").unwrap();
     child.wait().unwrap();
 
     let gbs = |d: Duration| len as f64 / d.as_secs_f64().max(1e-9) / 1e9;
     let udp = gbs(median(&mut udp_t));
+    let udp_gso = gbs(median(&mut gso_t));
+    let (push, pull) = (gbs(median(&mut push_t)), gbs(median(&mut pull_t)));
     println!(
         "soft RoCE between two processes, MTU {}, {mib} MiB per transfer, median of {rounds} rounds \
-         (each round: the UDP ceiling, then WRITE and READ at every loss rate)",
+         (each round: the UDP ceilings, TCP each way, then WRITE and READ on every row)",
         mtu.bytes()
     );
     println!(
-        "loopback UDP ceiling, {datagram}-byte datagrams, sendmmsg/recvmmsg, one thread each way: {udp:.3} GB/s"
+        "loopback TCP between the two processes: push {push:.3} GB/s (beside WRITE), pull {pull:.3} GB/s (beside READ)"
     );
     println!(
-        "{:>6} {:>10} {:>10} {:>9} {:>9} {:>11} {:>11} {:>11} {:>9} {:>8} {:>6}",
+        "loopback UDP ceiling, {datagram}-byte datagrams, one thread each way: {udp:.3} GB/s alone (sendmmsg/recvmmsg), \
+         {udp_gso:.3} GB/s as GSO super-packets into a GRO receiver"
+    );
+    println!(
+        "{:>6} {:>4} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:>9} {:>8} {:>6}",
         "loss",
+        "GSO",
         "WRITE GB/s",
         "READ GB/s",
         "WRITE/0%",
         "READ/0%",
+        "WRITE/TCP",
+        "READ/TCP",
         "WRITE/UDP",
         "READ/UDP",
         "retransmits",
@@ -370,23 +451,29 @@ fn main() {
         "rewinds",
         "rto"
     );
-    let (w0, r0) = (gbs(median(&mut w_t[0])), gbs(median(&mut r_t[0])));
+    // The lossless row with GSO is the reference of the loss rows.
+    let (w0, r0) = (gbs(median(&mut w_t[1])), gbs(median(&mut r_t[1])));
     for (i, (n, _, _)) in pairs.iter().enumerate() {
         let (w, r) = (gbs(median(&mut w_t[i])), gbs(median(&mut r_t[i])));
         let c = n._verbs.counters().unwrap_or_default();
+        let ceiling = if levels[i].1 { udp_gso } else { udp };
         println!(
-            "{:>5.1}% {w:>10.3} {r:>10.3} {:>9.2} {:>9.2} {:>11.2} {:>11.2} {:>11} {:>9} {:>8} {:>6}",
-            levels[i].loss * 100.0,
+            "{:>5.1}% {:>4} {w:>10.3} {r:>10.3} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>11} {:>9} {:>8} {:>6}",
+            levels[i].0.loss * 100.0,
+            if levels[i].1 { "on" } else { "off" },
             w / w0,
             r / r0,
-            w * 1e9 / (udp * 1e9),
-            r * 1e9 / (udp * 1e9),
+            w / push,
+            r / pull,
+            w / ceiling,
+            r / ceiling,
             c.retransmits,
             c.timeouts,
             c.rewinds,
             c.rto_rewinds
         );
     }
+    println!("(WRITE/UDP and READ/UDP: against the UDP ceiling of the same GSO setting)");
     println!(
         "(retransmits, local ACK timeouts, go-back-N rewinds, round-trip timer rewinds: this process's requester, all rounds)"
     );

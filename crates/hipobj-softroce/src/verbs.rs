@@ -83,6 +83,10 @@ pub struct SoftConfig {
     pub window: u32,
     /// The link.
     pub link: LinkKind,
+    /// Whether the UDP link sends runs of equal-size packets as UDP GSO
+    /// super-packets (it always receives with UDP GRO). The raw link never
+    /// uses GSO.
+    pub gso: bool,
 }
 
 impl Default for SoftConfig {
@@ -95,6 +99,7 @@ impl Default for SoftConfig {
             pcap: None,
             window: 256,
             link: LinkKind::Udp,
+            gso: true,
         }
     }
 }
@@ -145,6 +150,13 @@ impl SoftConfig {
                 "udp" => LinkKind::Udp,
                 "raw" => LinkKind::Raw,
                 _ => return Err(env_err("HIPOBJ_SOFTROCE_LINK", &v, "udp or raw")),
+            };
+        }
+        if let Ok(v) = std::env::var("HIPOBJ_SOFTROCE_GSO") {
+            c.gso = match v.as_str() {
+                "1" => true,
+                "0" => false,
+                _ => return Err(env_err("HIPOBJ_SOFTROCE_GSO", &v, "0 or 1")),
             };
         }
         if let Ok(v) = std::env::var("HIPOBJ_SOFTROCE_PCAP") {
@@ -353,6 +365,7 @@ impl DevInner {
             nic.clone(),
             sock,
             config.faults,
+            config.gso,
             pcap,
             format!("{}-dma", config.name),
         )

@@ -1,15 +1,19 @@
 //! The thread per device that plays the NIC's DMA engine.
 //!
 //! It owns the socket and the clock and pumps the engine: receive a batch
-//! with `recvmmsg`, hand every datagram to the engine (which writes payloads
-//! straight into registered memory), fire due timers, collect up to a batch
-//! of datagrams to send, send them with `sendmmsg`, and when there is
+//! with `recvmmsg`, hand every packet to the engine (which writes payloads
+//! straight into registered memory; a UDP GRO datagram is split back into
+//! its packets, and the whole batch is handled under one lock before anyone
+//! is woken), fire due timers, collect up to a batch of datagrams to send,
+//! send them with `sendmmsg` (runs of equal-size packets as UDP GSO
+//! super-packets, [`udp::GsoSender`]), and when there is
 //! nothing to do, sleep in `ppoll` on the socket and an eventfd that
 //! `post_send` signals, with the engine's next timer as the timeout. The
 //! responder side of every WRITE and READ runs here, never on application
 //! threads.
 
 use std::net::{SocketAddrV4, UdpSocket};
+use std::ops::Range;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -19,7 +23,7 @@ use std::time::Instant;
 use crate::engine::{Engine, Time};
 use crate::link::faults::{Fate, FaultConfig, FaultInjector};
 use crate::link::pcap::PcapWriter;
-use crate::link::udp::{self, BATCH, RawSocket, RxBatch, SLOT, Waker};
+use crate::link::udp::{self, BATCH, GsoSender, RawSocket, RxBatch, SLOT, Waker};
 use crate::wire::PseudoHeader;
 
 /// What the application's threads and the worker share.
@@ -78,9 +82,9 @@ impl AsRawFd for Link {
 }
 
 impl Link {
-    fn send(&self, items: &[(&[u8], SocketAddrV4)]) -> std::io::Result<()> {
+    fn send(&self, gso: &mut GsoSender, items: &[(&[u8], SocketAddrV4)]) -> std::io::Result<()> {
         match self {
-            Link::Udp(s) => udp::send(s, items),
+            Link::Udp(s) => gso.send(s, items),
             Link::Raw(s) => s.send(items),
         }
     }
@@ -98,13 +102,14 @@ impl Worker {
         nic: Arc<Nic>,
         sock: Link,
         faults: FaultConfig,
+        gso: bool,
         pcap: Option<PcapWriter<std::io::BufWriter<std::fs::File>>>,
         name: String,
     ) -> std::io::Result<Self> {
         let n = nic.clone();
         let handle = std::thread::Builder::new()
             .name(name)
-            .spawn(move || run(&n, &sock, faults, pcap))?;
+            .spawn(move || run(&n, &sock, faults, GsoSender::new(gso), pcap))?;
         Ok(Self {
             nic,
             handle: Some(handle),
@@ -125,7 +130,12 @@ impl Drop for Worker {
 
 type Tap = Option<PcapWriter<std::io::BufWriter<std::fs::File>>>;
 
-fn run(nic: &Nic, sock: &Link, faults: FaultConfig, mut pcap: Tap) {
+/// What the tap records of a packet the UDP link received: the datagram
+/// index, the packet's bytes within it and the identification its ICRC
+/// verified under.
+type RxNote = (usize, Range<usize>, u16);
+
+fn run(nic: &Nic, sock: &Link, faults: FaultConfig, mut gso: GsoSender, mut pcap: Tap) {
     let local = nic.lock().config().local;
     let mut rx = RxBatch::default();
     let mut tx = vec![0u8; SLOT * BATCH];
@@ -134,11 +144,13 @@ fn run(nic: &Nic, sock: &Link, faults: FaultConfig, mut pcap: Tap) {
     let mut delayed: Vec<(Vec<u8>, SocketAddrV4)> = Vec::new();
     let mut held: Vec<(Vec<u8>, SocketAddrV4)> = Vec::new();
     let mut ours = [false; BATCH];
+    let mut notes: Vec<RxNote> = Vec::new();
     while !nic.stop.load(Ordering::Relaxed) {
         let n = rx.recv(sock).unwrap_or_else(|_| {
             nic.link_errors.fetch_add(1, Ordering::Relaxed);
             0
         });
+        notes.clear();
         let (m, next_timer, now) = {
             let mut engine = nic.lock();
             let now = nic.now();
@@ -146,7 +158,12 @@ fn run(nic: &Nic, sock: &Link, faults: FaultConfig, mut pcap: Tap) {
                 let (data, from) = rx.get(i);
                 *mine = match sock {
                     Link::Udp(_) => {
-                        engine.handle_datagram(now, from, data);
+                        let tap = pcap.is_some();
+                        engine.handle_gro(now, from, data, rx.segment_size(i), &mut |seg, id| {
+                            if tap {
+                                notes.push((i, seg, id));
+                            }
+                        });
                         true
                     }
                     Link::Raw(_) => engine.handle_ipv4(now, data),
@@ -169,18 +186,18 @@ fn run(nic: &Nic, sock: &Link, faults: FaultConfig, mut pcap: Tap) {
             (m, engine.poll_timeout(), now)
         };
         if let Some(p) = pcap.as_mut() {
-            for (i, _) in ours.iter().enumerate().take(n).filter(|(_, m)| **m) {
+            for (i, seg, id) in notes.drain(..) {
                 let (data, from) = rx.get(i);
-                let _ = match sock {
-                    Link::Udp(_) => p.record(
-                        &PseudoHeader {
-                            src: from,
-                            dst: local,
-                        },
-                        data,
-                    ),
-                    Link::Raw(_) => p.record_ip(data),
+                let pseudo = PseudoHeader {
+                    src: from,
+                    dst: local,
                 };
+                let _ = p.record_with_id(&pseudo, &data[seg], id);
+            }
+            if matches!(sock, Link::Raw(_)) {
+                for (i, _) in ours.iter().enumerate().take(n).filter(|(_, m)| **m) {
+                    let _ = p.record_ip(rx.get(i).0);
+                }
             }
         }
         if m > 0 || !held.is_empty() {
@@ -200,17 +217,9 @@ fn run(nic: &Nic, sock: &Link, faults: FaultConfig, mut pcap: Tap) {
             // Packets held back from the batch before go out after this one.
             items.extend(held.iter().map(|(d, a)| (d.as_slice(), *a)));
             if let Some(p) = pcap.as_mut() {
-                for (data, dst) in &items {
-                    let _ = p.record(
-                        &PseudoHeader {
-                            src: local,
-                            dst: *dst,
-                        },
-                        data,
-                    );
-                }
+                record_sent(p, local, &items, matches!(sock, Link::Udp(_)) && gso.enabled());
             }
-            if sock.send(&items).is_err() {
+            if sock.send(&mut gso, &items).is_err() {
                 nic.link_errors.fetch_add(1, Ordering::Relaxed);
             }
             drop(items);
@@ -230,5 +239,39 @@ fn run(nic: &Nic, sock: &Link, faults: FaultConfig, mut pcap: Tap) {
     }
     if let Some(p) = pcap.as_mut() {
         let _ = p.flush();
+    }
+}
+
+/// Records sent datagrams in the tap in the order and with the headers
+/// they leave under: with GSO, each QP's together, and segment `k` of a
+/// run carries identification `k` and the ICRC [`udp::GsoSender`] gives it.
+fn record_sent(
+    p: &mut PcapWriter<std::io::BufWriter<std::fs::File>>,
+    local: SocketAddrV4,
+    items: &[(&[u8], SocketAddrV4)],
+    gso: bool,
+) {
+    let grouped;
+    let (items, runs) = if gso {
+        grouped = udp::group_by_qp(items);
+        (grouped.as_slice(), udp::gso_runs(&grouped))
+    } else {
+        (items, (0..items.len()).map(|i| i..i + 1).collect())
+    };
+    let mut deltas = crate::wire::icrc::SegmentDeltas::default();
+    let mut buf = Vec::new();
+    for run in runs {
+        for (k, (data, dst)) in items[run].iter().enumerate() {
+            let pseudo = PseudoHeader {
+                src: local,
+                dst: *dst,
+            };
+            buf.clear();
+            buf.extend_from_slice(data);
+            if let Some(body) = data.len().checked_sub(4) {
+                buf[body..].copy_from_slice(&deltas.icrc_for(k as u16, data));
+            }
+            let _ = p.record_with_id(&pseudo, &buf, k as u16);
+        }
     }
 }

@@ -86,6 +86,10 @@ impl Add<Duration> for Time {
 pub struct Counters {
     /// Datagrams handed to [`Engine::handle_datagram`].
     pub rx_datagrams: u64,
+    /// Packets that arrived behind another in one datagram: the second and
+    /// later packets of a UDP GRO batch or of a GSO super-packet a raw link
+    /// saw whole (they are counted in `rx_datagrams` too).
+    pub rx_coalesced: u64,
     /// Datagrams handed out by [`Engine::poll_transmit`].
     pub tx_datagrams: u64,
     /// Dropped: shorter than their headers.
@@ -432,13 +436,83 @@ impl Engine {
     /// see [`PseudoHeader::ip_udp_header`]): this is the entry of a link
     /// that does not see the real headers.
     pub fn handle_datagram(&mut self, now: Time, from: SocketAddrV4, datagram: &[u8]) {
+        self.handle_segment(now, from, datagram, &[0]);
+    }
+
+    /// Handles a datagram a UDP link received with UDP GRO: the packets
+    /// of `data`, cut every `segment_size` bytes (the last one possibly
+    /// shorter; the whole datagram is one packet without a size), each as
+    /// [`Engine::handle_segment`] handles it under the identifications the
+    /// sender's kernel gave its segments, which the link cannot see:
+    ///
+    /// The link's peers are soft NICs on UDP links, which send a packet
+    /// alone under identification 0 and the segments of a GSO super-packet
+    /// under `0, 1, 2, …` (`link::udp::GsoSender`). On loopback the kernel
+    /// hands a GRO receiver each super-packet as it was sent, so packet `k`
+    /// carries `k`. Where a kernel coalesced several super-packets (GRO on
+    /// a real interface), the numbering starts again at 0 where each one
+    /// began: so packet `k` is tried under `k - b`, where `b` is the last
+    /// packet that verified under 0, then under 0. A packet that verifies
+    /// under neither is dropped and counted (`drop_bad_icrc`), never
+    /// accepted. `seen` is told each packet's bytes and the identification
+    /// its ICRC verified under (the first one tried when none did).
+    pub fn handle_gro(
+        &mut self,
+        now: Time,
+        from: SocketAddrV4,
+        data: &[u8],
+        segment_size: Option<usize>,
+        seen: &mut dyn FnMut(std::ops::Range<usize>, u16),
+    ) {
+        let size = segment_size.unwrap_or(data.len()).max(1);
+        let mut base = 0;
+        for (k, seg) in data.chunks(size).enumerate() {
+            if k > 0 {
+                self.counters.rx_coalesced += 1;
+            }
+            let ids = [(k - base) as u16, 0];
+            let got = self.handle_segment(now, from, seg, &ids);
+            if got == Some(0) {
+                base = k;
+            }
+            seen(k * size..k * size + seg.len(), got.unwrap_or(ids[0]));
+        }
+    }
+
+    /// Handles one received datagram as [`Engine::handle_datagram`] does,
+    /// but checks its ICRC under each IP identification of `ids` in turn
+    /// (the header as the kernel builds it otherwise): a UDP link that
+    /// receives a GRO batch does not see the identifications, which the
+    /// sender's kernel numbered per segment, so it names the likely ones.
+    /// Returns the identification the ICRC verified under, `None` when it
+    /// failed under every one (then the datagram is dropped and counted as
+    /// a bad ICRC) or the datagram failed before the ICRC.
+    pub fn handle_segment(
+        &mut self,
+        now: Time,
+        from: SocketAddrV4,
+        datagram: &[u8],
+        ids: &[u16],
+    ) -> Option<u16> {
         self.counters.rx_datagrams += 1;
         let pseudo = PseudoHeader {
             src: from,
             dst: self.config.local,
         };
-        let packet = Packet::parse(datagram, &pseudo);
+        let mut packet = Err(wire::Error::BadIcrc);
+        let mut verified = None;
+        for (j, &id) in ids.iter().enumerate() {
+            if ids[..j].contains(&id) {
+                continue;
+            }
+            packet = Packet::parse_over(datagram, &pseudo.ip_udp_header_with_id(datagram.len(), id));
+            if !matches!(packet, Err(wire::Error::BadIcrc)) {
+                verified = packet.is_ok().then_some(id);
+                break;
+            }
+        }
         self.handle_parsed(now, from, packet);
+        verified
     }
 
     /// Handles one received IPv4 packet, headers included, as a raw link
@@ -463,9 +537,33 @@ impl Engine {
         if ip.dst != self.config.local {
             return false;
         }
-        self.counters.rx_datagrams += 1;
-        let packet = Packet::parse_over(ip.payload, &ip.ip_udp);
-        self.handle_parsed(now, ip.src, packet);
+        let whole = Packet::parse_over(ip.payload, &ip.ip_udp);
+        let size = match whole {
+            Err(wire::Error::BadIcrc | wire::Error::Oversized) => {
+                wire::icrc::gso_segment_size(&ip.ip_udp, ip.payload)
+            }
+            _ => None,
+        };
+        let Some(size) = size else {
+            self.counters.rx_datagrams += 1;
+            self.handle_parsed(now, ip.src, whole);
+            return true;
+        };
+        // A UDP GSO super-packet of a UDP link on the same host (loopback
+        // hands raw sockets the packet before the kernel segments it): the
+        // packets the kernel will make of it, each under the header the
+        // segmentation gives it.
+        let base = u16::from_be_bytes([ip.ip_udp[4], ip.ip_udp[5]]);
+        for (k, seg) in ip.payload.chunks(size).enumerate() {
+            self.counters.rx_datagrams += 1;
+            if k > 0 {
+                self.counters.rx_coalesced += 1;
+            }
+            let id = base.wrapping_add(k as u16);
+            let hdr = wire::icrc::segment_header(&ip.ip_udp, seg.len(), id);
+            let packet = Packet::parse_over(seg, &hdr);
+            self.handle_parsed(now, ip.src, packet);
+        }
         true
     }
 

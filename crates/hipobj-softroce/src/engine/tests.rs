@@ -1567,3 +1567,81 @@ fn the_first_packet_sent_again_goes_out_twice() {
     let c = f.e(A).counters();
     assert_eq!((c.rto_rewinds, c.timeouts), (0, 0), "{c:?}");
 }
+
+/// A UDP GRO batch is split back into its packets, each checked under the
+/// identification the sender's kernel gave its segment (`k` from the start
+/// of its super-packet, the numbering starting again where a second
+/// super-packet begins), and a packet whose ICRC fails under every
+/// candidate is dropped and counted, never handed to a QP.
+#[test]
+fn a_gro_batch_is_split_and_each_packet_checked_under_its_segment_id() {
+    let mut e = Engine::new(EngineConfig::new(ip(B)));
+    let from = addr(A);
+    let pseudo = PseudoHeader {
+        src: from,
+        dst: addr(B),
+    };
+    // Packets for a QP that does not exist: one that passes the ICRC
+    // checks is counted as `drop_no_qp`, one that fails as `drop_bad_icrc`.
+    let make = |len: usize, psn: u32, id: u16| {
+        let mut p = vec![0u8; len];
+        p[0] = 0x07; // WRITE Middle
+        p[2..4].copy_from_slice(&[0xff, 0xff]);
+        p[5..8].copy_from_slice(&[0, 0x0f, 0xff]);
+        p[9..12].copy_from_slice(&psn.to_be_bytes()[1..]);
+        crate::wire::icrc::seal_over(&pseudo.ip_udp_header_with_id(len, id), &mut p);
+        p
+    };
+    let batch = |ids: &[u16], last: usize| {
+        let mut b = Vec::new();
+        for (k, &id) in ids.iter().enumerate() {
+            let len = if k + 1 == ids.len() { last } else { 1040 };
+            b.extend(make(len, k as u32, id));
+        }
+        b
+    };
+    let run = |e: &mut Engine, data: &[u8], size: Option<usize>| {
+        let before = e.counters();
+        let mut seen = Vec::new();
+        e.handle_gro(Time::ZERO, from, data, size, &mut |r, id| seen.push((r, id)));
+        let after = e.counters();
+        (
+            seen,
+            after.drop_no_qp - before.drop_no_qp,
+            after.drop_bad_icrc - before.drop_bad_icrc,
+            after.rx_coalesced - before.rx_coalesced,
+        )
+    };
+
+    // One super-packet of three full segments and a short last.
+    let data = batch(&[0, 1, 2, 3], 20);
+    let (seen, ok, bad, coalesced) = run(&mut e, &data, Some(1040));
+    assert_eq!((ok, bad, coalesced), (4, 0, 3));
+    let want: Vec<(std::ops::Range<usize>, u16)> =
+        vec![(0..1040, 0), (1040..2080, 1), (2080..3120, 2), (3120..3140, 3)];
+    assert_eq!(seen, want);
+
+    // Two super-packets coalesced by a kernel: 0, 1, 2, then 0, 1 again.
+    let data = batch(&[0, 1, 2, 0, 1], 1040);
+    let (seen, ok, bad, _) = run(&mut e, &data, Some(1040));
+    assert_eq!((ok, bad), (5, 0));
+    assert_eq!(seen.iter().map(|s| s.1).collect::<Vec<_>>(), vec![0, 1, 2, 0, 1]);
+
+    // A segment sealed under another identification (a forged or corrupted
+    // packet in the batch) is dropped as a bad ICRC; the others still land.
+    let data = batch(&[0, 1, 9, 3], 1040);
+    let (_, ok, bad, _) = run(&mut e, &data, Some(1040));
+    assert_eq!((ok, bad), (3, 1));
+
+    // One flipped payload bit in the middle of a batch: dropped.
+    let mut data = batch(&[0, 1, 2], 1040);
+    data[1040 + 500] ^= 4;
+    let (_, ok, bad, _) = run(&mut e, &data, Some(1040));
+    assert_eq!((ok, bad), (2, 1));
+
+    // A datagram without a GRO size is one packet, checked under 0 only.
+    let (_, ok, bad, coalesced) = run(&mut e, &make(1040, 0, 0), None);
+    assert_eq!((ok, bad, coalesced), (1, 0, 0));
+    let (_, ok, bad, _) = run(&mut e, &make(1040, 0, 1), None);
+    assert_eq!((ok, bad), (0, 1));
+}

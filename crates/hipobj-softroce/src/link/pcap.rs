@@ -43,6 +43,12 @@ impl<W: Write> PcapWriter<W> {
 
     /// Records one datagram sent from `pseudo.src` to `pseudo.dst`.
     pub fn record(&mut self, pseudo: &PseudoHeader, datagram: &[u8]) -> io::Result<()> {
+        self.record_with_id(pseudo, datagram, 0)
+    }
+
+    /// Records one datagram that travelled under IP identification `id`
+    /// (a segment of a UDP GSO super-packet).
+    pub fn record_with_id(&mut self, pseudo: &PseudoHeader, datagram: &[u8], id: u16) -> io::Result<()> {
         let t = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
         let len = (IP_UDP_LEN + datagram.len()) as u32;
         let mut rec = [0u8; 16];
@@ -51,7 +57,8 @@ impl<W: Write> PcapWriter<W> {
         rec[8..12].copy_from_slice(&len.to_le_bytes());
         rec[12..16].copy_from_slice(&len.to_le_bytes());
         self.out.write_all(&rec)?;
-        self.out.write_all(&pseudo.ip_udp_header(datagram.len()))?;
+        self.out
+            .write_all(&pseudo.ip_udp_header_with_id(datagram.len(), id))?;
         self.out.write_all(datagram)
     }
 

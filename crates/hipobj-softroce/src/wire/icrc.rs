@@ -73,7 +73,16 @@ impl PseudoHeader {
     /// identification 0, don't-fragment, TTL 64, protocol UDP, a valid header
     /// checksum, and UDP checksum 0 (none, legal over IPv4).
     pub fn ip_udp_header(&self, udp_payload_len: usize) -> [u8; IP_UDP_LEN] {
+        self.ip_udp_header_with_id(udp_payload_len, 0)
+    }
+
+    /// [`PseudoHeader::ip_udp_header`] with IP identification `id`: the
+    /// header of segment `id` of a UDP GSO super-packet, which the kernel
+    /// numbers from the super-packet's identification 0 up
+    /// ([`segment_id_delta`]).
+    pub fn ip_udp_header_with_id(&self, udp_payload_len: usize, id: u16) -> [u8; IP_UDP_LEN] {
         let mut h = [0u8; IP_UDP_LEN];
+        h[4..6].copy_from_slice(&id.to_be_bytes());
         let total = (IP_UDP_LEN + udp_payload_len) as u16;
         let udp_len = (8 + udp_payload_len) as u16;
         h[0] = 0x45;
@@ -148,6 +157,114 @@ pub fn verify_over(ip_udp: &[u8; IP_UDP_LEN], datagram: &[u8]) -> bool {
     };
     let (body, tail) = datagram.split_at(body_len);
     icrc_over(ip_udp, body).to_le_bytes() == tail
+}
+
+/// What to XOR into the ICRC of a datagram of `datagram_len` bytes (ICRC
+/// included) sealed under IP identification 0 to make it the ICRC of the
+/// same datagram under identification `id`, all else equal.
+///
+/// The ICRC is an affine function of the bytes it covers, so two messages
+/// of one length that differ only in the identification field differ in
+/// their CRC by an amount that depends on nothing but that difference and
+/// the length: it is computed here over all-zero packets. UDP GSO needs it:
+/// the kernel gives segment `k` of a super-packet sent with identification
+/// 0 the identification `k`, and the sender seals every packet under 0
+/// before it knows where a packet lands in a super-packet.
+pub fn segment_id_delta(id: u16, datagram_len: usize) -> u32 {
+    let Some(body) = datagram_len.checked_sub(LEN) else {
+        return 0;
+    };
+    let zero = vec![0u8; body];
+    let any = PseudoHeader {
+        src: SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0),
+        dst: SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0),
+    };
+    icrc_over(&any.ip_udp_header_with_id(datagram_len, id), &zero)
+        ^ icrc_over(&any.ip_udp_header_with_id(datagram_len, 0), &zero)
+}
+
+/// A cache of [`segment_id_delta`]: a sender sees few packet lengths and at
+/// most 64 segments per super-packet, so each pair is computed once.
+#[derive(Debug, Default)]
+pub struct SegmentDeltas {
+    known: std::collections::HashMap<(u16, usize), u32>,
+}
+
+impl SegmentDeltas {
+    /// [`segment_id_delta`]`(id, datagram_len)`, 0 for identification 0.
+    pub fn get(&mut self, id: u16, datagram_len: usize) -> u32 {
+        if id == 0 {
+            return 0;
+        }
+        if self.known.len() > 4096 {
+            self.known.clear();
+        }
+        *self
+            .known
+            .entry((id, datagram_len))
+            .or_insert_with(|| segment_id_delta(id, datagram_len))
+    }
+
+    /// The last 4 bytes of `datagram` (an ICRC sealed under identification
+    /// 0) as they must read when it travels under identification `id`.
+    pub fn icrc_for(&mut self, id: u16, datagram: &[u8]) -> [u8; LEN] {
+        let mut icrc = [0u8; LEN];
+        if let Some(tail) = datagram.len().checked_sub(LEN).and_then(|b| datagram.get(b..)) {
+            icrc.copy_from_slice(tail);
+        }
+        (u32::from_le_bytes(icrc) ^ self.get(id, datagram.len())).to_le_bytes()
+    }
+}
+
+/// The segment size of a UDP GSO super-packet seen whole (a raw socket or
+/// a capture on loopback sees one IPv4 packet carrying many RoCE packets
+/// back to back; the kernel cuts it into `size`-byte segments, the last one
+/// possibly shorter, numbering their identifications from the
+/// super-packet's up). `ip_udp` is the super-packet's header and `payload`
+/// its UDP payload.
+///
+/// RoCE packets carry no length, so the size is found from the packets:
+/// the smallest multiple of 4 at which a second BTH to the same QP with
+/// the next PSN begins and the first segment's ICRC verifies under the
+/// header the kernel gives it. `None` when no size fits: then it is one
+/// packet (or garbage) and is parsed as such. Never panics.
+///
+/// At most [`GSO_SIZE_TRIES`] sizes get as far as the ICRC, so that a
+/// hostile packet whose every 4-byte offset looks like the next BTH costs
+/// a few CRCs, not a thousand.
+pub fn gso_segment_size(ip_udp: &[u8; IP_UDP_LEN], payload: &[u8]) -> Option<usize> {
+    let bth = payload.get(..super::bth::HEADER_LEN)?;
+    let qp = &bth[5..8];
+    let psn = u32::from_be_bytes([0, bth[9], bth[10], bth[11]]);
+    let next = super::psn::add(psn, 1).to_be_bytes();
+    let id = u16::from_be_bytes([ip_udp[4], ip_udp[5]]);
+    let max = super::MAX_PACKET.min(payload.len() - 1);
+    (super::bth::HEADER_LEN + LEN..=max)
+        .step_by(4)
+        .filter(|&s| {
+            payload
+                .get(s..s + super::bth::HEADER_LEN)
+                .is_some_and(|b| &b[5..8] == qp && b[9..12] == next[1..4])
+        })
+        .take(GSO_SIZE_TRIES)
+        .find(|&s| verify_over(&segment_header(ip_udp, s, id), &payload[..s]))
+}
+
+/// How many candidate segment sizes [`gso_segment_size`] checks the ICRC
+/// of: a real super-packet's payload rarely holds the next BTH's QP and PSN
+/// at an aligned offset before the true boundary.
+pub const GSO_SIZE_TRIES: usize = 8;
+
+/// The IPv4 and UDP header of a `len`-byte segment of the super-packet
+/// whose header is `ip_udp`, with identification `id`: what the kernel's
+/// UDP segmentation writes (lengths and identification change; the
+/// checksums it also rewrites are masked out of the ICRC).
+pub fn segment_header(ip_udp: &[u8; IP_UDP_LEN], len: usize, id: u16) -> [u8; IP_UDP_LEN] {
+    let mut h = *ip_udp;
+    h[2..4].copy_from_slice(&((IP_UDP_LEN + len) as u16).to_be_bytes());
+    h[4..6].copy_from_slice(&id.to_be_bytes());
+    h[24..26].copy_from_slice(&((8 + len) as u16).to_be_bytes());
+    h
 }
 
 /// An IPv4 packet carrying a UDP datagram, taken apart for the ICRC.
@@ -296,6 +413,92 @@ mod tests {
         hop[10] ^= 0x55;
         hop[26] = 0x12; // a UDP checksum
         assert!(verify_over(&hop, &pkt));
+    }
+
+    /// The ICRC of a packet under identification `k` is the one sealed
+    /// under 0 with the segment delta XORed in, for any length and `k`, and
+    /// the cache gives the same answers.
+    #[test]
+    fn the_icrc_per_segment_identification_is_the_sealed_one_patched() {
+        let p = pseudo();
+        let mut deltas = SegmentDeltas::default();
+        for len in [16usize, 20, 1040, 4112, 4128] {
+            let mut pkt: Vec<u8> = (0..len).map(|i| (i * 31 + len) as u8).collect();
+            p.seal(&mut pkt);
+            for k in [0u16, 1, 2, 14, 63, 0xffff] {
+                let mut direct = pkt.clone();
+                seal_over(&p.ip_udp_header_with_id(len, k), &mut direct);
+                assert_eq!(deltas.icrc_for(k, &pkt), direct[len - 4..], "len {len} id {k}");
+                let want = u32::from_le_bytes(direct[len - 4..].try_into().expect("4"))
+                    ^ u32::from_le_bytes(pkt[len - 4..].try_into().expect("4"));
+                assert_eq!(segment_id_delta(k, len), want);
+                if k != 0 {
+                    assert_ne!(direct, pkt, "the identification is covered");
+                }
+            }
+        }
+        assert_eq!(segment_id_delta(5, 3), 0);
+    }
+
+    /// A GSO super-packet seen whole is cut back where the kernel cuts it:
+    /// the first segment's size, found from the second BTH and the first
+    /// ICRC; a packet alone or garbage gives no size.
+    #[test]
+    fn a_super_packet_seen_whole_is_cut_where_the_kernel_cuts_it() {
+        let p = pseudo();
+        let make = |len: usize, psn: u32, id: u16| {
+            let mut pkt: Vec<u8> = (0..len).map(|i| (i * 7 + psn as usize) as u8).collect();
+            pkt[0] = 0x07;
+            pkt[5..8].copy_from_slice(&[0, 0, 0x33]);
+            pkt[9..12].copy_from_slice(&psn.to_be_bytes()[1..]);
+            seal_over(&p.ip_udp_header_with_id(len, id), &mut pkt);
+            pkt
+        };
+        for (size, n, last) in [(4112, 15, 4112), (4112, 3, 1040), (1040, 2, 20), (272, 64, 16)] {
+            let mut payload = Vec::new();
+            for k in 0..n {
+                let len = if k == n - 1 { last } else { size };
+                payload.extend(make(len, 0xff_fff0 + k as u32, k as u16));
+            }
+            let sup = p.ip_udp_header(payload.len());
+            assert_eq!(gso_segment_size(&sup, &payload), Some(size), "{size} x {n}");
+            for (k, seg) in payload.chunks(size).enumerate() {
+                assert!(verify_over(&segment_header(&sup, seg.len(), k as u16), seg));
+            }
+            // Sealed under the wrong identifications: no size fits.
+            let mut wrong = Vec::new();
+            for k in 0..n {
+                let len = if k == n - 1 { last } else { size };
+                wrong.extend(make(len, 0xff_fff0 + k as u32, 7));
+            }
+            assert_eq!(gso_segment_size(&sup, &wrong), None);
+        }
+        // A payload that looks like the next BTH (QP 2, PSN 2) at every
+        // aligned offset: only the first GSO_SIZE_TRIES sizes get an ICRC
+        // check, so the true boundary at 4112 is not reached and the
+        // packet stays whole (and fails its ICRC as one packet).
+        let mut first = vec![0u8; 4112];
+        for at in (0..4112 - 12).step_by(4) {
+            first[at + 5..at + 8].copy_from_slice(&[0, 0, 2]);
+            first[at + 9..at + 12].copy_from_slice(&[0, 0, 2]);
+        }
+        first[0] = 0x07;
+        first[9..12].copy_from_slice(&[0, 0, 1]);
+        seal_over(&p.ip_udp_header_with_id(4112, 0), &mut first);
+        let mut second = first.clone();
+        second[9..12].copy_from_slice(&[0, 0, 2]);
+        seal_over(&p.ip_udp_header_with_id(4112, 1), &mut second);
+        let mut hostile = first.clone();
+        hostile.extend(&second);
+        let sup = p.ip_udp_header(hostile.len());
+        assert!(verify_over(&segment_header(&sup, 4112, 0), &hostile[..4112]));
+        assert_eq!(gso_segment_size(&sup, &hostile), None);
+        let one = make(4112, 1, 0);
+        assert_eq!(gso_segment_size(&p.ip_udp_header(4112), &one), None);
+        for len in 0..40 {
+            let junk = vec![0u8; len];
+            assert_eq!(gso_segment_size(&p.ip_udp_header(len), &junk), None);
+        }
     }
 
     #[test]
