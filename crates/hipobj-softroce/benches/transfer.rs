@@ -77,16 +77,17 @@ fn node(mtu: Mtu, faults: FaultConfig, gso: bool) -> Node {
 fn connect(n: &Node, mtu: Mtu, gid: Gid, qpn: u32) {
     use QpAttrMask as M;
     // The attributes hipObject itself uses: a local ACK timeout of
-    // 4.096 us x 2^14 = 67 ms and 7 retries, so that the table shows what
-    // loss costs an application, not a benchmark tuned around it.
+    // hipObject's own local ACK timeout and retry count (4.096 us x 2^14 =
+    // 67 ms, 6 retries), so that the table shows what loss costs an
+    // application, not a benchmark tuned around it.
     let mut a = QpAttr {
         qp_state: QpState::Init,
         qp_access_flags: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
         path_mtu: mtu,
         dgid: gid,
         dest_qp_num: qpn,
-        timeout: 14,
-        retry_cnt: 7,
+        timeout: hipobj_platform::rc::ACK_TIMEOUT,
+        retry_cnt: hipobj_platform::rc::RETRY_COUNT,
         max_rd_atomic: 4,
         max_dest_rd_atomic: 4,
         ..QpAttr::default()
