@@ -1,7 +1,8 @@
 /* One signed S3 request with libcurl, shaped for hipObject's callbacks:
  * the token goes in x-amz-rdma-token, the body is empty, the payload is
  * UNSIGNED-PAYLOAD, and the response's x-amz-rdma-reply is kept for
- * recvReply. Shared by get-object.c and put-object.c. */
+ * recvReply. Shared by get-object.c, put-object.c and rcv2-object.c (which
+ * defines S3_REQUEST_NO_CALLBACKS: it has no use for the callbacks). */
 #pragma once
 
 #include <curl/curl.h>
@@ -22,6 +23,7 @@ struct s3_request {
     unsigned long long bytes; /* x-amz-rdma-bytes-transferred */
 };
 
+#ifndef S3_REQUEST_NO_CALLBACKS
 static size_t s3_header(char *line, size_t size, size_t n, void *userdata) {
     struct s3_request *r = userdata;
     size_t len = size * n;
@@ -41,6 +43,7 @@ static size_t s3_header(char *line, size_t size, size_t n, void *userdata) {
     }
     return len;
 }
+#endif
 
 static size_t s3_discard(char *data, size_t size, size_t n, void *userdata) {
     (void)data;
@@ -48,6 +51,7 @@ static size_t s3_discard(char *data, size_t size, size_t n, void *userdata) {
     return size * n;
 }
 
+#ifndef S3_REQUEST_NO_CALLBACKS
 static size_t s3_no_body(char *buf, size_t size, size_t n, void *userdata) {
     (void)buf;
     (void)size;
@@ -103,6 +107,8 @@ static int s3_recv(void *ctx, char *reply, size_t *reply_len) {
     *reply_len = r->reply_len;
     return 0;
 }
+
+#endif /* S3_REQUEST_NO_CALLBACKS */
 
 /* Fills in the URL and credentials; exits with a message when they are missing. */
 static void s3_setup(struct s3_request *r, const char *method, const char *endpoint, const char *bucket,
