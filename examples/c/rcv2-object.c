@@ -15,16 +15,16 @@
  * sends the CANCEL hipObject says is owed, and the session always ends
  * with hipObjRcV2End.
  *
- * A real application would first try the binding exchange (get-object.c,
- * put-object.c) and come here when the object request is answered 501 with
- * X-Amz-Rdma-Protocol-Status: unsupported.
+ * With RCV2_TRY_BINDING=1 it does what an application meeting all kinds of
+ * servers does: it tries the binding exchange first (hipObjGet/hipObjPut,
+ * as get-object.c and put-object.c) and switches to hipobj-rc-v2 only when
+ * the object request is answered 501 with X-Amz-Rdma-Protocol-Status:
+ * unsupported. Without it, it goes straight to hipobj-rc-v2.
  *
  * Credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY. NIC: HIPOBJ_NIC.
  * RCV2_GIVE_UP=after-prepare makes the program abandon the session once
  * PREPARE succeeded, as an application that is interrupted would: it then
  * sends the CANCEL and fails (the tests use it to see that path). */
-/* The hipObjOps_t callbacks of s3-request.h belong to the binding exchange. */
-#define S3_REQUEST_NO_CALLBACKS
 #include "s3-request.h"
 
 #include <time.h>
@@ -249,20 +249,39 @@ int main(int argc, char **argv) {
     }
     struct s3_request req;
     s3_setup(&req, put ? "PUT" : "GET", endpoint, bucket, key);
-    long long moved =
-        transfer(&req, endpoint, bucket, key, buf, size, put ? HIPOBJ_RDMA_OP_PUT : HIPOBJ_RDMA_OP_GET);
+    long long moved = -1;
+    const char *how = "hipobj-rc-v2";
+    const char *try_binding = getenv("RCV2_TRY_BINDING");
+    int v2 = 1;
+    if (try_binding != NULL && strcmp(try_binding, "1") == 0) {
+        hipObjOps_t ops = {s3_send, s3_recv};
+        e = put ? hipObjPut(NULL, buf, size, 0, &ops, &req) : hipObjGet(NULL, buf, size, 0, &ops, &req);
+        if (e.opError == hipObjSuccess) {
+            moved = (long long)size; /* hipObject checked the count */
+            how = "the binding exchange";
+            v2 = 0;
+        } else if (e.opError == hipObjS3Error && req.status == HIPOBJ_RDMA_REPLY_NOT_IMPLEMENTED && req.unsupported) {
+            printf("the server declined the binding exchange (HTTP 501, unsupported): switching to hipobj-rc-v2\n");
+        } else {
+            fprintf(stderr, "%s: %s (HTTP %ld)\n", put ? "hipObjPut" : "hipObjGet", hipObjGetErrorString(e.opError),
+                    req.status);
+            v2 = 0;
+        }
+    }
+    if (v2)
+        moved = transfer(&req, endpoint, bucket, key, buf, size, put ? HIPOBJ_RDMA_OP_PUT : HIPOBJ_RDMA_OP_GET);
     int rc = 0;
     if (moved < 0) {
         rc = 1;
     } else if (put) {
-        printf("PUT %lld bytes over hipobj-rc-v2\n", moved);
+        printf("PUT %lld bytes over %s\n", moved, how);
     } else {
         FILE *f = fopen(argv[6], "wb");
         if (f == NULL || fwrite(buf, 1, (size_t)moved, f) != (size_t)moved || fclose(f) != 0) {
             perror(argv[6]);
             rc = 1;
         } else {
-            printf("GET %lld bytes over hipobj-rc-v2\n", moved);
+            printf("GET %lld bytes over %s\n", moved, how);
         }
     }
     hipObjBufDeregister(buf);

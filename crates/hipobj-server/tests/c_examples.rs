@@ -278,6 +278,20 @@ fn the_c_rcv2_example_puts_and_gets_over_hipobj_rc_v2() {
     let rdma = h.rdma().unwrap().target().stats();
     assert_eq!(rdma.transfers, 0, "nothing went by the binding exchange");
     assert_eq!(v2.open_sessions(), 0);
+    // Told to try the binding exchange first, the program stays with it on
+    // a server that accepts it.
+    let out = run_ok(
+        cmd()
+            .env("RCV2_TRY_BINDING", "1")
+            .args(["get", &h.endpoint(), "v2bucket", key, &size.to_string()])
+            .arg(libs.join("bound.bin")),
+    );
+    assert!(
+        out.contains(&format!("GET {size} bytes over the binding exchange")),
+        "{out}"
+    );
+    assert!(std::fs::read(libs.join("bound.bin")).unwrap() == data);
+    assert_eq!(h.rdma().unwrap().target().stats().transfers, 1);
 
     // The server's refusals of PREPARE reach the program as S3 errors.
     for (what, k, n, want) in [
