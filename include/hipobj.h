@@ -638,7 +638,9 @@ typedef struct hipObjRcV2Session hipObjRcV2Session_t;
  * connection (waiting for one as hipObjGet() does, or hipObjBusy from a
  * thread that already holds one: a callback, or a live session of its own),
  * and draws the session's random cookie and PSN. Nothing can reach the
- * buffer yet. For a PUT of a staged buffer (see hipObjBufSync()) the range
+ * buffer yet. Until the session is over (a failed step,
+ * hipObjRcV2HandleReady(), hipObjRcV2CancelHeaders() or hipObjRcV2End()),
+ * hipObjBufDeregister() on the buffer returns hipObjBusy. For a PUT of a staged buffer (see hipObjBufSync()) the range
  * is copied to the staging buffer here; for a GET it is copied back by
  * hipObjRcV2HandleReady().
  *

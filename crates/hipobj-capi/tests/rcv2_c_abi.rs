@@ -250,9 +250,11 @@ fn put_then_get_through_the_c_calls_moves_the_bytes() {
             w.server.objects.lock().unwrap()[key.to_str().unwrap()] == src[100..100 + size],
             "PUT of {size}"
         );
-        // GET them into offset 200 of the destination buffer.
+        // GET them into offset 200 of the destination buffer, which
+        // cannot be deregistered under the live session.
         let s = begin(&mut dst, size, 200, OP_GET).unwrap();
         assert_eq!(prepare(w, s, &key, 0), OK);
+        assert_eq!(hipObjBufDeregister(dst.as_mut_ptr().cast()).opError, BUSY);
         assert_eq!(ready(w, s), Ok(size as u64));
         end(s);
         assert!(dst[200..200 + size] == src[100..100 + size], "GET of {size}");
