@@ -362,6 +362,23 @@ fn calls_out_of_order_or_with_bad_arguments_give_defined_codes() {
         );
     }
     assert_eq!(prepare_headers(s, c"", 0), Err(INVALID), "an empty key");
+    // No header can be smuggled in through the key or the bucket: the key
+    // is percent-encoded, and a bucket with a control byte is refused.
+    let text = prepare_headers(s, c"k\r\nx-amz-rdma-op: GET", 0).unwrap();
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("x-amz-rdma-op:")).count(),
+        1,
+        "{text}"
+    );
+    assert!(
+        text.contains("x-amz-rdma-target: /bkt/k%0D%0Ax-amz-rdma-op%3A%20GET\n"),
+        "{text}"
+    );
+    let r = text_with(4096, |h, l| {
+        // SAFETY: C strings and a buffer of *l bytes.
+        unsafe { hipObjRcV2PrepareHeaders(s, c"b\nx".as_ptr(), c"k".as_ptr(), 0, h, l) }.opError
+    });
+    assert_eq!(r, Err(INVALID), "a bucket with a newline");
     assert_eq!(
         prepare_headers(s, c"k", 7),
         Err(INVALID),
