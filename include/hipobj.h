@@ -31,7 +31,8 @@ extern "C" {
  * @file
  * @mainpage hipObject C API
  *
- * Groups: @ref core, @ref threads, @ref error, @ref buffer, @ref io.
+ * Groups: @ref core, @ref threads, @ref error, @ref buffer, @ref io,
+ * @ref rcv2.
  */
 
 /*!
@@ -268,8 +269,9 @@ typedef struct {
  * Until it succeeds, every function returns hipObjNotInitialized except
  * hipObjGetErrorString(), hipObjGetVersionString(), hipObjGetVersion(),
  * hipObjParseRdmaReply(), hipObjTokenClientNic() and hipObjPutRdmaToken(),
- * which need no initialization, and hipObjShutdown(), which then does
- * nothing.
+ * which need no initialization, hipObjRcV2CancelHeaders() and
+ * hipObjRcV2End(), which work on a session that outlived its instance, and
+ * hipObjShutdown(), which then does nothing.
  *
  * Reads the HIPOBJ_* environment variables, once; see @ref threads about
  * changing the environment meanwhile.
@@ -574,6 +576,232 @@ HIPOBJ_API const char *hipObjGetVersionString(void);
  * @ingroup core
  */
 HIPOBJ_API hipObjError_t hipObjGetVersion(unsigned *major, unsigned *minor, unsigned *patch);
+
+/* -------------------------------------------------------------------------
+ * hipobj-rc-v2 sessions (hipObject's addition; cuObject has none)
+ * ------------------------------------------------------------------------- */
+
+/*!
+ * @defgroup rcv2 hipobj-rc-v2 sessions
+ *
+ * hipobj-rc-v2 is the handshake of S3 servers that do not take a token on
+ * the object request (they answer it with 501 and
+ * X-Amz-Rdma-Protocol-Status: unsupported): the application POSTs three
+ * control requests, PREPARE, READY and CANCEL, to the paths below, each
+ * with an empty body, signed with SigV4 like any other request of its S3
+ * client, with every x-amz-rdma-* header among the signed ones. The bytes
+ * move by RDMA WRITE WITH IMMEDIATE whose immediate value is the session's
+ * cookie: the server writes into the buffer for a GET, the client writes
+ * into the server's staging buffer for a PUT. docs/protocol.md has the
+ * protocol, docs/c-api.md the call sequence.
+ *
+ * As with hipObjGetRdmaToken(), hipObject makes every header value the
+ * requests carry and checks every value the answers carry; the application
+ * only moves them over HTTP. A request's headers come as text, one
+ * "name: value" line each, every line ended by "\n", NUL-terminated (ready
+ * for curl_slist_append() line by line); an answer's headers go back as
+ * the response's header block as received (status line and CRLFs
+ * included), so a libcurl CURLOPT_HEADERFUNCTION only has to append.
+ *
+ * A session holds one RDMA connection of the pool from hipObjRcV2Begin()
+ * until hipObjRcV2End(), and its own queue pair is never reused: when the
+ * session ends, however it ends, the grant over the buffer ends and the
+ * queue pair leaves RTS, so a server writing late reaches nothing. A
+ * session is used by one call at a time (calls on one session from several
+ * threads wait for each other); different sessions run concurrently.
+ */
+
+/*!
+ * @brief An hipobj-rc-v2 session: opaque; made by hipObjRcV2Begin(),
+ *        freed by hipObjRcV2End() @ingroup rcv2
+ */
+typedef struct hipObjRcV2Session hipObjRcV2Session_t;
+
+/*! @brief Where PREPARE is POSTed @ingroup rcv2 */
+#define HIPOBJ_RCV2_PREPARE_PATH "/.hipobj-rc/prepare"
+/*! @brief Where READY is POSTed @ingroup rcv2 */
+#define HIPOBJ_RCV2_READY_PATH "/.hipobj-rc/ready"
+/*! @brief Where CANCEL is POSTed @ingroup rcv2 */
+#define HIPOBJ_RCV2_CANCEL_PATH "/.hipobj-rc/cancel"
+
+/*! @brief Room that holds any request's header lines, NUL included, for a
+ *         bucket name and key S3 accepts (key up to 1024 bytes) @ingroup rcv2 */
+#define HIPOBJ_RCV2_HEADERS_MAX 4096
+
+/*! @brief The largest transfer one session moves, in bytes (2^31 - 1) @ingroup rcv2 */
+#define HIPOBJ_RCV2_MAX_SIZE 2147483647
+
+/*!
+ * @brief Start an hipobj-rc-v2 session over a registered buffer
+ *
+ * hipObject added this function; cuObject has none like it. Leases an RDMA
+ * connection (waiting for one as hipObjGet() does, or hipObjBusy from a
+ * thread that already holds one: a callback, or a live session of its own),
+ * and draws the session's random cookie and PSN. Nothing can reach the
+ * buffer yet. Until the session is over (a failed step,
+ * hipObjRcV2HandleReady(), hipObjRcV2CancelHeaders() or hipObjRcV2End()),
+ * hipObjBufDeregister() on the buffer returns hipObjBusy. For a PUT of a staged buffer (see hipObjBufSync()) the range
+ * is copied to the staging buffer here; for a GET it is copied back by
+ * hipObjRcV2HandleReady().
+ *
+ * @param devPtr      The registered buffer's address
+ * @param size        Bytes to move, 1 to HIPOBJ_RCV2_MAX_SIZE
+ *                    (hipObjSizeTooLarge above)
+ * @param offset      Where in the buffer they are; offset + size must not
+ *                    pass its end
+ * @param op          HIPOBJ_RDMA_OP_GET or HIPOBJ_RDMA_OP_PUT
+ * @param outSession  Receives the session; end it with hipObjRcV2End()
+ * @ingroup rcv2
+ */
+HIPOBJ_API hipObjError_t hipObjRcV2Begin(const void *devPtr, size_t size, off_t offset, int op,
+                                         hipObjRcV2Session_t **outSession);
+
+/*!
+ * @brief The headers of the PREPARE request
+ *
+ * hipObject added this function; cuObject has none like it. Writes the
+ * header lines (x-amz-rdma-protocol, -op, -target, -size, -offset when
+ * @p objectOffset is not 0, -token, -psn, -cookie) for the object
+ * @p bucket / @p key, whose bytes from @p objectOffset on are moved (a
+ * ranged GET; a PUT takes 0). Only before hipObjRcV2HandlePrepare(); a
+ * later call returns hipObjInvalidValue.
+ *
+ * @param session     The session
+ * @param bucket      The bucket name, NUL-terminated
+ * @param key         The object key, UTF-8, NUL-terminated (hipObject
+ *                    percent-encodes it)
+ * @param objectOffset Where in the object a GET starts; 0 for a PUT
+ * @param headers     Where the lines go
+ * @param headersLen  On entry the room at @p headers; on success the length
+ *                    written, without the NUL. Room that cannot hold the
+ *                    lines and the NUL returns hipObjInvalidValue and writes
+ *                    nothing (HIPOBJ_RCV2_HEADERS_MAX always suffices).
+ * @ingroup rcv2
+ */
+HIPOBJ_API hipObjError_t hipObjRcV2PrepareHeaders(hipObjRcV2Session_t *session, const char *bucket,
+                                                  const char *key, uint64_t objectOffset, char *headers,
+                                                  size_t *headersLen);
+
+/*!
+ * @brief Act on the answer to PREPARE
+ *
+ * hipObject added this function; cuObject has none like it. @p headers is
+ * the response's header block as received; lines without a colon (the
+ * status line, the blank end) and headers other than x-amz-rdma-* are
+ * skipped, names match in any case, a repeated x-amz-rdma-* header makes
+ * the answer unusable. On hipObjSuccess the session's queue pair is
+ * connected to the server's and, for a GET, the server may now RDMA WRITE
+ * exactly the transfer's range (and nothing else); send READY next.
+ *
+ * A status other than 200, an answer missing or garbling a header, or a
+ * server token that names no usable queue pair (QP number outside
+ * 2..2^24-1, GID :: or multicast, port 0), disagrees with X-Amz-Rdma-Qpn or
+ * the staging buffer headers, or (PUT) offers a staging buffer smaller than
+ * the size returns hipObjS3Error; the session is then over (only
+ * hipObjRcV2CancelHeaders() and hipObjRcV2End() remain useful). Called out
+ * of order: hipObjInvalidValue, and the session is unchanged.
+ *
+ * @param session     The session
+ * @param httpStatus  The response's HTTP status
+ * @param headers     The response's header block (need not be
+ *                    NUL-terminated)
+ * @param headersLen  Its length in bytes
+ * @ingroup rcv2
+ */
+HIPOBJ_API hipObjError_t hipObjRcV2HandlePrepare(hipObjRcV2Session_t *session, int httpStatus,
+                                                 const char *headers, size_t headersLen);
+
+/*!
+ * @brief The headers of the READY request
+ *
+ * hipObject added this function; cuObject has none like it. Writes the
+ * header lines (x-amz-rdma-protocol, -session, -cookie, -mr-addr, -mr-rkey,
+ * -qpn; for a PUT the buffer headers are 0) once hipObjRcV2HandlePrepare()
+ * succeeded, and until the PUT's write started; otherwise
+ * hipObjInvalidValue. @p headersLen as for hipObjRcV2PrepareHeaders().
+ * @ingroup rcv2
+ */
+HIPOBJ_API hipObjError_t hipObjRcV2ReadyHeaders(hipObjRcV2Session_t *session, char *headers,
+                                                size_t *headersLen);
+
+/*!
+ * @brief PUT: start the client's RDMA WRITE WITH IMMEDIATE
+ *
+ * hipObject added this function; cuObject has none like it. Posts one RDMA
+ * WRITE WITH IMMEDIATE of the whole range into the server's staging buffer,
+ * immediate = the cookie. Call it while READY is open: after the request
+ * has gone out (the server accepts the write only once READY reached it;
+ * the RC transport retries an early write for about half a second) and
+ * before its answer is handled. Returns at once; hipObjRcV2HandleReady()
+ * checks that the write completed. For a GET it does nothing and succeeds,
+ * so one code path serves both. Out of order: hipObjInvalidValue. A failure
+ * to post (hipObjRdmaError) ends the session; a CANCEL is owed.
+ * @ingroup rcv2
+ */
+HIPOBJ_API hipObjError_t hipObjRcV2StartWrite(hipObjRcV2Session_t *session);
+
+/*!
+ * @brief Act on the answer to READY
+ *
+ * hipObject added this function; cuObject has none like it. @p headers as
+ * for hipObjRcV2HandlePrepare(). Success needs status 200,
+ * X-Amz-Rdma-Cookie equal to the session's cookie,
+ * X-Amz-Rdma-Bytes-Transferred equal to the size, and the RDMA itself: for
+ * a GET, the server's WRITE WITH IMMEDIATE completed on the session's queue
+ * pair with the cookie as immediate and exactly size bytes (waited for up
+ * to 2 seconds after the answer, which the server sends only once its write
+ * completed); for a PUT, the client's write completed. Then the bytes moved
+ * go to @p bytesMoved, and for a GET into a staged buffer the range has
+ * been copied to the GPU. A status other than 200, an unusable answer, or
+ * fewer bytes than asked returns hipObjS3Error; another cookie (echoed or as
+ * immediate), a count above the size, or a success without the write
+ * returns hipObjRdmaError. Whatever the outcome, the grant and the queue
+ * pair end before this returns, and no CANCEL is owed (any answer to READY
+ * ends the server's session). Out of order: hipObjInvalidValue.
+ *
+ * @param session     The session
+ * @param httpStatus  The response's HTTP status
+ * @param headers     The response's header block
+ * @param headersLen  Its length in bytes
+ * @param bytesMoved  Receives the bytes moved on success; may be NULL
+ * @ingroup rcv2
+ */
+HIPOBJ_API hipObjError_t hipObjRcV2HandleReady(hipObjRcV2Session_t *session, int httpStatus,
+                                               const char *headers, size_t headersLen, uint64_t *bytesMoved);
+
+/*!
+ * @brief The headers of the CANCEL the server is owed, if any
+ *
+ * hipObject added this function; cuObject has none like it. A CANCEL is
+ * owed from the moment the server named a session in its PREPARE answer
+ * (even an answer that failed the checks) until READY was answered. When
+ * one is owed, writes its header lines (x-amz-rdma-protocol, -session);
+ * otherwise writes an empty string and sets @p headersLen to 0: send
+ * nothing. Either way the session is over from this call on (a live one is
+ * given up: its grant and queue pair end now), so call it on every path
+ * that abandons a session. Works after hipObjShutdown(). @p headersLen as
+ * for hipObjRcV2PrepareHeaders().
+ * @ingroup rcv2
+ */
+HIPOBJ_API hipObjError_t hipObjRcV2CancelHeaders(hipObjRcV2Session_t *session, char *headers,
+                                                 size_t *headersLen);
+
+/*!
+ * @brief End a session and free it
+ *
+ * hipObject added this function; cuObject has none like it. Always frees
+ * the session, whatever state it is in, also after hipObjShutdown() and
+ * after a failed call: the grant over the buffer ends and the queue pair
+ * leaves RTS (a write the server sends later reaches nothing), and the RDMA
+ * connection goes back to the pool, which replaces it. The handle is
+ * invalid afterwards (it may name a later session). A pointer that is not a
+ * live session (NULL included) returns hipObjInvalidValue and is left
+ * alone. End a session on the thread that began it: until then that thread
+ * counts as holding a connection (see hipObjRcV2Begin()). This does not
+ * send CANCEL: ask hipObjRcV2CancelHeaders() first.
+ * @ingroup rcv2
+ */
+HIPOBJ_API hipObjError_t hipObjRcV2End(hipObjRcV2Session_t *session);
 
 #ifdef __cplusplus
 }

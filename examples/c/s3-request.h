@@ -1,7 +1,7 @@
 /* One signed S3 request with libcurl, shaped for hipObject's callbacks:
  * the token goes in x-amz-rdma-token, the body is empty, the payload is
  * UNSIGNED-PAYLOAD, and the response's x-amz-rdma-reply is kept for
- * recvReply. Shared by get-object.c and put-object.c. */
+ * recvReply. Shared by get-object.c, put-object.c and rcv2-object.c. */
 #pragma once
 
 #include <curl/curl.h>
@@ -20,6 +20,7 @@ struct s3_request {
     size_t reply_len;     /* 0: the response had none */
     long status;          /* the last HTTP status */
     unsigned long long bytes; /* x-amz-rdma-bytes-transferred */
+    int unsupported;      /* x-amz-rdma-protocol-status: unsupported */
 };
 
 static size_t s3_header(char *line, size_t size, size_t n, void *userdata) {
@@ -27,6 +28,7 @@ static size_t s3_header(char *line, size_t size, size_t n, void *userdata) {
     size_t len = size * n;
     static const char reply[] = "x-amz-rdma-reply:";
     static const char bytes[] = "x-amz-rdma-bytes-transferred:";
+    static const char status[] = "x-amz-rdma-protocol-status:";
     if (len > sizeof reply - 1 && strncasecmp(line, reply, sizeof reply - 1) == 0) {
         const char *v = line + sizeof reply - 1;
         size_t vlen = len - (sizeof reply - 1);
@@ -38,6 +40,10 @@ static size_t s3_header(char *line, size_t size, size_t n, void *userdata) {
         }
     } else if (len > sizeof bytes - 1 && strncasecmp(line, bytes, sizeof bytes - 1) == 0) {
         r->bytes = strtoull(line + sizeof bytes - 1, NULL, 10);
+    } else if (len > sizeof status - 1 && strncasecmp(line, status, sizeof status - 1) == 0) {
+        const char *v = line + sizeof status - 1;
+        while (*v == ' ' || *v == '\t') v++;
+        r->unsupported = strncasecmp(v, "unsupported", 11) == 0;
     }
     return len;
 }
@@ -81,6 +87,7 @@ static int s3_send(void *ctx, const char *token, size_t token_len) {
         curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)0);
     }
     r->reply_len = 0;
+    r->unsupported = 0;
     CURLcode rc = curl_easy_perform(c);
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
     curl_slist_free_all(h);
@@ -115,7 +122,24 @@ static void s3_setup(struct s3_request *r, const char *method, const char *endpo
     }
     memset(r, 0, sizeof *r);
     r->method = method;
-    snprintf(r->url, sizeof r->url, "%s/%s/%s", endpoint, bucket, key);
+    /* The key percent-encoded, '/' and unreserved characters kept, as
+     * SigV4's canonical URI has it. */
+    char path[3 * 256 + 1];
+    size_t n = 0;
+    const unsigned char *k = (const unsigned char *)key;
+    for (; *k != '\0' && n + 4 < sizeof path; k++) {
+        if ((*k >= 'A' && *k <= 'Z') || (*k >= 'a' && *k <= 'z') || (*k >= '0' && *k <= '9') ||
+            strchr("-._~/", *k) != NULL)
+            path[n++] = (char)*k;
+        else
+            n += (size_t)snprintf(path + n, sizeof path - n, "%%%02X", *k);
+    }
+    path[n] = '\0';
+    if (*k != '\0') {
+        fprintf(stderr, "the key is too long for this example\n");
+        exit(2);
+    }
+    snprintf(r->url, sizeof r->url, "%s/%s/%s", endpoint, bucket, path);
     snprintf(r->userpwd, sizeof r->userpwd, "%s:%s", ak, sk);
 }
 

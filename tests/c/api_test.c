@@ -6,6 +6,7 @@
  * the calls that need an initialized library. */
 #include <hipobj.h>
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -119,6 +120,30 @@ int main(void) {
     EXPECT("token bad op", hipObjGetRdmaToken(buf, 16, 7, &token).opError, hipObjInvalidValue);
     EXPECT("token NULL out", hipObjGetRdmaToken(buf, 16, HIPOBJ_RDMA_OP_PUT, NULL).opError, hipObjInvalidValue);
 
+    /* hipobj-rc-v2 sessions before init: arguments first, then the state. */
+    hipObjRcV2Session_t *session = NULL;
+    char lines[HIPOBJ_RCV2_HEADERS_MAX];
+    size_t lines_len = sizeof lines;
+    uint64_t moved = 0;
+    EXPECT("v2 begin bad op", hipObjRcV2Begin(buf, 16, 0, 9, &session).opError, hipObjInvalidValue);
+    EXPECT("v2 begin size 0", hipObjRcV2Begin(buf, 0, 0, HIPOBJ_RDMA_OP_GET, &session).opError, hipObjInvalidValue);
+    EXPECT("v2 begin huge", hipObjRcV2Begin(buf, (size_t)HIPOBJ_RCV2_MAX_SIZE + 1, 0, HIPOBJ_RDMA_OP_GET, &session).opError,
+           hipObjSizeTooLarge);
+    EXPECT("v2 begin uninit", hipObjRcV2Begin(buf, 16, 0, HIPOBJ_RDMA_OP_GET, &session).opError, hipObjNotInitialized);
+    EXPECT("v2 begin leaves out", session == NULL, 1);
+    EXPECT("v2 end NULL", hipObjRcV2End(NULL).opError, hipObjInvalidValue);
+    EXPECT("v2 start NULL", hipObjRcV2StartWrite(NULL).opError, hipObjInvalidValue);
+    EXPECT("v2 cancel NULL", hipObjRcV2CancelHeaders(NULL, lines, &lines_len).opError, hipObjInvalidValue);
+    EXPECT("v2 ready NULL", hipObjRcV2ReadyHeaders(NULL, lines, &lines_len).opError, hipObjInvalidValue);
+    EXPECT("v2 prepare NULL", hipObjRcV2PrepareHeaders(NULL, "b", "k", 0, lines, &lines_len).opError,
+           hipObjInvalidValue);
+    EXPECT("v2 handle prepare NULL", hipObjRcV2HandlePrepare(NULL, 200, "", 0).opError, hipObjInvalidValue);
+    EXPECT("v2 handle ready NULL", hipObjRcV2HandleReady(NULL, 200, "", 0, &moved).opError, hipObjInvalidValue);
+    EXPECT("v2 paths", strcmp(HIPOBJ_RCV2_PREPARE_PATH, "/.hipobj-rc/prepare") == 0 &&
+                       strcmp(HIPOBJ_RCV2_READY_PATH, "/.hipobj-rc/ready") == 0 &&
+                       strcmp(HIPOBJ_RCV2_CANCEL_PATH, "/.hipobj-rc/cancel") == 0,
+           1);
+
     EXPECT("init NULL", hipObjInit(NULL).opError, hipObjInvalidValue);
     hipObjConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -154,6 +179,35 @@ int main(void) {
         EXPECT("token too long", hipObjGetRdmaToken(buf, sizeof buf + 1, 1, &token).opError, hipObjInvalidValue);
         EXPECT("token unregistered", hipObjGetRdmaToken(buf + 1, 16, 1, &token).opError,
                hipObjBufNotRegistered);
+        /* An hipobj-rc-v2 session that the server refuses. */
+        EXPECT("v2 begin", hipObjRcV2Begin(buf, 64, 8, HIPOBJ_RDMA_OP_GET, &session).opError, hipObjSuccess);
+        lines_len = sizeof lines;
+        EXPECT("v2 prepare headers", hipObjRcV2PrepareHeaders(session, "bkt", "a key", 0, lines, &lines_len).opError,
+               hipObjSuccess);
+        EXPECT("v2 prepare length", lines_len == strlen(lines), 1);
+        EXPECT("v2 prepare protocol", strncmp(lines, "x-amz-rdma-protocol: hipobj-rc-v2\n", 34) == 0, 1);
+        EXPECT("v2 prepare op", strstr(lines, "\nx-amz-rdma-op: GET\n") != NULL, 1);
+        EXPECT("v2 prepare target", strstr(lines, "\nx-amz-rdma-target: /bkt/a%20key\n") != NULL, 1);
+        EXPECT("v2 prepare size", strstr(lines, "\nx-amz-rdma-size: 64\n") != NULL, 1);
+        size_t small = 10;
+        EXPECT("v2 prepare small", hipObjRcV2PrepareHeaders(session, "bkt", "k", 0, lines, &small).opError,
+               hipObjInvalidValue);
+        EXPECT("v2 prepare small length", small, 10);
+        lines_len = sizeof lines;
+        EXPECT("v2 ready early", hipObjRcV2ReadyHeaders(session, lines, &lines_len).opError, hipObjInvalidValue);
+        EXPECT("v2 start early", hipObjRcV2StartWrite(session).opError, hipObjInvalidValue);
+        EXPECT("v2 handle ready early", hipObjRcV2HandleReady(session, 200, "", 0, &moved).opError,
+               hipObjInvalidValue);
+        static const char refused[] = "HTTP/1.1 404 Not Found\r\nX-Amz-Rdma-Protocol: hipobj-rc-v2\r\n\r\n";
+        EXPECT("v2 handle prepare 404", hipObjRcV2HandlePrepare(session, 404, refused, strlen(refused)).opError,
+               hipObjS3Error);
+        EXPECT("v2 handle prepare again", hipObjRcV2HandlePrepare(session, 404, refused, strlen(refused)).opError,
+               hipObjInvalidValue);
+        lines_len = sizeof lines;
+        EXPECT("v2 cancel", hipObjRcV2CancelHeaders(session, lines, &lines_len).opError, hipObjSuccess);
+        EXPECT("v2 nothing to cancel", lines_len == 0 && lines[0] == '\0', 1);
+        EXPECT("v2 end", hipObjRcV2End(session).opError, hipObjSuccess);
+        EXPECT("v2 end twice", hipObjRcV2End(session).opError, hipObjInvalidValue);
         EXPECT("sync host buffer", hipObjBufSync(buf, 16, 8, HIPOBJ_SYNC_TO_DEVICE).opError, hipObjSuccess);
         EXPECT("sync past end", hipObjBufSync(buf, 16, sizeof buf - 8, HIPOBJ_SYNC_TO_HOST).opError,
                hipObjInvalidValue);

@@ -116,6 +116,27 @@ static void nulls(int inited) {
     EXPECT("nic NULL token", hipObjTokenClientNic(NULL, ip, sizeof ip).opError, hipObjInvalidValue);
     EXPECT("nic NULL out", hipObjTokenClientNic("00", NULL, 16).opError, hipObjInvalidValue);
     EXPECT("version all NULL", hipObjGetVersion(NULL, NULL, NULL).opError, hipObjSuccess);
+    hipObjRcV2Session_t *s = (hipObjRcV2Session_t *)probe;
+    size_t len = sizeof probe;
+    uint64_t moved = 7;
+    EXPECT("v2 begin NULL buf", hipObjRcV2Begin(NULL, 64, 0, HIPOBJ_RDMA_OP_GET, &s).opError, hipObjInvalidValue);
+    EXPECT("v2 begin NULL buf leaves out", s == (hipObjRcV2Session_t *)probe, 1);
+    EXPECT("v2 begin NULL out", hipObjRcV2Begin(probe, 64, 0, HIPOBJ_RDMA_OP_GET, NULL).opError, hipObjInvalidValue);
+    EXPECT("v2 begin negative offset", hipObjRcV2Begin(probe, 64, -1, HIPOBJ_RDMA_OP_GET, &s).opError,
+           hipObjInvalidValue);
+    EXPECT("v2 prepare NULL session", hipObjRcV2PrepareHeaders(NULL, "b", "k", 0, probe, &len).opError,
+           hipObjInvalidValue);
+    EXPECT("v2 handle prepare NULL session", hipObjRcV2HandlePrepare(NULL, 200, probe, 4).opError, hipObjInvalidValue);
+    EXPECT("v2 ready NULL session", hipObjRcV2ReadyHeaders(NULL, probe, &len).opError, hipObjInvalidValue);
+    EXPECT("v2 start NULL session", hipObjRcV2StartWrite(NULL).opError, hipObjInvalidValue);
+    EXPECT("v2 handle ready NULL session", hipObjRcV2HandleReady(NULL, 200, probe, 4, &moved).opError,
+           hipObjInvalidValue);
+    EXPECT("v2 cancel NULL session", hipObjRcV2CancelHeaders(NULL, probe, &len).opError, hipObjInvalidValue);
+    EXPECT("v2 end NULL", hipObjRcV2End(NULL).opError, hipObjInvalidValue);
+    /* A pointer that is no session (here: the stack) is refused, not read. */
+    EXPECT("v2 end foreign", hipObjRcV2End((hipObjRcV2Session_t *)probe).opError, hipObjInvalidValue);
+    EXPECT("v2 start foreign", hipObjRcV2StartWrite((hipObjRcV2Session_t *)probe).opError, hipObjInvalidValue);
+    EXPECT("v2 moved untouched", moved, 7);
     EXPECT("error string", hipObjGetErrorString(hipObjBusy) != NULL, 1);
     /* Unregistered (but valid) memory, where the call needs init. */
     EXPECT("sync unregistered", hipObjBufSync(probe, 64, 0, HIPOBJ_SYNC_TO_HOST).opError,
@@ -193,13 +214,52 @@ int main(int argc, char **argv) {
     EXPECT("deregister freed b", hipObjBufDeregister((void *)b_addr).opError, hipObjSuccess);
     EXPECT("deregister freed b twice", hipObjBufDeregister((void *)b_addr).opError, hipObjBufNotRegistered);
 
-    /* Calls after shutdown, with a buffer registered and a token held. */
+    /* hipobj-rc-v2 sessions: NULL arguments on a live session, and one
+     * freed twice. */
+    char *v = malloc(n);
+    if (v == NULL) return 1;
+    EXPECT("register v", hipObjBufRegisterHost(v, n).opError, hipObjSuccess);
+    hipObjRcV2Session_t *sv = NULL;
+    char lines[HIPOBJ_RCV2_HEADERS_MAX];
+    size_t lines_len = sizeof lines;
+    EXPECT("v2 begin past the end", hipObjRcV2Begin(v, n, 1, HIPOBJ_RDMA_OP_PUT, &sv).opError, hipObjInvalidValue);
+    EXPECT("v2 begin", hipObjRcV2Begin(v, n, 0, HIPOBJ_RDMA_OP_PUT, &sv).opError, hipObjSuccess);
+    EXPECT("v2 prepare NULL bucket", hipObjRcV2PrepareHeaders(sv, NULL, "k", 0, lines, &lines_len).opError,
+           hipObjInvalidValue);
+    EXPECT("v2 prepare NULL key", hipObjRcV2PrepareHeaders(sv, "b", NULL, 0, lines, &lines_len).opError,
+           hipObjInvalidValue);
+    EXPECT("v2 prepare NULL out", hipObjRcV2PrepareHeaders(sv, "b", "k", 0, NULL, &lines_len).opError,
+           hipObjInvalidValue);
+    EXPECT("v2 prepare NULL len", hipObjRcV2PrepareHeaders(sv, "b", "k", 0, lines, NULL).opError, hipObjInvalidValue);
+    EXPECT("v2 prepare PUT offset", hipObjRcV2PrepareHeaders(sv, "b", "k", 5, lines, &lines_len).opError,
+           hipObjInvalidValue);
+    EXPECT("v2 handle prepare NULL block", hipObjRcV2HandlePrepare(sv, 200, NULL, 10).opError, hipObjInvalidValue);
+    EXPECT("v2 handle prepare bad status", hipObjRcV2HandlePrepare(sv, -200, "", 0).opError, hipObjInvalidValue);
+    /* A 200 without any header: unusable, and the session is over. */
+    EXPECT("v2 handle prepare empty 200", hipObjRcV2HandlePrepare(sv, 200, NULL, 0).opError, hipObjS3Error);
+    EXPECT("v2 ready after failure", hipObjRcV2ReadyHeaders(sv, lines, &lines_len).opError, hipObjInvalidValue);
+    EXPECT("v2 end", hipObjRcV2End(sv).opError, hipObjSuccess);
+    EXPECT("v2 end twice", hipObjRcV2End(sv).opError, hipObjInvalidValue);
+    EXPECT("v2 cancel after end", hipObjRcV2CancelHeaders(sv, lines, &lines_len).opError, hipObjInvalidValue);
+    EXPECT("deregister v", hipObjBufDeregister(v).opError, hipObjSuccess);
+
+    /* Calls after shutdown, with a buffer registered, a token held and an
+     * hipobj-rc-v2 session open. */
     char *c = malloc(n);
     if (c == NULL) return 1;
     EXPECT("register c", hipObjBufRegisterHost(c, n).opError, hipObjSuccess);
     char *held = NULL;
     EXPECT("token on c", hipObjGetRdmaToken(c, 64, HIPOBJ_RDMA_OP_PUT, &held).opError, hipObjSuccess);
+    EXPECT("v2 begin on c", hipObjRcV2Begin(c, 64, 0, HIPOBJ_RDMA_OP_GET, &sv).opError, hipObjSuccess);
     EXPECT("shutdown", hipObjShutdown().opError, hipObjSuccess);
+    lines_len = sizeof lines;
+    EXPECT("v2 prepare after shutdown", hipObjRcV2PrepareHeaders(sv, "b", "k", 0, lines, &lines_len).opError,
+           hipObjNotInitialized);
+    EXPECT("v2 start after shutdown", hipObjRcV2StartWrite(sv).opError, hipObjNotInitialized);
+    EXPECT("v2 cancel after shutdown", hipObjRcV2CancelHeaders(sv, lines, &lines_len).opError, hipObjSuccess);
+    EXPECT("v2 nothing owed", lines_len, 0);
+    EXPECT("v2 end after shutdown", hipObjRcV2End(sv).opError, hipObjSuccess);
+    free(v);
     EXPECT("shutdown twice", hipObjShutdown().opError, hipObjSuccess);
     int code = 0;
     hipObjOps_t ops = {send_ok, recv_200};

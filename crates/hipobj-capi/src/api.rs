@@ -13,8 +13,8 @@ use hipobj::{Config, Control, ControlError, Direction, Error, ErrorKind, Library
 use hipobj_platform::MemRegion;
 
 use crate::boundary::{guard, guard_or};
-use crate::types::{HipObjConfig, HipObjError, HipObjOps, OpError};
-use crate::{strings, testing};
+use crate::types::{HipObjConfig, HipObjError, HipObjOps, HipObjRcV2Session, OpError};
+use crate::{rcv2, strings, testing};
 
 /// The process's library state.
 static LIBRARY: Library = Library::new();
@@ -485,5 +485,263 @@ pub unsafe extern "C" fn hipObjHandleRdmaReply(
             }
             Err(e) => (&e).into(),
         }
+    })
+}
+
+// ---------------------------------------------------------------------------
+// hipobj-rc-v2 sessions
+// ---------------------------------------------------------------------------
+
+/// Writes `text` and its NUL to `out` when `*len` (the room) holds both,
+/// and then sets `*len` to the text's length; otherwise writes nothing.
+///
+/// # Safety
+/// `out` must be writable for `*len` bytes and `len` readable and writable;
+/// both non-NULL.
+unsafe fn write_text(text: &str, out: *mut c_char, len: *mut usize) -> HipObjError {
+    // SAFETY: the caller promises `len` is a valid, readable size_t.
+    let room = unsafe { len.read() };
+    if text.len() >= room {
+        return invalid();
+    }
+    // SAFETY: `out` is writable for `room` bytes, and the text plus its NUL
+    // fit (checked above); `len` is writable.
+    unsafe {
+        std::ptr::copy_nonoverlapping(text.as_ptr(), out.cast::<u8>(), text.len());
+        out.add(text.len()).write(0);
+        len.write(text.len());
+    }
+    HipObjError::OK
+}
+
+/// A session handle as the table's key.
+fn handle(session: *const HipObjRcV2Session) -> Result<usize, HipObjError> {
+    if session.is_null() {
+        Err(invalid())
+    } else {
+        Ok(session as usize)
+    }
+}
+
+/// A header block argument: NULL is refused, except an empty one.
+///
+/// # Safety
+/// `p` must be NULL or readable for `len` bytes.
+unsafe fn block<'a>(p: *const c_char, len: usize) -> Result<&'a [u8], HipObjError> {
+    if p.is_null() {
+        return if len == 0 { Ok(&[]) } else { Err(invalid()) };
+    }
+    // SAFETY: non-NULL, and the caller promises `len` readable bytes.
+    Ok(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) })
+}
+
+/// `hipObjRcV2Begin`.
+///
+/// # Safety
+/// `out_session` must be NULL or point to a writable pointer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipObjRcV2Begin(
+    dev_ptr: *const c_void,
+    size: usize,
+    off: libc::off_t,
+    op: c_int,
+    out_session: *mut *mut HipObjRcV2Session,
+) -> HipObjError {
+    guard(|| {
+        if dev_ptr.is_null() || out_session.is_null() || !matches!(op, OP_PUT | OP_GET) || size == 0 {
+            return invalid();
+        }
+        let off = match offset(off) {
+            Ok(o) => o,
+            Err(e) => return e,
+        };
+        if size as u64 > hipobj::RC_V2_MAX_SIZE {
+            return err(ErrorKind::SizeTooLarge);
+        }
+        let dir = if op == OP_PUT {
+            Direction::Put
+        } else {
+            Direction::Get
+        };
+        match LIBRARY
+            .instance()
+            .and_then(|i| rcv2::begin(i, dir, dev_ptr as usize, size, off))
+        {
+            Ok(h) => {
+                // SAFETY: non-NULL, and the caller promises it is writable.
+                unsafe { out_session.write(h as *mut HipObjRcV2Session) };
+                HipObjError::OK
+            }
+            Err(e) => (&e).into(),
+        }
+    })
+}
+
+/// `hipObjRcV2PrepareHeaders`.
+///
+/// # Safety
+/// `bucket` and `key` must be NULL or NUL-terminated strings; `headers`
+/// NULL or writable for `*headers_len` bytes; `headers_len` NULL or a
+/// writable size_t.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipObjRcV2PrepareHeaders(
+    session: *mut HipObjRcV2Session,
+    bucket: *const c_char,
+    key: *const c_char,
+    object_offset: u64,
+    headers: *mut c_char,
+    headers_len: *mut usize,
+) -> HipObjError {
+    guard(|| {
+        if headers.is_null() || headers_len.is_null() {
+            return invalid();
+        }
+        let h = match handle(session) {
+            Ok(h) => h,
+            Err(e) => return e,
+        };
+        // SAFETY: the caller promises NULL or NUL-terminated strings.
+        let (bucket, key) = match unsafe { (c_str(bucket), c_str(key)) } {
+            (Ok(Some(b)), Ok(Some(k))) => (b, k),
+            _ => return invalid(),
+        };
+        match rcv2::prepare_headers(h, LIBRARY.instance(), bucket, key, object_offset) {
+            // SAFETY: checked non-NULL; the caller promises the room.
+            Ok(text) => unsafe { write_text(&text, headers, headers_len) },
+            Err(e) => (&e).into(),
+        }
+    })
+}
+
+/// `hipObjRcV2HandlePrepare`.
+///
+/// # Safety
+/// `headers` must be NULL or readable for `headers_len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipObjRcV2HandlePrepare(
+    session: *mut HipObjRcV2Session,
+    http_status: c_int,
+    headers: *const c_char,
+    headers_len: usize,
+) -> HipObjError {
+    guard(|| {
+        let h = match handle(session) {
+            Ok(h) => h,
+            Err(e) => return e,
+        };
+        // SAFETY: the caller promises NULL or headers_len readable bytes.
+        let block = match unsafe { block(headers, headers_len) } {
+            Ok(b) => b,
+            Err(e) => return e,
+        };
+        rcv2::handle_prepare(h, LIBRARY.instance(), http_status, block).into()
+    })
+}
+
+/// `hipObjRcV2ReadyHeaders`.
+///
+/// # Safety
+/// `headers` must be NULL or writable for `*headers_len` bytes;
+/// `headers_len` NULL or a writable size_t.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipObjRcV2ReadyHeaders(
+    session: *mut HipObjRcV2Session,
+    headers: *mut c_char,
+    headers_len: *mut usize,
+) -> HipObjError {
+    guard(|| {
+        if headers.is_null() || headers_len.is_null() {
+            return invalid();
+        }
+        let h = match handle(session) {
+            Ok(h) => h,
+            Err(e) => return e,
+        };
+        match rcv2::ready_headers(h, LIBRARY.instance()) {
+            // SAFETY: checked non-NULL; the caller promises the room.
+            Ok(text) => unsafe { write_text(&text, headers, headers_len) },
+            Err(e) => (&e).into(),
+        }
+    })
+}
+
+/// `hipObjRcV2StartWrite`.
+#[unsafe(no_mangle)]
+pub extern "C" fn hipObjRcV2StartWrite(session: *mut HipObjRcV2Session) -> HipObjError {
+    guard(|| match handle(session) {
+        Ok(h) => rcv2::start(h, LIBRARY.instance()).into(),
+        Err(e) => e,
+    })
+}
+
+/// `hipObjRcV2HandleReady`.
+///
+/// # Safety
+/// `headers` must be NULL or readable for `headers_len` bytes;
+/// `bytes_moved` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipObjRcV2HandleReady(
+    session: *mut HipObjRcV2Session,
+    http_status: c_int,
+    headers: *const c_char,
+    headers_len: usize,
+    bytes_moved: *mut u64,
+) -> HipObjError {
+    guard(|| {
+        let h = match handle(session) {
+            Ok(h) => h,
+            Err(e) => return e,
+        };
+        // SAFETY: the caller promises NULL or headers_len readable bytes.
+        let block = match unsafe { block(headers, headers_len) } {
+            Ok(b) => b,
+            Err(e) => return e,
+        };
+        match rcv2::handle_ready(h, LIBRARY.instance(), http_status, block) {
+            Ok(n) => {
+                if !bytes_moved.is_null() {
+                    // SAFETY: non-NULL, and the caller promises it is writable.
+                    unsafe { bytes_moved.write(n) };
+                }
+                HipObjError::OK
+            }
+            Err(e) => (&e).into(),
+        }
+    })
+}
+
+/// `hipObjRcV2CancelHeaders`.
+///
+/// # Safety
+/// `headers` must be NULL or writable for `*headers_len` bytes;
+/// `headers_len` NULL or a writable size_t.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipObjRcV2CancelHeaders(
+    session: *mut HipObjRcV2Session,
+    headers: *mut c_char,
+    headers_len: *mut usize,
+) -> HipObjError {
+    guard(|| {
+        if headers.is_null() || headers_len.is_null() {
+            return invalid();
+        }
+        let h = match handle(session) {
+            Ok(h) => h,
+            Err(e) => return e,
+        };
+        match rcv2::cancel_headers(h) {
+            // SAFETY: checked non-NULL; the caller promises the room.
+            Ok(text) => unsafe { write_text(&text, headers, headers_len) },
+            Err(e) => (&e).into(),
+        }
+    })
+}
+
+/// `hipObjRcV2End`.
+#[unsafe(no_mangle)]
+pub extern "C" fn hipObjRcV2End(session: *mut HipObjRcV2Session) -> HipObjError {
+    guard(|| match handle(session) {
+        Ok(h) => rcv2::end(h).into(),
+        Err(e) => e,
     })
 }

@@ -28,12 +28,23 @@ use hipobj::ErrorKind;
 use crate::api::{OP_GET, OP_PUT, SYNC_TO_DEVICE, SYNC_TO_HOST};
 use crate::strings;
 use crate::types::{
-    BASE_ERR, HipObjConfig, HipObjError, HipObjOps, OpError, RecvReplyFn, SUCCESS, SendRequestFn,
+    BASE_ERR, HipObjConfig, HipObjError, HipObjOps, HipObjRcV2Session, OpError, RecvReplyFn, SUCCESS,
+    SendRequestFn,
 };
 use crate::*;
 
 /// Functions the header marks as hipObject's own addition to the spec.
-const ADDITIVE: [&str; 1] = ["hipObjHandleRdmaReply"];
+const ADDITIVE: [&str; 9] = [
+    "hipObjHandleRdmaReply",
+    "hipObjRcV2Begin",
+    "hipObjRcV2PrepareHeaders",
+    "hipObjRcV2HandlePrepare",
+    "hipObjRcV2ReadyHeaders",
+    "hipObjRcV2StartWrite",
+    "hipObjRcV2HandleReady",
+    "hipObjRcV2CancelHeaders",
+    "hipObjRcV2End",
+];
 
 /// The C spelling of a Rust type as this crate spells it in a signature or
 /// a field (whitespace ignored).
@@ -51,12 +62,14 @@ fn c_type(rust: &str) -> String {
         "c_uint" => "unsigned int",
         "c_void" => "void",
         "u32" => "uint32_t",
+        "u64" => "uint64_t",
         "usize" => "size_t",
         "libc::off_t" => "off_t",
         "OpError" => "hipObjOpError_t",
         "HipObjError" => "hipObjError_t",
         "HipObjConfig" => "hipObjConfig_t",
         "HipObjOps" => "hipObjOps_t",
+        "HipObjRcV2Session" => "hipObjRcV2Session_t",
         "Option<SendRequestFn>" => "rust_SendRequestFn",
         "Option<RecvReplyFn>" => "rust_RecvReplyFn",
         other => panic!("no C spelling for the Rust type {other}: add one to c_type"),
@@ -172,6 +185,14 @@ fn functions() -> Vec<Signature> {
         hipObjParseRdmaReply: fn(*const c_char, usize, *mut c_int) -> HipObjError;
         hipObjHandleRdmaReply: fn(*const c_char, usize, *mut c_int) -> HipObjError;
         hipObjTokenClientNic: fn(*const c_char, *mut c_char, usize) -> HipObjError;
+        hipObjRcV2Begin: fn(*const c_void, usize, libc::off_t, c_int, *mut *mut HipObjRcV2Session) -> HipObjError;
+        hipObjRcV2PrepareHeaders: fn(*mut HipObjRcV2Session, *const c_char, *const c_char, u64, *mut c_char, *mut usize) -> HipObjError;
+        hipObjRcV2HandlePrepare: fn(*mut HipObjRcV2Session, c_int, *const c_char, usize) -> HipObjError;
+        hipObjRcV2ReadyHeaders: fn(*mut HipObjRcV2Session, *mut c_char, *mut usize) -> HipObjError;
+        hipObjRcV2StartWrite: fn(*mut HipObjRcV2Session) -> HipObjError;
+        hipObjRcV2HandleReady: fn(*mut HipObjRcV2Session, c_int, *const c_char, usize, *mut u64) -> HipObjError;
+        hipObjRcV2CancelHeaders: fn(*mut HipObjRcV2Session, *mut c_char, *mut usize) -> HipObjError;
+        hipObjRcV2End: fn(*mut HipObjRcV2Session) -> HipObjError;
     }
 }
 
@@ -236,7 +257,32 @@ fn macros() -> Vec<(&'static str, i64)> {
         ),
         ("HIPOBJ_SYNC_TO_HOST", i64::from(SYNC_TO_HOST)),
         ("HIPOBJ_SYNC_TO_DEVICE", i64::from(SYNC_TO_DEVICE)),
+        ("HIPOBJ_RCV2_HEADERS_MAX", crate::rcv2::HEADERS_MAX as i64),
+        ("HIPOBJ_RCV2_MAX_SIZE", i64::from(hipobj_proto::rc_v2::MAX_SIZE)),
     ]
+}
+
+/// Every string macro of the header, with the string the Rust side uses.
+fn string_macros() -> Vec<(&'static str, &'static str)> {
+    use hipobj_proto::rc_v2;
+    vec![
+        ("HIPOBJ_RCV2_PREPARE_PATH", rc_v2::PREPARE_PATH),
+        ("HIPOBJ_RCV2_READY_PATH", rc_v2::READY_PATH),
+        ("HIPOBJ_RCV2_CANCEL_PATH", rc_v2::CANCEL_PATH),
+    ]
+}
+
+/// The header's string macros: name and the literal's text.
+fn header_string_macros(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|l| l.trim_start().strip_prefix("#define "))
+        .filter_map(|rest| {
+            let name = identifier(rest.trim_start());
+            let value = rest.trim_start()[name.len()..].trim();
+            let lit = value.strip_prefix('"')?.strip_suffix('"')?;
+            Some((name.to_owned(), lit.to_owned()))
+        })
+        .collect()
 }
 
 /// Macros that are not values: the export attribute.
@@ -408,6 +454,19 @@ fn every_header_item_is_checked() {
     for n in NOT_VALUES {
         assert!(defined.remove(n), "the header no longer defines {n}");
     }
+    let strings_in_header = header_string_macros(&text);
+    for (name, value) in string_macros() {
+        assert!(defined.remove(name), "the header no longer defines {name}");
+        assert!(
+            strings_in_header.iter().any(|(n, v)| n == name && v == value),
+            "{name}: Rust has \"{value}\", the header {strings_in_header:?}"
+        );
+    }
+    assert_eq!(
+        strings_in_header.len(),
+        string_macros().len(),
+        "string macros: header vs the Rust table"
+    );
     let checked: BTreeSet<String> = macros().iter().map(|m| m.0.to_owned()).collect();
     assert_eq!(defined, checked, "value macros: header vs the Rust table");
 
@@ -433,7 +492,7 @@ fn additive_functions_stay_marked_in_the_header() {
     let text = header();
     for name in ADDITIVE {
         let decl = text
-            .find(&format!(" {name}("))
+            .find(&format!("HIPOBJ_API hipObjError_t {name}("))
             .unwrap_or_else(|| panic!("the header does not declare {name}"));
         let doc_start = text[..decl].rfind("/*!").expect("a doc comment");
         let doc = &text[doc_start..decl];

@@ -99,3 +99,11 @@ pub struct HipObjConfig {
     /// Comma-separated RDMA device names, or NULL.
     pub nicHint: *const c_char,
 }
+
+/// `hipObjRcV2Session_t`: opaque to C. A handle's address is a key into
+/// the library's table of live sessions, never read through.
+#[repr(C)]
+#[derive(Debug)]
+pub struct HipObjRcV2Session {
+    _opaque: [u8; 0],
+}

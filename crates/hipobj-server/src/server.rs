@@ -30,6 +30,7 @@ pub struct Handle {
     task: Option<JoinHandle<()>>,
     metrics: Arc<Metrics>,
     rdma: Option<Arc<Rdma>>,
+    v2: Option<Arc<hipobj_target::rc_v2::V2Sessions>>,
 }
 
 impl Server {
@@ -104,7 +105,7 @@ impl Server {
                 stopped.clone(),
             ));
         }
-        if let Some(s) = sessions {
+        if let Some(s) = sessions.clone() {
             tokio::spawn(reap_v2(s, stopped.clone()));
         }
         let grace = Duration::from_secs(config.shutdown_grace_secs);
@@ -115,6 +116,7 @@ impl Server {
             task: Some(task),
             metrics,
             rdma,
+            v2: sessions,
         })
     }
 }
@@ -138,6 +140,11 @@ impl Handle {
     /// The RDMA engine, when enabled.
     pub fn rdma(&self) -> Option<&Arc<Rdma>> {
         self.rdma.as_ref()
+    }
+
+    /// The hipobj-rc-v2 sessions, when RDMA is enabled.
+    pub fn v2_sessions(&self) -> Option<&Arc<hipobj_target::rc_v2::V2Sessions>> {
+        self.v2.as_ref()
     }
 
     /// Stops accepting connections, lets requests in flight (RDMA transfers

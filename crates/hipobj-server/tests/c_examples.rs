@@ -158,3 +158,172 @@ fn the_c_examples_put_and_get_over_rdma() {
     );
     rt.block_on(h.shutdown());
 }
+
+/// examples/c/rcv2-object.c: a C program that drives hipobj-rc-v2 with the
+/// hipObjRcV2* calls and libcurl (PREPARE, READY and CANCEL as SigV4-signed
+/// POSTs), against this server on the soft NIC: a PUT and a GET with the
+/// bytes compared (also over plain HTTP), the server's refusals reported,
+/// and a session abandoned after PREPARE cancelled on the server.
+#[test]
+fn the_c_rcv2_example_puts_and_gets_over_hipobj_rc_v2() {
+    assert!(
+        Path::new("/usr/include/x86_64-linux-gnu/curl/curl.h").exists()
+            || Path::new("/usr/include/curl/curl.h").exists(),
+        "this test needs libcurl's headers (apt-get install libcurl4-openssl-dev)"
+    );
+    let profile = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let so = profile.join("libhipobj_capi.so");
+    assert!(
+        so.exists(),
+        "{} is missing: run `cargo build -p hipobj-capi` first",
+        so.display()
+    );
+    let work = tempfile::tempdir().unwrap();
+    let libs = work.path();
+    std::os::unix::fs::symlink(&so, libs.join("libhipobj.so")).unwrap();
+    std::os::unix::fs::symlink(&so, libs.join("libhipobj.so.0")).unwrap();
+    let exe = libs.join("rcv2-object");
+    run_ok(
+        Command::new("cc")
+            .args([
+                "-std=c99",
+                "-D_DEFAULT_SOURCE",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-pedantic",
+            ])
+            .arg("-I")
+            .arg(root().join("include"))
+            .arg(root().join("examples/c/rcv2-object.c"))
+            .arg("-L")
+            .arg(libs)
+            .args(["-lhipobj", "-lcurl", "-o"])
+            .arg(&exe),
+    );
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (h, _dir) = rt.block_on(support::start(|c| {
+        c.rdma.enabled = true;
+        c.rdma.device = Some(hipobj_softroce::DEFAULT_NAME.into());
+        c.rdma.backend = VerbsBackend::Softroce;
+    }));
+    let s3 = support::client(&h);
+    rt.block_on(s3.create_bucket().bucket("v2bucket").send()).unwrap();
+    let v2 = h.v2_sessions().unwrap().clone();
+    let cmd = || {
+        let mut c = Command::new(&exe);
+        c.env("LD_LIBRARY_PATH", libs)
+            .env("AWS_ACCESS_KEY_ID", support::AK)
+            .env("AWS_SECRET_ACCESS_KEY", support::SK)
+            .env("HIPOBJ_NIC", hipobj_softroce::DEFAULT_NAME)
+            .env_remove("RCV2_GIVE_UP");
+        c
+    };
+
+    // A key that needs percent-encoding in x-amz-rdma-target.
+    let key = "dir/a key+more";
+    let size = (5 << 20) + 123;
+    let data = support::pattern(size, 9);
+    let src = libs.join("in.bin");
+    std::fs::write(&src, &data).unwrap();
+    let out = run_ok(cmd().args(["put", &h.endpoint(), "v2bucket", key]).arg(&src));
+    assert!(
+        out.contains(&format!("PUT {size} bytes over hipobj-rc-v2")),
+        "{out}"
+    );
+    let got = rt
+        .block_on(async {
+            s3.get_object()
+                .bucket("v2bucket")
+                .key(key)
+                .send()
+                .await
+                .unwrap()
+                .body
+                .collect()
+                .await
+        })
+        .unwrap()
+        .into_bytes();
+    assert!(
+        got.as_ref() == data.as_slice(),
+        "the object the C program stored differs from the file"
+    );
+
+    let dst = libs.join("out.bin");
+    let out = run_ok(
+        cmd()
+            .args(["get", &h.endpoint(), "v2bucket", key, &size.to_string()])
+            .arg(&dst),
+    );
+    assert!(
+        out.contains(&format!("GET {size} bytes over hipobj-rc-v2")),
+        "{out}"
+    );
+    assert!(
+        std::fs::read(&dst).unwrap() == data,
+        "the downloaded file differs"
+    );
+    let rdma = h.rdma().unwrap().target().stats();
+    assert_eq!(rdma.transfers, 0, "nothing went by the binding exchange");
+    assert_eq!(v2.open_sessions(), 0);
+    // Told to try the binding exchange first, the program stays with it on
+    // a server that accepts it.
+    let out = run_ok(
+        cmd()
+            .env("RCV2_TRY_BINDING", "1")
+            .args(["get", &h.endpoint(), "v2bucket", key, &size.to_string()])
+            .arg(libs.join("bound.bin")),
+    );
+    assert!(
+        out.contains(&format!("GET {size} bytes over the binding exchange")),
+        "{out}"
+    );
+    assert!(std::fs::read(libs.join("bound.bin")).unwrap() == data);
+    assert_eq!(h.rdma().unwrap().target().stats().transfers, 1);
+
+    // The server's refusals of PREPARE reach the program as S3 errors.
+    for (what, k, n, want) in [
+        ("a missing object", "nothing-here", size, "(HTTP 404)"),
+        ("more than the object holds", key, size + 1, "(HTTP 416)"),
+    ] {
+        let out = cmd()
+            .args(["get", &h.endpoint(), "v2bucket", k, &n.to_string()])
+            .arg(libs.join("x.bin"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{what}: the GET succeeded");
+        assert!(
+            err.contains("PREPARE: S3 error") && err.contains(want),
+            "{what}: {err}"
+        );
+        assert!(!err.contains("CANCEL"), "{what}: no session, no CANCEL: {err}");
+    }
+
+    // Abandoned after PREPARE: the program sends the CANCEL hipObject says
+    // is owed, and the server's session is gone at once (its reaper would
+    // take 10 s).
+    let out = cmd()
+        .env("RCV2_GIVE_UP", "after-prepare")
+        .args(["get", &h.endpoint(), "v2bucket", key, &size.to_string()])
+        .arg(libs.join("y.bin"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("CANCEL sent: HTTP 204"), "{err}");
+    assert_eq!(v2.open_sessions(), 0, "the CANCEL did not end the session");
+    rt.block_on(h.shutdown());
+}

@@ -272,6 +272,7 @@ impl RcV2Session {
         key: &str,
         object_offset: Option<u64>,
     ) -> Result<PrepareRequest> {
+        self.expect(Stage::New, "PREPARE")?;
         let target = Target::new(bucket, key).map_err(|e| {
             Error::invalid(format!(
                 "s3://{bucket}/{key} cannot be a hipobj-rc-v2 target: {e}"
@@ -440,6 +441,11 @@ impl RcV2Session {
         let parsed = (status == 200).then(|| ReadyResponse::from_headers(headers));
         match parsed {
             Some(Err(e)) => {
+                // A session that takes no READY answer says so, as `finish`
+                // would, rather than blaming the answer.
+                if !matches!(self.stage, Stage::Connected | Stage::Started) {
+                    return self.expect(Stage::Connected, "a READY answer").map(|()| 0);
+                }
                 let _ = self.finish(status, None);
                 Err(failed(
                     ErrorKind::S3Error,
@@ -486,7 +492,27 @@ impl RcV2Session {
     /// QP with the cookie and that many bytes, for a PUT the successful
     /// completion of the client's write. Returns the bytes moved. The grant
     /// and the QP end before this returns, whatever the outcome.
+    ///
+    /// A PUT whose write was never started (the answer came back first, or
+    /// the application never called [`RcV2Session::start`]) fails: with an
+    /// S3 error for a non-200 status, and as an RDMA error for a 200, which
+    /// claims bytes the client never wrote.
     pub fn finish(&mut self, status: u16, answer: Option<&ReadyResponse>) -> Result<u64> {
+        if self.dir == Direction::Put && self.stage == Stage::Connected {
+            self.session = None;
+            let e = if status == 200 {
+                failed(
+                    ErrorKind::RdmaError,
+                    "the server answered READY with success, but the client never wrote the bytes",
+                )
+            } else {
+                failed(
+                    ErrorKind::S3Error,
+                    format!("the server answered READY with HTTP {status} before the write started"),
+                )
+            };
+            return Err(self.fail(e));
+        }
         let want = match self.dir {
             Direction::Get => Stage::Connected,
             Direction::Put => Stage::Started,
