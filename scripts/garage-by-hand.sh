@@ -23,7 +23,9 @@
 # then run
 #   scripts/garage-by-hand.sh /tmp/garage/bin/garage
 # Everything lives under $HIPOBJ_GARAGE_WORK (default /tmp/garage-by-hand),
-# removed at the end. The result of the recorded run is in docs/testing.md.
+# removed at the end. docs/testing.md ("Scale-out against garage") says
+# what has run: as of 2026-11-30 this script has not run to the end (garage
+# did not build in the session), so its garage steps are unproven.
 set -euo pipefail
 
 GARAGE=${1:?usage: $0 /path/to/garage}
@@ -57,7 +59,7 @@ step "build hipobj-server and hipobj (debug)"
 (cd "$ROOT" && cargo build -q -p hipobj-server -p hipobj-cli)
 SERVER=$ROOT/target/debug/hipobj-server
 HIPOBJ=$ROOT/target/debug/hipobj
-"$GARAGE" --version | head -n 1
+"$GARAGE" --version 2>&1 | head -n 1 || true
 
 # Ports: garage node i: RPC BASE+i, S3 BASE+10+i, admin BASE+20+i;
 # gateway i: BASE+30+i.
@@ -166,7 +168,7 @@ hipobj() {
     "$HIPOBJ" "$@" --nic-hint softroce0 --require-rdma
 }
 metric() {
-  curl -s --max-time 2 "$(url "$1")/.hipobj/metrics" | awk -v m="$2" '$1 == m {print $2}'
+  { curl -s --max-time 2 "$(url "$1")/.hipobj/metrics" || true; } | awk -v m="$2" '$1 == m {print $2}'
 }
 curl_garage() {
   curl -sf --aws-sigv4 "aws:amz:garage:s3" --user "$BAK:$BSK" "http://127.0.0.1:$(s3p "$1")$2"
@@ -261,12 +263,13 @@ while read -r key sum; do
 done < "$WORK/sums"
 want=$((CLIENTS * ROUNDS))
 [ "$swept" = "$want" ] && pass "all $want keys read back as written"
-listed=$(curl_garage 0 "/bkt?list-type=2&prefix=p2/&max-keys=1000" | grep -o '<Key>[^<]*</Key>' | wc -l)
-sizes=$(curl_garage 0 "/bkt?list-type=2&prefix=p2/&max-keys=1000" | grep -o '<Size>[^<]*</Size>' | sort -u | tr -d '\n')
+listing=$(curl_garage 0 "/bkt?list-type=2&prefix=p2/&max-keys=1000" || true)
+listed=$(echo "$listing" | grep -o '<Key>[^<]*</Key>' | wc -l || true)
+sizes=$(echo "$listing" | grep -o '<Size>[^<]*</Size>' | sort -u | tr -d '\n' || true)
 [ "$listed" = "$want" ] && [ "$sizes" = "<Size>$LOOP_SIZE</Size>" ] \
   && pass "garage lists exactly $want p2/ keys, each of $LOOP_SIZE bytes" \
   || fail "garage lists $listed keys, sizes $sizes"
-uploads=$(curl_garage 0 "/bkt?uploads" | grep -c "<UploadId>" || true)
+uploads=$( { curl_garage 0 "/bkt?uploads" || true; } | grep -c "<UploadId>" || true)
 echo "  multipart uploads left open in garage: $uploads"
 
 step "3. garage node 1 stopped: reads and writes through gateways 0 and 2"
