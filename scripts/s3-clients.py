@@ -136,6 +136,12 @@ if prefix != "moto":
     # Conditional requests.
     etag = s3.head_object(Bucket=b, Key="one")["ETag"]
     check(error_code(s3.get_object, Bucket=b, Key="one", IfNoneMatch=etag)[1] == 304, "GET If-None-Match is 304")
+    try:
+        s3.get_object(Bucket=b, Key="one", IfNoneMatch=etag)
+        got = None
+    except ClientError as e:
+        got = e.response["ResponseMetadata"]["HTTPHeaders"].get("etag")
+    check(got == etag, f"the 304 carries the object's ETag: {got}")
     check(error_code(s3.get_object, Bucket=b, Key="one", IfMatch='"0"')[1] == 412, "GET If-Match is 412")
     check(error_code(s3.put_object, Bucket=b, Key="one", Body=b"no", IfNoneMatch="*")[1] == 412, "PUT If-None-Match: * is 412")
     check(s3.get_object(Bucket=b, Key="one")["Body"].read() == data(1, 3), "a refused PUT changed nothing")

@@ -123,7 +123,7 @@ fn phase(
                 let mut buf = vec![(w as u8).wrapping_add(1); n];
                 let client = session.rdma.as_ref().ok().filter(|_| rdma);
                 let mut reg = match client {
-                    Some(c) => Some(c.hipobj().register(&mut buf)?),
+                    Some(c) => Some(c.client.register(&mut buf)?),
                     None => None,
                 };
                 let mut local = vec![0u8; if reg.is_none() { n } else { 0 }];
@@ -131,12 +131,15 @@ fn phase(
                     let t = Instant::now();
                     match (client, reg.as_mut(), op) {
                         (Some(c), Some(r), "PUT") => {
-                            let t = c.put_object(r, Span::whole(n), &key.bucket, &key.key)?;
+                            let t = session
+                                .rdma_call(c, |g| g.put_object(r, Span::whole(n), &key.bucket, &key.key))?;
                             *declined.lock().unwrap_or_else(|e| e.into_inner()) +=
                                 usize::from(t.declined.is_some());
                         }
                         (Some(c), Some(r), _) => {
-                            let t = c.get_object(r, Span::whole(n), &key.bucket, &key.key, None)?;
+                            let t = session.rdma_call(c, |g| {
+                                g.get_object(r, Span::whole(n), &key.bucket, &key.key, None)
+                            })?;
                             *declined.lock().unwrap_or_else(|e| e.into_inner()) +=
                                 usize::from(t.declined.is_some());
                         }

@@ -9,8 +9,10 @@ use aws_config::meta::credentials::CredentialsProviderChain;
 use aws_config::meta::region::RegionProviderChain;
 use aws_sdk_s3::config::{Region, timeout::TimeoutConfig};
 use aws_sdk_s3::error::ProvideErrorMetadata;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use hipobj::ErrorKind;
-use hipobj_s3::{RdmaS3Client, Span, Transfer};
+use hipobj_s3::{FailoverClient, RdmaS3Client, RetryPolicy, Span, Transfer};
 
 use crate::error::{CliError, CliResult};
 
@@ -58,8 +60,10 @@ impl S3Url {
 #[derive(Clone, Debug, clap::Args)]
 pub struct Conn {
     /// The S3 endpoint (default: AWS, from the region). Path-style addressing is used with it.
-    #[arg(long, env = "AWS_ENDPOINT_URL")]
-    pub endpoint_url: Option<String>,
+    /// Several gateways over one store: repeat the flag or give a comma list; calls go to the
+    /// first and move on to the next when a gateway does not answer.
+    #[arg(long, env = "AWS_ENDPOINT_URL", value_delimiter = ',')]
+    pub endpoint_url: Vec<String>,
     /// The AWS profile to read credentials and region from.
     #[arg(long)]
     pub profile: Option<String>,
@@ -77,27 +81,98 @@ pub struct Conn {
     pub require_rdma: bool,
 }
 
+/// The RDMA side of a session: the library's client and, over it, one
+/// `RdmaS3Client` per endpoint with failover.
+pub struct Rdma {
+    /// The library's client (registers buffers).
+    pub client: hipobj::Client,
+    /// The endpoints' RDMA clients.
+    pub gateways: FailoverClient,
+}
+
+/// Why one try of a plain request failed, and whether another endpoint
+/// may serve it.
+pub struct Attempt {
+    err: CliError,
+    fail_over: bool,
+}
+
+impl Attempt {
+    /// An SDK failure: another endpoint is tried when no response came at
+    /// all or the gateway answered 502, 503 or 504 (as `FailoverClient`).
+    pub fn sdk<E>(
+        op: &str,
+        url: &S3Url,
+        e: &aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
+    ) -> Self
+    where
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        Self {
+            fail_over: hipobj_s3::Error::from_sdk(op, e).may_fail_over(),
+            err: sdk_error(op, url, e),
+        }
+    }
+
+    /// The connection broke while the response body was arriving.
+    fn broken(err: CliError) -> Self {
+        Self { err, fail_over: true }
+    }
+
+    /// A failure no other endpoint would change.
+    fn fatal(err: CliError) -> Self {
+        Self {
+            err,
+            fail_over: false,
+        }
+    }
+}
+
+/// The pause before a call is sent to the next endpoint.
+const FAILOVER_BACKOFF: Duration = Duration::from_millis(100);
+
 /// Everything a command needs to move objects.
 pub struct Session {
     /// The runtime the SDK runs on (two workers: the calls block on it).
     pub rt: tokio::runtime::Runtime,
-    /// The S3 client.
-    pub s3: aws_sdk_s3::Client,
-    /// The RDMA client, or why there is none.
-    pub rdma: Result<RdmaS3Client, CliError>,
+    /// The endpoints as given, for messages (empty: AWS's own).
+    endpoints: Vec<String>,
+    /// One S3 client per endpoint, in the same order (one for AWS).
+    clients: Vec<aws_sdk_s3::Client>,
+    /// The endpoint the next call goes to first.
+    current: AtomicUsize,
+    /// The RDMA clients, or why there are none.
+    pub rdma: Result<Rdma, CliError>,
 }
 
 impl Session {
-    /// Loads the credentials and region, builds the S3 client, and opens the NIC.
+    /// Loads the credentials and region, builds the S3 clients, and opens the NIC.
     pub fn open(conn: &Conn) -> CliResult<Self> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .map_err(|e| CliError::plain(format!("cannot start the I/O runtime: {e}")))?;
-        let s3 = rt.block_on(s3_client(conn))?;
-        let rdma = hipobj_client(conn)
-            .map(|h| RdmaS3Client::new(s3.clone(), h, rt.handle().clone()).fallback(!conn.require_rdma));
+        let endpoints: Vec<String> = conn.endpoint_url.iter().map(|u| u.trim().to_owned()).collect();
+        for url in &endpoints {
+            check_endpoint(url)?;
+        }
+        let clients = rt.block_on(s3_clients(conn, &endpoints))?;
+        let rdma = hipobj_client(conn).and_then(|h| {
+            let eps = clients
+                .iter()
+                .map(|s3| {
+                    RdmaS3Client::new(s3.clone(), h.clone(), rt.handle().clone()).fallback(!conn.require_rdma)
+                })
+                .collect();
+            let gateways = FailoverClient::new(eps)
+                .map_err(CliError::from)?
+                .policy(RetryPolicy {
+                    attempts: None,
+                    backoff: FAILOVER_BACKOFF,
+                });
+            Ok(Rdma { client: h, gateways })
+        });
         if let Err(e) = &rdma
             && conn.require_rdma
         {
@@ -106,13 +181,111 @@ impl Session {
                 message: e.message.clone(),
             });
         }
-        Ok(Self { rt, s3, rdma })
+        Ok(Self {
+            rt,
+            endpoints,
+            clients,
+            current: AtomicUsize::new(0),
+            rdma,
+        })
     }
 
     /// Says on stderr, once, that RDMA is not used and why.
     pub fn warn_no_rdma(&self) {
         if let Err(e) = &self.rdma {
             eprintln!("hipobj: no RDMA: {e}; using plain HTTP");
+        }
+    }
+
+    fn name(&self, index: usize) -> &str {
+        self.endpoints
+            .get(index)
+            .map_or("the default AWS endpoint", String::as_str)
+    }
+
+    fn current(&self) -> usize {
+        self.current.load(Ordering::Relaxed) % self.clients.len().max(1)
+    }
+
+    /// Moves on from endpoint `at`, unless another call already did.
+    fn move_on(&self, at: usize) {
+        let n = self.clients.len().max(1);
+        let _ = self
+            .current
+            .compare_exchange(at, (at + 1) % n, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    fn note_failover(&self, from: usize, why: &dyn std::fmt::Display, to: usize) {
+        eprintln!(
+            "hipobj: gateway {} failed: {why}; failing over to {}",
+            self.name(from),
+            self.name(to)
+        );
+    }
+
+    /// Runs a plain S3 request on the current endpoint, and on the next
+    /// ones while it fails in a way that says the gateway is the problem
+    /// (each endpoint is tried once).
+    pub fn plain<T, F, Fut>(&self, call: F) -> CliResult<T>
+    where
+        F: Fn(aws_sdk_s3::Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, Attempt>>,
+    {
+        let n = self.clients.len();
+        let mut tried = 0;
+        loop {
+            let at = self.current();
+            let client = self
+                .clients
+                .get(at)
+                .ok_or_else(|| CliError::plain("no S3 endpoint"))?;
+            tried += 1;
+            match self.rt.block_on(call(client.clone())) {
+                Ok(v) => return Ok(v),
+                Err(a) if a.fail_over && tried < n => {
+                    self.move_on(at);
+                    self.note_failover(at, &a.err.message, self.current());
+                    std::thread::sleep(FAILOVER_BACKOFF);
+                }
+                Err(a) => {
+                    if a.fail_over {
+                        self.move_on(at);
+                    }
+                    return Err(if a.fail_over && n > 1 {
+                        CliError {
+                            code: a.err.code,
+                            message: format!("{} (every one of the {n} endpoints was tried)", a.err.message),
+                        }
+                    } else {
+                        a.err
+                    });
+                }
+            }
+        }
+    }
+
+    /// Runs an RDMA call through `FailoverClient` from the current
+    /// endpoint, says on stderr where it failed over, and stays where it
+    /// was served.
+    pub fn rdma_call<T>(
+        &self,
+        rdma: &Rdma,
+        call: impl FnMut(&RdmaS3Client) -> hipobj_s3::Result<T>,
+    ) -> CliResult<T> {
+        let gw = rdma.gateways.clone().starting_at(self.current());
+        match gw.run(call) {
+            Ok(served) => {
+                for (i, (at, e)) in served.failed.iter().enumerate() {
+                    let to = served.failed.get(i + 1).map_or(served.endpoint, |f| f.0);
+                    self.note_failover(*at, e, to);
+                }
+                self.current.store(served.endpoint, Ordering::Relaxed);
+                Ok(served.value)
+            }
+            Err(e) => {
+                self.current.store(gw.current(), Ordering::Relaxed);
+                Err(e.into())
+            }
         }
     }
 }
@@ -126,7 +299,9 @@ fn hipobj_client(conn: &Conn) -> CliResult<hipobj::Client> {
         .map_err(|e| CliError::coded(e.kind(), format!("the RDMA client could not start: {e}")))
 }
 
-async fn s3_client(conn: &Conn) -> CliResult<aws_sdk_s3::Client> {
+/// One S3 client per endpoint (one for AWS when none is given), all with
+/// the same credentials and region.
+async fn s3_clients(conn: &Conn, endpoints: &[String]) -> CliResult<Vec<aws_sdk_s3::Client>> {
     // Credentials and region come from the environment and the profile
     // files only: no instance metadata service, which would send traffic
     // off this machine.
@@ -161,10 +336,6 @@ async fn s3_client(conn: &Conn) -> CliResult<aws_sdk_s3::Client> {
     if let Some(p) = &conn.profile {
         loader = loader.profile_name(p);
     }
-    if let Some(url) = &conn.endpoint_url {
-        check_endpoint(url)?;
-        loader = loader.endpoint_url(url);
-    }
     let sdk = loader.load().await;
     use aws_sdk_s3::config::ProvideCredentials as _;
     if creds.provide_credentials().await.is_err() {
@@ -173,11 +344,20 @@ async fn s3_client(conn: &Conn) -> CliResult<aws_sdk_s3::Client> {
             "no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or name a profile with --profile or AWS_PROFILE",
         ));
     }
-    let mut b = aws_sdk_s3::config::Builder::from(&sdk);
-    if conn.endpoint_url.is_some() {
-        b = b.force_path_style(true);
+    if endpoints.is_empty() {
+        return Ok(vec![aws_sdk_s3::Client::new(&sdk)]);
     }
-    Ok(aws_sdk_s3::Client::from_conf(b.build()))
+    // The endpoint is set on each client, so that it overrides whatever
+    // the loader read (AWS_ENDPOINT_URL itself may hold a list).
+    Ok(endpoints
+        .iter()
+        .map(|url| {
+            let b = aws_sdk_s3::config::Builder::from(&sdk)
+                .endpoint_url(url)
+                .force_path_style(true);
+            aws_sdk_s3::Client::from_conf(b.build())
+        })
+        .collect())
 }
 
 fn check_endpoint(url: &str) -> CliResult {
@@ -356,17 +536,15 @@ impl Declines {
 }
 
 fn head_size(session: &Session, url: &S3Url) -> CliResult<u64> {
-    let s3 = session.s3.clone();
-    let out = session
-        .rt
-        .block_on(s3.head_object().bucket(&url.bucket).key(&url.key).send());
-    match out {
-        Ok(o) => Ok(o
-            .content_length()
-            .and_then(|n| u64::try_from(n).ok())
-            .unwrap_or(0)),
-        Err(e) => Err(sdk_error("HeadObject", url, &e)),
-    }
+    session.plain(|s3| async move {
+        match s3.head_object().bucket(&url.bucket).key(&url.key).send().await {
+            Ok(o) => Ok(o
+                .content_length()
+                .and_then(|n| u64::try_from(n).ok())
+                .unwrap_or(0)),
+            Err(e) => Err(Attempt::sdk("HeadObject", url, &e)),
+        }
+    })
 }
 
 /// One sentence for an SDK failure of a plain request.
@@ -426,18 +604,22 @@ pub fn get(session: &Session, url: &S3Url, target: &str, range: Option<&str>, pa
             // Registered memory is only ever copied out, never lent out
             // (a server may write it while registered).
             let mut out = vec![0u8; chunk_usize];
-            let mut reg = client.hipobj().register(&mut buf)?;
+            let mut reg = client.client.register(&mut buf)?;
             let mut at = first;
             while at < first + len {
                 let n = chunk.min(first + len - at);
                 let r = (!whole).then(|| format!("bytes={at}-{}", at + n - 1));
-                let t = client.get_object(
-                    &mut reg,
-                    Span::whole(n as usize),
-                    &url.bucket,
-                    &url.key,
-                    r.as_deref(),
-                )?;
+                // A try that failed part way may have written part of the
+                // buffer; the try that succeeds writes all of it.
+                let t = session.rdma_call(client, |c| {
+                    c.get_object(
+                        &mut reg,
+                        Span::whole(n as usize),
+                        &url.bucket,
+                        &url.key,
+                        r.as_deref(),
+                    )
+                })?;
                 declines.note(&t);
                 check_count(t.bytes, n)?;
                 let out = &mut out[..n as usize];
@@ -481,30 +663,41 @@ pub(crate) fn plain_get(
     range: Option<String>,
     dst: &mut [u8],
 ) -> CliResult<u64> {
-    let s3 = session.s3.clone();
-    session.rt.block_on(async {
-        let out = s3
-            .get_object()
-            .bucket(&url.bucket)
-            .key(&url.key)
-            .set_range(range)
-            .send()
-            .await
-            .map_err(|e| sdk_error("GetObject", url, &e))?;
-        let mut body = out.body;
-        let mut n = 0usize;
-        while let Some(c) = body.next().await {
-            let c = c.map_err(|e| {
-                CliError::coded(ErrorKind::S3Error, format!("reading the object failed: {e}"))
-            })?;
-            let end = n + c.len();
-            let slot = dst.get_mut(n..end).ok_or_else(|| {
-                CliError::coded(ErrorKind::S3Error, "the server sent more bytes than asked for")
-            })?;
-            slot.copy_from_slice(&c);
-            n = end;
+    // Each try writes `dst` from its start; only the one that succeeds counts.
+    let dst = tokio::sync::Mutex::new(dst);
+    session.plain(|s3| {
+        let (range, dst) = (range.clone(), &dst);
+        async move {
+            let out = s3
+                .get_object()
+                .bucket(&url.bucket)
+                .key(&url.key)
+                .set_range(range)
+                .send()
+                .await
+                .map_err(|e| Attempt::sdk("GetObject", url, &e))?;
+            let mut dst = dst.lock().await;
+            let mut body = out.body;
+            let mut n = 0usize;
+            while let Some(c) = body.next().await {
+                let c = c.map_err(|e| {
+                    Attempt::broken(CliError::coded(
+                        ErrorKind::S3Error,
+                        format!("reading the object failed: {e}"),
+                    ))
+                })?;
+                let end = n + c.len();
+                let slot = dst.get_mut(n..end).ok_or_else(|| {
+                    Attempt::fatal(CliError::coded(
+                        ErrorKind::S3Error,
+                        "the server sent more bytes than asked for",
+                    ))
+                })?;
+                slot.copy_from_slice(&c);
+                n = end;
+            }
+            Ok(n as u64)
         }
-        Ok(n as u64)
     })
 }
 
@@ -603,12 +796,15 @@ pub fn put(session: &Session, src: &str, url: &S3Url, part_size: u64) -> CliResu
     let mut declines = Declines::default();
     if size == 0 {
         // Nothing to register: an empty object is a plain request.
-        let s3 = session.s3.clone();
-        session
-            .rt
-            .block_on(s3.put_object().bucket(&url.bucket).key(&url.key).send())
-            .map_err(|e| sdk_error("PutObject", url, &e))?;
-        return Ok(());
+        return session.plain(|s3| async move {
+            s3.put_object()
+                .bucket(&url.bucket)
+                .key(&url.key)
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| Attempt::sdk("PutObject", url, &e))
+        });
     }
     let chunk = part_size.min(size);
     let mut buf = vec![
@@ -620,8 +816,10 @@ pub fn put(session: &Session, src: &str, url: &S3Url, part_size: u64) -> CliResu
         source.read_at(0, &mut buf)?;
         return match &session.rdma {
             Ok(c) => {
-                let reg = c.hipobj().register(&mut buf)?;
-                let t = c.put_object(&reg, Span::whole(size as usize), &url.bucket, &url.key)?;
+                let reg = c.client.register(&mut buf)?;
+                let t = session.rdma_call(c, |g| {
+                    g.put_object(&reg, Span::whole(size as usize), &url.bucket, &url.key)
+                })?;
                 declines.note(&t);
                 Ok(())
             }
@@ -631,16 +829,14 @@ pub fn put(session: &Session, src: &str, url: &S3Url, part_size: u64) -> CliResu
             }
         };
     }
-    let s3 = session.s3.clone();
-    let up = session
-        .rt
-        .block_on(
-            s3.create_multipart_upload()
-                .bucket(&url.bucket)
-                .key(&url.key)
-                .send(),
-        )
-        .map_err(|e| sdk_error("CreateMultipartUpload", url, &e))?;
+    let up = session.plain(|s3| async move {
+        s3.create_multipart_upload()
+            .bucket(&url.bucket)
+            .key(&url.key)
+            .send()
+            .await
+            .map_err(|e| Attempt::sdk("CreateMultipartUpload", url, &e))
+    })?;
     let id = up
         .upload_id()
         .ok_or_else(|| CliError::coded(ErrorKind::S3Error, "CreateMultipartUpload returned no upload id"))?
@@ -660,28 +856,37 @@ pub fn put(session: &Session, src: &str, url: &S3Url, part_size: u64) -> CliResu
             let done = aws_sdk_s3::types::CompletedMultipartUpload::builder()
                 .set_parts(Some(parts))
                 .build();
-            session
-                .rt
-                .block_on(
+            // Sent again through the next gateway when one dies before
+            // answering: completing an upload twice is answered 200 by S3.
+            session.plain(|s3| {
+                let (id, done) = (&id, done.clone());
+                async move {
                     s3.complete_multipart_upload()
                         .bucket(&url.bucket)
                         .key(&url.key)
-                        .upload_id(&id)
+                        .upload_id(id)
                         .multipart_upload(done)
-                        .send(),
-                )
-                .map_err(|e| sdk_error("CompleteMultipartUpload", url, &e))?;
-            Ok(())
+                        .send()
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| Attempt::sdk("CompleteMultipartUpload", url, &e))
+                }
+            })
         }
         Err(e) => {
             // Leave no half-uploaded parts behind.
-            let _ = session.rt.block_on(
-                s3.abort_multipart_upload()
-                    .bucket(&url.bucket)
-                    .key(&url.key)
-                    .upload_id(&id)
-                    .send(),
-            );
+            let _ = session.plain(|s3| {
+                let id = &id;
+                async move {
+                    s3.abort_multipart_upload()
+                        .bucket(&url.bucket)
+                        .key(&url.key)
+                        .upload_id(id)
+                        .send()
+                        .await
+                        .map_err(|e| Attempt::sdk("AbortMultipartUpload", url, &e))
+                }
+            });
             Err(e)
         }
     }
@@ -705,14 +910,16 @@ fn upload_parts(
         Ok(c) => {
             // Filled by copy: registered memory is never lent out.
             let mut staging = vec![0u8; buf.len()];
-            let mut reg = c.hipobj().register(buf)?;
+            let mut reg = c.client.register(buf)?;
             while at < size {
                 let n = chunk.min(size - at);
                 number += 1;
                 let part = &mut staging[..n as usize];
                 source.read_at(at, part)?;
                 reg.write_from(0, part)?;
-                let t = c.upload_part(&reg, Span::whole(n as usize), &url.bucket, &url.key, id, number)?;
+                let t = session.rdma_call(c, |g| {
+                    g.upload_part(&reg, Span::whole(n as usize), &url.bucket, &url.key, id, number)
+                })?;
                 declines.note(&t);
                 parts.push(hipobj_s3::completed_part(number, t.etag));
                 at += n;
@@ -739,30 +946,31 @@ pub(crate) fn plain_put(
     bytes: &[u8],
     part: Option<(&str, i32)>,
 ) -> CliResult<Option<String>> {
-    let s3 = session.s3.clone();
-    let body = aws_sdk_s3::primitives::ByteStream::from(bytes.to_vec());
-    session.rt.block_on(async {
-        match part {
-            Some((id, n)) => s3
-                .upload_part()
-                .bucket(&url.bucket)
-                .key(&url.key)
-                .upload_id(id)
-                .part_number(n)
-                .body(body)
-                .send()
-                .await
-                .map(|o| o.e_tag().map(str::to_owned))
-                .map_err(|e| sdk_error("UploadPart", url, &e)),
-            None => s3
-                .put_object()
-                .bucket(&url.bucket)
-                .key(&url.key)
-                .body(body)
-                .send()
-                .await
-                .map(|o| o.e_tag().map(str::to_owned))
-                .map_err(|e| sdk_error("PutObject", url, &e)),
+    session.plain(|s3| {
+        let body = aws_sdk_s3::primitives::ByteStream::from(bytes.to_vec());
+        async move {
+            match part {
+                Some((id, n)) => s3
+                    .upload_part()
+                    .bucket(&url.bucket)
+                    .key(&url.key)
+                    .upload_id(id)
+                    .part_number(n)
+                    .body(body)
+                    .send()
+                    .await
+                    .map(|o| o.e_tag().map(str::to_owned))
+                    .map_err(|e| Attempt::sdk("UploadPart", url, &e)),
+                None => s3
+                    .put_object()
+                    .bucket(&url.bucket)
+                    .key(&url.key)
+                    .body(body)
+                    .send()
+                    .await
+                    .map(|o| o.e_tag().map(str::to_owned))
+                    .map_err(|e| Attempt::sdk("PutObject", url, &e)),
+            }
         }
     })
 }

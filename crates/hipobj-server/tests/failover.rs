@@ -424,3 +424,75 @@ async fn read(s: &aws_sdk_s3::Client, key: &str) -> Vec<u8> {
     let o = s.get_object().bucket(BUCKET).key(key).send().await.unwrap();
     o.body.collect().await.unwrap().into_bytes().to_vec()
 }
+
+/// A gateway whose store cannot be reached answers `503`, which failover
+/// clients take to another gateway; s3s-aws alone said `500`, which they
+/// (rightly) return as the request's own failure. The store's own errors
+/// still pass through as they are.
+#[test]
+fn a_gateway_whose_store_does_not_answer_says_503() {
+    use hipobj_server::config::RemoteConfig;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = rt
+        .block_on(hipobj_server::Server::start(support::config(
+            &dir.path().join("store"),
+        )))
+        .unwrap();
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let gateway_to = |endpoint: String| {
+        let mut c = support::config(&dir.path().join("unused"));
+        c.storage = hipobj_server::config::StorageConfig::S3(RemoteConfig {
+            endpoint,
+            region: "us-east-1".into(),
+            access_key: support::AK.into(),
+            secret_key: support::SK.into(),
+            path_style: true,
+        });
+        rt.block_on(hipobj_server::Server::start(c)).unwrap()
+    };
+    let (cut_off, linked) = (gateway_to(dead), gateway_to(store.endpoint()));
+    let (a, b) = (support::client(&cut_off), support::client(&linked));
+    rt.block_on(b.create_bucket().bucket(BUCKET).send()).unwrap();
+
+    let e = rt
+        .block_on(a.head_object().bucket(BUCKET).key("k").send())
+        .unwrap_err();
+    assert_eq!(status(&e), Some(503), "{e:?}");
+    let e = rt
+        .block_on(a.get_object().bucket(BUCKET).key("k").send())
+        .unwrap_err();
+    assert_eq!(status(&e), Some(503), "{e:?}");
+    assert_eq!(support::code(&e), "ServiceUnavailable");
+    let e = rt
+        .block_on(
+            a.put_object()
+                .bucket(BUCKET)
+                .key("k")
+                .body(b"x".to_vec().into())
+                .send(),
+        )
+        .unwrap_err();
+    assert_eq!(status(&e), Some(503), "{e:?}");
+
+    // Through the gateway whose store answers: its 404 stays a 404.
+    let e = rt
+        .block_on(b.get_object().bucket(BUCKET).key("missing").send())
+        .unwrap_err();
+    assert_eq!(status(&e), Some(404), "{e:?}");
+    assert_eq!(support::code(&e), "NoSuchKey");
+    for s in [cut_off, linked, store] {
+        rt.block_on(s.shutdown());
+    }
+}
+
+fn status<E>(e: &aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>) -> Option<u16> {
+    e.raw_response().map(|r| r.status().as_u16())
+}

@@ -1,15 +1,29 @@
 //! The S3 back end: every request is forwarded to another S3 service with
 //! aws-sdk-s3, through s3s-aws's proxy. The server then adds RDMA and its
-//! own credentials in front of MinIO, Ceph RGW, AWS or moto.
+//! own credentials in front of MinIO, Ceph RGW, AWS, garage or moto.
 
 use aws_sdk_s3::config::{
     BehaviorVersion, Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation,
 };
+use aws_smithy_runtime_api::client::result::ConnectorError;
+use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, dto};
 
 use crate::config::RemoteConfig;
 
+/// The proxy, with one change to its errors: a back end that gave no
+/// answer is `503 ServiceUnavailable` (see [`upstream`]).
+pub struct Remote {
+    proxy: s3s_aws::Proxy,
+}
+
+impl std::fmt::Debug for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Remote").finish_non_exhaustive()
+    }
+}
+
 /// A proxy to the service `config` names.
-pub fn open(config: &RemoteConfig) -> s3s_aws::Proxy {
+pub fn open(config: &RemoteConfig) -> Remote {
     let creds = Credentials::new(
         config.access_key.clone(),
         config.secret_key.clone(),
@@ -27,5 +41,125 @@ pub fn open(config: &RemoteConfig) -> s3s_aws::Proxy {
         .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
         .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
         .build();
-    s3s_aws::Proxy::from(aws_sdk_s3::Client::from_conf(conf))
+    Remote {
+        proxy: s3s_aws::Proxy::from(aws_sdk_s3::Client::from_conf(conf)),
+    }
+}
+
+/// s3s-aws answers `500 InternalError` for every SDK failure that carries
+/// no response from the back end: the connection refused or broken, a
+/// timeout, a response cut off or unreadable. Those say that this gateway
+/// cannot reach its store, not that the request is wrong, so they become
+/// `503 ServiceUnavailable`: a client with several gateways
+/// (`FailoverClient`, `hipobj --endpoint-url A,B`) then sends the request
+/// to another gateway, whose path to the store may work (a distributed
+/// store with one node down). A request whose own body failed (an RDMA
+/// upload that stopped part way: the SDK's "user" connector error) stays as
+/// it was, and so do the back end's own error responses.
+fn upstream(e: S3Error) -> S3Error {
+    let no_answer = *e.code() == S3ErrorCode::InternalError && e.source().is_some_and(store_did_not_answer);
+    if no_answer {
+        tracing::warn!(error = ?e.source(), "the S3 back end did not answer");
+        S3Error::with_message(
+            S3ErrorCode::ServiceUnavailable,
+            "the storage back end behind this gateway did not answer",
+        )
+    } else {
+        e
+    }
+}
+
+/// Whether `e`, the SDK error behind an s3s-aws error, is the store not
+/// answering. aws-smithy's `SdkError` names its variant in its Display and
+/// has the connector's error as its source.
+fn store_did_not_answer(e: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {
+    match e.to_string().as_str() {
+        "request has timed out" | "response error" => true,
+        "dispatch failure" => std::error::Error::source(e)
+            .and_then(|c| c.downcast_ref::<ConnectorError>())
+            .is_some_and(|c| !c.is_user()),
+        _ => false,
+    }
+}
+
+macro_rules! forward {
+    ($($name:ident: $input:ident => $output:ident,)*) => {
+        #[async_trait::async_trait]
+        impl S3 for Remote {
+            $(
+                async fn $name(&self, req: S3Request<dto::$input>) -> S3Result<S3Response<dto::$output>> {
+                    self.proxy.$name(req).await.map_err(upstream)
+                }
+            )*
+        }
+    };
+}
+
+// Every operation the server's front (crate::rdma::layer) passes to a store.
+forward! {
+    create_bucket: CreateBucketInput => CreateBucketOutput,
+    delete_bucket: DeleteBucketInput => DeleteBucketOutput,
+    head_bucket: HeadBucketInput => HeadBucketOutput,
+    list_buckets: ListBucketsInput => ListBucketsOutput,
+    get_bucket_location: GetBucketLocationInput => GetBucketLocationOutput,
+    head_object: HeadObjectInput => HeadObjectOutput,
+    get_object: GetObjectInput => GetObjectOutput,
+    put_object: PutObjectInput => PutObjectOutput,
+    delete_object: DeleteObjectInput => DeleteObjectOutput,
+    delete_objects: DeleteObjectsInput => DeleteObjectsOutput,
+    list_objects: ListObjectsInput => ListObjectsOutput,
+    list_objects_v2: ListObjectsV2Input => ListObjectsV2Output,
+    copy_object: CopyObjectInput => CopyObjectOutput,
+    create_multipart_upload: CreateMultipartUploadInput => CreateMultipartUploadOutput,
+    upload_part: UploadPartInput => UploadPartOutput,
+    list_parts: ListPartsInput => ListPartsOutput,
+    complete_multipart_upload: CompleteMultipartUploadInput => CompleteMultipartUploadOutput,
+    abort_multipart_upload: AbortMultipartUploadInput => AbortMultipartUploadOutput,
+    list_multipart_uploads: ListMultipartUploadsInput => ListMultipartUploadsOutput,
+    list_object_versions: ListObjectVersionsInput => ListObjectVersionsOutput,
+    upload_part_copy: UploadPartCopyInput => UploadPartCopyOutput,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_s3::error::SdkError;
+    use aws_sdk_s3::operation::get_object::GetObjectError;
+    use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+
+    fn proxied(e: SdkError<GetObjectError, HttpResponse>) -> S3Error {
+        let mut err = S3Error::new(S3ErrorCode::InternalError);
+        err.set_source(Box::new(e));
+        upstream(err)
+    }
+
+    fn io(what: &str) -> Box<dyn std::error::Error + Send + Sync> {
+        Box::new(std::io::Error::other(what.to_owned()))
+    }
+
+    #[test]
+    fn no_answer_from_the_store_is_503_and_the_requests_own_failures_stay() {
+        for e in [
+            SdkError::dispatch_failure(ConnectorError::io(io("connection refused"))),
+            SdkError::dispatch_failure(ConnectorError::other(io("closed before the answer"), None)),
+            SdkError::dispatch_failure(ConnectorError::timeout(io("connect"))),
+            SdkError::timeout_error(io("read")),
+        ] {
+            let got = proxied(e);
+            assert_eq!(*got.code(), S3ErrorCode::ServiceUnavailable);
+            assert_eq!(got.status_code().map(|s| s.as_u16()), Some(503));
+        }
+        // The request's body failed (an RDMA upload stopped): not the store.
+        let got = proxied(SdkError::dispatch_failure(ConnectorError::user(io(
+            "the RDMA transfer stopped",
+        ))));
+        assert_eq!(*got.code(), S3ErrorCode::InternalError);
+        assert!(
+            proxied(SdkError::construction_failure(io("bad input"))).code() == &S3ErrorCode::InternalError
+        );
+        // Errors s3s-aws already gave a code (the store's own answer) pass.
+        let mut own = S3Error::new(S3ErrorCode::NoSuchKey);
+        own.set_source(io("service error"));
+        assert_eq!(*upstream(own).code(), S3ErrorCode::NoSuchKey);
+    }
 }

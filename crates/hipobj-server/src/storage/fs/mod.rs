@@ -378,7 +378,15 @@ impl ReadConditions<'_> {
             if copy {
                 failed(what)
             } else {
-                S3Error::with_message(S3ErrorCode::NotModified, format!("Not Modified ({what})"))
+                // A 304 names the version the client already has (RFC 9110
+                // section 15.4.5; S3 sends its ETag).
+                let mut e = S3Error::with_message(S3ErrorCode::NotModified, format!("Not Modified ({what})"));
+                let mut h = http::HeaderMap::new();
+                if let Ok(v) = http::HeaderValue::from_str(&format!("\"{}\"", meta.etag)) {
+                    h.insert(http::header::ETAG, v);
+                }
+                e.set_headers(h);
+                e
             }
         };
         match (self.if_match, self.if_unmodified_since) {
