@@ -856,3 +856,81 @@ fn ranged_and_zero_byte_gets_carry_their_proof() {
     );
     assert_eq!(rig.outstanding(), 0);
 }
+
+/// A source that makes the client vanish (its QP destroyed) when chunk
+/// `at` is read: the WRITEs after it get no answer.
+struct Vanishing {
+    inner: Pattern,
+    at: u64,
+    client: Option<Client>,
+}
+
+impl Source for Vanishing {
+    type Error = String;
+    fn open(&mut self) -> Result<Selected, String> {
+        self.inner.open()
+    }
+    fn fill(&mut self, off: u64, buf: &mut [u8]) -> Result<(), String> {
+        if self.inner.calls == self.at {
+            self.client = None;
+        }
+        self.inner.fill(off, buf)
+    }
+}
+
+/// The client's QP disappears mid-GET, so WRITEs in flight are never
+/// answered: the target's own completion timeout fires before the NIC gives
+/// up retrying, it moves the QP to ERROR and collects the flushed WRITEs,
+/// and the call returns with nothing outstanding; the next client works.
+#[test]
+fn a_client_vanishing_mid_pipeline_times_out_with_nothing_outstanding() {
+    let counts = Arc::new(Counts::default());
+    let verbs = CountingVerbs {
+        inner: soft("pipe-gone-srv"),
+        counts: counts.clone(),
+        cqs: Arc::default(),
+    };
+    let rig = Rig {
+        target: Target::open(
+            &verbs,
+            &NoTopology,
+            Some("pipe-gone-srv"),
+            TargetConfig {
+                chunk: CHUNK,
+                pipeline_depth: DEPTH,
+                completion_timeout: Duration::from_millis(300),
+                ..TargetConfig::default()
+            },
+        )
+        .unwrap(),
+        counts,
+    };
+    let len = 8u64 << 20;
+    let c = rig.client("pipe-gone-cli", len as usize);
+    let (caller, token) = (c.caller.clone(), c.token(len));
+    let mut src = Vanishing {
+        inner: Pattern::new(len),
+        at: 5,
+        client: Some(c),
+    };
+    let a = rig.target.serve(&caller, &token, Request::Get(&mut src));
+    assert!(src.client.is_none(), "the client never vanished");
+    match &a {
+        Ok(Answer::Bind {
+            after_failure: Some(why),
+            ..
+        }) => assert!(why.contains("no completion") || why.contains("RetryExc"), "{why}"),
+        other => panic!("expected a rebind after the lost client: {other:?}"),
+    }
+    assert_eq!(rig.outstanding(), 0, "WRITEs left outstanding after the timeout");
+    let c = rig.client("pipe-gone-next", len as usize);
+    assert_eq!(
+        done(
+            rig.target
+                .serve(&c.caller, &c.token(len), Request::Get(&mut Pattern::new(len)))
+        ),
+        (200, len)
+    );
+    assert_eq!(c.proof().imm_data, Some(c.buf.mr().rkey()));
+    check_client(&c, 0, len as usize);
+}
