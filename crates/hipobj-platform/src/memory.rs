@@ -104,14 +104,17 @@ mod tests {
 /// memory under it, so the registration can never outlive the bytes.
 ///
 /// The device may write the bytes at any time while a work request on them
-/// is in flight, so they are only reached through copies
-/// ([`RegisteredBuffer::read_at`], [`RegisteredBuffer::write_at`]), never
-/// through references.
+/// is in flight, so they are reached through copies
+/// ([`RegisteredBuffer::read_at`], [`RegisteredBuffer::write_at`]), or lent
+/// as a slice only to the exclusive owner of a buffer that no peer can
+/// write ([`RegisteredBuffer::with_bytes_mut`]), for filling or reading in
+/// place between work requests.
 #[derive(Debug)]
 pub struct RegisteredBuffer {
     // Field order is drop order: deregister first, then free.
     mr: Box<dyn crate::verbs::MemoryRegion>,
     bytes: Box<[std::cell::UnsafeCell<u8>]>,
+    access: crate::verbs::AccessFlags,
 }
 
 // SAFETY: the bytes are only reached through raw copies, like memory shared
@@ -135,7 +138,7 @@ impl RegisteredBuffer {
         // allocated for the whole life of the registration.
         let region = unsafe { MemRegion::new(bytes.as_ptr() as usize, len) };
         let mr = pd.reg_mr(region, access)?;
-        Ok(Self { mr, bytes })
+        Ok(Self { mr, bytes, access })
     }
 
     /// The registration.
@@ -184,6 +187,45 @@ impl RegisteredBuffer {
             std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len());
         }
         true
+    }
+
+    /// Lends `[offset, offset + len)` to `f` as one mutable slice, so a
+    /// caller fills (or reads) the buffer in place instead of through a
+    /// scratch copy. `None` if the range is outside, or if the buffer was
+    /// registered with remote write or atomic access: a peer could then
+    /// change the bytes under the slice at any moment. `&mut self` keeps
+    /// every other reference and copy of this program away while `f` runs;
+    /// the one writer left is a local work request (an RDMA READ into these
+    /// bytes), and the caller must have none in flight on this range, the
+    /// same rule as for [`write_at`](Self::write_at) racing the device.
+    pub fn with_bytes_mut<R>(
+        &mut self,
+        offset: usize,
+        len: usize,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> Option<R> {
+        use crate::verbs::AccessFlags;
+        if self.access.contains(AccessFlags::REMOTE_WRITE) || self.access.contains(AccessFlags::REMOTE_ATOMIC)
+        {
+            return None;
+        }
+        let end = offset.checked_add(len)?;
+        if end > self.len() {
+            return None;
+        }
+        // SAFETY: the range is inside the allocation (checked above), and
+        // `UnsafeCell<u8>` has the layout of `u8`, so the cells are `len`
+        // contiguous bytes. `&mut self` is exclusive, so no other reference
+        // to them exists in this program while the slice lives; no peer can
+        // write them (no remote access, checked above), and local work
+        // requests on them are the caller's to have completed (documented).
+        let slice = unsafe {
+            std::slice::from_raw_parts_mut(
+                std::cell::UnsafeCell::raw_get(self.bytes.as_ptr().add(offset)),
+                len,
+            )
+        };
+        Some(f(slice))
     }
 
     /// Copies bytes in, starting at `offset`; `false` if the range is outside.

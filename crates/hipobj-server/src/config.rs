@@ -253,6 +253,11 @@ pub struct RdmaConfig {
     pub completion_timeout_secs: u64,
     /// Bytes per RDMA work request (the bounce buffer size).
     pub chunk_size: usize,
+    /// Bounce buffers per transfer, so RDMA work requests in flight at
+    /// once (1 to 32): the store reads or takes one chunk while the others
+    /// are on the wire. Bounce memory is at most `max_concurrent ×
+    /// pipeline_depth × chunk_size` whatever the objects' sizes.
+    pub pipeline_depth: usize,
     /// Refuse a token whose IPv4-mapped GID is not the address the request
     /// came from (or, from loopback, not an address of this host). Turn it
     /// off only when clients reach the server through NAT.
@@ -280,6 +285,7 @@ impl Default for RdmaConfig {
             idle_timeout_secs: 120,
             completion_timeout_secs: 10,
             chunk_size: 1 << 20,
+            pipeline_depth: 4,
             check_peer_address: true,
             v2_max_sessions: 64,
             v2_staging_max: 64 << 20,
@@ -307,7 +313,9 @@ impl RdmaConfig {
             max_bindings: self.max_bindings.max(1),
             max_transfer: self.max_transfer,
             chunk: self.chunk_size.max(4096),
-            pooled_buffers: self.max_concurrent.max(1),
+            pipeline_depth: self.pipeline_depth.clamp(1, hipobj_target::MAX_PIPELINE_DEPTH),
+            pooled_buffers: self.max_concurrent.max(1)
+                * self.pipeline_depth.clamp(1, hipobj_target::MAX_PIPELINE_DEPTH),
             completion_timeout: Duration::from_secs(self.completion_timeout_secs.max(1)),
             max_concurrent: self.max_concurrent.max(1),
             check_peer_address: self.check_peer_address,
@@ -353,6 +361,12 @@ impl Config {
         if self.rdma.enabled && self.rdma.max_transfer == 0 {
             return bad("rdma.max_transfer must be above 0");
         }
+        if !(1..=hipobj_target::MAX_PIPELINE_DEPTH).contains(&self.rdma.pipeline_depth) {
+            return Err(crate::Error::Config(format!(
+                "rdma.pipeline_depth must be 1 to {}",
+                hipobj_target::MAX_PIPELINE_DEPTH
+            )));
+        }
         Ok(())
     }
 }
@@ -392,6 +406,12 @@ mod tests {
         assert_eq!(c.rdma.target_config().max_transfer, 4096);
         assert!(c.validate().is_ok());
         assert!(!format!("{:?}", c.credentials).contains("sk\""));
+        assert_eq!(c.rdma.target_config().pipeline_depth, 4);
+        for (depth, ok) in [(0, false), (1, true), (32, true), (33, false)] {
+            let mut d = c.clone();
+            d.rdma.pipeline_depth = depth;
+            assert_eq!(d.validate().is_ok(), ok, "pipeline_depth {depth}");
+        }
     }
 
     #[test]

@@ -18,6 +18,7 @@
 mod bindings;
 mod caller;
 pub mod double;
+mod pipeline;
 pub mod rc_v2;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -29,8 +30,7 @@ use hipobj_platform::rc::{self, RcPath};
 use hipobj_platform::selection::{self, Selection};
 use hipobj_platform::vendor::{QpLimits, VendorProfile};
 use hipobj_platform::{
-    AccessFlags, CompletionQueue, Device, Gid, NicTopology, ProtectionDomain, QpInitAttr, SendOp, SendWr,
-    Verbs, VerbsError, WcStatus, WorkCompletion,
+    AccessFlags, Device, Gid, NicTopology, ProtectionDomain, QpInitAttr, Verbs, VerbsError,
 };
 use hipobj_proto::{Reply, Token, Transport};
 
@@ -49,6 +49,11 @@ pub struct TargetConfig {
     pub max_transfer: u64,
     /// Size of each bounce buffer, so of each RDMA work request.
     pub chunk: usize,
+    /// Bounce buffers per transfer, so work requests in flight at once:
+    /// the store fills (GET) or takes (PUT) one chunk while the others are
+    /// on the wire. 1 to [`MAX_PIPELINE_DEPTH`]; a transfer's bounce memory
+    /// is at most `pipeline_depth × chunk` whatever its length.
+    pub pipeline_depth: usize,
     /// Bounce buffers kept for reuse.
     pub pooled_buffers: usize,
     /// How long one work request may take before the transfer fails.
@@ -67,6 +72,7 @@ impl Default for TargetConfig {
             max_bindings: 4096,
             max_transfer: 4 << 30,
             chunk: 4 << 20,
+            pipeline_depth: 4,
             pooled_buffers: 16,
             completion_timeout: Duration::from_secs(30),
             max_concurrent: 64,
@@ -74,6 +80,10 @@ impl Default for TargetConfig {
         }
     }
 }
+
+/// The deepest pipeline a transfer runs (a binding's QP has room for 64
+/// send work requests and its CQ for 64 completions).
+pub const MAX_PIPELINE_DEPTH: usize = 32;
 
 /// Why a request got no [`Answer`]. `E` is the error of the caller's
 /// [`Source`] or [`Sink`].
@@ -195,6 +205,9 @@ pub struct TargetStats {
     pub bytes: u64,
     /// Live bindings.
     pub bindings: usize,
+    /// The most work requests one transfer has had in flight at once (at
+    /// most `pipeline_depth`).
+    pub peak_in_flight: u64,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -230,11 +243,13 @@ impl Drop for Slot<'_> {
 
 /// A failed move: the RDMA failed at the client's end (the binding is
 /// dropped and made afresh), a local verbs call failed (the binding is
-/// dropped), or anything else (the binding stays: every work request so far
-/// completed).
+/// dropped), the store failed while the QP could not be brought back to
+/// idle (the binding is dropped, the store's error reported), or anything
+/// else (the binding stays: every work request so far completed).
 enum MoveError<E> {
     Rdma(String),
     Local(VerbsError),
+    Broken(TargetError<E>),
     Other(TargetError<E>),
 }
 
@@ -261,6 +276,7 @@ pub struct Target {
     config: TargetConfig,
     transfers: AtomicU64,
     bytes: AtomicU64,
+    peak_in_flight: AtomicU64,
 }
 
 /// A random initial PSN (24 bits). The PSN is what a packet from another
@@ -325,6 +341,7 @@ impl Target {
             config,
             transfers: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
+            peak_in_flight: AtomicU64::new(0),
         })
     }
 
@@ -351,6 +368,7 @@ impl Target {
             transfers: self.transfers.load(Ordering::Relaxed),
             bytes: self.bytes.load(Ordering::Relaxed),
             bindings: self.bindings.len(),
+            peak_in_flight: self.peak_in_flight.load(Ordering::Relaxed),
         }
     }
 
@@ -410,6 +428,10 @@ impl Target {
                 })
             }
             Err(MoveError::Other(e)) => Err(e),
+            Err(MoveError::Broken(e)) => {
+                self.bindings.remove(&key, qpn);
+                Err(e)
+            }
             Err(MoveError::Local(e)) => {
                 self.bindings.remove(&key, qpn);
                 Err(TargetError::Verbs(e))
@@ -579,11 +601,15 @@ impl Target {
                 want: sel.len,
             }));
         }
-        let n = self.run(binding, token, sel.len, true, &mut |off, buf, data| {
-            src.fill(off, data)?;
-            buf.write_at(0, data);
-            Ok(())
-        })?;
+        let n = self.run(
+            binding,
+            token,
+            sel.len,
+            pipeline::Direction::Write {
+                fill: &mut |off, data| src.fill(off, data),
+                imm: token.rkey,
+            },
+        )?;
         Ok((if sel.partial { 206 } else { 200 }, n))
     }
 
@@ -597,116 +623,82 @@ impl Target {
     ) -> Result<(u16, u64), MoveError<E>> {
         let store = |e: E| MoveError::Other(TargetError::Store(e));
         sink.open(token.len).map_err(store)?;
-        let n = self.run(binding, token, token.len, false, &mut |off, buf, data| {
-            buf.read_at(0, data);
-            sink.drain(off, data)
-        })?;
+        let n = self.run(
+            binding,
+            token,
+            token.len,
+            pipeline::Direction::Read {
+                drain: &mut |off, data| sink.drain(off, data),
+            },
+        )?;
         sink.commit().map_err(store)?;
         Ok((200, n))
     }
 
-    /// Moves `len` bytes chunk by chunk on the bound QP. For a WRITE, `io`
-    /// fills the scratch slice and copies it into the bounce buffer before
-    /// the work request; for a READ it runs after the completion and copies
-    /// the bounce buffer out.
+    /// Moves `len` bytes on the bound QP through a ring of bounce buffers
+    /// from the pool, one per work request in flight, at most
+    /// `pipeline_depth` of them (fewer for a short transfer): the mover in
+    /// `pipeline` overlaps the store's side of one chunk with the wire's
+    /// side of the others. The buffers go back to the pool only when no
+    /// work request of this transfer is outstanding on them.
     fn run<E>(
         &self,
         binding: &Binding,
         token: &Token,
         len: u64,
-        write: bool,
-        io: &mut ChunkIo<'_, E>,
+        dir: pipeline::Direction<'_, E>,
     ) -> Result<u64, MoveError<E>> {
         let mut conn = lock(&binding.conn);
-        let buf = self.take_buffer()?;
-        let mut scratch = vec![0u8; self.config.chunk.min(usize::try_from(len).unwrap_or(usize::MAX))];
-        let result = (|| -> Result<(), MoveError<E>> {
-            let mut off = 0u64;
-            // A GET's last WRITE carries the proof (WRITE WITH IMMEDIATE),
-            // so a GET of zero bytes still sends one, empty.
-            let mut proof_due = write;
-            while off < len || proof_due {
-                let n = (len - off).min(self.config.chunk as u64) as usize;
-                let data = &mut scratch[..n];
-                if write {
-                    io(off, &buf, data).map_err(|e| MoveError::Other(TargetError::Store(e)))?;
+        let chunk = self.config.chunk.max(1);
+        let chunks = len.div_ceil(chunk as u64).max(1);
+        let depth = u64::try_from(self.depth()).unwrap_or(1).min(chunks) as usize;
+        let mut ring = Vec::with_capacity(depth);
+        for _ in 0..depth {
+            match self.take_buffer() {
+                Ok(b) => ring.push(b),
+                Err(e) => {
+                    for b in ring {
+                        self.return_buffer(b);
+                    }
+                    return Err(MoveError::Local(e));
                 }
-                let sge = buf
-                    .sge(0, n as u32)
-                    .ok_or_else(|| MoveError::Rdma("chunk larger than the bounce buffer".into()))?;
-                let sges = [sge];
-                let remote_addr = token.addr + off;
-                let last = off + n as u64 == len;
-                let op = if write && last {
-                    // The client requires this completion, carrying its
-                    // token's key, before it takes the reply as success.
-                    proof_due = false;
-                    SendOp::WriteWithImm {
-                        remote_addr,
-                        rkey: token.rkey,
-                        imm: token.rkey,
-                    }
-                } else if write {
-                    SendOp::Write {
-                        remote_addr,
-                        rkey: token.rkey,
-                    }
-                } else {
-                    SendOp::Read {
-                        remote_addr,
-                        rkey: token.rkey,
-                    }
-                };
-                let wr_id = conn.next_wr;
-                conn.next_wr += 1;
-                conn.qp.post_send(&SendWr {
-                    wr_id,
-                    op,
-                    sg_list: if n == 0 { &[] } else { &sges },
-                    signaled: true,
-                })?;
-                wait_for(conn.cq.as_ref(), wr_id, self.config.completion_timeout).map_err(MoveError::Rdma)?;
-                if !write {
-                    io(off, &buf, data).map_err(|e| MoveError::Other(TargetError::Store(e)))?;
-                }
-                off += n as u64;
             }
-            Ok(())
-        })();
-        self.return_buffer(buf);
-        result.map(|()| len)
+        }
+        let conn = &mut *conn;
+        let out = pipeline::transfer(
+            pipeline::Wire {
+                qp: conn.qp.as_ref(),
+                cq: conn.cq.as_ref(),
+                next_wr: &mut conn.next_wr,
+                idle_timeout: self.config.completion_timeout,
+                deadline: None,
+            },
+            pipeline::Ring::per_buffer(&mut ring, chunk),
+            dir,
+            token.addr,
+            token.rkey,
+            len,
+        );
+        self.peak_in_flight
+            .fetch_max(out.peak_in_flight as u64, Ordering::Relaxed);
+        if out.drained {
+            for b in ring {
+                self.return_buffer(b);
+            }
+        }
+        // Otherwise the buffers are dropped here, deregistered: the QP is
+        // in ERROR (see `pipeline`), so nothing can reach them any more.
+        match out.result {
+            Ok(()) => Ok(len),
+            Err(pipeline::Failure::Store(e)) if out.qp_usable => Err(MoveError::Other(TargetError::Store(e))),
+            Err(pipeline::Failure::Store(e)) => Err(MoveError::Broken(TargetError::Store(e))),
+            Err(pipeline::Failure::Rdma(why) | pipeline::Failure::Timeout(why)) => Err(MoveError::Rdma(why)),
+            Err(pipeline::Failure::Local(e)) => Err(MoveError::Local(e)),
+        }
     }
-}
 
-/// Moves one chunk between the caller and a bounce buffer: (offset in the
-/// transfer, the bounce buffer, a scratch slice of the chunk's length).
-type ChunkIo<'a, E> = dyn FnMut(u64, &RegisteredBuffer, &mut [u8]) -> Result<(), E> + 'a;
-
-/// Waits for the completion of `wr_id` on `cq`; any error status fails.
-fn wait_for(cq: &dyn CompletionQueue, wr_id: u64, timeout: Duration) -> Result<(), String> {
-    let deadline = Instant::now() + timeout;
-    let mut wc = [WorkCompletion::EMPTY; 4];
-    loop {
-        let n = cq.poll(&mut wc).map_err(|e| e.to_string())?;
-        for c in &wc[..n] {
-            if c.status != WcStatus::Success {
-                return Err(format!(
-                    "work request {} completed with {:?} (vendor error {:#x})",
-                    c.wr_id, c.status, c.vendor_err
-                ));
-            }
-            if c.wr_id == wr_id {
-                return Ok(());
-            }
-        }
-        if n > 0 {
-            continue;
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return Err(format!("no completion within {} ms", timeout.as_millis()));
-        }
-        cq.wait((deadline - now).min(Duration::from_millis(100)))
-            .map_err(|e| e.to_string())?;
+    /// Work requests (and bounce buffers) per transfer.
+    fn depth(&self) -> usize {
+        self.config.pipeline_depth.clamp(1, MAX_PIPELINE_DEPTH)
     }
 }

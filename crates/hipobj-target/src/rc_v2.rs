@@ -16,11 +16,14 @@
 //!   than [`V2Config::staging_max`] is refused with 413. READY posts one
 //!   receive, connects, and waits for `RecvRdmaWithImm` with immediate ==
 //!   cookie and byte count == size; then the sink takes the bytes.
-//! - GET: the staging buffer is a bounce buffer of at most
-//!   [`V2Config::staging_max`] bytes with local access only; READY moves the
-//!   object through it in chunks of RDMA WRITE, the last one WRITE WITH
-//!   IMMEDIATE carrying the cookie (RC delivers in order, so its completion
-//!   at the client means every byte before it is there).
+//! - GET: the staging buffer is a ring of bounce slots with local access
+//!   only, as many as the target's `pipeline_depth` and each of its `chunk`
+//!   bytes (at most [`V2Config::staging_max`]); READY moves the object
+//!   through it as the target's own GETs do (the `pipeline` module): the
+//!   source fills one slot while the others' RDMA WRITEs are on the wire,
+//!   the last one WRITE WITH IMMEDIATE carrying the cookie (RC delivers in
+//!   order, so its completion at the client means every byte before it is
+//!   there).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -31,7 +34,7 @@ use hipobj_platform::memory::RegisteredBuffer;
 use hipobj_platform::rc::{self, RcPath};
 use hipobj_platform::{
     AccessFlags, CompletionQueue, Gid, ProtectionDomain, QpAttr, QpAttrMask, QpInitAttr, QpState, QueuePair,
-    RecvWr, SendOp, SendWr, VerbsError, WcOpcode, WcStatus, WorkCompletion,
+    RecvWr, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
 use hipobj_proto::rc_v2::{
     Cookie, Op, PrepareRequest, PrepareResponse, Psn, ReadyRequest, SessionId, Status, Target as ObjectPath,
@@ -46,8 +49,8 @@ pub struct V2Config {
     /// Sessions open at once (prepared or transferring); PREPARE beyond
     /// this gets 503.
     pub max_sessions: usize,
-    /// Largest staging buffer: the largest PUT (413 above), and the chunk
-    /// of a GET.
+    /// Largest staging buffer: the largest PUT (413 above), and the
+    /// largest chunk of a GET (whose chunk is otherwise the target's).
     pub staging_max: usize,
     /// How long a prepared session waits for READY.
     pub prepare_timeout: Duration,
@@ -269,7 +272,10 @@ impl V2Sessions {
                 ));
             }
             Op::Put => size as usize,
-            Op::Get => (size as usize).min(self.config.staging_max),
+            Op::Get => {
+                let (slots, chunk) = self.get_ring(size);
+                slots * chunk
+            }
         };
         if req.op == Op::Get && req.offset.unwrap_or(0).checked_add(u64::from(size)).is_none() {
             return Err(V2Failure::new(
@@ -332,6 +338,21 @@ impl V2Sessions {
         };
         lock(&self.sessions).insert(SessionId(id), session);
         Ok(response)
+    }
+
+    /// A GET's ring of `size` bytes: (slots, bytes per slot). The target's
+    /// chunk (at most `staging_max`, at most the object) and its pipeline
+    /// depth (at most one slot per chunk).
+    fn get_ring(&self, size: u32) -> (usize, usize) {
+        let chunk = self
+            .target
+            .config
+            .chunk
+            .min(self.config.staging_max)
+            .min(size as usize)
+            .max(1);
+        let chunks = (size as usize).div_ceil(chunk).max(1);
+        (self.target.depth().min(chunks), chunk)
     }
 
     /// The GID of ours that reaches `peer`: for a link-local peer GID (the
@@ -451,7 +472,7 @@ impl V2Sessions {
     /// ends here whatever happens: its QP leaves RTS.
     pub fn run<E>(&self, claimed: Claimed, io: Request<'_, E>) -> Result<u64, V2Failure<E>> {
         let Claimed {
-            session: s,
+            session: mut s,
             client_addr,
             client_rkey,
         } = claimed;
@@ -517,54 +538,44 @@ impl V2Sessions {
                     ));
                 }
                 self.connect(&s).map_err(local)?;
-                let chunk = s.res.staging.len() as u64;
-                let mut data = vec![0u8; s.res.staging.len()];
-                let mut off = 0u64;
-                let mut wr_id = 1u64;
-                while off < size {
-                    let n = (size - off).min(chunk) as usize;
-                    let piece = &mut data[..n];
-                    source.fill(off, piece).map_err(V2Failure::Store)?;
-                    s.res.staging.write_at(0, piece);
-                    let sge =
-                        s.res.staging.sge(0, n as u32).ok_or_else(|| {
-                            V2Failure::new(Status::Internal, "chunk over the staging buffer")
-                        })?;
-                    let remote_addr = client_addr.wrapping_add(off);
-                    let last = off + n as u64 == size;
-                    let op = if last {
-                        SendOp::WriteWithImm {
-                            remote_addr,
-                            rkey: client_rkey,
-                            imm: s.cookie.get(),
-                        }
-                    } else {
-                        SendOp::Write {
-                            remote_addr,
-                            rkey: client_rkey,
-                        }
-                    };
-                    s.res
-                        .qp
-                        .post_send(&SendWr {
-                            wr_id,
-                            op,
-                            sg_list: &[sge],
-                            signaled: true,
-                        })
-                        .map_err(local)?;
-                    let wc = wait_one(s.res.cq.as_ref(), deadline)?;
-                    if wc.status != WcStatus::Success || wc.wr_id != wr_id {
+                let (slots, chunk) = self.get_ring(s.size);
+                let res = &mut s.res;
+                let mut next_wr = 1u64;
+                let out = crate::pipeline::transfer(
+                    crate::pipeline::Wire {
+                        qp: res.qp.as_ref(),
+                        cq: res.cq.as_ref(),
+                        next_wr: &mut next_wr,
+                        idle_timeout: self.config.transfer_timeout,
+                        deadline: Some(deadline),
+                    },
+                    crate::pipeline::Ring::split(std::slice::from_mut(&mut res.staging), slots, chunk),
+                    crate::pipeline::Direction::Write {
+                        fill: &mut |off, data| source.fill(off, data),
+                        imm: s.cookie.get(),
+                    },
+                    client_addr,
+                    client_rkey,
+                    size,
+                );
+                // Whatever happened, the session ends here: dropping it
+                // moves its QP to ERROR before the staging buffer goes.
+                match out.result {
+                    Ok(()) => {}
+                    Err(crate::pipeline::Failure::Store(e)) => return Err(V2Failure::Store(e)),
+                    Err(crate::pipeline::Failure::Timeout(_)) => {
                         return Err(V2Failure::new(
-                            Status::Internal,
-                            format!(
-                                "the write to the client failed: {:?} (vendor error {:#x})",
-                                wc.status, wc.vendor_err
-                            ),
+                            Status::Timeout,
+                            "the transfer did not complete in time",
                         ));
                     }
-                    wr_id += 1;
-                    off += n as u64;
+                    Err(crate::pipeline::Failure::Rdma(why)) => {
+                        return Err(V2Failure::new(
+                            Status::Internal,
+                            format!("the write to the client failed: {why}"),
+                        ));
+                    }
+                    Err(crate::pipeline::Failure::Local(e)) => return Err(local(e)),
                 }
             }
             _ => {

@@ -38,8 +38,15 @@ impl std::fmt::Debug for ClientQp {
 impl ClientQp {
     /// Opens the device `name` of `verbs` and builds the QP with a buffer
     /// of `len` bytes. Panics on any failure: this is test support.
-    #[allow(clippy::expect_used)]
     pub fn new(verbs: Arc<dyn Verbs>, name: &str, len: usize) -> Self {
+        Self::with_access(verbs, name, len, AccessFlags::REMOTE_WRITE)
+    }
+
+    /// As [`new`](Self::new), the QP and buffer granting `remote` (remote
+    /// write for a GET's target, remote read for a PUT's source) besides
+    /// local write.
+    #[allow(clippy::expect_used)]
+    pub fn with_access(verbs: Arc<dyn Verbs>, name: &str, len: usize, remote: AccessFlags) -> Self {
         let (device, sel) = selection::select(verbs.as_ref(), &NoTopology, None, Some(name))
             .expect("selecting the client's device");
         let pd = device.alloc_pd().expect("a protection domain");
@@ -55,24 +62,16 @@ impl ClientQp {
                 sq_sig_all: false,
             })
             .expect("a queue pair");
-        rc::to_init(
-            qp.as_ref(),
-            sel.port,
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-        )
-        .map_err(|(_, e)| e)
-        .expect("the queue pair in INIT");
+        rc::to_init(qp.as_ref(), sel.port, AccessFlags::LOCAL_WRITE | remote)
+            .map_err(|(_, e)| e)
+            .expect("the queue pair in INIT");
         qp.post_recv(&RecvWr {
             wr_id: 7,
             sg_list: &[],
         })
         .expect("the receive for a WRITE WITH IMMEDIATE");
-        let buf = RegisteredBuffer::new(
-            pd.as_ref(),
-            len,
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-        )
-        .expect("a registered buffer");
+        let buf = RegisteredBuffer::new(pd.as_ref(), len, AccessFlags::LOCAL_WRITE | remote)
+            .expect("a registered buffer");
         Self {
             buf,
             qp,
