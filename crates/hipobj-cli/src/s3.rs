@@ -90,13 +90,20 @@ pub struct Session {
 impl Session {
     /// Loads the credentials and region, builds the S3 client, and opens the NIC.
     pub fn open(conn: &Conn) -> CliResult<Self> {
+        Self::open_with(conn, None)
+    }
+
+    /// As [`Session::open`], with the library's settings given instead of
+    /// read from the environment.
+    pub fn open_with(conn: &Conn, options: Option<hipobj::Options>) -> CliResult<Self> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
+            .thread_name(crate::cpu::RUNTIME_THREAD_NAME)
             .enable_all()
             .build()
             .map_err(|e| CliError::plain(format!("cannot start the I/O runtime: {e}")))?;
         let s3 = rt.block_on(s3_client(conn))?;
-        let rdma = hipobj_client(conn)
+        let rdma = hipobj_client(conn, options)
             .map(|h| RdmaS3Client::new(s3.clone(), h, rt.handle().clone()).fallback(!conn.require_rdma));
         if let Err(e) = &rdma
             && conn.require_rdma
@@ -117,8 +124,11 @@ impl Session {
     }
 }
 
-fn hipobj_client(conn: &Conn) -> CliResult<hipobj::Client> {
+fn hipobj_client(conn: &Conn, options: Option<hipobj::Options>) -> CliResult<hipobj::Client> {
     let mut b = hipobj::Client::builder(hipobj_system::platform()).gpu_device(conn.gpu);
+    if let Some(o) = options {
+        b = b.options(o);
+    }
     if let Some(h) = &conn.nic_hint {
         b = b.nic_hint(h.clone());
     }
