@@ -6,19 +6,21 @@
 //!
 //! - `threads`: one OS thread per transfer in flight (named `bench-<n>`),
 //!   each with its own buffer, each making blocking calls.
-//! - `async`: one tokio task per transfer in flight on the session's
-//!   two-worker runtime. Plain HTTP is asynchronous all the way down: the
-//!   two workers carry every request. hipObject's transfers are blocking
-//!   calls (`hipobj_s3` drives the SDK with `Handle::block_on` inside the
-//!   transfer), so an asynchronous program can only hand each one to the
-//!   runtime's blocking pool (`spawn_blocking`), as the crate's docs say;
-//!   that is what the async RDMA rows measure: every RDMA transfer in flight
-//!   still holds an OS thread, now a pooled one.
+//! - `async`: plain HTTP as one tokio task per transfer in flight on the
+//!   session's two-worker runtime, asynchronous all the way down: the two
+//!   workers carry every request, no thread per transfer. hipObject's
+//!   transfers are blocking calls (`hipobj_s3` drives the SDK with
+//!   `Handle::block_on` inside the transfer, and the library waits for its
+//!   completions), so an asynchronous program can only hand each one to a
+//!   pool of blocking threads and await it, as `spawn_blocking` does; the
+//!   async RDMA rows do that: one future per transfer in flight, all polled
+//!   by one thread, each sending its transfers to a pool of blocking
+//!   threads (`bench-pool-<n>`) and awaiting the answer. Every RDMA transfer
+//!   in flight still holds an OS thread.
 //!
 //! CPU time is split by thread (see `cpu.rs`): the soft NIC's workers apart
 //! from everything else, because a hardware NIC would not spend host CPU.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -53,7 +55,8 @@ pub struct Args {
     /// Object sizes, comma-separated.
     #[arg(long, default_value = "4KiB,1MiB,64MiB", value_delimiter = ',', value_parser = parse_size)]
     sizes: Vec<u64>,
-    /// Transfers in flight at once, comma-separated: each value is a row (1 to 1024).
+    /// Transfers in flight at once, comma-separated: each value is a row (1 to
+    /// 256, the most buffers hipObject registers at once).
     #[arg(long, default_value = "1", value_delimiter = ',')]
     concurrency: Vec<usize>,
     /// How the transfers are driven: threads, async or both.
@@ -205,7 +208,7 @@ impl Work {
 
 /// One RDMA transfer; `Ok(true)` when the server declined RDMA and the bytes
 /// moved over HTTP.
-fn rdma_once(c: &RdmaS3Client, reg: &mut Registration<'static>, w: &Work, key: &str) -> Result<bool, String> {
+fn rdma_once(c: &RdmaS3Client, reg: &mut Registration<'_>, w: &Work, key: &str) -> Result<bool, String> {
     let t = if w.op == "PUT" {
         c.put_object(reg, Span::whole(w.n), &w.bucket, key)
     } else {
@@ -255,43 +258,6 @@ async fn http_once(
     Ok(false)
 }
 
-/// Registered buffers, kept for the whole run and reused by every row of
-/// their size. An RDMA transfer on the blocking pool needs a registration
-/// it can own (`'static`), and a registration borrows its memory, so the
-/// memory is leaked: it lives until the process exits.
-#[derive(Default)]
-struct Slots {
-    free: HashMap<usize, Vec<Registration<'static>>>,
-}
-
-impl Slots {
-    fn take(
-        &mut self,
-        client: &hipobj::Client,
-        n: usize,
-        count: usize,
-    ) -> CliResult<Vec<Registration<'static>>> {
-        let free = self.free.entry(n).or_default();
-        let mut out = Vec::with_capacity(count);
-        while out.len() < count {
-            match free.pop() {
-                Some(r) => out.push(r),
-                None => {
-                    let mem: &'static mut [u8] = Box::leak(vec![0x5a; n].into_boxed_slice());
-                    out.push(client.register(mem).map_err(|e| {
-                        CliError::coded(e.kind(), format!("cannot register a benchmark buffer: {e}"))
-                    })?);
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    fn give_back(&mut self, n: usize, regs: Vec<Registration<'static>>) {
-        self.free.entry(n).or_default().extend(regs);
-    }
-}
-
 /// Where the benchmark threads of a row meet the thread that measures it.
 #[derive(Default)]
 struct Gate {
@@ -334,7 +300,7 @@ impl Gate {
 fn threads_row(
     session: &Session,
     client: Option<&RdmaS3Client>,
-    regs: &mut [Registration<'static>],
+    regs: &mut [Registration<'_>],
     w: &Work,
     bar: &indicatif::ProgressBar,
 ) -> (Tally, f64, Split) {
@@ -398,71 +364,114 @@ fn threads_row(
     (tally.into_inner().unwrap_or_else(|e| e.into_inner()), secs, split)
 }
 
-/// Runs one row as tokio tasks: HTTP ones on the runtime's workers, RDMA
-/// ones each handing every transfer to the blocking pool.
-fn async_row(
+/// One RDMA transfer handed from a task to the blocking pool, with the
+/// buffer it runs on and where to send the buffer back with the outcome.
+struct Job<'r, 'b> {
+    index: usize,
+    reg: &'r mut Registration<'b>,
+    done: futures::channel::oneshot::Sender<(&'r mut Registration<'b>, Result<bool, String>)>,
+}
+
+/// Runs one row as asynchronous tasks. HTTP: tokio tasks on the runtime's
+/// two workers, nothing else. RDMA: one future per transfer in flight, all
+/// polled by this thread, each handing its transfers to a pool of blocking
+/// threads (`bench-pool-<n>`, as many as transfers in flight: each blocking
+/// call needs one) and awaiting the result, which is what
+/// `spawn_blocking` would do; a pool of our own lets the futures lend their
+/// buffers for the length of the call instead of giving them away.
+fn async_row<'b>(
     session: &Session,
     client: Option<&RdmaS3Client>,
-    regs: Vec<Registration<'static>>,
+    regs: &mut [Registration<'b>],
     w: &Work,
     bar: &indicatif::ProgressBar,
-) -> (Tally, f64, Split, Vec<Registration<'static>>) {
+) -> (Tally, f64, Split) {
     let tally = Arc::new(Mutex::new(Tally::default()));
     let next = Arc::new(AtomicUsize::new(0));
-    let w = Arc::new(w.clone());
-    let body = Bytes::from(vec![0xa5u8; if client.is_none() { w.n } else { 0 }]);
-    // The GET buffers are made before the clock starts.
-    let mut dsts: Vec<Vec<u8>> = (0..w.conc)
-        .map(|_| vec![0u8; if client.is_none() && w.op == "GET" { w.n } else { 0 }])
-        .collect();
-    let a = cpu::sample();
-    let t0 = Instant::now();
-    let back = session.rt.block_on(async {
-        let mut set = tokio::task::JoinSet::new();
-        let mut regs = regs.into_iter();
-        for _ in 0..w.conc {
-            let (tally, next, w, bar) = (tally.clone(), next.clone(), w.clone(), bar.clone());
-            match client {
-                Some(c) => {
-                    let Some(mut reg) = regs.next() else { break };
-                    let c = c.clone();
-                    set.spawn(async move {
+    let (secs, split) = match client {
+        Some(c) => {
+            let (tx, rx) = std::sync::mpsc::channel::<Job<'_, 'b>>();
+            let rx = Mutex::new(rx);
+            std::thread::scope(|sc| {
+                for i in 0..w.conc {
+                    let rx = &rx;
+                    let spawned = std::thread::Builder::new()
+                        .name(format!("{}pool-{i}", cpu::BENCH_THREAD_PREFIX))
+                        .spawn_scoped(sc, move || {
+                            loop {
+                                let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                                let Ok(job) = job else { return };
+                                let key = w.key(job.index);
+                                let outcome = rdma_once(c, job.reg, w, &key);
+                                // The task may have gone; then so has its buffer's use.
+                                let _ = job.done.send((job.reg, outcome));
+                            }
+                        });
+                    if let Err(e) = spawned {
+                        next.store(w.ops, Ordering::Relaxed);
+                        let mut t = tally.lock().unwrap_or_else(|e| e.into_inner());
+                        t.first_error
+                            .get_or_insert(format!("cannot start thread {i}: {e}"));
+                        break;
+                    }
+                }
+                let a = cpu::sample();
+                let t0 = Instant::now();
+                let tasks = regs.iter_mut().map(|reg| {
+                    let (tally, next, tx) = (&tally, &next, tx.clone());
+                    async move {
+                        let mut reg = reg;
                         loop {
-                            let i = next.fetch_add(1, Ordering::Relaxed);
-                            if i >= w.ops {
-                                return Some(reg);
+                            let index = next.fetch_add(1, Ordering::Relaxed);
+                            if index >= w.ops {
+                                return;
                             }
                             let t = Instant::now();
-                            let (c2, w2) = (c.clone(), w.clone());
-                            let job = tokio::task::spawn_blocking(move || {
-                                let key = w2.key(i);
-                                let r = rdma_once(&c2, &mut reg, &w2, &key);
-                                (reg, r)
-                            });
-                            match job.await {
+                            let (done, wait) = futures::channel::oneshot::channel();
+                            if tx.send(Job { index, reg, done }).is_err() {
+                                return;
+                            }
+                            match wait.await {
                                 Ok((r, outcome)) => {
                                     reg = r;
-                                    Tally::note(&tally, t, outcome);
+                                    Tally::note(tally, t, outcome);
+                                    bar.inc(1);
                                 }
-                                Err(e) => {
-                                    // The buffer went with the failed job.
-                                    Tally::note(&tally, t, Err(format!("a transfer panicked: {e}")));
-                                    return None;
+                                Err(_) => {
+                                    Tally::note(tally, t, Err("a transfer's thread ended".into()));
+                                    return;
                                 }
                             }
-                            bar.inc(1);
                         }
-                    });
-                }
-                None => {
-                    let s3 = session.s3.clone();
-                    let body = body.clone();
+                    }
+                });
+                session.rt.block_on(futures::future::join_all(tasks));
+                let secs = t0.elapsed().as_secs_f64();
+                let b = cpu::sample();
+                drop(tx);
+                (secs, cpu::split(&a, &b, cpu::ticks_per_second()))
+            })
+        }
+        None => {
+            let w = Arc::new(w.clone());
+            let body = Bytes::from(vec![0xa5u8; w.n]);
+            // The GET buffers are made before the clock starts.
+            let mut dsts: Vec<Vec<u8>> = (0..w.conc)
+                .map(|_| vec![0u8; if w.op == "GET" { w.n } else { 0 }])
+                .collect();
+            let a = cpu::sample();
+            let t0 = Instant::now();
+            session.rt.block_on(async {
+                let mut set = tokio::task::JoinSet::new();
+                for _ in 0..w.conc {
+                    let (tally, next, w, bar) = (tally.clone(), next.clone(), w.clone(), bar.clone());
+                    let (s3, body) = (session.s3.clone(), body.clone());
                     let mut dst = dsts.pop().unwrap_or_default();
                     set.spawn(async move {
                         loop {
                             let i = next.fetch_add(1, Ordering::Relaxed);
                             if i >= w.ops {
-                                return None;
+                                return;
                             }
                             let key = w.key(i);
                             let t = Instant::now();
@@ -472,22 +481,17 @@ fn async_row(
                         }
                     });
                 }
-            }
+                while set.join_next().await.is_some() {}
+            });
+            let secs = t0.elapsed().as_secs_f64();
+            let b = cpu::sample();
+            (secs, cpu::split(&a, &b, cpu::ticks_per_second()))
         }
-        let mut back = Vec::new();
-        while let Some(r) = set.join_next().await {
-            if let Ok(Some(reg)) = r {
-                back.push(reg);
-            }
-        }
-        back
-    });
-    let secs = t0.elapsed().as_secs_f64();
-    let b = cpu::sample();
+    };
     let tally = Arc::try_unwrap(tally)
         .map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()))
         .unwrap_or_else(|m| std::mem::take(&mut *m.lock().unwrap_or_else(|e| e.into_inner())));
-    (tally, secs, cpu::split(&a, &b, cpu::ticks_per_second()), back)
+    (tally, secs, split)
 }
 
 /// The client's connection pool: `HIPOBJ_MAX_TRANSFERS` when set, else
@@ -507,7 +511,8 @@ fn pool_options(max_conc: usize) -> hipobj::Options {
 /// Runs the benchmark.
 pub fn run(args: &Args) -> CliResult {
     let url = S3Url::parse(&args.url, false)?;
-    let limit = hipobj::Options::MAX_TRANSFERS_LIMIT as usize;
+    // Each RDMA transfer in flight has a registered buffer of its own.
+    let limit = hipobj::MAX_BUFFERS;
     if args.concurrency.is_empty() || args.concurrency.iter().any(|&c| c == 0 || c > limit) {
         return Err(CliError::plain(format!(
             "--concurrency values must be 1 to {limit}"
@@ -554,7 +559,6 @@ pub fn run(args: &Args) -> CliResult {
         indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} {msg}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
-    let mut slots = Slots::default();
     let mut rows = Vec::new();
     for &size in &args.sizes {
         let n = usize::try_from(size).map_err(|_| CliError::plain("size too large"))?;
@@ -600,19 +604,27 @@ pub fn run(args: &Args) -> CliResult {
                             conc,
                         };
                         let c = client.filter(|_| rdma);
-                        let regs = match c {
-                            Some(c) => slots.take(c.hipobj(), n, conc)?,
+                        // The buffers are registered before the row's clock starts.
+                        let mut bufs: Vec<Vec<u8>> = match c {
+                            Some(_) => (0..conc).map(|_| vec![0x5a; n]).collect(),
                             None => Vec::new(),
                         };
-                        let (tally, secs, split, regs) = match driver {
-                            Driver::Threads => {
-                                let mut regs = regs;
-                                let (t, s, sp) = threads_row(&session, c, &mut regs, &w, &bar);
-                                (t, s, sp, regs)
+                        let mut regs = Vec::with_capacity(bufs.len());
+                        if let Some(c) = c {
+                            for b in &mut bufs {
+                                regs.push(c.hipobj().register(b).map_err(|e| {
+                                    CliError::coded(
+                                        e.kind(),
+                                        format!("cannot register a benchmark buffer: {e}"),
+                                    )
+                                })?);
                             }
-                            Driver::Async => async_row(&session, c, regs, &w, &bar),
+                        }
+                        let (tally, secs, split) = match driver {
+                            Driver::Threads => threads_row(&session, c, &mut regs, &w, &bar),
+                            Driver::Async => async_row(&session, c, &mut regs, &w, &bar),
                         };
-                        slots.give_back(n, regs);
+                        drop(regs);
                         row.errors = row.ops.saturating_sub(tally.lat_ms.len());
                         row.first_error = tally.first_error;
                         row.declined = tally.declined;
@@ -626,17 +638,119 @@ pub fn run(args: &Args) -> CliResult {
         }
     }
     bar.finish_and_clear();
+    let (scaling, cpu_ratio) = summary(&rows);
     if args.json {
         let v: Vec<_> = rows.iter().map(Row::json).collect();
-        println!("{:#}", json!({ "results": v }));
+        println!(
+            "{:#}",
+            json!({ "results": v, "scaling": scaling, "app_cpu_rdma_over_http": cpu_ratio })
+        );
     } else {
         print!("{}", table(&rows));
+        print!("{}", summary_text(&scaling, &cpu_ratio));
     }
     if let Some(path) = &args.plot {
         std::fs::write(path, svg(&rows, &args.concurrency))
             .map_err(|e| CliError::plain(format!("cannot write {path}: {}", s3::io_reason(&e))))?;
     }
     Ok(())
+}
+
+/// What the goals ask of a sweep: for each size, operation, mode
+/// and driver, the peak throughput and the drop from it at the largest
+/// concurrency; for each size, operation, driver and concurrency, RDMA's
+/// application CPU per GiB as a fraction of plain HTTP's.
+fn summary(rows: &[Row]) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+    let ran: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.skipped.is_none() && r.done() > 0)
+        .collect();
+    let mut scaling = Vec::new();
+    let mut seen = Vec::new();
+    for r in &ran {
+        let k = (r.size, r.op, r.mode, r.driver);
+        if seen.contains(&k) {
+            continue;
+        }
+        seen.push(k);
+        let line: Vec<&&Row> = ran
+            .iter()
+            .filter(|x| (x.size, x.op, x.mode, x.driver) == k)
+            .collect();
+        let (Some(peak), Some(last)) = (
+            line.iter().max_by(|a, b| a.mib_s().total_cmp(&b.mib_s())),
+            line.iter().max_by_key(|x| x.concurrency),
+        ) else {
+            continue;
+        };
+        scaling.push(json!({
+            "size": r.size, "op": r.op, "mode": r.mode, "driver": r.driver.name(),
+            "peak_mib_per_s": peak.mib_s(), "peak_concurrency": peak.concurrency,
+            "largest_concurrency": last.concurrency, "mib_per_s_there": last.mib_s(),
+            "drop_from_peak": 1.0 - last.mib_s() / peak.mib_s().max(1e-12),
+        }));
+    }
+    let mut ratio = Vec::new();
+    for r in ran.iter().filter(|r| r.mode == "rdma") {
+        if let Some(h) = ran.iter().find(|h| {
+            h.mode == "http"
+                && (h.size, h.op, h.driver, h.concurrency) == (r.size, r.op, r.driver, r.concurrency)
+        }) {
+            let (a, b) = (r.per_gib(r.cpu.app()), h.per_gib(h.cpu.app()));
+            let share = (b > 0.0).then(|| a / b);
+            ratio.push(json!({
+                "size": r.size, "op": r.op, "driver": r.driver.name(), "concurrency": r.concurrency,
+                "rdma_app_cpu_seconds_per_gib": a, "http_app_cpu_seconds_per_gib": b,
+                "ratio": share,
+            }));
+        }
+    }
+    (scaling, ratio)
+}
+
+fn summary_text(scaling: &[serde_json::Value], ratio: &[serde_json::Value]) -> String {
+    let mut out = String::new();
+    let size = |v: &serde_json::Value| human(v["size"].as_u64().unwrap_or(0));
+    let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(0.0);
+    if scaling
+        .iter()
+        .any(|v| v["largest_concurrency"] != v["peak_concurrency"] || f(v, "drop_from_peak") > 0.0)
+    {
+        out.push_str("\nThroughput at the largest concurrency against the peak (goal: at most 10% below):\n");
+        for v in scaling {
+            out.push_str(&format!(
+                "{:>9} {:>4} {:>5} {:>7}: peak {:.1} MiB/s at {}, {:.1} at {} ({:+.0}%)\n",
+                size(v),
+                v["op"].as_str().unwrap_or(""),
+                v["mode"].as_str().unwrap_or(""),
+                v["driver"].as_str().unwrap_or(""),
+                f(v, "peak_mib_per_s"),
+                v["peak_concurrency"],
+                f(v, "mib_per_s_there"),
+                v["largest_concurrency"],
+                -100.0 * f(v, "drop_from_peak"),
+            ));
+        }
+    }
+    if !ratio.is_empty() {
+        out.push_str("\nApplication CPU per GiB, RDMA as a share of plain HTTP (goal: at most 5%):\n");
+        for v in ratio {
+            let share = v["ratio"].as_f64().map_or_else(
+                || "n/a (HTTP row took no measurable CPU)".to_owned(),
+                |x| format!("{:.0}%", 100.0 * x),
+            );
+            out.push_str(&format!(
+                "{:>9} {:>4} {:>7} x{:<4}: {:.3} / {:.3} s/GiB = {share}\n",
+                size(v),
+                v["op"].as_str().unwrap_or(""),
+                v["driver"].as_str().unwrap_or(""),
+                v["concurrency"],
+                f(v, "rdma_app_cpu_seconds_per_gib"),
+                f(v, "http_app_cpu_seconds_per_gib"),
+            ));
+        }
+    }
+    out
 }
 
 /// The rows as a text table, one line each.

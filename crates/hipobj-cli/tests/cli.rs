@@ -445,6 +445,16 @@ fn bench_sweeps_concurrency_and_drivers_over_rdma_and_http() {
     }
     assert_eq!(rows.len(), 16, "{v}");
     assert_eq!(seen.len(), 16, "each row once: {seen:?}");
+    // The goals' figures: one scaling line per (op, mode, driver), one
+    // RDMA/HTTP CPU comparison per (op, driver, concurrency).
+    let scaling = v["scaling"].as_array().unwrap();
+    assert_eq!(scaling.len(), 8, "{v}");
+    for s in scaling {
+        assert_eq!(s["largest_concurrency"], 4, "{s}");
+        let drop = s["drop_from_peak"].as_f64().unwrap();
+        assert!((0.0..1.0).contains(&drop), "{s}");
+    }
+    assert_eq!(v["app_cpu_rdma_over_http"].as_array().unwrap().len(), 8, "{v}");
     let svg = std::fs::read_to_string(&plot).unwrap();
     assert!(
         svg.starts_with("<svg") && svg.contains("transfers in flight"),
