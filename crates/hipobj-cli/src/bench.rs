@@ -1,14 +1,51 @@
-//! `hipobj bench`: GET and PUT throughput, latency and the client's CPU
-//! time per GiB, over RDMA and over plain HTTP against the same server.
+//! `hipobj bench`: GET and PUT throughput, latency and CPU time per GiB,
+//! over RDMA and over plain HTTP against the same server, swept over how
+//! many transfers are in flight and how they are driven.
+//!
+//! Two drivers:
+//!
+//! - `threads`: one OS thread per transfer in flight (named `bench-<n>`),
+//!   each with its own buffer, each making blocking calls.
+//! - `async`: plain HTTP as one tokio task per transfer in flight on the
+//!   session's two-worker runtime, asynchronous all the way down: the two
+//!   workers carry every request, no thread per transfer. hipObject's
+//!   transfers are blocking calls (`hipobj_s3` drives the SDK with
+//!   `Handle::block_on` inside the transfer, and the library waits for its
+//!   completions), so an asynchronous program can only hand each one to a
+//!   pool of blocking threads and await it, as `spawn_blocking` does; the
+//!   async RDMA rows do that: one future per transfer in flight, all polled
+//!   by one thread, each sending its transfers to a pool of blocking
+//!   threads (`bench-pool-<n>`) and awaiting the answer. Every RDMA transfer
+//!   in flight still holds an OS thread.
+//!
+//! CPU time is split by thread (see `cpu.rs`): the soft NIC's workers apart
+//! from everything else, because a hardware NIC would not spend host CPU.
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use hipobj_s3::Span;
+use aws_sdk_s3::error::DisplayErrorContext;
+use aws_sdk_s3::primitives::ByteStream;
+use bytes::Bytes;
+use hipobj::Registration;
+use hipobj_s3::{RdmaS3Client, Span};
 use serde_json::json;
 
+use crate::cpu::{self, Split};
 use crate::error::{CliError, CliResult};
 use crate::s3::{self, Conn, S3Url, Session, human, parse_size};
+
+/// How transfers are driven.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DriverArg {
+    /// One OS thread per transfer in flight.
+    Threads,
+    /// One tokio task per transfer in flight (RDMA ones on the blocking pool).
+    Async,
+    /// Both, one after the other.
+    Both,
+}
 
 /// Arguments of `hipobj bench`.
 #[derive(Debug, clap::Args)]
@@ -18,38 +55,80 @@ pub struct Args {
     /// Object sizes, comma-separated.
     #[arg(long, default_value = "4KiB,1MiB,64MiB", value_delimiter = ',', value_parser = parse_size)]
     sizes: Vec<u64>,
-    /// Transfers in flight at once (threads, each with its own registered buffer).
-    #[arg(long, default_value_t = 1)]
-    concurrency: usize,
-    /// Transfers per size, operation and mode (default: about 256 MiB worth, 4 to 512).
+    /// Transfers in flight at once, comma-separated: each value is a row (1 to
+    /// 256, the most buffers hipObject registers at once).
+    #[arg(long, default_value = "1", value_delimiter = ',')]
+    concurrency: Vec<usize>,
+    /// How the transfers are driven: threads, async or both.
+    #[arg(long, value_enum, default_value_t = DriverArg::Threads)]
+    driver: DriverArg,
+    /// Transfers per row (default: about 256 MiB worth, 4 to 512; never
+    /// fewer than the concurrency).
     #[arg(long)]
     ops: Option<usize>,
+    /// Most buffer memory one row may use (size times concurrency); larger
+    /// rows are reported as skipped.
+    #[arg(long, default_value = "4GiB", value_parser = parse_size)]
+    max_memory: u64,
     /// Print the results as JSON.
     #[arg(long)]
     json: bool,
-    /// Also write a throughput chart to this SVG file.
+    /// Also write a chart of throughput by concurrency to this SVG file.
     #[arg(long)]
     plot: Option<String>,
     #[command(flatten)]
     conn: Conn,
 }
 
-/// One measured phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Driver {
+    Threads,
+    Async,
+}
+
+impl Driver {
+    fn name(self) -> &'static str {
+        match self {
+            Driver::Threads => "threads",
+            Driver::Async => "async",
+        }
+    }
+}
+
+/// One measured (or skipped) row.
 #[derive(Clone, Debug)]
 struct Row {
     size: u64,
     op: &'static str,
     mode: &'static str,
+    driver: Driver,
+    concurrency: usize,
+    /// Transfers asked for.
     ops: usize,
+    /// Transfers that failed (not counted in the throughput).
+    errors: usize,
+    first_error: Option<String>,
     declined: usize,
     secs: f64,
     lat_ms: Vec<f64>,
-    cpu_secs: f64,
+    cpu: Split,
+    /// RDMA rows: the client's connections (transfers beyond wait for one).
+    connections: Option<usize>,
+    skipped: Option<String>,
 }
 
 impl Row {
+    fn done(&self) -> usize {
+        self.ops.saturating_sub(self.errors)
+    }
+    fn gib(&self) -> f64 {
+        (self.size as f64 * self.done() as f64) / (1u64 << 30) as f64
+    }
     fn mib_s(&self) -> f64 {
-        (self.size as f64 * self.ops as f64) / (1 << 20) as f64 / self.secs.max(1e-9)
+        if self.skipped.is_some() {
+            return 0.0;
+        }
+        (self.size as f64 * self.done() as f64) / (1 << 20) as f64 / self.secs.max(1e-9)
     }
     fn pct(&self, p: f64) -> f64 {
         let mut v = self.lat_ms.clone();
@@ -57,131 +136,387 @@ impl Row {
         let i = ((v.len() as f64 - 1.0) * p).round() as usize;
         v.get(i).copied().unwrap_or(0.0)
     }
-    fn cpu_per_gib(&self) -> f64 {
-        let gib = (self.size as f64 * self.ops as f64) / (1u64 << 30) as f64;
-        self.cpu_secs / gib.max(1e-12)
+    fn per_gib(&self, secs: f64) -> f64 {
+        secs / self.gib().max(1e-12)
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let c = &self.cpu;
+        json!({
+            "size": self.size, "op": self.op, "mode": self.mode, "driver": self.driver.name(),
+            "concurrency": self.concurrency, "ops": self.ops, "completed": self.done(),
+            "declined": self.declined, "errors": self.errors, "first_error": self.first_error,
+            "skipped": self.skipped, "client_connections": self.connections,
+            "seconds": self.secs, "mib_per_s": self.mib_s(),
+            "latency_ms": {"p50": self.pct(0.5), "p99": self.pct(0.99)},
+            "cpu_seconds": c.total, "cpu_seconds_per_gib": self.per_gib(c.total),
+            "app_cpu_seconds": c.app(), "app_cpu_seconds_per_gib": self.per_gib(c.app()),
+            "nic_cpu_seconds": c.nic, "nic_cpu_seconds_per_gib": self.per_gib(c.nic),
+            "cpu_seconds_by_thread": {
+                "bench": c.bench, "runtime": c.runtime, "other": c.other,
+                "exited": c.exited, "nic": c.nic,
+            },
+        })
     }
 }
 
-/// CPU seconds (user + system) of every thread of this process so far,
-/// from /proc/self/stat (which counts threads that have exited too).
-fn process_cpu() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return 0.0;
-    };
-    let Some((_, rest)) = stat.rsplit_once(')') else {
-        return 0.0;
-    };
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // Fields 14 and 15 of stat(5); `rest` starts at field 3.
-    let ticks: u64 = [11, 12]
-        .iter()
-        .filter_map(|&i| f.get(i)?.parse::<u64>().ok())
-        .sum();
-    ticks as f64 / clock_ticks()
+/// What every transfer of a row shares.
+#[derive(Default)]
+struct Tally {
+    lat_ms: Vec<f64>,
+    declined: usize,
+    errors: usize,
+    first_error: Option<String>,
 }
 
-fn clock_ticks() -> f64 {
-    // sysconf(_SC_CLK_TCK) is 100 on every Linux this runs on; getconf says so
-    // without unsafe code.
-    std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(100.0)
+impl Tally {
+    fn note(m: &Mutex<Self>, started: Instant, outcome: Result<bool, String>) {
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        let mut t = m.lock().unwrap_or_else(|e| e.into_inner());
+        match outcome {
+            Ok(declined) => {
+                t.lat_ms.push(ms);
+                t.declined += usize::from(declined);
+            }
+            Err(e) => {
+                t.errors += 1;
+                t.first_error.get_or_insert(e);
+            }
+        }
+    }
 }
 
-/// Runs `ops` transfers of `size` on `conc` threads; returns the row.
-#[allow(clippy::too_many_arguments)]
-fn phase(
-    session: &Session,
-    url: &S3Url,
+/// One row's fixed inputs.
+#[derive(Clone)]
+struct Work {
+    bucket: String,
+    prefix: String,
     size: u64,
+    n: usize,
     op: &'static str,
-    rdma: bool,
     ops: usize,
     conc: usize,
+}
+
+impl Work {
+    /// Transfer `i` uses object `i mod concurrency`, so that the PUTs of a
+    /// row write every object its GETs read.
+    fn key(&self, i: usize) -> String {
+        format!("{}hipobj-bench-{}-{}", self.prefix, self.size, i % self.conc)
+    }
+}
+
+/// One RDMA transfer; `Ok(true)` when the server declined RDMA and the bytes
+/// moved over HTTP.
+fn rdma_once(c: &RdmaS3Client, reg: &mut Registration<'_>, w: &Work, key: &str) -> Result<bool, String> {
+    let t = if w.op == "PUT" {
+        c.put_object(reg, Span::whole(w.n), &w.bucket, key)
+    } else {
+        c.get_object(reg, Span::whole(w.n), &w.bucket, key, None)
+    };
+    t.map(|t| t.declined.is_some()).map_err(|e| e.to_string())
+}
+
+/// One plain HTTP transfer: a PUT of `body`, or a GET into `dst`.
+async fn http_once(
+    s3: &aws_sdk_s3::Client,
+    w: &Work,
+    key: &str,
+    body: &Bytes,
+    dst: &mut [u8],
+) -> Result<bool, String> {
+    if w.op == "PUT" {
+        s3.put_object()
+            .bucket(&w.bucket)
+            .key(key)
+            .body(ByteStream::from(body.clone()))
+            .send()
+            .await
+            .map_err(|e| format!("PutObject: {}", DisplayErrorContext(e)))?;
+        return Ok(false);
+    }
+    let out = s3
+        .get_object()
+        .bucket(&w.bucket)
+        .key(key)
+        .send()
+        .await
+        .map_err(|e| format!("GetObject: {}", DisplayErrorContext(e)))?;
+    let mut body = out.body;
+    let mut at = 0usize;
+    while let Some(c) = body.next().await {
+        let c = c.map_err(|e| format!("reading the object failed: {e}"))?;
+        let slot = dst
+            .get_mut(at..at + c.len())
+            .ok_or("the server sent more bytes than asked for")?;
+        slot.copy_from_slice(&c);
+        at += c.len();
+    }
+    if at != w.n {
+        return Err(format!("got {at} bytes of {}", w.n));
+    }
+    Ok(false)
+}
+
+/// Where the benchmark threads of a row meet the thread that measures it.
+#[derive(Default)]
+struct Gate {
+    /// (arrivals so far, the stage the measuring thread has opened).
+    state: Mutex<(usize, u32)>,
+    cv: std::sync::Condvar,
+}
+
+impl Gate {
+    /// A benchmark thread arrives and waits for `stage` to open.
+    fn arrive(&self, stage: u32) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.0 += 1;
+        self.cv.notify_all();
+        while s.1 < stage {
+            s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// The measuring thread waits for `count` arrivals in all.
+    fn wait_for(&self, count: usize) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        while s.0 < count {
+            s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// The measuring thread opens `stage`.
+    fn open(&self, stage: u32) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.1 = stage;
+        self.cv.notify_all();
+    }
+}
+
+/// Runs one row with one OS thread per transfer in flight. The threads
+/// are started and their buffers made before the clock and the CPU sample
+/// start, and they stay alive until the closing sample is taken, so each
+/// one's CPU time is read from its own `stat`.
+fn threads_row(
+    session: &Session,
+    client: Option<&RdmaS3Client>,
+    regs: &mut [Registration<'_>],
+    w: &Work,
     bar: &indicatif::ProgressBar,
-) -> CliResult<Row> {
-    let lat = Mutex::new(Vec::with_capacity(ops));
-    let declined = Mutex::new(0usize);
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let cpu0 = process_cpu();
-    let t0 = Instant::now();
-    let n = usize::try_from(size).map_err(|_| CliError::plain("size too large"))?;
-    std::thread::scope(|sc| -> CliResult {
-        let mut handles = Vec::new();
-        for w in 0..conc {
-            let (lat, declined, next) = (&lat, &declined, &next);
-            handles.push(sc.spawn(move || -> CliResult {
-                let key = S3Url {
-                    bucket: url.bucket.clone(),
-                    key: format!("{}hipobj-bench-{size}-{w}", url.key),
-                };
-                let mut buf = vec![(w as u8).wrapping_add(1); n];
-                let client = session.rdma.as_ref().ok().filter(|_| rdma);
-                let mut reg = match client {
-                    Some(c) => Some(c.client.register(&mut buf)?),
-                    None => None,
-                };
-                let mut local = vec![0u8; if reg.is_none() { n } else { 0 }];
-                while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < ops {
-                    let t = Instant::now();
-                    match (client, reg.as_mut(), op) {
-                        (Some(c), Some(r), "PUT") => {
-                            let t = session
-                                .rdma_call(c, |g| g.put_object(r, Span::whole(n), &key.bucket, &key.key))?;
-                            *declined.lock().unwrap_or_else(|e| e.into_inner()) +=
-                                usize::from(t.declined.is_some());
+) -> (Tally, f64, Split) {
+    let tally = Mutex::new(Tally::default());
+    let next = AtomicUsize::new(0);
+    let gate = Gate::default();
+    let body = Bytes::from(vec![0xa5u8; if client.is_none() { w.n } else { 0 }]);
+    let mut regs = regs.iter_mut();
+    let (secs, split) = std::thread::scope(|sc| {
+        let mut started = 0;
+        for i in 0..w.conc {
+            let reg = if client.is_some() { regs.next() } else { None };
+            let (tally, next, gate, body) = (&tally, &next, &gate, &body);
+            let spawned = std::thread::Builder::new()
+                .name(format!("{}{i}", cpu::BENCH_THREAD_PREFIX))
+                .spawn_scoped(sc, move || {
+                    let mut dst = vec![0u8; if reg.is_none() && w.op == "GET" { w.n } else { 0 }];
+                    let mut reg = reg;
+                    gate.arrive(1);
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= w.ops {
+                            break;
                         }
-                        (Some(c), Some(r), _) => {
-                            let t = session.rdma_call(c, |g| {
-                                g.get_object(r, Span::whole(n), &key.bucket, &key.key, None)
-                            })?;
-                            *declined.lock().unwrap_or_else(|e| e.into_inner()) +=
-                                usize::from(t.declined.is_some());
-                        }
-                        (_, _, "PUT") => {
-                            s3::plain_put(session, &key, &local, None)?;
-                        }
-                        _ => {
-                            s3::plain_get(session, &key, None, &mut local)?;
+                        let key = w.key(i);
+                        let t = Instant::now();
+                        let outcome = match (client, reg.as_mut()) {
+                            (Some(c), Some(r)) => rdma_once(c, r, w, &key),
+                            _ => session
+                                .rt
+                                .block_on(http_once(session.s3_client(), w, &key, body, &mut dst)),
+                        };
+                        Tally::note(tally, t, outcome);
+                        bar.inc(1);
+                    }
+                    gate.arrive(2);
+                });
+            match spawned {
+                Ok(_) => started += 1,
+                Err(e) => {
+                    // The threads that did start run nothing (every transfer
+                    // of the row counts as failed, with this reason).
+                    next.store(w.ops, Ordering::Relaxed);
+                    let mut t = tally.lock().unwrap_or_else(|e| e.into_inner());
+                    t.first_error
+                        .get_or_insert(format!("cannot start thread {i}: {e}"));
+                    break;
+                }
+            }
+        }
+        gate.wait_for(started);
+        let a = cpu::sample();
+        let t0 = Instant::now();
+        gate.open(1);
+        gate.wait_for(2 * started);
+        let secs = t0.elapsed().as_secs_f64();
+        let b = cpu::sample();
+        gate.open(2);
+        (secs, cpu::split(&a, &b, cpu::ticks_per_second()))
+    });
+    (tally.into_inner().unwrap_or_else(|e| e.into_inner()), secs, split)
+}
+
+/// One RDMA transfer handed from a task to the blocking pool, with the
+/// buffer it runs on and where to send the buffer back with the outcome.
+struct Job<'r, 'b> {
+    index: usize,
+    reg: &'r mut Registration<'b>,
+    done: futures::channel::oneshot::Sender<(&'r mut Registration<'b>, Result<bool, String>)>,
+}
+
+/// Runs one row as asynchronous tasks. HTTP: tokio tasks on the runtime's
+/// two workers, nothing else. RDMA: one future per transfer in flight, all
+/// polled by this thread, each handing its transfers to a pool of blocking
+/// threads (`bench-pool-<n>`, as many as transfers in flight: each blocking
+/// call needs one) and awaiting the result, which is what
+/// `spawn_blocking` would do; a pool of our own lets the futures lend their
+/// buffers for the length of the call instead of giving them away.
+fn async_row<'b>(
+    session: &Session,
+    client: Option<&RdmaS3Client>,
+    regs: &mut [Registration<'b>],
+    w: &Work,
+    bar: &indicatif::ProgressBar,
+) -> (Tally, f64, Split) {
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let next = Arc::new(AtomicUsize::new(0));
+    let (secs, split) = match client {
+        Some(c) => {
+            let (tx, rx) = std::sync::mpsc::channel::<Job<'_, 'b>>();
+            let rx = Mutex::new(rx);
+            std::thread::scope(|sc| {
+                for i in 0..w.conc {
+                    let rx = &rx;
+                    let spawned = std::thread::Builder::new()
+                        .name(format!("{}pool-{i}", cpu::BENCH_THREAD_PREFIX))
+                        .spawn_scoped(sc, move || {
+                            loop {
+                                let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                                let Ok(job) = job else { return };
+                                let key = w.key(job.index);
+                                let outcome = rdma_once(c, job.reg, w, &key);
+                                // The task may have gone; then so has its buffer's use.
+                                let _ = job.done.send((job.reg, outcome));
+                            }
+                        });
+                    if let Err(e) = spawned {
+                        next.store(w.ops, Ordering::Relaxed);
+                        let mut t = tally.lock().unwrap_or_else(|e| e.into_inner());
+                        t.first_error
+                            .get_or_insert(format!("cannot start thread {i}: {e}"));
+                        break;
+                    }
+                }
+                let a = cpu::sample();
+                let t0 = Instant::now();
+                let tasks = regs.iter_mut().map(|reg| {
+                    let (tally, next, tx) = (&tally, &next, tx.clone());
+                    async move {
+                        let mut reg = reg;
+                        loop {
+                            let index = next.fetch_add(1, Ordering::Relaxed);
+                            if index >= w.ops {
+                                return;
+                            }
+                            let t = Instant::now();
+                            let (done, wait) = futures::channel::oneshot::channel();
+                            if tx.send(Job { index, reg, done }).is_err() {
+                                return;
+                            }
+                            match wait.await {
+                                Ok((r, outcome)) => {
+                                    reg = r;
+                                    Tally::note(tally, t, outcome);
+                                    bar.inc(1);
+                                }
+                                Err(_) => {
+                                    Tally::note(tally, t, Err("a transfer's thread ended".into()));
+                                    return;
+                                }
+                            }
                         }
                     }
-                    lat.lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push(t.elapsed().as_secs_f64() * 1e3);
-                    bar.inc(1);
+                });
+                session.rt.block_on(futures::future::join_all(tasks));
+                let secs = t0.elapsed().as_secs_f64();
+                let b = cpu::sample();
+                drop(tx);
+                (secs, cpu::split(&a, &b, cpu::ticks_per_second()))
+            })
+        }
+        None => {
+            let w = Arc::new(w.clone());
+            let body = Bytes::from(vec![0xa5u8; w.n]);
+            // The GET buffers are made before the clock starts.
+            let mut dsts: Vec<Vec<u8>> = (0..w.conc)
+                .map(|_| vec![0u8; if w.op == "GET" { w.n } else { 0 }])
+                .collect();
+            let a = cpu::sample();
+            let t0 = Instant::now();
+            session.rt.block_on(async {
+                let mut set = tokio::task::JoinSet::new();
+                for _ in 0..w.conc {
+                    let (tally, next, w, bar) = (tally.clone(), next.clone(), w.clone(), bar.clone());
+                    let (s3, body) = (session.s3_client().clone(), body.clone());
+                    let mut dst = dsts.pop().unwrap_or_default();
+                    set.spawn(async move {
+                        loop {
+                            let i = next.fetch_add(1, Ordering::Relaxed);
+                            if i >= w.ops {
+                                return;
+                            }
+                            let key = w.key(i);
+                            let t = Instant::now();
+                            let outcome = http_once(&s3, &w, &key, &body, &mut dst).await;
+                            Tally::note(&tally, t, outcome);
+                            bar.inc(1);
+                        }
+                    });
                 }
-                Ok(())
-            }));
+                while set.join_next().await.is_some() {}
+            });
+            let secs = t0.elapsed().as_secs_f64();
+            let b = cpu::sample();
+            (secs, cpu::split(&a, &b, cpu::ticks_per_second()))
         }
-        for h in handles {
-            h.join()
-                .map_err(|_| CliError::plain("a benchmark thread panicked"))??;
-        }
-        Ok(())
-    })?;
-    let secs = t0.elapsed().as_secs_f64();
-    Ok(Row {
-        size,
-        op,
-        mode: if rdma { "rdma" } else { "http" },
-        ops,
-        declined: declined.into_inner().unwrap_or_else(|e| e.into_inner()),
-        secs,
-        lat_ms: lat.into_inner().unwrap_or_else(|e| e.into_inner()),
-        cpu_secs: process_cpu() - cpu0,
-    })
+    };
+    let tally = Arc::try_unwrap(tally)
+        .map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()))
+        .unwrap_or_else(|m| std::mem::take(&mut *m.lock().unwrap_or_else(|e| e.into_inner())));
+    (tally, secs, split)
+}
+
+/// The client's connection pool: `HIPOBJ_MAX_TRANSFERS` when set, else
+/// enough for the largest concurrency (at least the library's default).
+fn pool_options(max_conc: usize) -> hipobj::Options {
+    let mut o = hipobj::Options::from_env();
+    if std::env::var_os("HIPOBJ_MAX_TRANSFERS").is_none() {
+        let want = u32::try_from(max_conc).unwrap_or(hipobj::Options::MAX_TRANSFERS_LIMIT);
+        o.max_transfers = want.clamp(
+            hipobj::Options::DEFAULT_MAX_TRANSFERS,
+            hipobj::Options::MAX_TRANSFERS_LIMIT,
+        );
+    }
+    o
 }
 
 /// Runs the benchmark.
 pub fn run(args: &Args) -> CliResult {
     let url = S3Url::parse(&args.url, false)?;
-    if args.concurrency == 0 || args.concurrency > 256 {
-        return Err(CliError::plain("--concurrency must be 1 to 256"));
+    // Each RDMA transfer in flight has a registered buffer of its own.
+    let limit = hipobj::MAX_BUFFERS;
+    if args.concurrency.is_empty() || args.concurrency.iter().any(|&c| c == 0 || c > limit) {
+        return Err(CliError::plain(format!(
+            "--concurrency values must be 1 to {limit}"
+        )));
     }
     for &s in &args.sizes {
         if s == 0 || s > s3::MAX_PART {
@@ -191,19 +526,36 @@ pub fn run(args: &Args) -> CliResult {
             ));
         }
     }
-    let session = Session::open(&args.conn)?;
+    let max_conc = args.concurrency.iter().copied().max().unwrap_or(1);
+    let session = Session::open_with(&args.conn, Some(pool_options(max_conc)))?;
     session.warn_no_rdma();
-    let modes: Vec<bool> = if session.rdma.is_ok() {
+    // One gateway is measured: the first given (a failover in the middle of
+    // a row would mix two servers' figures).
+    let client = session.rdma.as_ref().ok().and_then(|r| r.gateways.endpoint(0));
+    let connections = client.map(|c| c.hipobj().instance().pool().size());
+    let modes: Vec<bool> = if client.is_some() {
         vec![true, false]
     } else {
         vec![false]
     };
-    let ops_for = |size: u64| {
+    let drivers = match args.driver {
+        DriverArg::Threads => vec![Driver::Threads],
+        DriverArg::Async => vec![Driver::Async],
+        DriverArg::Both => vec![Driver::Threads, Driver::Async],
+    };
+    let ops_for = |size: u64, conc: usize| {
         args.ops
             .unwrap_or_else(|| ((256u64 << 20) / size).clamp(4, 512) as usize)
-            .max(args.concurrency)
+            .max(conc)
     };
-    let total: usize = args.sizes.iter().map(|&s| ops_for(s) * 2 * modes.len()).sum();
+    let fits = |size: u64, conc: usize| size.saturating_mul(conc as u64) <= args.max_memory;
+    let total: usize = args
+        .sizes
+        .iter()
+        .flat_map(|&s| args.concurrency.iter().map(move |&c| (s, c)))
+        .filter(|&(s, c)| fits(s, c))
+        .map(|(s, c)| ops_for(s, c) * 2 * modes.len() * drivers.len())
+        .sum();
     let bar = indicatif::ProgressBar::new(total as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} {msg}")
@@ -211,82 +563,282 @@ pub fn run(args: &Args) -> CliResult {
     );
     let mut rows = Vec::new();
     for &size in &args.sizes {
-        for &rdma in &modes {
-            for op in ["PUT", "GET"] {
-                bar.set_message(format!(
-                    "{op} {} {}",
-                    human(size),
-                    if rdma { "rdma" } else { "http" }
-                ));
-                rows.push(phase(
-                    &session,
-                    &url,
-                    size,
-                    op,
-                    rdma,
-                    ops_for(size),
-                    args.concurrency,
-                    &bar,
-                )?);
+        let n = usize::try_from(size).map_err(|_| CliError::plain("size too large"))?;
+        for &driver in &drivers {
+            for &conc in &args.concurrency {
+                for &rdma in &modes {
+                    for op in ["PUT", "GET"] {
+                        let mode = if rdma { "rdma" } else { "http" };
+                        let mut row = Row {
+                            size,
+                            op,
+                            mode,
+                            driver,
+                            concurrency: conc,
+                            ops: ops_for(size, conc),
+                            errors: 0,
+                            first_error: None,
+                            declined: 0,
+                            secs: 0.0,
+                            lat_ms: Vec::new(),
+                            cpu: Split::default(),
+                            connections: if rdma { connections } else { None },
+                            skipped: None,
+                        };
+                        if !fits(size, conc) {
+                            row.skipped = Some(format!(
+                                "{conc} x {} is over --max-memory {}",
+                                human(size),
+                                human(args.max_memory)
+                            ));
+                            row.ops = 0;
+                            rows.push(row);
+                            continue;
+                        }
+                        bar.set_message(format!("{op} {} {mode} {} x{conc}", human(size), driver.name()));
+                        let w = Work {
+                            bucket: url.bucket.clone(),
+                            prefix: url.key.clone(),
+                            size,
+                            n,
+                            op,
+                            ops: row.ops,
+                            conc,
+                        };
+                        let c = client.filter(|_| rdma);
+                        // The buffers are registered before the row's clock starts.
+                        let mut bufs: Vec<Vec<u8>> = match c {
+                            Some(_) => (0..conc).map(|_| vec![0x5a; n]).collect(),
+                            None => Vec::new(),
+                        };
+                        let mut regs = Vec::with_capacity(bufs.len());
+                        if let Some(c) = c {
+                            for b in &mut bufs {
+                                regs.push(c.hipobj().register(b).map_err(|e| {
+                                    CliError::coded(
+                                        e.kind(),
+                                        format!("cannot register a benchmark buffer: {e}"),
+                                    )
+                                })?);
+                            }
+                        }
+                        let (tally, secs, split) = match driver {
+                            Driver::Threads => threads_row(&session, c, &mut regs, &w, &bar),
+                            Driver::Async => async_row(&session, c, &mut regs, &w, &bar),
+                        };
+                        drop(regs);
+                        row.errors = row.ops.saturating_sub(tally.lat_ms.len());
+                        row.first_error = tally.first_error;
+                        row.declined = tally.declined;
+                        row.lat_ms = tally.lat_ms;
+                        row.secs = secs;
+                        row.cpu = split;
+                        rows.push(row);
+                    }
+                }
             }
         }
     }
     bar.finish_and_clear();
+    let (scaling, cpu_ratio) = summary(&rows);
     if args.json {
-        let v: Vec<_> = rows
-            .iter()
-            .map(|r| {
-                json!({
-                    "size": r.size, "op": r.op, "mode": r.mode, "ops": r.ops, "declined": r.declined,
-                    "concurrency": args.concurrency, "seconds": r.secs, "mib_per_s": r.mib_s(),
-                    "latency_ms": {"p50": r.pct(0.5), "p99": r.pct(0.99)},
-                    "cpu_seconds": r.cpu_secs, "cpu_seconds_per_gib": r.cpu_per_gib(),
-                })
-            })
-            .collect();
-        println!("{:#}", json!({ "results": v }));
-    } else {
+        let v: Vec<_> = rows.iter().map(Row::json).collect();
         println!(
-            "{:>9} {:>4} {:>5} {:>5} {:>10} {:>9} {:>9} {:>12}  note",
-            "size", "op", "mode", "ops", "MiB/s", "p50 ms", "p99 ms", "CPU s/GiB"
+            "{:#}",
+            json!({ "results": v, "scaling": scaling, "app_cpu_rdma_over_http": cpu_ratio })
         );
-        for r in &rows {
-            let note = if r.declined > 0 {
-                format!("{} declined: moved over HTTP", r.declined)
-            } else {
-                String::new()
-            };
-            println!(
-                "{:>9} {:>4} {:>5} {:>5} {:>10.1} {:>9.2} {:>9.2} {:>12.3}  {note}",
-                human(r.size),
-                r.op,
-                r.mode,
-                r.ops,
-                r.mib_s(),
-                r.pct(0.5),
-                r.pct(0.99),
-                r.cpu_per_gib()
-            );
-        }
-        println!("CPU is this process's user+system time (all its threads), at 10 ms resolution.");
+    } else {
+        print!("{}", table(&rows));
+        print!("{}", summary_text(&scaling, &cpu_ratio));
     }
     if let Some(path) = &args.plot {
-        std::fs::write(path, svg(&rows, &args.sizes))
+        std::fs::write(path, svg(&rows, &args.concurrency))
             .map_err(|e| CliError::plain(format!("cannot write {path}: {}", s3::io_reason(&e))))?;
     }
     Ok(())
 }
 
-/// A line chart of throughput by size, one line per operation and mode.
-fn svg(rows: &[Row], sizes: &[u64]) -> String {
-    let (w, h, left, bottom, top, right) = (720.0, 420.0, 70.0, 50.0, 30.0, 170.0);
-    let max = rows.iter().map(Row::mib_s).fold(1.0, f64::max) * 1.1;
-    let x = |i: usize| left + (w - left - right) * (i as f64 + 0.5) / sizes.len().max(1) as f64;
-    let y = |v: f64| h - bottom - (h - bottom - top) * v / max;
+/// What the issue's goals ask of a sweep: for each size, operation, mode
+/// and driver, the peak throughput and the drop from it at the largest
+/// concurrency; for each size, operation, driver and concurrency, RDMA's
+/// application CPU per GiB as a fraction of plain HTTP's.
+fn summary(rows: &[Row]) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+    let ran: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.skipped.is_none() && r.done() > 0)
+        .collect();
+    let mut scaling = Vec::new();
+    let mut seen = Vec::new();
+    for r in &ran {
+        let k = (r.size, r.op, r.mode, r.driver);
+        if seen.contains(&k) {
+            continue;
+        }
+        seen.push(k);
+        let line: Vec<&&Row> = ran
+            .iter()
+            .filter(|x| (x.size, x.op, x.mode, x.driver) == k)
+            .collect();
+        let (Some(peak), Some(last)) = (
+            line.iter().max_by(|a, b| a.mib_s().total_cmp(&b.mib_s())),
+            line.iter().max_by_key(|x| x.concurrency),
+        ) else {
+            continue;
+        };
+        scaling.push(json!({
+            "size": r.size, "op": r.op, "mode": r.mode, "driver": r.driver.name(),
+            "peak_mib_per_s": peak.mib_s(), "peak_concurrency": peak.concurrency,
+            "largest_concurrency": last.concurrency, "mib_per_s_there": last.mib_s(),
+            "drop_from_peak": 1.0 - last.mib_s() / peak.mib_s().max(1e-12),
+        }));
+    }
+    let mut ratio = Vec::new();
+    for r in ran.iter().filter(|r| r.mode == "rdma") {
+        if let Some(h) = ran.iter().find(|h| {
+            h.mode == "http"
+                && (h.size, h.op, h.driver, h.concurrency) == (r.size, r.op, r.driver, r.concurrency)
+        }) {
+            let (a, b) = (r.per_gib(r.cpu.app()), h.per_gib(h.cpu.app()));
+            let share = (b > 0.0).then(|| a / b);
+            ratio.push(json!({
+                "size": r.size, "op": r.op, "driver": r.driver.name(), "concurrency": r.concurrency,
+                "rdma_app_cpu_seconds_per_gib": a, "http_app_cpu_seconds_per_gib": b,
+                "ratio": share,
+            }));
+        }
+    }
+    (scaling, ratio)
+}
+
+fn summary_text(scaling: &[serde_json::Value], ratio: &[serde_json::Value]) -> String {
+    let mut out = String::new();
+    let size = |v: &serde_json::Value| human(v["size"].as_u64().unwrap_or(0));
+    let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(0.0);
+    if scaling
+        .iter()
+        .any(|v| v["largest_concurrency"] != v["peak_concurrency"] || f(v, "drop_from_peak") > 0.0)
+    {
+        out.push_str("\nThroughput at the largest concurrency against the peak (goal: at most 10% below):\n");
+        for v in scaling {
+            out.push_str(&format!(
+                "{:>9} {:>4} {:>5} {:>7}: peak {:.1} MiB/s at {}, {:.1} at {} ({:+.0}%)\n",
+                size(v),
+                v["op"].as_str().unwrap_or(""),
+                v["mode"].as_str().unwrap_or(""),
+                v["driver"].as_str().unwrap_or(""),
+                f(v, "peak_mib_per_s"),
+                v["peak_concurrency"],
+                f(v, "mib_per_s_there"),
+                v["largest_concurrency"],
+                -100.0 * f(v, "drop_from_peak"),
+            ));
+        }
+    }
+    if !ratio.is_empty() {
+        out.push_str("\nApplication CPU per GiB, RDMA as a share of plain HTTP (goal: at most 5%):\n");
+        for v in ratio {
+            let share = v["ratio"].as_f64().map_or_else(
+                || "n/a (HTTP row took no measurable CPU)".to_owned(),
+                |x| format!("{:.0}%", 100.0 * x),
+            );
+            out.push_str(&format!(
+                "{:>9} {:>4} {:>7} x{:<4}: {:.3} / {:.3} s/GiB = {share}\n",
+                size(v),
+                v["op"].as_str().unwrap_or(""),
+                v["driver"].as_str().unwrap_or(""),
+                v["concurrency"],
+                f(v, "rdma_app_cpu_seconds_per_gib"),
+                f(v, "http_app_cpu_seconds_per_gib"),
+            ));
+        }
+    }
+    out
+}
+
+/// The rows as a text table, one line each.
+fn table(rows: &[Row]) -> String {
+    let mut out = format!(
+        "{:>9} {:>4} {:>5} {:>7} {:>5} {:>5} {:>10} {:>9} {:>9} {:>11} {:>11}  note\n",
+        "size", "op", "mode", "driver", "conc", "ops", "MiB/s", "p50 ms", "p99 ms", "app s/GiB", "NIC s/GiB"
+    );
+    for r in rows {
+        let mut note = Vec::new();
+        if let Some(why) = &r.skipped {
+            note.push(format!("skipped: {why}"));
+        }
+        if r.declined > 0 {
+            note.push(format!("{} declined: moved over HTTP", r.declined));
+        }
+        if r.errors > 0 {
+            note.push(format!(
+                "{} failed: {}",
+                r.errors,
+                r.first_error.as_deref().unwrap_or("?")
+            ));
+        }
+        if let Some(c) = r.connections
+            && r.concurrency > c
+        {
+            note.push(format!("{c} connections: the rest queue in the client"));
+        }
+        out.push_str(&format!(
+            "{:>9} {:>4} {:>5} {:>7} {:>5} {:>5} {:>10.1} {:>9.2} {:>9.2} {:>11.3} {:>11.3}  {}\n",
+            human(r.size),
+            r.op,
+            r.mode,
+            r.driver.name(),
+            r.concurrency,
+            r.ops,
+            r.mib_s(),
+            r.pct(0.5),
+            r.pct(0.99),
+            r.per_gib(r.cpu.app()),
+            r.per_gib(r.cpu.nic),
+            note.join("; ")
+        ));
+    }
+    out.push_str(
+        "CPU is user+system time at 10 ms resolution: NIC is the soft NIC's worker threads \
+         (a hardware NIC spends none), app every other thread of this process.\n",
+    );
+    out
+}
+
+/// A line chart of throughput (log scale) by concurrency, one line per
+/// size, operation, mode and driver.
+fn svg(rows: &[Row], concs: &[usize]) -> String {
+    let (w, h, left, bottom, top, right) = (860.0, 480.0, 70.0, 50.0, 30.0, 250.0);
+    let measured: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.skipped.is_none() && r.mib_s() > 0.0)
+        .collect();
+    let hi = measured
+        .iter()
+        .map(|r| r.mib_s())
+        .fold(1.0, f64::max)
+        .log10()
+        .ceil();
+    let lo = measured
+        .iter()
+        .map(|r| r.mib_s())
+        .fold(f64::INFINITY, f64::min)
+        .min(hi.powi(10))
+        .log10()
+        .floor()
+        .min(hi - 1.0);
+    let lo = if lo.is_finite() { lo } else { hi - 1.0 };
+    let mut xs: Vec<usize> = concs.to_vec();
+    xs.sort_unstable();
+    xs.dedup();
+    let x = |c: usize| {
+        let i = xs.iter().position(|&v| v == c).unwrap_or(0);
+        left + (w - left - right) * (i as f64 + 0.5) / xs.len().max(1) as f64
+    };
+    let y = |v: f64| h - bottom - (h - bottom - top) * (v.max(1e-9).log10() - lo) / (hi - lo).max(1e-9);
     let mut out = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
          <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{}\" y=\"18\" text-anchor=\"middle\" font-size=\"14\">hipobj bench: throughput (MiB/s) by object size</text>\n\
+         <text x=\"{}\" y=\"18\" text-anchor=\"middle\" font-size=\"14\">hipobj bench: throughput (MiB/s, log scale) by transfers in flight</text>\n\
          <line x1=\"{left}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n<line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{}\" stroke=\"black\"/>\n",
         (w - right + left) / 2.0,
         h - bottom,
@@ -294,54 +846,75 @@ fn svg(rows: &[Row], sizes: &[u64]) -> String {
         h - bottom,
         h - bottom
     );
-    for k in 0..=4 {
-        let v = max * f64::from(k) / 4.0;
+    let mut e = lo;
+    while e <= hi {
+        let v = 10f64.powf(e);
         out.push_str(&format!(
-            "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{v:.0}</text><line x1=\"{left}\" y1=\"{:.1}\" x2=\"{}\" y2=\"{:.1}\" stroke=\"#ddd\"/>\n",
-            left - 6.0, y(v) + 4.0, y(v), w - right, y(v)
+            "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text><line x1=\"{left}\" y1=\"{:.1}\" x2=\"{}\" y2=\"{:.1}\" stroke=\"#ddd\"/>\n",
+            left - 6.0,
+            y(v) + 4.0,
+            if v >= 1.0 { format!("{v:.0}") } else { format!("{v}") },
+            y(v),
+            w - right,
+            y(v)
+        ));
+        e += 1.0;
+    }
+    for &c in &xs {
+        out.push_str(&format!(
+            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{c}</text>\n",
+            x(c),
+            h - bottom + 18.0
         ));
     }
-    for (i, s) in sizes.iter().enumerate() {
-        out.push_str(&format!(
-            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
-            x(i),
-            h - bottom + 18.0,
-            human(*s)
-        ));
-    }
-    let series = [
-        ("GET", "rdma", "#1f77b4"),
-        ("GET", "http", "#aec7e8"),
-        ("PUT", "rdma", "#d62728"),
-        ("PUT", "http", "#ff9896"),
+    out.push_str(&format!(
+        "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">transfers in flight</text>\n",
+        (w - right + left) / 2.0,
+        h - 8.0
+    ));
+    const COLORS: [&str; 10] = [
+        "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+        "#17becf",
     ];
-    for (n, (op, mode, color)) in series.iter().enumerate() {
-        let pts: Vec<String> = sizes
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| {
-                rows.iter()
-                    .find(|r| r.size == *s && r.op == *op && r.mode == *mode)
-                    .map(|r| format!("{:.1},{:.1}", x(i), y(r.mib_s())))
-            })
-            .collect();
-        if pts.is_empty() {
-            continue;
+    let mut series: Vec<(u64, &str, &str, Driver)> = Vec::new();
+    for r in &measured {
+        let k = (r.size, r.op, r.mode, r.driver);
+        if !series.contains(&k) {
+            series.push(k);
         }
+    }
+    for (n, (size, op, mode, driver)) in series.iter().enumerate() {
+        let color = COLORS[n % COLORS.len()];
+        let dash = if *driver == Driver::Async {
+            " stroke-dasharray=\"6 3\""
+        } else {
+            ""
+        };
+        let mut pts: Vec<(f64, f64)> = measured
+            .iter()
+            .filter(|r| (r.size, r.op, r.mode, r.driver) == (*size, *op, *mode, *driver))
+            .map(|r| (x(r.concurrency), y(r.mib_s())))
+            .collect();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let line: Vec<String> = pts.iter().map(|(px, py)| format!("{px:.1},{py:.1}")).collect();
         out.push_str(&format!(
-            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"/>\n",
-            pts.join(" ")
+            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\"{dash} points=\"{}\"/>\n",
+            line.join(" ")
         ));
-        for p in &pts {
-            let (px, py) = p.split_once(',').unwrap_or(("0", "0"));
+        for (px, py) in &pts {
             out.push_str(&format!(
-                "<circle cx=\"{px}\" cy=\"{py}\" r=\"3\" fill=\"{color}\"/>\n"
+                "<circle cx=\"{px:.1}\" cy=\"{py:.1}\" r=\"3\" fill=\"{color}\"/>\n"
             ));
         }
-        let ly = top + 20.0 * n as f64;
+        let ly = top + 16.0 * n as f64;
         out.push_str(&format!(
-            "<line x1=\"{}\" y1=\"{ly}\" x2=\"{}\" y2=\"{ly}\" stroke=\"{color}\" stroke-width=\"3\"/><text x=\"{}\" y=\"{}\">{op} {mode}</text>\n",
-            w - right + 15.0, w - right + 40.0, w - right + 46.0, ly + 4.0
+            "<line x1=\"{}\" y1=\"{ly}\" x2=\"{}\" y2=\"{ly}\" stroke=\"{color}\" stroke-width=\"3\"{dash}/><text x=\"{}\" y=\"{}\">{} {op} {mode} {}</text>\n",
+            w - right + 10.0,
+            w - right + 35.0,
+            w - right + 40.0,
+            ly + 4.0,
+            human(*size),
+            driver.name()
         ));
     }
     out.push_str("</svg>\n");

@@ -2,6 +2,7 @@
 //! and the protocol's header values, at a terminal. See docs/cli.md.
 
 mod bench;
+mod cpu;
 mod demo;
 mod devices;
 mod error;

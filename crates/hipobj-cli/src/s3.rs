@@ -148,8 +148,15 @@ pub struct Session {
 impl Session {
     /// Loads the credentials and region, builds the S3 clients, and opens the NIC.
     pub fn open(conn: &Conn) -> CliResult<Self> {
+        Self::open_with(conn, None)
+    }
+
+    /// As [`Session::open`], with the library's settings given instead of
+    /// read from the environment.
+    pub fn open_with(conn: &Conn, options: Option<hipobj::Options>) -> CliResult<Self> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
+            .thread_name(crate::cpu::RUNTIME_THREAD_NAME)
             .enable_all()
             .build()
             .map_err(|e| CliError::plain(format!("cannot start the I/O runtime: {e}")))?;
@@ -158,7 +165,7 @@ impl Session {
             check_endpoint(url)?;
         }
         let clients = rt.block_on(s3_clients(conn, &endpoints))?;
-        let rdma = hipobj_client(conn).and_then(|h| {
+        let rdma = hipobj_client(conn, options).and_then(|h| {
             let eps = clients
                 .iter()
                 .map(|s3| {
@@ -264,6 +271,12 @@ impl Session {
         }
     }
 
+    /// The S3 client of the endpoint calls go to first (the first given,
+    /// until a failover moved on). `hipobj bench` measures that one gateway.
+    pub fn s3_client(&self) -> &aws_sdk_s3::Client {
+        &self.clients[self.current()]
+    }
+
     /// Runs an RDMA call through `FailoverClient` from the current
     /// endpoint, says on stderr where it failed over, and stays where it
     /// was served.
@@ -290,8 +303,11 @@ impl Session {
     }
 }
 
-fn hipobj_client(conn: &Conn) -> CliResult<hipobj::Client> {
+fn hipobj_client(conn: &Conn, options: Option<hipobj::Options>) -> CliResult<hipobj::Client> {
     let mut b = hipobj::Client::builder(hipobj_system::platform()).gpu_device(conn.gpu);
+    if let Some(o) = options {
+        b = b.options(o);
+    }
     if let Some(h) = &conn.nic_hint {
         b = b.nic_hint(h.clone());
     }

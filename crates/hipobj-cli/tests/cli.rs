@@ -21,6 +21,15 @@ struct Env {
 
 impl Env {
     fn new() -> Self {
+        Self::start(false)
+    }
+
+    /// The server with its RDMA side on the soft RoCE NIC.
+    fn with_rdma() -> Self {
+        Self::start(true)
+    }
+
+    fn start(rdma: bool) -> Self {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -41,6 +50,11 @@ impl Env {
             ..Config::default()
         };
         config.limits.fsync = false;
+        if rdma {
+            config.rdma.enabled = true;
+            config.rdma.device = Some(hipobj_system::SOFTROCE_DEFAULT_NAME.into());
+            config.rdma.backend = hipobj_server::config::VerbsBackend::Softroce;
+        }
         let server = rt.block_on(Server::start(config)).unwrap();
         std::fs::create_dir(data.path().join("bkt")).ok();
         Self {
@@ -335,4 +349,150 @@ fn demo_moves_an_object_over_the_soft_nic_and_verifies_it() {
         stdout.contains("binds=1"),
         "one binding served every transfer: {stdout}"
     );
+}
+
+/// The sweep over the soft NIC: every (size, op, mode, driver, concurrency)
+/// is a row, and every row carries every field, the CPU split included.
+#[test]
+fn bench_sweeps_concurrency_and_drivers_over_rdma_and_http() {
+    let env = Env::with_rdma();
+    let dir = tempfile::tempdir().unwrap();
+    let plot = dir.path().join("sweep.svg");
+    let o = run(env.cmd().args([
+        "bench",
+        "s3://bkt/sweep/",
+        "--nic-hint",
+        "softroce0",
+        "--require-rdma",
+        "--sizes",
+        "4KiB",
+        "--concurrency",
+        "1,4",
+        "--driver",
+        "both",
+        "--ops",
+        "8",
+        "--json",
+        "--plot",
+        plot.to_str().unwrap(),
+    ]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = v["results"].as_array().unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    for r in rows {
+        for field in [
+            "size",
+            "op",
+            "mode",
+            "driver",
+            "concurrency",
+            "ops",
+            "completed",
+            "declined",
+            "errors",
+            "first_error",
+            "skipped",
+            "client_connections",
+            "seconds",
+            "mib_per_s",
+            "latency_ms",
+            "cpu_seconds",
+            "cpu_seconds_per_gib",
+            "app_cpu_seconds",
+            "app_cpu_seconds_per_gib",
+            "nic_cpu_seconds",
+            "nic_cpu_seconds_per_gib",
+            "cpu_seconds_by_thread",
+        ] {
+            assert!(r.get(field).is_some(), "no {field} in {r}");
+        }
+        for p in ["p50", "p99"] {
+            assert!(r["latency_ms"][p].as_f64().unwrap() > 0.0, "{r}");
+        }
+        for t in ["bench", "runtime", "other", "exited", "nic"] {
+            assert!(r["cpu_seconds_by_thread"][t].as_f64().unwrap() >= 0.0, "{r}");
+        }
+        assert_eq!(r["size"], 4096);
+        assert_eq!(r["ops"], 8, "{r}");
+        assert_eq!(r["completed"], 8, "every transfer succeeded: {r}");
+        assert_eq!(r["errors"], 0, "{r}");
+        assert_eq!(r["declined"], 0, "the server took every RDMA transfer: {r}");
+        assert!(r["skipped"].is_null(), "{r}");
+        assert!(r["mib_per_s"].as_f64().unwrap() > 0.0, "{r}");
+        let (app, nic, total) = (
+            r["app_cpu_seconds"].as_f64().unwrap(),
+            r["nic_cpu_seconds"].as_f64().unwrap(),
+            r["cpu_seconds"].as_f64().unwrap(),
+        );
+        assert!(
+            nic >= 0.0 && (app - (total - nic).max(0.0)).abs() < 1e-9,
+            "app is all but the NIC: {r}"
+        );
+        if r["mode"] == "rdma" {
+            assert!(r["client_connections"].as_u64().unwrap() >= 16, "{r}");
+        } else {
+            assert!(r["client_connections"].is_null(), "{r}");
+            // The NIC worker idles through a plain HTTP row (a stray tick aside).
+            assert!(nic < 0.05, "NIC work in a plain HTTP row: {r}");
+        }
+        seen.insert((
+            r["op"].as_str().unwrap().to_owned(),
+            r["mode"].as_str().unwrap().to_owned(),
+            r["driver"].as_str().unwrap().to_owned(),
+            r["concurrency"].as_u64().unwrap(),
+        ));
+    }
+    assert_eq!(rows.len(), 16, "{v}");
+    assert_eq!(seen.len(), 16, "each row once: {seen:?}");
+    // The goals' figures: one scaling line per (op, mode, driver), one
+    // RDMA/HTTP CPU comparison per (op, driver, concurrency).
+    let scaling = v["scaling"].as_array().unwrap();
+    assert_eq!(scaling.len(), 8, "{v}");
+    for s in scaling {
+        assert_eq!(s["largest_concurrency"], 4, "{s}");
+        let drop = s["drop_from_peak"].as_f64().unwrap();
+        assert!((0.0..1.0).contains(&drop), "{s}");
+    }
+    assert_eq!(v["app_cpu_rdma_over_http"].as_array().unwrap().len(), 8, "{v}");
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("transfers in flight"),
+        "{svg}"
+    );
+    for label in ["4 KiB GET rdma threads", "4 KiB PUT http async"] {
+        assert!(svg.contains(label), "no {label} line in the plot");
+    }
+}
+
+/// A row whose buffers would pass --max-memory is reported, not run.
+#[test]
+fn bench_reports_rows_over_the_memory_limit_as_skipped() {
+    let env = Env::new();
+    let o = run(env.cmd().args([
+        "bench",
+        "s3://bkt/skip/",
+        "--sizes",
+        "64KiB",
+        "--concurrency",
+        "1,32",
+        "--max-memory",
+        "1MiB",
+        "--ops",
+        "2",
+        "--json",
+    ]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = v["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 4, "{v}");
+    for r in rows {
+        if r["concurrency"] == 32 {
+            assert!(r["skipped"].as_str().unwrap().contains("--max-memory"), "{r}");
+            assert_eq!(r["completed"], 0, "{r}");
+        } else {
+            assert!(r["skipped"].is_null(), "{r}");
+            assert_eq!(r["completed"], 2, "{r}");
+        }
+    }
 }

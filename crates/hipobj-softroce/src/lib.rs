@@ -29,4 +29,6 @@ mod worker;
 pub use engine::Counters;
 pub use link::faults::FaultConfig;
 pub use mem::HostBuffer;
-pub use verbs::{AddrChoice, DEFAULT_NAME, LinkKind, SoftConfig, SoftDevice, SoftVerbs};
+pub use verbs::{
+    AddrChoice, DEFAULT_NAME, LinkKind, SoftConfig, SoftDevice, SoftVerbs, WORKER_THREAD_PREFIX,
+};

@@ -46,6 +46,28 @@ use crate::worker::{Link, Nic, Worker};
 /// The default device name.
 pub const DEFAULT_NAME: &str = "softroce0";
 
+/// What the name of every device's worker thread (the soft NIC's DMA
+/// engine) starts with; the device's name follows. The kernel keeps 15
+/// bytes of a thread's name, so the prefix survives in `/proc/*/task/*/comm`
+/// whatever the device is called, and a profiler or `hipobj bench` can tell
+/// the NIC's CPU time (which a hardware NIC would not take from the host)
+/// from the application's.
+pub const WORKER_THREAD_PREFIX: &str = "nic:";
+
+/// The worker thread's name: the prefix and as much of the device's name as
+/// fits in the kernel's 15 bytes (a longer name is not truncated for us: the
+/// thread would keep its parent's name).
+fn worker_thread_name(device: &str) -> String {
+    let mut name = String::from(WORKER_THREAD_PREFIX);
+    for c in device.chars().filter(|&c| c != '\0') {
+        if name.len() + c.len_utf8() > 15 {
+            break;
+        }
+        name.push(c);
+    }
+    name
+}
+
 /// How a device picks its IPv4 address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AddrChoice {
@@ -367,7 +389,7 @@ impl DevInner {
             config.faults,
             config.gso,
             pcap,
-            format!("{}-dma", config.name),
+            worker_thread_name(&config.name),
         )
         .map_err(|e| os_err(op, &e, "cannot start the worker thread".into()))?;
         Ok(Self {
@@ -753,6 +775,15 @@ impl QueuePair for SoftQp {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn worker_thread_names_fit_the_kernel_and_keep_the_prefix() {
+        assert_eq!(worker_thread_name("softroce0"), "nic:softroce0");
+        assert_eq!(worker_thread_name("a-very-long-device-name"), "nic:a-very-long");
+        // Never split a character, never carry a NUL.
+        assert_eq!(worker_thread_name("d\0évicééé"), "nic:dévicéé");
+        assert!(worker_thread_name("ééééééééé").len() <= 15);
+    }
 
     #[test]
     fn pid_candidates_stay_in_127_8_and_avoid_localhost() {

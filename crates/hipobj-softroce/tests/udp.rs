@@ -585,3 +585,44 @@ fn a_sealed_write_from_a_foreign_address_changes_nothing_and_is_counted() {
     let c = b.soft.counters();
     assert_eq!((c.duplicates, c.drop_foreign_source), (0, 1), "{c:?}");
 }
+
+/// A profiler (and `hipobj bench`'s CPU split) tells the soft NIC's CPU from
+/// the application's by the worker thread's name; the kernel keeps 15 bytes
+/// of it, so the prefix must come first whatever the device is called.
+#[test]
+fn the_worker_thread_is_named_by_a_prefix_that_survives_truncation() {
+    use hipobj_platform::Verbs;
+    let name = "a-device-name-longer-than-fifteen-bytes";
+    let v = hipobj_softroce::SoftVerbs::new(SoftConfig {
+        name: name.into(),
+        ..SoftConfig::default()
+    });
+    let comms = || -> Vec<String> {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
+            .map(|c| c.trim_end().to_owned())
+            .collect()
+    };
+    let prefix = hipobj_softroce::WORKER_THREAD_PREFIX;
+    // Other tests run devices of their own names meanwhile: look for this one's.
+    let want: String = format!("{prefix}{name}").chars().take(15).collect();
+    assert!(!comms().contains(&want));
+    let d = v.open_device(name).unwrap();
+    // The new thread names itself as it starts: give it the time to.
+    let mut named = Vec::new();
+    for _ in 0..1000 {
+        named = comms().into_iter().filter(|c| c.starts_with(prefix)).collect();
+        if named.contains(&want) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        named.contains(&want),
+        "no worker named {want:?} among {named:?} of {:?}",
+        comms()
+    );
+    drop(d);
+    drop(v);
+}

@@ -31,6 +31,10 @@ pub const IBVERBS_LIBRARY_VAR: &str = "HIPOBJ_IBVERBS_LIBRARY";
 /// it; docs/soft-roce.md).
 pub const SOFTROCE_DEFAULT_NAME: &str = hipobj_softroce::DEFAULT_NAME;
 
+/// What the soft RoCE NIC's worker threads' names start with: their CPU
+/// time is the NIC's, not the application's (docs/soft-roce.md).
+pub const SOFTROCE_WORKER_THREAD_PREFIX: &str = hipobj_softroce::WORKER_THREAD_PREFIX;
+
 /// Several Verbs backends behind one, routed by device name: the first
 /// backend that lists a device opens it. A backend that failed to load is
 /// remembered with its reason, so that opening a device no loaded backend
