@@ -19,6 +19,7 @@ mod bindings;
 mod caller;
 pub mod double;
 pub mod rc_v2;
+pub mod sigv4;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};

@@ -34,7 +34,8 @@ use hipobj_platform::{
     RecvWr, SendOp, SendWr, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
 use hipobj_proto::rc_v2::{
-    Cookie, Op, PrepareRequest, PrepareResponse, Psn, ReadyRequest, SessionId, Status, Target as ObjectPath,
+    self as proto, CancelRequest, Cookie, Op, PrepareRequest, PrepareResponse, Psn, ReadyRequest, SessionId,
+    Status, Target as ObjectPath,
 };
 use hipobj_proto::{Token, Transport};
 
@@ -594,6 +595,112 @@ impl V2Sessions {
         };
         rc::to_rts(s.res.qp.as_ref(), &path, t.vendor, &t.limits).map_err(|(_, e)| e)
     }
+}
+
+/// A control request as HTTP delivered it, before any check.
+#[derive(Clone, Copy, Debug)]
+pub struct ControlHttp<'a> {
+    /// The method (`POST`).
+    pub method: &'a str,
+    /// The URI's path.
+    pub path: &'a str,
+    /// The URI's query, if it has one.
+    pub query: Option<&'a str>,
+    /// The `(name, value)` pairs, lowercase names, one pair per value (as
+    /// an `http::HeaderMap` holds them).
+    pub headers: &'a [(&'a str, &'a [u8])],
+}
+
+/// A control request that passed every check of [`check_control`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Control {
+    /// `/.hipobj-rc/prepare`.
+    Prepare(PrepareRequest),
+    /// `/.hipobj-rc/ready`.
+    Ready(ReadyRequest),
+    /// `/.hipobj-rc/cancel`.
+    Cancel(CancelRequest),
+}
+
+/// Why [`check_control`] refused a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refused {
+    /// The status to answer with.
+    pub status: Status,
+    /// Why, for the response body.
+    pub why: String,
+    /// Whether it is a decline (501: RDMA off, or not hipobj-rc-v2), which
+    /// the server counts apart from errors.
+    pub declined: bool,
+}
+
+impl Refused {
+    fn new(status: Status, why: impl Into<String>) -> Self {
+        Self {
+            status,
+            why: why.into(),
+            declined: false,
+        }
+    }
+}
+
+/// Everything the server checks on a control request before a session is
+/// touched, in its order: the path (404), the method (400), RDMA on (501),
+/// [`proto::PROTOCOL_HEADER`] (501), no body (400), the SigV4 signature at
+/// `now` seconds since the epoch against `keys` (403), then the headers of
+/// the path's message (their [`proto::V2Error`] status). `Ok` with the
+/// access key that signed it and the message. A refusal changes nothing.
+pub fn check_control(
+    req: &ControlHttp<'_>,
+    enabled: bool,
+    keys: &HashMap<String, String>,
+    now: u64,
+) -> Result<(String, Control), Refused> {
+    #[derive(Clone, Copy)]
+    enum Which {
+        Prepare,
+        Ready,
+        Cancel,
+    }
+    let which = match req.path {
+        proto::PREPARE_PATH => Which::Prepare,
+        proto::READY_PATH => Which::Ready,
+        proto::CANCEL_PATH => Which::Cancel,
+        _ => return Err(Refused::new(Status::NotFound, "no such control path")),
+    };
+    if req.method != proto::METHOD {
+        return Err(Refused::new(Status::BadRequest, "control requests are POSTs"));
+    }
+    let decline = |why: &str| Refused {
+        declined: true,
+        ..Refused::new(Status::Unsupported, why)
+    };
+    if !enabled {
+        return Err(decline("RDMA is not enabled on this server; use plain HTTP"));
+    }
+    let headers = || req.headers.iter().copied();
+    if !proto::is_v2(headers()) {
+        return Err(decline("x-amz-rdma-protocol is not hipobj-rc-v2"));
+    }
+    let first = |name: &str| {
+        req.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| *v)
+    };
+    let has_body = first("content-length").is_some_and(|v| v != b"0") || first("transfer-encoding").is_some();
+    if has_body {
+        return Err(Refused::new(Status::BadRequest, "control requests have no body"));
+    }
+    let key = crate::sigv4::verify_at(req.method, req.path, req.query, req.headers, keys, now)
+        .map_err(|why| Refused::new(Status::Forbidden, why))?;
+    let bad = |e: proto::V2Error| Refused::new(e.status(), e.to_string());
+    let control = match which {
+        Which::Prepare => Control::Prepare(PrepareRequest::from_headers(headers()).map_err(bad)?),
+        Which::Ready => Control::Ready(ReadyRequest::from_headers(headers()).map_err(bad)?),
+        Which::Cancel => Control::Cancel(CancelRequest::from_headers(headers()).map_err(bad)?),
+    };
+    Ok((key, control))
 }
 
 /// The next completion on `cq`, or 408 at `deadline`.
