@@ -301,3 +301,35 @@ fn cookies_and_psns_are_nonzero_and_differ_between_sessions() {
         assert!(seen.insert(s.cookie()));
     }
 }
+
+/// Found by the fuzz target `rcv2_control`: a READY answer handed over
+/// before the PUT's write was started is out of order, and `finish_from`
+/// must refuse it as `finish` does (InvalidValue, the session as it was,
+/// the CANCEL still owed), whatever its headers, not report it as the
+/// server's unusable answer.
+#[test]
+fn a_ready_answer_before_the_puts_write_is_refused_as_out_of_order_whatever_it_says() {
+    let (lib, server) = pair();
+    let inst = lib.instance().unwrap();
+    let src = host_buf(4096);
+    inst.register_host(src).unwrap();
+    let mut s = inst.rc_v2_session(Direction::Put, src.addr(), 4096, 0).unwrap();
+    let a = prepared(&server, &s, 4096);
+    s.prepared(200, Some(&a)).unwrap();
+    let garbage: [(&str, &[u8]); 1] = [("x-amz-rdma-bytes", b"4096")];
+    let e = s.finish_from(200, garbage).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidValue, "{e}");
+    assert_eq!(
+        s.cancel_id(),
+        Some(a.session),
+        "the server's session is still owed a CANCEL"
+    );
+    // The session is still usable in order.
+    let ready = s.ready_request().unwrap().to_headers();
+    let (status, h) = std::thread::scope(|sc| {
+        let h = sc.spawn(|| server.handle(rc_v2::READY_PATH, &ready));
+        s.start().map(|()| h.join().unwrap())
+    })
+    .unwrap();
+    assert_eq!(s.finish_from(status, bytes(&h)).unwrap(), 4096);
+}
