@@ -23,6 +23,7 @@ put("token_decode", "v4-token", TOKEN_V4)
 put("token_decode", "upper-case", TOKEN.upper())
 put("token_decode", "one-short", TOKEN[:-1])
 put("token_decode", "non-hex", TOKEN[:40] + "zz" + TOKEN[42:])
+put("token_decode", "two-headers", TOKEN + "\n" + TOKEN)
 
 # reply_parse: every form of docs/protocol.md section 2, and near misses.
 for name, text in [
