@@ -724,3 +724,112 @@ fn wait_one<E>(cq: &dyn CompletionQueue, deadline: Instant) -> Result<WorkComple
             .map_err(|e| V2Failure::new(Status::Internal, format!("waiting failed: {e}")))?;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sigv4;
+
+    const NOW: u64 = 1_796_064_060;
+
+    fn keys() -> HashMap<String, String> {
+        HashMap::from([("k".to_owned(), "s".to_owned())])
+    }
+
+    /// A CANCEL signed by `k` for `path`, over the usual headers and
+    /// `extra`.
+    fn cancel(path: &str, extra: &[(&str, &str)]) -> Vec<(String, Vec<u8>)> {
+        let date = sigv4::amz_date(NOW);
+        let mut h: Vec<(String, String)> = vec![
+            ("host".into(), "127.0.0.1".into()),
+            ("x-amz-date".into(), date.clone()),
+            (proto::PROTOCOL_HEADER.into(), proto::PROTOCOL.into()),
+            (proto::SESSION_HEADER.into(), "ab".repeat(16)),
+        ];
+        h.extend(extra.iter().map(|(n, v)| ((*n).to_owned(), (*v).to_owned())));
+        let auth = sigv4::sign("POST", path, &h, "k", "s", &date);
+        h.push(("authorization".into(), auth));
+        h.into_iter().map(|(n, v)| (n, v.into_bytes())).collect()
+    }
+
+    fn check(
+        method: &str,
+        path: &str,
+        h: &[(String, Vec<u8>)],
+        enabled: bool,
+    ) -> Result<String, (u16, bool)> {
+        let pairs: Vec<(&str, &[u8])> = h.iter().map(|(n, v)| (n.as_str(), v.as_slice())).collect();
+        let req = ControlHttp {
+            method,
+            path,
+            query: None,
+            headers: &pairs,
+        };
+        check_control(&req, enabled, &keys(), NOW)
+            .map(|(k, _)| k)
+            .map_err(|r| (r.status.code(), r.declined))
+    }
+
+    #[test]
+    fn control_requests_are_checked_in_the_servers_order() {
+        let p = proto::CANCEL_PATH;
+        let good = cancel(p, &[]);
+        assert_eq!(check("POST", p, &good, true), Ok("k".to_owned()));
+        assert_eq!(check("POST", "/.hipobj-rc/other", &good, true), Err((404, false)));
+        assert_eq!(check("GET", p, &good, true), Err((400, false)));
+        assert_eq!(check("POST", p, &good, false), Err((501, true)));
+        let v1: Vec<_> = good
+            .iter()
+            .map(|(n, v)| {
+                let v = if n == proto::PROTOCOL_HEADER {
+                    b"hipobj-rc-v1".to_vec()
+                } else {
+                    v.clone()
+                };
+                (n.clone(), v)
+            })
+            .collect();
+        assert_eq!(check("POST", p, &v1, true), Err((501, true)));
+        // A body is refused before the signature is looked at.
+        assert_eq!(
+            check("POST", p, &cancel(p, &[("content-length", "5")]), true),
+            Err((400, false))
+        );
+        assert_eq!(
+            check("POST", p, &cancel(p, &[("content-length", "0")]), true),
+            Ok("k".to_owned())
+        );
+        // Signed for another path, or unsigned: 403.
+        assert_eq!(
+            check("POST", p, &cancel(proto::READY_PATH, &[]), true),
+            Err((403, false))
+        );
+        let unsigned: Vec<_> = good
+            .iter()
+            .filter(|(n, _)| n != "authorization")
+            .cloned()
+            .collect();
+        assert_eq!(check("POST", p, &unsigned, true), Err((403, false)));
+        // Signed, but the message is malformed: its own status, after the
+        // signature (so an unsigned probe learns nothing of the parser).
+        let mut bad = cancel(p, &[]);
+        for (n, v) in &mut bad {
+            if n == proto::SESSION_HEADER {
+                v.pop();
+            }
+        }
+        assert_eq!(check("POST", p, &bad, true), Err((403, false)));
+        let short = "ab".repeat(15);
+        let date = sigv4::amz_date(NOW);
+        let mut h: Vec<(String, String)> = vec![
+            ("host".into(), "127.0.0.1".into()),
+            ("x-amz-date".into(), date.clone()),
+            (proto::PROTOCOL_HEADER.into(), proto::PROTOCOL.into()),
+            (proto::SESSION_HEADER.into(), short),
+        ];
+        let auth = sigv4::sign("POST", p, &h, "k", "s", &date);
+        h.push(("authorization".into(), auth));
+        let h: Vec<_> = h.into_iter().map(|(n, v)| (n, v.into_bytes())).collect();
+        assert_eq!(check("POST", p, &h, true), Err((400, false)));
+    }
+}
