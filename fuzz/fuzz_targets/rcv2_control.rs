@@ -60,9 +60,8 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hipobj::{Direction, ErrorKind};
 use hipobj_platform::fake::{FakeDeviceSpec, FakeGpu, FakePlatform, FakeTopology, FakeVerbs, Faults};
@@ -841,31 +840,16 @@ impl Server {
                 _ => (m.size as u32).wrapping_sub(1),
             };
             let broken = sel >> 4 == 0xf;
-            let delivered = Arc::new(AtomicBool::new(false));
+            // The fake NIC delivers it the moment the session's QP reaches
+            // RTS, inside `run`.
+            let delivered = if broken {
+                self.p.verbs.arm_break(m.server_qpn);
+                false
+            } else {
+                self.p.verbs.arm_write_with_imm(m.server_qpn, imm, len)
+            };
             let mut sink = Stored::default();
-            let r = std::thread::scope(|sc| {
-                let verbs = self.p.verbs.clone();
-                let d = delivered.clone();
-                sc.spawn(move || {
-                    let deadline = Instant::now() + Duration::from_secs(5);
-                    while Instant::now() < deadline {
-                        if matches!(verbs.qp_state(m.server_qpn), Some(QpState::Rts)) {
-                            if broken {
-                                verbs.break_qp(m.server_qpn);
-                            } else if verbs.deliver_write_with_imm(m.server_qpn, imm, len) {
-                                d.store(true, Ordering::SeqCst);
-                            }
-                            return;
-                        }
-                        if verbs.qp_state(m.server_qpn).is_none_or(|s| s == QpState::Err) {
-                            return;
-                        }
-                        std::thread::yield_now();
-                    }
-                });
-                self.sessions.run(claimed, Request::Put(&mut sink))
-            });
-            let delivered = delivered.load(Ordering::SeqCst);
+            let r = self.sessions.run(claimed, Request::Put(&mut sink));
             debug(format_args!(
                 "PUT imm {imm:#x} len {len}: {delivered} -> {:?}",
                 r.as_ref().err()
