@@ -23,6 +23,7 @@ put("token_decode", "v4-token", TOKEN_V4)
 put("token_decode", "upper-case", TOKEN.upper())
 put("token_decode", "one-short", TOKEN[:-1])
 put("token_decode", "non-hex", TOKEN[:40] + "zz" + TOKEN[42:])
+put("token_decode", "two-headers", TOKEN + "\n" + TOKEN)
 
 # reply_parse: every form of docs/protocol.md section 2, and near misses.
 for name, text in [
@@ -253,3 +254,82 @@ put("target_request", "refused-tokens", get(1, tsel=5 << 3, length=b"") + get(1,
     + get(1, tsel=6 << 3, length=bytes([0])) + get(1, length=L4K, odd=0x30) + get(1, length=L4K, caller=2))
 put("target_request", "two-callers-one-binding", get(10, length=L4K) + get(10, client=1, length=L4K)
     + get(10, length=L4K) + get(10, length=L4K))
+
+
+# rcv2_control: a flags byte (even: the server side, odd: the client side;
+# 2: memory windows on the client), then steps (see the target's `server`
+# and `client`).
+HONEST = bytes([0, 0x0C, 9])       # no mutation, alice, plain HTTP, signed as the client does
+BOB = bytes([0, 0x0D, 9])          # the same, signed by bob
+
+
+def v2_prepare(put_=True, size=100, cookie=0x1A2B3C4D, psn=1, qsel=3, gid=0, sign=HONEST):
+    return bytes([0, 1 if put_ else 0]) + u16(size) + u32(cookie) + u32(psn) + bytes([qsel, gid]) + sign
+
+
+def v2_ready(sel=0, idx=0, sign=HONEST, then=b"\0", extra=b""):
+    # a session the harness holds (the idx-th), the READY chosen by sel, the
+    # client's buffer (address, rkey), then the PUT's write chosen by `then`
+    return bytes([2, 0, idx, sel]) + extra + u32(0x100) + u32(0x55) + sign + then
+
+
+def v2_cancel(idx=0, sign=HONEST):
+    return bytes([3, 0, idx]) + sign
+
+
+put("rcv2_control", "server-put", bytes([0]) + v2_prepare() + v2_ready())
+put("rcv2_control", "server-get", bytes([0]) + v2_prepare(put_=False) + v2_ready())
+put("rcv2_control", "server-put-wrong-immediate", bytes([0]) + v2_prepare() + v2_ready(then=bytes([2])))
+put("rcv2_control", "server-put-short-write", bytes([0]) + v2_prepare() + v2_ready(then=bytes([0x0C])))
+put("rcv2_control", "server-put-broken-qp", bytes([0]) + v2_prepare() + v2_ready(then=bytes([0xF0])))
+put("rcv2_control", "server-ready-wrong-cookie", bytes([0]) + v2_prepare() + v2_ready(sel=3, extra=bytes([7])))
+put("rcv2_control", "server-ready-and-cancel-by-another-key", bytes([0]) + v2_prepare() + v2_ready(sign=BOB)
+    + v2_cancel(sign=BOB) + v2_ready())
+put("rcv2_control", "server-cancel-then-ready", bytes([0]) + v2_prepare() + v2_cancel() + v2_ready())
+put("rcv2_control", "server-get-without-buffer", bytes([0]) + v2_prepare(put_=False) + v2_ready(sel=0x20))
+put("rcv2_control", "server-forged", bytes([0]) + b"".join(
+    v2_prepare(sign=bytes([0, 0x0C, f]) + (u16(5) if f in (3, 4) else b"") + (bytes([2]) if f == 6 else b""))
+    for f in range(8)) + v2_prepare(sign=bytes([0, 0x0C, 8]) + u16(100)))
+put("rcv2_control", "server-session-limit", bytes([0]) + v2_prepare() * 4 + v2_cancel() + v2_prepare())
+put("rcv2_control", "server-bad-tokens", bytes([0]) + v2_prepare(qsel=0) + v2_prepare(qsel=1) + v2_prepare(qsel=2)
+    + v2_prepare(gid=5) + v2_prepare(gid=7) + v2_prepare(gid=6) + v2_prepare(gid=4) + v2_prepare(size=5000)
+    + v2_prepare(cookie=0) + v2_prepare(psn=0))
+put("rcv2_control", "server-mutated-prepare", bytes([0])
+    + v2_prepare(sign=bytes([0xA0, 2, 3, 5]) + b"0x100" + bytes([0x0C, 9])))
+put("rcv2_control", "server-http", bytes([0]) + v2_prepare(sign=bytes([0, 0x00, 9])) + v2_prepare(sign=bytes([0, 0x02, 3, 9]))
+    + v2_prepare(sign=bytes([0, 0x04, 9])) + v2_prepare(sign=bytes([0, 0x06, 9])) + v2_prepare(sign=bytes([0, 0x08, 9]))
+    + v2_prepare(sign=bytes([0, 0x0A, 9])))
+
+SESSION_ID = bytes(range(1, 17))
+
+
+def v2_round(put_=False, size=4096, offset=0, a=0x14, which=0, lensel=1, psn=5, events=b"\0", b=0x04, extra_a=b"", extra_b=b"",
+             ready_mut=b"\0"):
+    # one session: its size and offset, the PREPARE answer (status and token
+    # chosen by a), what reaches the QP (a count, then events), the READY
+    # answer chosen by b
+    return bytes([1 if put_ else 0]) + u16(size) + u16(offset) + bytes([a]) + extra_a + bytes([which]) \
+        + u32(0x1234) + u32(0x10000) + bytes([lensel]) + SESSION_ID + u32(psn) + bytes([0]) + events \
+        + bytes([b]) + extra_b + bytes([0]) + ready_mut
+
+
+PROOF = bytes([1, 0])
+put("rcv2_control", "client-get", bytes([3]) + v2_round(events=PROOF))
+put("rcv2_control", "client-get-fallback", bytes([1]) + v2_round(events=PROOF) + v2_round(size=100, offset=7, events=PROOF))
+put("rcv2_control", "client-get-no-write", bytes([3]) + v2_round())
+put("rcv2_control", "client-get-wrong-immediate", bytes([3]) + v2_round(events=bytes([1, 0x10])))
+put("rcv2_control", "client-get-short-write", bytes([3]) + v2_round(events=bytes([1, 0x60])))
+put("rcv2_control", "client-get-write-on-another-qp", bytes([3]) + v2_round(events=bytes([1, 0xC0, 0])))
+put("rcv2_control", "client-get-broken-qp", bytes([3]) + v2_round(events=bytes([2, 0, 5])))
+put("rcv2_control", "client-get-overcount", bytes([3]) + v2_round(events=PROOF, b=0x84))
+put("rcv2_control", "client-get-wrong-echo", bytes([3]) + v2_round(events=PROOF, b=0x34, extra_b=u32(7)))
+put("rcv2_control", "client-put", bytes([1]) + v2_round(put_=True, events=bytes([1, 6])))
+put("rcv2_control", "client-put-short-staging", bytes([1]) + v2_round(put_=True, lensel=0))
+put("rcv2_control", "client-bogus-servers", bytes([3]) + b"".join(v2_round(a=0x04, which=w) for w in range(6)))
+put("rcv2_control", "client-prepare-refused", bytes([3]) + v2_round(a=0x10) + v2_round(a=0x13, extra_a=u16(302)))
+put("rcv2_control", "client-bad-sizes", bytes([3]) + v2_round(size=0) + v2_round(size=16384, offset=1)
+    + v2_round(events=PROOF))
+# the READY answer, its protocol header dropped, before the PUT's write was
+# started: finish_from once called it the server's unusable answer (S3Error)
+# and left the session as it was; it is refused as out of order now
+put("rcv2_control", "client-put-ready-before-start", bytes([1]) + v2_round(put_=True, ready_mut=bytes([0xA0, 0, 0])))

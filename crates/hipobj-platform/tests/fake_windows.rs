@@ -134,3 +134,65 @@ fn fake_windows_record_binds_rights_ranges_and_how_they_ended() {
     assert!(!dev.attr().unwrap().mw_type2);
     assert!(dev.alloc_pd().unwrap().alloc_mw().is_err());
 }
+
+/// An armed peer write arrives the moment the QP reaches RTS, not before;
+/// an armed break flushes the posted receive then.
+#[test]
+fn armed_peer_events_happen_when_the_qp_reaches_rts() {
+    use hipobj_platform::RecvWr;
+    let verbs = FakeVerbs::new(vec![FakeDeviceSpec::default()], Faults::default());
+    let dev = verbs.open_device("fake0").unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(16).unwrap();
+    let attr = || QpInitAttr {
+        send_cq: cq.clone(),
+        recv_cq: cq.clone(),
+        max_send_wr: 4,
+        max_recv_wr: 4,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        sq_sig_all: false,
+    };
+    let recv = RecvWr {
+        wr_id: 7,
+        sg_list: &[],
+    };
+    let mut wc = [WorkCompletion::EMPTY; 2];
+    let init = |qp: &dyn hipobj_platform::QueuePair| {
+        let a = QpAttr {
+            qp_state: QpState::Init,
+            ..QpAttr::default()
+        };
+        use QpAttrMask as M;
+        qp.modify(&a, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS)
+            .unwrap();
+    };
+
+    let qp = pd.create_qp(&attr()).unwrap();
+    assert!(verbs.arm_write_with_imm(qp.qp_num(), 0xc0de, 64));
+    assert!(!verbs.arm_write_with_imm(0xdead, 1, 1), "no such QP");
+    init(qp.as_ref());
+    qp.post_recv(&recv).unwrap();
+    assert_eq!(cq.poll(&mut wc).unwrap(), 0, "nothing before RTS");
+    to_rts(qp.as_ref());
+    assert_eq!(cq.poll(&mut wc).unwrap(), 1);
+    assert_eq!(
+        (
+            wc[0].wr_id,
+            wc[0].status,
+            wc[0].opcode,
+            wc[0].imm_data,
+            wc[0].byte_len
+        ),
+        (7, WcStatus::Success, WcOpcode::RecvRdmaWithImm, Some(0xc0de), 64)
+    );
+
+    let qp = pd.create_qp(&attr()).unwrap();
+    assert!(verbs.arm_break(qp.qp_num()));
+    init(qp.as_ref());
+    qp.post_recv(&recv).unwrap();
+    to_rts(qp.as_ref());
+    assert_eq!(verbs.qp_state(qp.qp_num()), Some(QpState::Err));
+    assert_eq!(cq.poll(&mut wc).unwrap(), 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (7, WcStatus::WrFlushErr));
+}

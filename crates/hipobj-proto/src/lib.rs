@@ -59,7 +59,9 @@ pub use reply::{
     COUNT_HEX_LEN, PSN_HEX_LEN, PSN_MAX, REPLY_BIND_STATUS, REPLY_NOT_IMPLEMENTED, Reply, ReplyError,
     SUCCESS_CODES, is_success_code, parse_reply,
 };
-pub use token::{HexToken, TOKEN_HEX_LEN, TOKEN_LEN, Token, TokenError, Transport};
+pub use token::{
+    HexToken, TOKEN_HEX_LEN, TOKEN_LEN, Token, TokenError, TokenHeaderError, Transport, token_from_header,
+};
 
 /// Request header that carries the client's hex [`Token`].
 pub const TOKEN_HEADER: &str = "x-amz-rdma-token";

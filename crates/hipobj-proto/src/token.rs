@@ -278,6 +278,32 @@ impl AsRef<[u8]> for HexToken {
     }
 }
 
+/// Why the [`crate::TOKEN_HEADER`] of a request could not be read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TokenHeaderError {
+    /// The header appears more than once.
+    #[error("more than one x-amz-rdma-token header")]
+    Repeated,
+    /// Its one value is not a token.
+    #[error("x-amz-rdma-token: {0}")]
+    Malformed(TokenError),
+}
+
+/// The token a request carries, from every value of its
+/// [`crate::TOKEN_HEADER`] in order: `None` without one, an error unless
+/// there is exactly one and it is a well-formed token ([`Token::decode`]).
+/// What a server runs on the header a peer sends with each RDMA request.
+pub fn token_from_header<'v>(
+    values: impl IntoIterator<Item = &'v [u8]>,
+) -> Result<Option<Token>, TokenHeaderError> {
+    let mut all = values.into_iter();
+    let Some(v) = all.next() else { return Ok(None) };
+    if all.next().is_some() {
+        return Err(TokenHeaderError::Repeated);
+    }
+    Token::decode(v).map(Some).map_err(TokenHeaderError::Malformed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -508,5 +534,32 @@ mod tests {
             token.gid = gid;
             assert_eq!(token.client_ipv4(), None, "byte {i} changed");
         }
+    }
+
+    #[test]
+    fn the_token_header_is_one_token_or_none() {
+        let t = Token {
+            transport: Transport::Rc,
+            qpn: 0x11,
+            gid: [1; 16],
+            rkey: 2,
+            addr: 3,
+            len: 4,
+            port: 1,
+            lid: 0,
+        };
+        let hex = t.encode();
+        let v: &[u8] = hex.as_bytes();
+        assert_eq!(token_from_header([]), Ok(None));
+        assert_eq!(token_from_header([v]), Ok(Some(t)));
+        assert_eq!(token_from_header([v, v]), Err(TokenHeaderError::Repeated));
+        assert_eq!(
+            token_from_header([&v[1..]]),
+            Err(TokenHeaderError::Malformed(TokenError::WrongLength { len: 87 }))
+        );
+        assert_eq!(
+            TokenHeaderError::Repeated.to_string(),
+            "more than one x-amz-rdma-token header"
+        );
     }
 }

@@ -20,6 +20,7 @@ mod caller;
 pub mod double;
 mod pipeline;
 pub mod rc_v2;
+pub mod sigv4;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};

@@ -37,7 +37,8 @@ use hipobj_platform::{
     RecvWr, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
 use hipobj_proto::rc_v2::{
-    Cookie, Op, PrepareRequest, PrepareResponse, Psn, ReadyRequest, SessionId, Status, Target as ObjectPath,
+    self as proto, CancelRequest, Cookie, Op, PrepareRequest, PrepareResponse, Psn, ReadyRequest, SessionId,
+    Status, Target as ObjectPath,
 };
 use hipobj_proto::{Token, Transport};
 
@@ -607,6 +608,112 @@ impl V2Sessions {
     }
 }
 
+/// A control request as HTTP delivered it, before any check.
+#[derive(Clone, Copy, Debug)]
+pub struct ControlHttp<'a> {
+    /// The method (`POST`).
+    pub method: &'a str,
+    /// The URI's path.
+    pub path: &'a str,
+    /// The URI's query, if it has one.
+    pub query: Option<&'a str>,
+    /// The `(name, value)` pairs, lowercase names, one pair per value (as
+    /// an `http::HeaderMap` holds them).
+    pub headers: &'a [(&'a str, &'a [u8])],
+}
+
+/// A control request that passed every check of [`check_control`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Control {
+    /// `/.hipobj-rc/prepare`.
+    Prepare(PrepareRequest),
+    /// `/.hipobj-rc/ready`.
+    Ready(ReadyRequest),
+    /// `/.hipobj-rc/cancel`.
+    Cancel(CancelRequest),
+}
+
+/// Why [`check_control`] refused a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refused {
+    /// The status to answer with.
+    pub status: Status,
+    /// Why, for the response body.
+    pub why: String,
+    /// Whether it is a decline (501: RDMA off, or not hipobj-rc-v2), which
+    /// the server counts apart from errors.
+    pub declined: bool,
+}
+
+impl Refused {
+    fn new(status: Status, why: impl Into<String>) -> Self {
+        Self {
+            status,
+            why: why.into(),
+            declined: false,
+        }
+    }
+}
+
+/// Everything the server checks on a control request before a session is
+/// touched, in its order: the path (404), the method (400), RDMA on (501),
+/// [`proto::PROTOCOL_HEADER`] (501), no body (400), the SigV4 signature at
+/// `now` seconds since the epoch against `keys` (403), then the headers of
+/// the path's message (their [`proto::V2Error`] status). `Ok` with the
+/// access key that signed it and the message. A refusal changes nothing.
+pub fn check_control(
+    req: &ControlHttp<'_>,
+    enabled: bool,
+    keys: &HashMap<String, String>,
+    now: u64,
+) -> Result<(String, Control), Refused> {
+    #[derive(Clone, Copy)]
+    enum Which {
+        Prepare,
+        Ready,
+        Cancel,
+    }
+    let which = match req.path {
+        proto::PREPARE_PATH => Which::Prepare,
+        proto::READY_PATH => Which::Ready,
+        proto::CANCEL_PATH => Which::Cancel,
+        _ => return Err(Refused::new(Status::NotFound, "no such control path")),
+    };
+    if req.method != proto::METHOD {
+        return Err(Refused::new(Status::BadRequest, "control requests are POSTs"));
+    }
+    let decline = |why: &str| Refused {
+        declined: true,
+        ..Refused::new(Status::Unsupported, why)
+    };
+    if !enabled {
+        return Err(decline("RDMA is not enabled on this server; use plain HTTP"));
+    }
+    let headers = || req.headers.iter().copied();
+    if !proto::is_v2(headers()) {
+        return Err(decline("x-amz-rdma-protocol is not hipobj-rc-v2"));
+    }
+    let first = |name: &str| {
+        req.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| *v)
+    };
+    let has_body = first("content-length").is_some_and(|v| v != b"0") || first("transfer-encoding").is_some();
+    if has_body {
+        return Err(Refused::new(Status::BadRequest, "control requests have no body"));
+    }
+    let key = crate::sigv4::verify_at(req.method, req.path, req.query, req.headers, keys, now)
+        .map_err(|why| Refused::new(Status::Forbidden, why))?;
+    let bad = |e: proto::V2Error| Refused::new(e.status(), e.to_string());
+    let control = match which {
+        Which::Prepare => Control::Prepare(PrepareRequest::from_headers(headers()).map_err(bad)?),
+        Which::Ready => Control::Ready(ReadyRequest::from_headers(headers()).map_err(bad)?),
+        Which::Cancel => Control::Cancel(CancelRequest::from_headers(headers()).map_err(bad)?),
+    };
+    Ok((key, control))
+}
+
 /// The next completion on `cq`, or 408 at `deadline`.
 fn wait_one<E>(cq: &dyn CompletionQueue, deadline: Instant) -> Result<WorkCompletion, V2Failure<E>> {
     let mut wc = [WorkCompletion::EMPTY; 1];
@@ -626,5 +733,114 @@ fn wait_one<E>(cq: &dyn CompletionQueue, deadline: Instant) -> Result<WorkComple
         }
         cq.wait((deadline - now).min(Duration::from_millis(100)))
             .map_err(|e| V2Failure::new(Status::Internal, format!("waiting failed: {e}")))?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sigv4;
+
+    const NOW: u64 = 1_796_064_060;
+
+    fn keys() -> HashMap<String, String> {
+        HashMap::from([("k".to_owned(), "s".to_owned())])
+    }
+
+    /// A CANCEL signed by `k` for `path`, over the usual headers and
+    /// `extra`.
+    fn cancel(path: &str, extra: &[(&str, &str)]) -> Vec<(String, Vec<u8>)> {
+        let date = sigv4::amz_date(NOW);
+        let mut h: Vec<(String, String)> = vec![
+            ("host".into(), "127.0.0.1".into()),
+            ("x-amz-date".into(), date.clone()),
+            (proto::PROTOCOL_HEADER.into(), proto::PROTOCOL.into()),
+            (proto::SESSION_HEADER.into(), "ab".repeat(16)),
+        ];
+        h.extend(extra.iter().map(|(n, v)| ((*n).to_owned(), (*v).to_owned())));
+        let auth = sigv4::sign("POST", path, &h, "k", "s", &date);
+        h.push(("authorization".into(), auth));
+        h.into_iter().map(|(n, v)| (n, v.into_bytes())).collect()
+    }
+
+    fn check(
+        method: &str,
+        path: &str,
+        h: &[(String, Vec<u8>)],
+        enabled: bool,
+    ) -> Result<String, (u16, bool)> {
+        let pairs: Vec<(&str, &[u8])> = h.iter().map(|(n, v)| (n.as_str(), v.as_slice())).collect();
+        let req = ControlHttp {
+            method,
+            path,
+            query: None,
+            headers: &pairs,
+        };
+        check_control(&req, enabled, &keys(), NOW)
+            .map(|(k, _)| k)
+            .map_err(|r| (r.status.code(), r.declined))
+    }
+
+    #[test]
+    fn control_requests_are_checked_in_the_servers_order() {
+        let p = proto::CANCEL_PATH;
+        let good = cancel(p, &[]);
+        assert_eq!(check("POST", p, &good, true), Ok("k".to_owned()));
+        assert_eq!(check("POST", "/.hipobj-rc/other", &good, true), Err((404, false)));
+        assert_eq!(check("GET", p, &good, true), Err((400, false)));
+        assert_eq!(check("POST", p, &good, false), Err((501, true)));
+        let v1: Vec<_> = good
+            .iter()
+            .map(|(n, v)| {
+                let v = if n == proto::PROTOCOL_HEADER {
+                    b"hipobj-rc-v1".to_vec()
+                } else {
+                    v.clone()
+                };
+                (n.clone(), v)
+            })
+            .collect();
+        assert_eq!(check("POST", p, &v1, true), Err((501, true)));
+        // A body is refused before the signature is looked at.
+        assert_eq!(
+            check("POST", p, &cancel(p, &[("content-length", "5")]), true),
+            Err((400, false))
+        );
+        assert_eq!(
+            check("POST", p, &cancel(p, &[("content-length", "0")]), true),
+            Ok("k".to_owned())
+        );
+        // Signed for another path, or unsigned: 403.
+        assert_eq!(
+            check("POST", p, &cancel(proto::READY_PATH, &[]), true),
+            Err((403, false))
+        );
+        let unsigned: Vec<_> = good
+            .iter()
+            .filter(|(n, _)| n != "authorization")
+            .cloned()
+            .collect();
+        assert_eq!(check("POST", p, &unsigned, true), Err((403, false)));
+        // Signed, but the message is malformed: its own status, after the
+        // signature (so an unsigned probe learns nothing of the parser).
+        let mut bad = cancel(p, &[]);
+        for (n, v) in &mut bad {
+            if n == proto::SESSION_HEADER {
+                v.pop();
+            }
+        }
+        assert_eq!(check("POST", p, &bad, true), Err((403, false)));
+        let short = "ab".repeat(15);
+        let date = sigv4::amz_date(NOW);
+        let mut h: Vec<(String, String)> = vec![
+            ("host".into(), "127.0.0.1".into()),
+            ("x-amz-date".into(), date.clone()),
+            (proto::PROTOCOL_HEADER.into(), proto::PROTOCOL.into()),
+            (proto::SESSION_HEADER.into(), short),
+        ];
+        let auth = sigv4::sign("POST", p, &h, "k", "s", &date);
+        h.push(("authorization".into(), auth));
+        let h: Vec<_> = h.into_iter().map(|(n, v)| (n, v.into_bytes())).collect();
+        assert_eq!(check("POST", p, &h, true), Err((400, false)));
     }
 }

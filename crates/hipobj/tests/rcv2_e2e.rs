@@ -301,3 +301,28 @@ fn cookies_and_psns_are_nonzero_and_differ_between_sessions() {
         assert!(seen.insert(s.cookie()));
     }
 }
+
+/// A READY answer to a PUT whose write never started ends the session as
+/// `finish` does, whatever its headers: the server's session is over (no
+/// CANCEL is owed), a 200 claims bytes the client never wrote (an RDMA
+/// error), and any other status is the server's refusal (an S3 error). It
+/// is never reported as the server's unusable answer.
+#[test]
+fn a_ready_answer_before_the_puts_write_fails_the_session_whatever_it_says() {
+    let (lib, server) = pair();
+    let inst = lib.instance().unwrap();
+    let src = host_buf(4096);
+    inst.register_host(src).unwrap();
+    for (status, want) in [(200, ErrorKind::RdmaError), (408, ErrorKind::S3Error)] {
+        let mut s = inst.rc_v2_session(Direction::Put, src.addr(), 4096, 0).unwrap();
+        let a = prepared(&server, &s, 4096);
+        s.prepared(200, Some(&a)).unwrap();
+        let garbage: [(&str, &[u8]); 1] = [("x-amz-rdma-bytes", b"4096")];
+        let e = s.finish_from(status, garbage).unwrap_err();
+        assert_eq!(e.kind(), want, "{status}: {e}");
+        assert_eq!(s.cancel_id(), None, "{status}: a READY answer left a CANCEL owed");
+        // The session is over: a second answer is out of order.
+        let e = s.finish_from(200, garbage).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidValue, "{e}");
+    }
+}

@@ -97,6 +97,15 @@ struct QpInner {
     send_cq: Option<CqEntries>,
     /// The remote access flags last set by a modify.
     access: Mutex<AccessFlags>,
+    /// What happens the next time a modify moves the QP to RTS.
+    armed: Mutex<Option<Armed>>,
+}
+
+/// A peer's event that waits for the QP to reach RTS.
+#[derive(Clone, Copy, Debug)]
+enum Armed {
+    WriteWithImm { imm: u32, byte_len: u32 },
+    Break,
 }
 
 impl QpInner {
@@ -121,6 +130,34 @@ impl QpInner {
             }
             QpState::Reset => recvs.clear(),
             _ => {}
+        }
+    }
+
+    /// Runs the armed event, if any: the QP just reached RTS.
+    fn fire_armed(&self, qpn: u32) {
+        let armed = self.armed.lock().unwrap_or_else(PoisonError::into_inner).take();
+        match armed {
+            Some(Armed::WriteWithImm { imm, byte_len }) => {
+                let Some(cq) = &self.recv_cq else { return };
+                let mut recvs = self.recvs.lock().unwrap_or_else(PoisonError::into_inner);
+                if recvs.is_empty() {
+                    return;
+                }
+                let wr_id = recvs.remove(0);
+                cq.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push_back(WorkCompletion {
+                        wr_id,
+                        status: crate::verbs::WcStatus::Success,
+                        opcode: crate::verbs::WcOpcode::RecvRdmaWithImm,
+                        byte_len,
+                        imm_data: Some(imm),
+                        qp_num: qpn,
+                        ..WorkCompletion::EMPTY
+                    });
+            }
+            Some(Armed::Break) => self.enter(qpn, QpState::Err),
+            None => {}
         }
     }
 }
@@ -336,6 +373,33 @@ impl FakeVerbs {
                 ..WorkCompletion::EMPTY
             });
         true
+    }
+
+    /// [`FakeVerbs::deliver_write_with_imm`] at the moment a modify next
+    /// moves the QP numbered `qpn` to RTS (a peer that writes as soon as
+    /// the connection is up), for code that connects and then waits in one
+    /// call. Needs a receive posted by then, or nothing happens. Returns
+    /// `false` when there is no such QP.
+    pub fn arm_write_with_imm(&self, qpn: u32, imm: u32, byte_len: u32) -> bool {
+        self.arm(qpn, Armed::WriteWithImm { imm, byte_len })
+    }
+
+    /// [`FakeVerbs::break_qp`] at the moment a modify next moves the QP
+    /// numbered `qpn` to RTS. Returns `false` when there is no such QP.
+    pub fn arm_break(&self, qpn: u32) -> bool {
+        self.arm(qpn, Armed::Break)
+    }
+
+    fn arm(&self, qpn: u32, event: Armed) -> bool {
+        let qp = self
+            .shared
+            .qps
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&qpn)
+            .cloned();
+        qp.map(|q| *q.armed.lock().unwrap_or_else(PoisonError::into_inner) = Some(event))
+            .is_some()
     }
 
     /// Puts a QP into the error state, as a NIC does after a fatal error on
@@ -560,6 +624,7 @@ impl ProtectionDomain for FakePd {
             recv_cq,
             send_cq,
             access: Mutex::new(AccessFlags::default()),
+            armed: Mutex::new(None),
         });
         self.shared
             .qps
@@ -764,6 +829,9 @@ impl QueuePair for FakeQp {
             *self.inner.access.lock().unwrap_or_else(PoisonError::into_inner) = attr.qp_access_flags;
         }
         self.inner.enter(self.qpn, attr.qp_state);
+        if attr.qp_state == QpState::Rts {
+            self.inner.fire_armed(self.qpn);
+        }
         Ok(())
     }
 

@@ -3,21 +3,19 @@
 //! the request (`.hipobj-rc` would be parsed as a bucket name).
 //!
 //! This module only maps HTTP onto [`hipobj_target::rc_v2::V2Sessions`]:
-//! it verifies the signature ([`super::sigv4`]), checks the object with the
-//! store (404, 416) and the bucket's owner (403), hands the store to the
-//! session as the bytes' source or sink, and writes the statuses and
-//! headers of [`hipobj_proto::rc_v2`].
+//! [`check_control`] checks the request, its signature and its headers;
+//! this checks the object with the store (404, 416) and the bucket's owner
+//! (403), hands the store to the session as the bytes' source or sink, and
+//! writes the statuses and headers of [`hipobj_proto::rc_v2`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use hipobj_proto::rc_v2::{
-    self, CancelRequest, Op, PrepareRequest, ReadyRequest, ReadyResponse, Status, V2Error,
-};
+use hipobj_proto::rc_v2::{self, Op, PrepareRequest, ReadyRequest, ReadyResponse, Status};
 use hipobj_target::Caller;
 use hipobj_target::Request;
-use hipobj_target::rc_v2::{V2Failure, V2Sessions};
+use hipobj_target::rc_v2::{Control, ControlHttp, V2Failure, V2Sessions, check_control};
 use s3s::{Body, S3, S3Error, S3ErrorCode, S3Request, dto};
 use tokio::runtime::Handle;
 
@@ -109,10 +107,6 @@ fn store_fail(e: &S3Error) -> http::Response<Body> {
     fail(store_status(e), e.message().unwrap_or("the store failed"))
 }
 
-fn v2_fail(e: &V2Error) -> http::Response<Body> {
-    fail(e.status(), &e.to_string())
-}
-
 impl V2 {
     /// A store request on behalf of `access_key`.
     fn store_request<T>(&self, input: T, method: http::Method, access_key: &str) -> S3Request<T> {
@@ -145,60 +139,43 @@ impl V2 {
     }
 
     async fn serve(&self, parts: &http::request::Parts) -> http::Response<Body> {
-        let path = parts.uri.path();
-        let which = match path {
-            rc_v2::PREPARE_PATH => 0,
-            rc_v2::READY_PATH => 1,
-            rc_v2::CANCEL_PATH => 2,
-            _ => return fail(Status::NotFound, "no such control path"),
+        let headers = super::sigv4::header_pairs(&parts.headers);
+        let req = ControlHttp {
+            method: parts.method.as_str(),
+            path: parts.uri.path(),
+            query: parts.uri.query(),
+            headers: &headers,
         };
-        if parts.method != http::Method::POST {
-            return fail(Status::BadRequest, "control requests are POSTs");
-        }
-        let headers = || parts.headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes()));
+        let checked = check_control(
+            &req,
+            self.sessions.is_some(),
+            &self.keys,
+            hipobj_target::sigv4::now_secs(),
+        );
+        let (key, control) = match checked {
+            Ok(x) => x,
+            Err(r) => {
+                if r.declined {
+                    inc(&self.metrics.rdma_declines);
+                }
+                return fail(r.status, &r.why);
+            }
+        };
+        // check_control declines every request while RDMA is off.
         let Some(sessions) = self.sessions.clone() else {
-            inc(&self.metrics.rdma_declines);
-            return fail(
-                Status::Unsupported,
-                "RDMA is not enabled on this server; use plain HTTP",
-            );
-        };
-        if !rc_v2::is_v2(headers()) {
-            inc(&self.metrics.rdma_declines);
-            return fail(Status::Unsupported, "x-amz-rdma-protocol is not hipobj-rc-v2");
-        }
-        let has_body = parts
-            .headers
-            .get(http::header::CONTENT_LENGTH)
-            .is_some_and(|v| v.as_bytes() != b"0")
-            || parts.headers.contains_key(http::header::TRANSFER_ENCODING);
-        if has_body {
-            return fail(Status::BadRequest, "control requests have no body");
-        }
-        let key = match super::sigv4::verify(&parts.method, &parts.uri, &parts.headers, &self.keys) {
-            Ok(k) => k,
-            Err(why) => return fail(Status::Forbidden, &why),
+            return fail(Status::Unsupported, "RDMA is not enabled on this server");
         };
         let caller = Caller {
             access_key: key,
             address: parts.extensions.get::<ClientAddr>().map(|a| a.0.ip()),
         };
-        match which {
-            0 => match PrepareRequest::from_headers(headers()) {
-                Ok(p) => self.prepare(sessions, caller, p).await,
-                Err(e) => v2_fail(&e),
-            },
-            1 => match ReadyRequest::from_headers(headers()) {
-                Ok(r) => self.ready(sessions, caller, r).await,
-                Err(e) => v2_fail(&e),
-            },
-            _ => match CancelRequest::from_headers(headers()) {
-                Ok(c) => {
-                    sessions.cancel(&caller, &c.session);
-                    respond(Status::Cancelled, Vec::new(), "")
-                }
-                Err(e) => v2_fail(&e),
-            },
+        match control {
+            Control::Prepare(p) => self.prepare(sessions, caller, p).await,
+            Control::Ready(r) => self.ready(sessions, caller, r).await,
+            Control::Cancel(c) => {
+                sessions.cancel(&caller, &c.session);
+                respond(Status::Cancelled, Vec::new(), "")
+            }
         }
     }
 
