@@ -456,11 +456,6 @@ impl RcV2Session {
         let parsed = (status == 200).then(|| ReadyResponse::from_headers(headers));
         match parsed {
             Some(Err(e)) => {
-                // A session that takes no READY answer says so, as `finish`
-                // would, rather than blaming the answer.
-                if !matches!(self.stage, Stage::Connected | Stage::Started) {
-                    return self.expect(Stage::Connected, "a READY answer").map(|()| 0);
-                }
                 let _ = self.finish(status, None);
                 Err(failed(
                     ErrorKind::S3Error,
