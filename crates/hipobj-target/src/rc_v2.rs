@@ -16,14 +16,15 @@
 //!   than [`V2Config::staging_max`] is refused with 413. READY posts one
 //!   receive, connects, and waits for `RecvRdmaWithImm` with immediate ==
 //!   cookie and byte count == size; then the sink takes the bytes.
-//! - GET: the staging buffer is a ring of bounce slots with local access
-//!   only, as many as the target's `pipeline_depth` and each of its `chunk`
-//!   bytes (at most [`V2Config::staging_max`]); READY moves the object
-//!   through it as the target's own GETs do (the `pipeline` module): the
-//!   source fills one slot while the others' RDMA WRITEs are on the wire,
-//!   the last one WRITE WITH IMMEDIATE carrying the cookie (RC delivers in
-//!   order, so its completion at the client means every byte before it is
-//!   there).
+//! - GET: the staging buffer, local access only, holds the whole range up
+//!   to [`V2Config::staging_max`]: the client checks that the WRITE WITH
+//!   IMMEDIATE carrying the cookie counts every byte, and a receive
+//!   completion counts only its own WRITE's. READY moves the object through
+//!   it with the target's mover (the `pipeline` module) as one WRITE WITH
+//!   IMMEDIATE; a range larger than the staging limit goes in chunks of
+//!   that size, one at a time, the last one carrying the cookie (RC
+//!   delivers in order, so its completion at the client means every byte
+//!   before it is there).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -341,19 +342,16 @@ impl V2Sessions {
         Ok(response)
     }
 
-    /// A GET's ring of `size` bytes: (slots, bytes per slot). The target's
-    /// chunk (at most `staging_max`, at most the object) and its pipeline
-    /// depth (at most one slot per chunk).
+    /// A GET's ring of `size` bytes: (slots, bytes per slot). One slot of
+    /// the whole range, up to `staging_max`: the client takes the GET as
+    /// done on the receive completion of the WRITE WITH IMMEDIATE carrying
+    /// the cookie and checks that it counts `size` bytes (docs/protocol.md,
+    /// the client's half), and a receive completion counts only its own
+    /// WRITE's bytes. Only a GET larger than `staging_max` goes in chunks
+    /// (one at a time, as before the pipelined mover).
     fn get_ring(&self, size: u32) -> (usize, usize) {
-        let chunk = self
-            .target
-            .config
-            .chunk
-            .min(self.config.staging_max)
-            .min(size as usize)
-            .max(1);
-        let chunks = (size as usize).div_ceil(chunk).max(1);
-        (self.target.depth().min(chunks), chunk)
+        let chunk = self.config.staging_max.min(size as usize).max(1);
+        (1, chunk)
     }
 
     /// The GID of ours that reaches `peer`: for a link-local peer GID (the
