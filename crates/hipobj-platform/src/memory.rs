@@ -195,10 +195,15 @@ impl RegisteredBuffer {
     /// registered with remote write or atomic access: a peer could then
     /// change the bytes under the slice at any moment. `&mut self` keeps
     /// every other reference and copy of this program away while `f` runs;
-    /// the one writer left is a local work request (an RDMA READ into these
-    /// bytes), and the caller must have none in flight on this range, the
-    /// same rule as for [`write_at`](Self::write_at) racing the device.
-    pub fn with_bytes_mut<R>(
+    /// the one writer left is a local work request.
+    ///
+    /// # Safety
+    ///
+    /// No work request on this buffer's registration may be in flight on
+    /// `[offset, offset + len)` while `f` runs (an RDMA READ landing there,
+    /// or a WRITE or SEND reading it): the device would write, or read,
+    /// bytes that a `&mut [u8]` holds exclusively.
+    pub unsafe fn with_bytes_mut<R>(
         &mut self,
         offset: usize,
         len: usize,
@@ -217,8 +222,8 @@ impl RegisteredBuffer {
         // `UnsafeCell<u8>` has the layout of `u8`, so the cells are `len`
         // contiguous bytes. `&mut self` is exclusive, so no other reference
         // to them exists in this program while the slice lives; no peer can
-        // write them (no remote access, checked above), and local work
-        // requests on them are the caller's to have completed (documented).
+        // write them (no remote access, checked above), and no local work
+        // request is in flight on them (this function's safety contract).
         let slice = unsafe {
             std::slice::from_raw_parts_mut(
                 std::cell::UnsafeCell::raw_get(self.bytes.as_ptr().add(offset)),

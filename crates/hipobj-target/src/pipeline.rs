@@ -222,13 +222,17 @@ impl<E> Mover<'_, '_, '_, E> {
 
     /// Fills (GET) and posts one work request for `n` bytes at offset
     /// `off` from `slot`.
+    #[allow(unsafe_code)]
     fn post(&mut self, slot: usize, off: u64, n: usize, last: bool) -> Result<(), Failure<E>> {
         let (b, at) = self.ring.slots[slot];
         let buf = &mut self.ring.buffers[b];
         if let Direction::Write { fill, .. } = &mut self.dir
             && n > 0
         {
-            buf.with_bytes_mut(at, n, |data| fill(off, data))
+            // SAFETY: `slot` came from the free list, where a slot goes
+            // only after its request completed (`retire`), and its request
+            // is posted below, after the fill: nothing is in flight on it.
+            unsafe { buf.with_bytes_mut(at, n, |data| fill(off, data)) }
                 .ok_or_else(|| Failure::Local(outside()))?
                 .map_err(Failure::Store)?;
         }
@@ -317,14 +321,17 @@ impl<E> Mover<'_, '_, '_, E> {
 
     /// Frees the slots of the oldest requests that are done, in order; a
     /// READ's bytes go to the sink first.
+    #[allow(unsafe_code)]
     fn retire(&mut self) -> Result<(), Failure<E>> {
         while self.posted.front().is_some_and(|p| p.done) {
             let Some(p) = self.posted.pop_front() else { break };
             let result = match &mut self.dir {
                 Direction::Read { drain } if p.len > 0 => {
                     let (b, at) = self.ring.slots[p.slot];
-                    self.ring.buffers[b]
-                        .with_bytes_mut(at, p.len, |data| drain(p.off, data))
+                    // SAFETY: `p` is done (its READ completed) and its slot
+                    // is freed only after this drain: nothing is in flight
+                    // on the slot's range.
+                    unsafe { self.ring.buffers[b].with_bytes_mut(at, p.len, |data| drain(p.off, data)) }
                         .ok_or_else(|| Failure::Local(outside()))
                         .and_then(|r| r.map_err(Failure::Store))
                 }
