@@ -16,23 +16,23 @@
 //!   does.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::any::Any;
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hipobj_platform::fake::ClientQp;
 use hipobj_platform::memory::MemRegion;
-use hipobj_platform::rc::{self, RcPath};
-use hipobj_platform::vendor::{QpLimits, VendorProfile};
 use hipobj_platform::{
     AccessFlags, CompletionQueue, Device, DeviceAttr, Gid, MemoryRegion, NoTopology, PortAttr,
     ProtectionDomain, QpAttr, QpAttrMask, QpInitAttr, QpState, QueuePair, RecvWr, SendOp, SendWr, Verbs,
     VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
-use hipobj_proto::{Reply, Token, Transport};
-use hipobj_softroce::{SoftConfig, SoftVerbs};
+use hipobj_proto::{Reply, Token};
+use hipobj_softroce::SoftVerbs;
 use hipobj_target::{Answer, Caller, Request, Selected, Sink, Source, Target, TargetConfig, TargetError};
 
 // ---- the counting verbs layer -------------------------------------------
@@ -295,12 +295,7 @@ impl CompletionQueue for CountingCq {
 
 // ---- the rig -------------------------------------------------------------
 
-fn soft(name: &str) -> Arc<SoftVerbs> {
-    Arc::new(SoftVerbs::new(SoftConfig {
-        name: name.into(),
-        ..SoftConfig::default()
-    }))
-}
+use support::soft;
 
 const CHUNK: usize = 256 << 10;
 const DEPTH: usize = 3;
@@ -383,55 +378,16 @@ impl std::ops::Deref for Client {
 
 impl Client {
     fn token(&self, len: u64) -> Token {
-        Token {
-            transport: Transport::Rc,
-            qpn: self.qp.qp_num(),
-            gid: self.sel.gid.0,
-            rkey: self.buf.mr().rkey(),
-            addr: self.buf.addr(),
-            len,
-            port: self.sel.port,
-            lid: 0,
-        }
+        support::token(self, len)
     }
 
     fn connect(&self, reply: &Reply) {
-        let Reply::Bind { token, psn } = reply else {
-            panic!("not a bind reply: {reply}")
-        };
-        let attr = self.device.attr().unwrap();
-        let port = self.device.query_port(self.sel.port).unwrap();
-        let path = RcPath {
-            port: self.sel.port,
-            sgid_index: self.sel.gid_index as u8,
-            mtu: self.sel.mtu,
-            dest_qpn: token.qpn,
-            dgid: Gid(token.gid),
-            rq_psn: *psn,
-            sq_psn: 0,
-            max_dest_rd_atomic: 16,
-            max_rd_atomic: 1,
-        };
-        rc::to_rts(
-            self.qp.as_ref(),
-            &path,
-            VendorProfile::Generic,
-            &QpLimits::new(&attr, &port),
-        )
-        .unwrap();
+        support::connect(self, reply)
     }
 
     /// The next completion on the client QP, if one comes within a while.
     fn completion(&self, wait: Duration) -> Option<WorkCompletion> {
-        let deadline = Instant::now() + wait;
-        let mut wc = [WorkCompletion::EMPTY; 1];
-        while Instant::now() < deadline {
-            if self.cq.poll(&mut wc).unwrap() == 1 {
-                return Some(wc[0]);
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        None
+        support::completion(self, wait)
     }
 
     /// The GET's proof, and the receive posted again for the next one.

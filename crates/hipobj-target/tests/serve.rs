@@ -4,15 +4,17 @@
 //! the success reply, and bindings that belong to one caller.
 #![allow(clippy::unwrap_used)]
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+mod support;
+
+use std::time::Duration;
+
+use support::soft;
 
 use hipobj_platform::fake::ClientQp;
-use hipobj_platform::rc::{self, RcPath};
-use hipobj_platform::vendor::{QpLimits, VendorProfile};
-use hipobj_platform::{Gid, NoTopology, RecvWr, WcOpcode, WcStatus, WorkCompletion};
-use hipobj_proto::{Reply, Token, Transport};
-use hipobj_softroce::{SoftConfig, SoftVerbs};
+use hipobj_platform::vendor::VendorProfile;
+use hipobj_platform::{NoTopology, RecvWr, WcOpcode, WcStatus, WorkCompletion};
+use hipobj_proto::{Reply, Token};
+use hipobj_softroce::SoftVerbs;
 use hipobj_target::double::{ObjectServer, Op};
 use hipobj_target::{Answer, Caller, Request, Selected, Source, Target, TargetConfig, TargetError};
 
@@ -26,70 +28,22 @@ impl std::ops::Deref for Client {
     }
 }
 
-fn soft(name: &str) -> Arc<SoftVerbs> {
-    Arc::new(SoftVerbs::new(SoftConfig {
-        name: name.into(),
-        ..SoftConfig::default()
-    }))
-}
-
 impl Client {
     fn new(name: &str, len: usize) -> Self {
         Self(ClientQp::new(soft(name), name, len))
     }
 
     fn token(&self, len: u64) -> Token {
-        Token {
-            transport: Transport::Rc,
-            qpn: self.qp.qp_num(),
-            gid: self.sel.gid.0,
-            rkey: self.buf.mr().rkey(),
-            addr: self.buf.addr(),
-            len,
-            port: self.sel.port,
-            lid: 0,
-        }
+        support::token(self, len)
     }
 
-    /// Connects to the server QP a 409 reply names (the same sequence the
-    /// target uses, from the other end).
     fn connect(&self, reply: &Reply) {
-        let Reply::Bind { token, psn } = reply else {
-            panic!("not a bind reply: {reply}")
-        };
-        let attr = self.device.attr().unwrap();
-        let port = self.device.query_port(self.sel.port).unwrap();
-        let path = RcPath {
-            port: self.sel.port,
-            sgid_index: self.sel.gid_index as u8,
-            mtu: self.sel.mtu,
-            dest_qpn: token.qpn,
-            dgid: Gid(token.gid),
-            rq_psn: *psn,
-            sq_psn: 0,
-            max_dest_rd_atomic: 16,
-            max_rd_atomic: 1,
-        };
-        rc::to_rts(
-            self.qp.as_ref(),
-            &path,
-            VendorProfile::Generic,
-            &QpLimits::new(&attr, &port),
-        )
-        .unwrap();
+        support::connect(self, reply)
     }
 
     /// The one completion the client QP should see: the GET's proof.
     fn proof(&self) -> WorkCompletion {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let mut wc = [WorkCompletion::EMPTY; 1];
-        while Instant::now() < deadline {
-            if self.cq.poll(&mut wc).unwrap() == 1 {
-                return wc[0];
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        panic!("no completion on the client QP");
+        support::completion(self, Duration::from_secs(5)).expect("no completion on the client QP")
     }
 }
 
