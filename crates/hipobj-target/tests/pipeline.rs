@@ -875,7 +875,14 @@ fn a_client_vanishing_mid_pipeline_times_out_with_nothing_outstanding() {
         Ok(Answer::Bind {
             after_failure: Some(why),
             ..
-        }) => assert!(why.contains("no completion") || why.contains("RetryExc"), "{why}"),
+        }) => assert!(
+            // A client that vanishes deregisters its buffer a moment before
+            // its QP goes (ClientQp's drop order): a WRITE landing in that
+            // moment is NAKed with a remote access error, one landing after
+            // gets no answer (retries, or the completion timeout).
+            why.contains("no completion") || why.contains("RetryExc") || why.contains("RemAccessErr"),
+            "{why}"
+        ),
         other => panic!("expected a rebind after the lost client: {other:?}"),
     }
     assert_eq!(rig.outstanding(), 0, "WRITEs left outstanding after the timeout");
