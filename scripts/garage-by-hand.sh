@@ -10,7 +10,7 @@
 #      in a loop; gateway 1 is SIGKILLed as soon as an RDMA transfer is in
 #      flight on it. Every client must finish without an error (its calls
 #      fail over to the next gateway and bind afresh there), and a final
-#      sweep reads every key back and lists the bucket with curl --aws-sigv4
+#      sweep reads every key back and lists the bucket with boto3
 #      straight from garage: nothing lost or torn;
 #   3. garage node 1 stopped: writes and reads through gateways 0 and 2
 #      still work (RF=3 keeps a quorum of two), and every earlier object
@@ -24,8 +24,8 @@
 #   scripts/garage-by-hand.sh /tmp/garage/bin/garage
 # Everything lives under $HIPOBJ_GARAGE_WORK (default /tmp/garage-by-hand),
 # removed at the end. docs/testing.md ("Scale-out against garage") says
-# what has run: as of 2026-11-30 this script has not run to the end (garage
-# did not build in the session), so its garage steps are unproven.
+# what has run (garage 2.5.0, 2026-12-01). Needs boto3 in the venv that
+# scripts/s3-clients.sh makes (or HIPOBJ_S3_VENV).
 set -euo pipefail
 
 GARAGE=${1:?usage: $0 /path/to/garage}
@@ -170,8 +170,25 @@ hipobj() {
 metric() {
   { curl -s --max-time 2 "$(url "$1")/.hipobj/metrics" || true; } | awk -v m="$2" '$1 == m {print $2}'
 }
-curl_garage() {
-  curl -sf --aws-sigv4 "aws:amz:garage:s3" --user "$BAK:$BSK" "http://127.0.0.1:$(s3p "$1")$2"
+# Listing straight from garage is boto3's (a client we did not write): curl
+# 7.88's --aws-sigv4 signs a query string unsorted and unencoded, which garage
+# rightly refuses ("Invalid signature"). The venv is scripts/s3-clients.sh's.
+PY=${HIPOBJ_S3_VENV:-/tmp/hipobj-s3-venv}/bin/python
+[ -x "$PY" ] || { echo "no boto3 venv at $PY: run scripts/s3-clients.sh once"; exit 1; }
+garage_ls() { # garage_ls NODE WHAT PREFIX: "KEY SIZE" lines, or upload ids
+  "$PY" - "http://127.0.0.1:$(s3p "$1")" "$BAK" "$BSK" "$2" "$3" <<'PYEOF'
+import sys, boto3
+url, ak, sk, what, prefix = sys.argv[1:]
+s3 = boto3.client("s3", endpoint_url=url, region_name="garage",
+                  aws_access_key_id=ak, aws_secret_access_key=sk)
+if what == "objects":
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket="bkt", Prefix=prefix):
+        for o in page.get("Contents", []):
+            print(o["Key"], o["Size"])
+else:
+    for u in s3.list_multipart_uploads(Bucket="bkt").get("Uploads", []):
+        print(u["UploadId"])
+PYEOF
 }
 
 # put KEY FILE FIRST_GATEWAY; get KEY OUT FIRST_GATEWAY (stderr to $WORK/err)
@@ -263,19 +280,27 @@ while read -r key sum; do
 done < "$WORK/sums"
 want=$((CLIENTS * ROUNDS))
 [ "$swept" = "$want" ] && pass "all $want keys read back as written"
-listing=$(curl_garage 0 "/bkt?list-type=2&prefix=p2/&max-keys=1000" || true)
-listed=$(echo "$listing" | grep -o '<Key>[^<]*</Key>' | wc -l || true)
-sizes=$(echo "$listing" | grep -o '<Size>[^<]*</Size>' | sort -u | tr -d '\n' || true)
-[ "$listed" = "$want" ] && [ "$sizes" = "<Size>$LOOP_SIZE</Size>" ] \
+listing=$(garage_ls 0 objects p2/ || true)
+listed=$(echo "$listing" | grep -c . || true)
+sizes=$(echo "$listing" | awk '{print $2}' | sort -u | tr '\n' ' ' || true)
+[ "$listed" = "$want" ] && [ "$sizes" = "$LOOP_SIZE " ] \
   && pass "garage lists exactly $want p2/ keys, each of $LOOP_SIZE bytes" \
   || fail "garage lists $listed keys, sizes $sizes"
-uploads=$( { curl_garage 0 "/bkt?uploads" || true; } | grep -c "<UploadId>" || true)
+uploads=$( { garage_ls 0 uploads "" || true; } | grep -c . || true)
 echo "  multipart uploads left open in garage: $uploads"
 
 step "3. garage node 1 stopped: reads and writes through gateways 0 and 2"
 kill -TERM "${GPIDS[1]}"
 wait "${GPIDS[1]}" 2>/dev/null || true
+# Garage notices a dead node by its pings: wait until node 0 lists it as
+# failed, so that what follows really runs with one node of three down.
+down=0
+for _ in $(seq 60); do
+  g status 2>&1 | grep -q "FAILED NODES" && { down=1; break; }
+  sleep 1
+done
 g status 2>&1 | sed 's/^/    /' | head -n 20
+[ "$down" = 1 ] && pass "garage node 0 reports node 1 failed" || fail "garage never reported node 1 down"
 : > "$WORK/err"
 for s in 1024 5242881 67108864; do
   for c in 0 2; do
@@ -306,6 +331,7 @@ HIPOBJ_LOG=warn "$SERVER" --config "$WORK/gw1.toml" > "$WORK/gw1b.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 100); do curl -sf "$(url 1)/.hipobj/metrics" > /dev/null && break; sleep 0.2; done
 code=$(curl -s -o /dev/null -w '%{http_code}' --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AK:$SK" \
+  -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" \
   "$(url 1)/bkt/p1/1024-0")
 echo "  a signed GET through it answers HTTP $code (a client fails over on no answer or 502/503/504 only)"
 
