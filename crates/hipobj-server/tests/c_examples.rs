@@ -33,103 +33,139 @@ fn run_ok(cmd: &mut Command) -> String {
     stdout
 }
 
-#[test]
-fn the_c_examples_put_and_get_over_rdma() {
-    assert!(
-        Path::new("/usr/include/x86_64-linux-gnu/curl/curl.h").exists()
-            || Path::new("/usr/include/curl/curl.h").exists(),
-        "this test needs libcurl's headers (apt-get install libcurl4-openssl-dev)"
-    );
-    // The shared library under its installed names.
-    let profile = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let so = profile.join("libhipobj_capi.so");
-    assert!(
-        so.exists(),
-        "{} is missing: run `cargo build -p hipobj-capi` first",
-        so.display()
-    );
-    let work = tempfile::tempdir().unwrap();
-    let libs = work.path();
-    std::os::unix::fs::symlink(&so, libs.join("libhipobj.so")).unwrap();
-    std::os::unix::fs::symlink(&so, libs.join("libhipobj.so.0")).unwrap();
-    for prog in ["put-object", "get-object"] {
-        run_ok(
-            Command::new("cc")
-                .args([
-                    "-std=c99",
-                    "-D_DEFAULT_SOURCE",
-                    "-Wall",
-                    "-Wextra",
-                    "-Werror",
-                    "-pedantic",
-                ])
-                .arg("-I")
-                .arg(root().join("include"))
-                .arg(root().join(format!("examples/c/{prog}.c")))
-                .arg("-L")
-                .arg(libs)
-                .args(["-lhipobj", "-lcurl", "-o"])
-                .arg(libs.join(prog)),
+/// The C programs of examples/c, built against the shared library under
+/// its installed names in a scratch directory, and a server on the soft NIC.
+struct CExamples {
+    work: tempfile::TempDir,
+    rt: tokio::runtime::Runtime,
+}
+
+impl CExamples {
+    /// Builds each of `progs` (examples/c/<prog>.c) with -Werror.
+    fn build(progs: &[&str]) -> CExamples {
+        assert!(
+            Path::new("/usr/include/x86_64-linux-gnu/curl/curl.h").exists()
+                || Path::new("/usr/include/curl/curl.h").exists(),
+            "this test needs libcurl's headers (apt-get install libcurl4-openssl-dev)"
         );
+        let profile = std::env::current_exe()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .to_path_buf();
+        let so = profile.join("libhipobj_capi.so");
+        assert!(
+            so.exists(),
+            "{} is missing: run `cargo build -p hipobj-capi` first",
+            so.display()
+        );
+        let work = tempfile::tempdir().unwrap();
+        let libs = work.path();
+        std::os::unix::fs::symlink(&so, libs.join("libhipobj.so")).unwrap();
+        std::os::unix::fs::symlink(&so, libs.join("libhipobj.so.0")).unwrap();
+        for prog in progs {
+            run_ok(
+                Command::new("cc")
+                    .args([
+                        "-std=c99",
+                        "-D_DEFAULT_SOURCE",
+                        "-Wall",
+                        "-Wextra",
+                        "-Werror",
+                        "-pedantic",
+                    ])
+                    .arg("-I")
+                    .arg(root().join("include"))
+                    .arg(root().join(format!("examples/c/{prog}.c")))
+                    .arg("-L")
+                    .arg(libs)
+                    .args(["-lhipobj", "-lcurl", "-o"])
+                    .arg(libs.join(prog)),
+            );
+        }
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        CExamples { work, rt }
     }
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let (h, _dir) = rt.block_on(support::start(|c| {
-        c.rdma.enabled = true;
-        c.rdma.device = Some(hipobj_softroce::DEFAULT_NAME.into());
-        c.rdma.backend = VerbsBackend::Softroce;
-    }));
+    /// The scratch directory: the programs, the library, the files.
+    fn dir(&self) -> &Path {
+        self.work.path()
+    }
+
+    /// A hipobj-server with RDMA on the soft NIC.
+    fn server(&self) -> (hipobj_server::Handle, tempfile::TempDir) {
+        self.rt.block_on(support::start(|c| {
+            c.rdma.enabled = true;
+            c.rdma.device = Some(hipobj_softroce::DEFAULT_NAME.into());
+            c.rdma.backend = VerbsBackend::Softroce;
+        }))
+    }
+
+    /// A command for `prog`, with the library, the keys and the NIC set.
+    fn cmd(&self, prog: &str) -> Command {
+        let mut c = Command::new(self.dir().join(prog));
+        c.env("LD_LIBRARY_PATH", self.dir())
+            .env("AWS_ACCESS_KEY_ID", support::AK)
+            .env("AWS_SECRET_ACCESS_KEY", support::SK)
+            .env("HIPOBJ_NIC", hipobj_softroce::DEFAULT_NAME);
+        c
+    }
+
+    /// The object's bytes, read back over plain HTTP.
+    fn read_back(&self, s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Vec<u8> {
+        self.rt
+            .block_on(async {
+                s3.get_object()
+                    .bucket(bucket)
+                    .key(key)
+                    .send()
+                    .await
+                    .unwrap()
+                    .body
+                    .collect()
+                    .await
+            })
+            .unwrap()
+            .into_bytes()
+            .to_vec()
+    }
+}
+
+#[test]
+fn the_c_examples_put_and_get_over_rdma() {
+    let ex = CExamples::build(&["put-object", "get-object"]);
+    let libs = ex.dir();
+    let rt = &ex.rt;
+    let (h, _dir) = ex.server();
     let s3 = support::client(&h);
     rt.block_on(s3.create_bucket().bucket("cbucket").send()).unwrap();
 
     let data = support::pattern(3 << 20, 42);
     let src = libs.join("in.bin");
     std::fs::write(&src, &data).unwrap();
-    let env = |c: &mut Command| {
-        c.env("LD_LIBRARY_PATH", libs)
-            .env("AWS_ACCESS_KEY_ID", support::AK)
-            .env("AWS_SECRET_ACCESS_KEY", support::SK)
-            .env("HIPOBJ_NIC", hipobj_softroce::DEFAULT_NAME);
-    };
-    let mut put = Command::new(libs.join("put-object"));
-    env(&mut put);
-    let out = run_ok(put.arg(h.endpoint()).args(["cbucket", "from-c"]).arg(&src));
+    let out = run_ok(
+        ex.cmd("put-object")
+            .arg(h.endpoint())
+            .args(["cbucket", "from-c"])
+            .arg(&src),
+    );
     assert!(out.contains("PUT 3145728 bytes over RDMA: HTTP 200"), "{out}");
     // What the C program stored, read back over plain HTTP.
-    let got = rt
-        .block_on(async {
-            s3.get_object()
-                .bucket("cbucket")
-                .key("from-c")
-                .send()
-                .await
-                .unwrap()
-                .body
-                .collect()
-                .await
-        })
-        .unwrap()
-        .into_bytes();
     assert!(
-        got.as_ref() == data.as_slice(),
+        ex.read_back(&s3, "cbucket", "from-c") == data,
         "the object differs from the file"
     );
 
     let dst = libs.join("out.bin");
-    let mut get = Command::new(libs.join("get-object"));
-    env(&mut get);
     let out = run_ok(
-        get.arg(h.endpoint())
+        ex.cmd("get-object")
+            .arg(h.endpoint())
             .args(["cbucket", "from-c", "3145728"])
             .arg(&dst),
     );
@@ -142,9 +178,8 @@ fn the_c_examples_put_and_get_over_rdma() {
     assert_eq!(rdma.transfers, 2, "both moved by RDMA");
     // Asking for more than the object holds is not a success: the server
     // counts 3 MiB of the 4 MiB asked for, and hipObjGet says S3 error.
-    let mut short = Command::new(libs.join("get-object"));
-    env(&mut short);
-    let out = short
+    let out = ex
+        .cmd("get-object")
         .arg(h.endpoint())
         .args(["cbucket", "from-c", "4194304"])
         .arg(libs.join("short.bin"))
@@ -166,68 +201,16 @@ fn the_c_examples_put_and_get_over_rdma() {
 /// and a session abandoned after PREPARE cancelled on the server.
 #[test]
 fn the_c_rcv2_example_puts_and_gets_over_hipobj_rc_v2() {
-    assert!(
-        Path::new("/usr/include/x86_64-linux-gnu/curl/curl.h").exists()
-            || Path::new("/usr/include/curl/curl.h").exists(),
-        "this test needs libcurl's headers (apt-get install libcurl4-openssl-dev)"
-    );
-    let profile = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let so = profile.join("libhipobj_capi.so");
-    assert!(
-        so.exists(),
-        "{} is missing: run `cargo build -p hipobj-capi` first",
-        so.display()
-    );
-    let work = tempfile::tempdir().unwrap();
-    let libs = work.path();
-    std::os::unix::fs::symlink(&so, libs.join("libhipobj.so")).unwrap();
-    std::os::unix::fs::symlink(&so, libs.join("libhipobj.so.0")).unwrap();
-    let exe = libs.join("rcv2-object");
-    run_ok(
-        Command::new("cc")
-            .args([
-                "-std=c99",
-                "-D_DEFAULT_SOURCE",
-                "-Wall",
-                "-Wextra",
-                "-Werror",
-                "-pedantic",
-            ])
-            .arg("-I")
-            .arg(root().join("include"))
-            .arg(root().join("examples/c/rcv2-object.c"))
-            .arg("-L")
-            .arg(libs)
-            .args(["-lhipobj", "-lcurl", "-o"])
-            .arg(&exe),
-    );
-
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let (h, _dir) = rt.block_on(support::start(|c| {
-        c.rdma.enabled = true;
-        c.rdma.device = Some(hipobj_softroce::DEFAULT_NAME.into());
-        c.rdma.backend = VerbsBackend::Softroce;
-    }));
+    let ex = CExamples::build(&["rcv2-object"]);
+    let libs = ex.dir();
+    let rt = &ex.rt;
+    let (h, _dir) = ex.server();
     let s3 = support::client(&h);
     rt.block_on(s3.create_bucket().bucket("v2bucket").send()).unwrap();
     let v2 = h.v2_sessions().unwrap().clone();
     let cmd = || {
-        let mut c = Command::new(&exe);
-        c.env("LD_LIBRARY_PATH", libs)
-            .env("AWS_ACCESS_KEY_ID", support::AK)
-            .env("AWS_SECRET_ACCESS_KEY", support::SK)
-            .env("HIPOBJ_NIC", hipobj_softroce::DEFAULT_NAME)
-            .env_remove("RCV2_GIVE_UP");
+        let mut c = ex.cmd("rcv2-object");
+        c.env_remove("RCV2_GIVE_UP");
         c
     };
 
@@ -242,22 +225,8 @@ fn the_c_rcv2_example_puts_and_gets_over_hipobj_rc_v2() {
         out.contains(&format!("PUT {size} bytes over hipobj-rc-v2")),
         "{out}"
     );
-    let got = rt
-        .block_on(async {
-            s3.get_object()
-                .bucket("v2bucket")
-                .key(key)
-                .send()
-                .await
-                .unwrap()
-                .body
-                .collect()
-                .await
-        })
-        .unwrap()
-        .into_bytes();
     assert!(
-        got.as_ref() == data.as_slice(),
+        ex.read_back(&s3, "v2bucket", key) == data,
         "the object the C program stored differs from the file"
     );
 
