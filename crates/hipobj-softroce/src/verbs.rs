@@ -19,7 +19,10 @@
 //! * `HIPOBJ_SOFTROCE_LINK=udp` (default) sends over a UDP socket, `raw`
 //!   over a raw IPv4 socket (needs CAP_NET_RAW) that carries the IPv4 and
 //!   UDP headers the NIC built and checks each ICRC against the headers
-//!   that arrived, as a NIC on an interface does.
+//!   that arrived, as a NIC on an interface does;
+//! * `HIPOBJ_SOFTROCE_STATS=seconds` makes the worker write the engine's
+//!   counters (retransmissions, duplicates, fatal NAKs, ...) to stderr that
+//!   often while they change, and once when the device closes.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -109,6 +112,9 @@ pub struct SoftConfig {
     /// super-packets (it always receives with UDP GRO). The raw link never
     /// uses GSO.
     pub gso: bool,
+    /// How often the worker writes the engine's counters to stderr (when
+    /// they changed, and once when the device closes); `None`: never.
+    pub stats: Option<Duration>,
 }
 
 impl Default for SoftConfig {
@@ -122,6 +128,7 @@ impl Default for SoftConfig {
             window: 256,
             link: LinkKind::Udp,
             gso: true,
+            stats: None,
         }
     }
 }
@@ -183,6 +190,14 @@ impl SoftConfig {
         }
         if let Ok(v) = std::env::var("HIPOBJ_SOFTROCE_PCAP") {
             c.pcap = Some(PathBuf::from(v));
+        }
+        if let Ok(v) = std::env::var("HIPOBJ_SOFTROCE_STATS") {
+            let secs = v
+                .parse::<f64>()
+                .ok()
+                .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
+                .ok_or_else(|| env_err("HIPOBJ_SOFTROCE_STATS", &v, "seconds between 0 and 86400"))?;
+            c.stats = Some(Duration::from_secs_f64(secs));
         }
         c.faults = FaultConfig {
             loss: env_fraction("HIPOBJ_SOFTROCE_LOSS")?,
@@ -390,6 +405,7 @@ impl DevInner {
             config.gso,
             pcap,
             worker_thread_name(&config.name),
+            config.stats,
         )
         .map_err(|e| os_err(op, &e, "cannot start the worker thread".into()))?;
         Ok(Self {

@@ -18,9 +18,9 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use crate::engine::{Engine, Time};
+use crate::engine::{Counters, Engine, Time};
 use crate::link::faults::{Fate, FaultConfig, FaultInjector};
 use crate::link::pcap::PcapWriter;
 use crate::link::udp::{self, BATCH, GsoSender, RawSocket, RxBatch, SLOT, Waker};
@@ -105,11 +105,13 @@ impl Worker {
         gso: bool,
         pcap: Option<PcapWriter<std::io::BufWriter<std::fs::File>>>,
         name: String,
+        stats: Option<Duration>,
     ) -> std::io::Result<Self> {
         let n = nic.clone();
+        let stats = stats.map(|every| Stats::new(name.clone(), every));
         let handle = std::thread::Builder::new()
             .name(name)
-            .spawn(move || run(&n, &sock, faults, GsoSender::new(gso), pcap))?;
+            .spawn(move || run(&n, &sock, faults, GsoSender::new(gso), pcap, stats))?;
         Ok(Self {
             nic,
             handle: Some(handle),
@@ -130,12 +132,52 @@ impl Drop for Worker {
 
 type Tap = Option<PcapWriter<std::io::BufWriter<std::fs::File>>>;
 
+/// `HIPOBJ_SOFTROCE_STATS`: the engine's counters on stderr, every `every`
+/// while they change.
+struct Stats {
+    name: String,
+    every: Duration,
+    next: Instant,
+    last: Counters,
+}
+
+impl Stats {
+    fn new(name: String, every: Duration) -> Self {
+        Self {
+            name,
+            every,
+            next: Instant::now() + every,
+            last: Counters::default(),
+        }
+    }
+
+    /// Writes `c` if it is time and they changed.
+    fn tick(&mut self, c: Counters, force: bool) {
+        let now = Instant::now();
+        if !force && now < self.next {
+            return;
+        }
+        self.next = now + self.every;
+        if c != self.last || force {
+            self.last = c;
+            eprintln!("{} counters: {c:?}", self.name);
+        }
+    }
+}
+
 /// What the tap records of a packet the UDP link received: the datagram
 /// index, the packet's bytes within it and the identification its ICRC
 /// verified under.
 type RxNote = (usize, Range<usize>, u16);
 
-fn run(nic: &Nic, sock: &Link, faults: FaultConfig, mut gso: GsoSender, mut pcap: Tap) {
+fn run(
+    nic: &Nic,
+    sock: &Link,
+    faults: FaultConfig,
+    mut gso: GsoSender,
+    mut pcap: Tap,
+    mut stats: Option<Stats>,
+) {
     let local = nic.lock().config().local;
     let mut rx = RxBatch::default();
     let mut tx = vec![0u8; SLOT * BATCH];
@@ -182,6 +224,9 @@ fn run(nic: &Nic, sock: &Link, faults: FaultConfig, mut gso: GsoSender, mut pcap
                     }
                     None => break,
                 }
+            }
+            if let Some(st) = stats.as_mut() {
+                st.tick(engine.counters(), false);
             }
             (m, engine.poll_timeout(), now)
         };
@@ -230,7 +275,10 @@ fn run(nic: &Nic, sock: &Link, faults: FaultConfig, mut gso: GsoSender, mut pcap
             if let Some(p) = pcap.as_mut() {
                 let _ = p.flush();
             }
-            let timeout = next_timer.map(|t| t.saturating_since(now));
+            let mut timeout = next_timer.map(|t| t.saturating_since(now));
+            if let Some(st) = stats.as_ref() {
+                timeout = Some(timeout.map_or(st.every, |t| t.min(st.every)));
+            }
             if udp::wait(sock, &nic.waker, timeout).is_err() {
                 nic.link_errors.fetch_add(1, Ordering::Relaxed);
             }
@@ -239,6 +287,9 @@ fn run(nic: &Nic, sock: &Link, faults: FaultConfig, mut gso: GsoSender, mut pcap
     }
     if let Some(p) = pcap.as_mut() {
         let _ = p.flush();
+    }
+    if let Some(st) = stats.as_mut() {
+        st.tick(nic.lock().counters(), true);
     }
 }
 

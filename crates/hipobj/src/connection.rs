@@ -71,6 +71,9 @@ pub struct Connection {
     device: Arc<RdmaDevice>,
     peer: Option<Peer>,
     broken: bool,
+    /// Set when [`Connection::open_grant`] failed because the QP was already
+    /// in the error state (see [`Connection::found_dead`]).
+    found_dead: bool,
     /// The grant in force: the window's key while bound, or the right the
     /// QP's access flags grant.
     open: Option<(u32, AccessFlags)>,
@@ -100,6 +103,23 @@ fn fresh_key_byte(not: u8) -> u8 {
         let b = h.finish() as u8;
         if b != not {
             return b;
+        }
+    }
+}
+
+/// A failed grant or wait, with the status of the completion that showed
+/// it, if one did.
+#[derive(Debug)]
+struct GrantError {
+    error: Error,
+    first_completion: Option<WcStatus>,
+}
+
+impl From<Error> for GrantError {
+    fn from(error: Error) -> Self {
+        Self {
+            error,
+            first_completion: None,
         }
     }
 }
@@ -145,6 +165,7 @@ impl Connection {
             device,
             peer: None,
             broken: false,
+            found_dead: false,
             open: None,
         };
         conn.to_init()?;
@@ -348,13 +369,33 @@ impl Connection {
             return Ok(());
         }
         let r = self.open_inner(g);
-        if r.is_err() {
+        if let Err(e) = &r {
             self.broken = true;
+            self.found_dead = match e.first_completion {
+                // Our own bind or invalidate failing completes with its own
+                // status (MW_BIND_ERR, ...) before the QP flushes anything;
+                // a flush first means the QP was in ERR before it ran.
+                Some(status) => status == WcStatus::WrFlushErr,
+                // The post or the modify was refused, or nothing completed:
+                // ask the QP (only on this failure path, so a QP query costs
+                // a healthy transfer nothing).
+                None => matches!(self.qp.state(), Ok(QpState::Err)),
+            };
         }
-        r
+        r.map_err(|e| e.error)
     }
 
-    fn open_inner(&mut self, g: &Grant<'_>) -> Result<()> {
+    /// Whether the last [`Connection::open_grant`] failed because the QP had
+    /// already failed while idle (a late or stray access by the server
+    /// moved it to ERR after the lease's CQ check): its window bind was
+    /// flushed, or the post or modify was refused by a QP in ERR. Nothing
+    /// of the transfer reached the server then, so the transfer may go on
+    /// with another connection; this one is broken.
+    pub fn found_dead(&self) -> bool {
+        self.found_dead
+    }
+
+    fn open_inner(&mut self, g: &Grant<'_>) -> std::result::Result<(), GrantError> {
         match (&self.mw, g.mr) {
             (Some(mw), Some(mr)) => {
                 let key = self
@@ -373,12 +414,13 @@ impl Connection {
                 // Counted as open from the post on: if the completion never
                 // comes, the close path still tries to invalidate.
                 self.open = Some((key, g.access));
-                self.wait_window_op(BIND, WcOpcode::BindMw, "binding a memory window")?;
+                self.wait_op(BIND, WcOpcode::BindMw, "binding a memory window", WINDOW_TIMEOUT)?;
                 if key != g.rkey {
                     return Err(Error::new(
                         crate::ErrorKind::RdmaError,
                         "the NIC bound the memory window under another key than the token carries",
-                    ));
+                    )
+                    .into());
                 }
                 Ok(())
             }
@@ -390,7 +432,8 @@ impl Connection {
             (Some(_), None) => Err(Error::new(
                 crate::ErrorKind::RdmaError,
                 "a buffer registered without MW_BIND on a connection that fences with windows",
-            )),
+            )
+            .into()),
         }
     }
 
@@ -414,7 +457,13 @@ impl Connection {
                 })
                 .map_err(|e| rdma("invalidating a memory window", &e))
                 .and_then(|()| {
-                    self.wait_window_op(INVALIDATE, WcOpcode::LocalInv, "invalidating a memory window")
+                    self.wait_op(
+                        INVALIDATE,
+                        WcOpcode::LocalInv,
+                        "invalidating a memory window",
+                        WINDOW_TIMEOUT,
+                    )
+                    .map_err(|e| e.error)
                 })
         } else {
             self.set_access(AccessFlags::default())
@@ -480,12 +529,14 @@ impl Connection {
     /// [`Connection::post_write_imm`]. Any other completion, or none in
     /// time, is an error and marks the connection broken.
     pub fn wait_write(&mut self, timeout: Duration) -> Result<()> {
-        let r = self.wait_op(
-            WRITE,
-            WcOpcode::RdmaWrite,
-            "the RDMA WRITE WITH IMMEDIATE",
-            timeout,
-        );
+        let r = self
+            .wait_op(
+                WRITE,
+                WcOpcode::RdmaWrite,
+                "the RDMA WRITE WITH IMMEDIATE",
+                timeout,
+            )
+            .map_err(|e| e.error);
         if r.is_err() {
             self.broken = true;
         }
@@ -504,13 +555,16 @@ impl Connection {
             .map_err(|e| rdma("changing a queue pair's remote access", &e))
     }
 
-    /// Waits for the completion of the window operation `wr_id`. Any other
-    /// completion (the sentinel's flush) means the QP failed.
-    fn wait_window_op(&self, wr_id: u64, opcode: WcOpcode, what: &str) -> Result<()> {
-        self.wait_op(wr_id, opcode, what, WINDOW_TIMEOUT)
-    }
-
-    fn wait_op(&self, wr_id: u64, opcode: WcOpcode, what: &str, timeout: Duration) -> Result<()> {
+    /// Waits for the successful completion of the send work request
+    /// `wr_id`. Any other completion (its own failure, or the sentinel's
+    /// flush) means the QP failed; the error says which status came first.
+    fn wait_op(
+        &self,
+        wr_id: u64,
+        opcode: WcOpcode,
+        what: &str,
+        timeout: Duration,
+    ) -> std::result::Result<(), GrantError> {
         let deadline = Instant::now() + timeout;
         let mut wc = [WorkCompletion::EMPTY; 1];
         loop {
@@ -524,22 +578,26 @@ impl Connection {
                     return Ok(());
                 }
                 Ok(_) => {
-                    return Err(Error::new(
-                        crate::ErrorKind::RdmaError,
-                        format!(
-                            "{what} failed (completion status {:?}, vendor error {:#x})",
-                            wc[0].status, wc[0].vendor_err
+                    return Err(GrantError {
+                        error: Error::new(
+                            crate::ErrorKind::RdmaError,
+                            format!(
+                                "{what} failed (completion status {:?}, vendor error {:#x})",
+                                wc[0].status, wc[0].vendor_err
+                            ),
                         ),
-                    ));
+                        first_completion: Some(wc[0].status),
+                    });
                 }
-                Err(e) => return Err(rdma("polling the completion queue", &e)),
+                Err(e) => return Err(rdma("polling the completion queue", &e).into()),
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(Error::new(
                     crate::ErrorKind::RdmaError,
                     format!("{what}: the NIC did not complete it within {timeout:?}"),
-                ));
+                )
+                .into());
             }
             self.cq
                 .wait(left.min(Duration::from_millis(100)))

@@ -578,6 +578,32 @@ impl Instance {
         }
     }
 
+    /// Leases an idle connection and grants `ask` on it under a fresh token:
+    /// the first step of a transfer, before anything reaches the server.
+    /// A connection that turns out to have died while idle (its QP went to
+    /// ERR after the lease's CQ check, so the grant was flushed or refused)
+    /// is destroyed with its lease and the step runs again on another, as
+    /// [`Instance::acquire_idle`] does for one caught by the check: nothing
+    /// was sent, no byte moved. Any other failure is returned with the
+    /// lease, whose grant the caller ends.
+    fn lease_and_grant(
+        &self,
+        ask: &Ask<'_>,
+        mint: &dyn Fn(u32, u32) -> Token,
+    ) -> Result<(Lease, Result<Token>)> {
+        let mut tries = self.pool.size() + 1;
+        loop {
+            let mut lease = self.acquire_idle()?;
+            let conn = lease.conn();
+            let token = mint(conn.qp_num(), conn.next_rkey(ask.entry.rkey(ask.dir)));
+            match conn.open_grant(&ask.grant(token.rkey)) {
+                Ok(()) => return Ok((lease, Ok(token))),
+                Err(_) if conn.found_dead() && tries > 0 => tries -= 1,
+                Err(e) => return Ok((lease, Err(e))),
+            }
+        }
+    }
+
     /// `hipObjGet` and `hipObjPut`: one transfer of `size` bytes at `offset`
     /// into the buffer registered at `addr`, driven through `control`.
     pub fn transfer(
@@ -602,9 +628,6 @@ impl Instance {
         if dir == Direction::Put {
             self.stage(&entry, offset, size, SyncDirection::ToHost)?;
         }
-        // Until `note_success`, the lease destroys its connection when
-        // dropped: every `?` below, and a panic, leave the QP out of RTS.
-        let mut lease = self.acquire_idle()?;
         let ask = Ask {
             entry: &entry,
             dir,
@@ -612,7 +635,10 @@ impl Instance {
             size,
         };
         let mint = |qpn, rkey| self.mint(qpn, &entry, offset, size, rkey);
-        let outcome = run_exchange(&mut lease, &ask, &mint, control);
+        // Until `note_success`, the lease destroys its connection when
+        // dropped: every `?` below, and a panic, leave the QP out of RTS.
+        let (mut lease, granted) = self.lease_and_grant(&ask, &mint)?;
+        let outcome = granted.and_then(|token| run_exchange(&mut lease, &ask, token, &mint, control));
         // Whatever happened, the grant ends before the call returns: the
         // window is invalidated (or the QP's remote access closed). If that
         // fails, the connection is broken and destroyed, which ends it too.
@@ -852,11 +878,13 @@ impl Ask<'_> {
 }
 
 /// The request/reply exchange of one transfer (docs/protocol.md §3), and the
-/// proof of its success. `mint` makes the token for a QP number and key.
+/// proof of its success. `token` is the first request's token; `mint`
+/// makes another for a QP number and key.
 ///
-/// - The leased connection grants exactly `ask`'s range and right under the
-///   token's key before the token leaves, if it is bound; one in INIT, which
-///   nothing can reach, grants once a binding round has connected it.
+/// - The leased connection already grants exactly `ask`'s range and right
+///   under `token`'s key, if it is bound ([`Instance::lease_and_grant`]);
+///   one in INIT, which nothing can reach, grants once a binding round has
+///   connected it.
 /// - A 409 from a server the leased connection is not bound to first ends
 ///   that connection's grant and trades it for one bound to that server,
 ///   else an unbound one (no binding round spent), which grants under a key
@@ -872,12 +900,11 @@ impl Ask<'_> {
 fn run_exchange(
     lease: &mut Lease,
     ask: &Ask<'_>,
+    mut token: Token,
     mint: &dyn Fn(u32, u32) -> Token,
     control: &mut dyn Control,
 ) -> Result<Peer> {
     let fresh = |conn: &Connection| mint(conn.qp_num(), conn.next_rkey(ask.entry.rkey(ask.dir)));
-    let mut token = fresh(lease.conn());
-    lease.conn().open_grant(&ask.grant(token.rkey))?;
     let mut reply = exchange(control, token.encode().as_str())?;
     let mut swapped = false;
     let mut bound_once = false;

@@ -32,7 +32,14 @@ fn soft(name: &str, loss: f64) -> Arc<SoftVerbs> {
 
 /// A client library on one soft device and a server on another.
 fn pair(loss: f64) -> (Library, Server) {
+    let (lib, server, _) = pair_with_client_nic(loss);
+    (lib, server)
+}
+
+/// [`pair`], and the client's soft NIC.
+fn pair_with_client_nic(loss: f64) -> (Library, Server, Arc<SoftVerbs>) {
     let client_verbs = soft("softroce-client", loss);
+    let client_nic = client_verbs.clone();
     let server_verbs = soft("softroce-server", loss);
     let platform = Platform {
         verbs: client_verbs,
@@ -64,7 +71,7 @@ fn pair(loss: f64) -> (Library, Server) {
         },
     )
     .unwrap();
-    (lib, Server::new(peer))
+    (lib, Server::new(peer), client_nic)
 }
 
 #[test]
@@ -474,4 +481,67 @@ fn gpu_memory_the_nic_cannot_reach_is_staged_and_moves_exact_bytes() {
     assert!(gpu.read(dst, len).unwrap() == pattern);
     inst.deregister(src).unwrap();
     inst.deregister(dst).unwrap();
+}
+
+/// Records the token of each request it passes on.
+struct Recording<'a> {
+    inner: support::server::Request<'a>,
+    tokens: Vec<Token>,
+}
+
+impl Control for Recording<'_> {
+    fn send_request(&mut self, token: &str) -> Result<(), ControlError> {
+        self.tokens.push(Token::decode(token.as_bytes()).unwrap());
+        self.inner.send_request(token)
+    }
+    fn recv_reply(&mut self, reply: &mut [u8]) -> Result<usize, ControlError> {
+        self.inner.recv_reply(reply)
+    }
+}
+
+/// Issue 15, on the soft NIC end to end: after a PUT returned, its server
+/// READs through the PUT's token again (as a late duplicate READ does).
+/// The window is invalidated, so the client's QP NAKs the READ and goes to
+/// ERR while idle in the pool. The next transfers must not use it: they
+/// succeed on other connections, and the pool keeps its size.
+#[test]
+fn a_connection_a_late_server_read_killed_while_idle_is_never_used_again() {
+    let (lib, server, nic) = pair_with_client_nic(0.0);
+    let inst: Arc<Instance> = lib.instance().unwrap();
+    let buf = host_buf(64 << 10);
+    inst.register_host(buf).unwrap();
+    let data: Vec<u8> = (0..64 << 10).map(|i| (i % 251) as u8).collect();
+    support::fill(buf, &data);
+    let mut put = Recording {
+        inner: server.request(Op::Put("first".into())),
+        tokens: Vec::new(),
+    };
+    inst.transfer(Direction::Put, buf.addr(), 64 << 10, 0, &mut put)
+        .unwrap();
+    let token = *put.tokens.last().unwrap();
+
+    let late = server.serve_token(&Op::Put("late".into()), &token);
+    let late_ok = late.is_ok_and(|r| hipobj_proto::parse_reply(r.as_bytes()).is_ok_and(|p| p.is_success()));
+    assert!(!late_ok, "a READ through an ended grant succeeded");
+    assert!(!server.objects.lock().unwrap().contains_key("late"));
+    let c = nic.counters().unwrap();
+    assert_eq!(
+        c.naks_fatal, 1,
+        "the client's QP refused the READ and went to ERR: {c:?}"
+    );
+
+    for key in ["second", "third"] {
+        let mut next = Recording {
+            inner: server.request(Op::Put(key.into())),
+            tokens: Vec::new(),
+        };
+        inst.transfer(Direction::Put, buf.addr(), 64 << 10, 0, &mut next)
+            .unwrap_or_else(|e| panic!("{key}: {e}"));
+        assert!(
+            next.tokens.iter().all(|t| t.qpn != token.qpn),
+            "{key} was sent on the QP the late READ killed"
+        );
+        assert_eq!(server.objects.lock().unwrap()[key], data);
+    }
+    assert_eq!(inst.pool().size(), 4, "the dead connection was replaced");
 }

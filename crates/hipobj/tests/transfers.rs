@@ -183,6 +183,92 @@ fn a_qp_that_went_to_error_is_caught_without_waiting() {
     );
 }
 
+/// Issue 15's failure at 256 PUTs in flight: the connection a PUT leased
+/// had gone to ERR while idle in the pool (on the soft NIC, a late duplicate
+/// READ from the server reached it after the last transfer had invalidated
+/// its window), after the lease's CQ check and before the PUT's window bind,
+/// which failed with WR_FLUSH_ERR. Nothing had been sent to the server then,
+/// so the transfer must go on with a fresh connection, and the dead QP must
+/// be destroyed, not reused.
+#[test]
+fn a_connection_that_died_idle_is_replaced_before_the_request_goes_out() {
+    for windows in [true, false] {
+        for dir in [Direction::Put, Direction::Get] {
+            let p = fake(
+                0,
+                FakeDeviceSpec {
+                    mw_type2: windows,
+                    ..FakeDeviceSpec::default()
+                },
+            );
+            let lib = started(&p, 1);
+            let inst = lib.instance().unwrap();
+            let buf = host_buf(256);
+            inst.register_host(buf).unwrap();
+            let mut s = Script::serving(&p, &[&bind_reply(1), &done(256)]);
+            inst.transfer(Direction::Get, buf.addr(), 256, 0, &mut s).unwrap();
+            let dead = Token::decode(s.tokens[0].as_bytes()).unwrap().qpn;
+            assert_eq!(p.verbs.qp_state(dead), Some(QpState::Rts));
+            let qps = p.verbs.live().qps;
+
+            assert!(p.verbs.arm_break_at_next_use(dead));
+            let mut s = Script::serving(&p, &[&bind_reply(2), &done(256)]);
+            inst.transfer(dir, buf.addr(), 256, 0, &mut s)
+                .unwrap_or_else(|e| panic!("windows {windows}, {dir:?}: {e}"));
+            let what = format!("windows {windows}, {dir:?}: {:?}", s.tokens);
+            assert!(!s.tokens.is_empty(), "{what}");
+            for t in &s.tokens {
+                let t = Token::decode(t.as_bytes()).unwrap();
+                assert_ne!(t.qpn, dead, "a request named the dead QP: {what}");
+            }
+            assert_eq!(p.verbs.qp_state(dead), None, "the dead QP was destroyed: {what}");
+            assert_eq!(inst.pool().size(), 1, "{what}");
+            assert_eq!(
+                p.verbs.live().qps,
+                qps,
+                "the dead QP's place went to one fresh QP: {what}"
+            );
+            assert!(p.verbs.live_mw_binds().is_empty(), "{what}");
+        }
+    }
+}
+
+/// The retry above is for a QP that was already dead. A grant that a
+/// healthy QP refuses fails the transfer, before any request goes out,
+/// without spending the pool's other connections on the same failure.
+#[test]
+fn a_grant_refused_by_a_healthy_qp_fails_without_retrying() {
+    let p = fake(
+        0,
+        FakeDeviceSpec {
+            mw_type2: true,
+            ..FakeDeviceSpec::default()
+        },
+    );
+    let lib = started(&p, 2);
+    let inst = lib.instance().unwrap();
+    let buf = host_buf(256);
+    inst.register_host(buf).unwrap();
+    // The next lease prefers the connection bound to this server.
+    let mut s = Script::serving(&p, &[&bind_reply(1), &done(256)]);
+    inst.transfer(Direction::Get, buf.addr(), 256, 0, &mut s).unwrap();
+    let binds = p.faults.count("bind_mw");
+    p.faults
+        .set_after("bind_mw", hipobj_platform::fake::Fault::Fail, 0, 1);
+    let mut s = Script::serving(&p, &[&done(256)]);
+    let e = inst
+        .transfer(Direction::Put, buf.addr(), 256, 0, &mut s)
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::RdmaError, "{e}");
+    assert!(s.tokens.is_empty(), "nothing reached the server");
+    assert_eq!(
+        p.faults.count("bind_mw"),
+        binds + 1,
+        "one bind was tried, not retried"
+    );
+    assert_eq!(inst.pool().size(), 2);
+}
+
 #[test]
 fn bad_transfer_arguments() {
     let p = fake(0, FakeDeviceSpec::default());

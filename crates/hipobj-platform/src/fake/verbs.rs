@@ -104,8 +104,13 @@ struct QpInner {
 /// A peer's event that waits for the QP to reach RTS.
 #[derive(Clone, Copy, Debug)]
 enum Armed {
-    WriteWithImm { imm: u32, byte_len: u32 },
+    WriteWithImm {
+        imm: u32,
+        byte_len: u32,
+    },
     Break,
+    /// Not at RTS: at the start of the next bind, send or modify.
+    BreakAtNextUse,
 }
 
 impl QpInner {
@@ -135,7 +140,13 @@ impl QpInner {
 
     /// Runs the armed event, if any: the QP just reached RTS.
     fn fire_armed(&self, qpn: u32) {
-        let armed = self.armed.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let armed = {
+            let mut slot = self.armed.lock().unwrap_or_else(PoisonError::into_inner);
+            match *slot {
+                Some(Armed::BreakAtNextUse) => None,
+                _ => slot.take(),
+            }
+        };
         match armed {
             Some(Armed::WriteWithImm { imm, byte_len }) => {
                 let Some(cq) = &self.recv_cq else { return };
@@ -157,7 +168,18 @@ impl QpInner {
                     });
             }
             Some(Armed::Break) => self.enter(qpn, QpState::Err),
-            None => {}
+            Some(Armed::BreakAtNextUse) | None => {}
+        }
+    }
+
+    /// The QP is being used (a bind, a send, a modify): a break armed for
+    /// that moment happens first.
+    fn fire_use(&self, qpn: u32) {
+        let mut slot = self.armed.lock().unwrap_or_else(PoisonError::into_inner);
+        if matches!(*slot, Some(Armed::BreakAtNextUse)) {
+            *slot = None;
+            drop(slot);
+            self.enter(qpn, QpState::Err);
         }
     }
 }
@@ -388,6 +410,14 @@ impl FakeVerbs {
     /// numbered `qpn` to RTS. Returns `false` when there is no such QP.
     pub fn arm_break(&self, qpn: u32) -> bool {
         self.arm(qpn, Armed::Break)
+    }
+
+    /// [`FakeVerbs::break_qp`] at the start of the next window bind, send
+    /// or modify on the QP numbered `qpn`: a connection that dies while
+    /// idle, after its user checked its CQ and before its first work
+    /// request. Returns `false` when there is no such QP.
+    pub fn arm_break_at_next_use(&self, qpn: u32) -> bool {
+        self.arm(qpn, Armed::BreakAtNextUse)
     }
 
     fn arm(&self, qpn: u32, event: Armed) -> bool {
@@ -823,6 +853,7 @@ impl QueuePair for FakeQp {
 
     fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbsError> {
         self.shared.check("modify_qp")?;
+        self.inner.fire_use(self.qpn);
         let cur = *self.inner.state.lock().unwrap_or_else(PoisonError::into_inner);
         check_rc_transition(cur, attr, mask)?;
         if mask.contains(QpAttrMask::ACCESS_FLAGS) {
@@ -842,6 +873,7 @@ impl QueuePair for FakeQp {
 
     fn post_send(&self, wr: &SendWr<'_>) -> Result<(), VerbsError> {
         self.shared.check("post_send")?;
+        self.inner.fire_use(self.qpn);
         let SendOp::LocalInv { rkey } = wr.op else {
             return Err(VerbsError::new(
                 "ibv_post_send",
@@ -865,6 +897,7 @@ impl QueuePair for FakeQp {
 
     fn bind_mw(&self, wr: &BindMwWr<'_>) -> Result<u32, VerbsError> {
         self.shared.check("bind_mw")?;
+        self.inner.fire_use(self.qpn);
         let invalid =
             |why: &str| VerbsError::new("ibv_post_send", VerbsErrorKind::InvalidArgument, why.to_string());
         let mw = wr

@@ -439,3 +439,41 @@ fn a_caller_may_choose_the_key_of_a_bind_within_its_window() {
     };
     assert!(w.f.e(B).bind_mw(qpn, &other).is_err());
 }
+
+/// Issue 15's broken idle connection. A's READ through B's window completes;
+/// B invalidates the window (hipObject does so before a PUT returns); then
+/// the same READ request arrives again, as a requester sends it after a
+/// retransmission timeout that fired while the responses were merely late.
+/// A duplicate READ is executed again, with its key checked again (as the
+/// kernel's rxe does, `rxe_recheck_mr`): the window no longer grants it, so
+/// B NAKs it and its QP goes to ERR, flushing the receive it had posted. The
+/// QP is idle by then; its next user finds it dead.
+#[test]
+fn a_duplicate_read_after_the_window_was_invalidated_breaks_the_idle_responder() {
+    let mut w = setup(4096);
+    let sentinel = Sge {
+        addr: w.dst.addr(),
+        length: 0,
+        lkey: w.kd,
+    };
+    w.f.recv(B, 42, sentinel);
+    let key = w.bind(1, 0, 4096, READ);
+    assert_eq!(w.read(key, 0, 4096), WcStatus::Success);
+    ok(&w.invalidate(2, key), 2, WcOpcode::LocalInv);
+    assert_eq!(w.f.state(B), QpState::Rts, "idle and healthy");
+
+    let reth = RethRepr {
+        va: w.dst.addr(),
+        rkey: key,
+        dma_len: 4096,
+    };
+    let again = request(&w.f, Opcode::ReadRequest, 0, Some(reth), &[]);
+    let now = w.f.net.now();
+    w.f.e(B).handle_datagram(now, addr(A), &again);
+    assert_eq!(w.f.e(B).counters().duplicates, 1);
+    assert_eq!(w.f.e(B).counters().naks_fatal, 1);
+    assert_eq!(w.f.state(B), QpState::Err);
+    let rcq = w.f.s[B].rcq.clone();
+    let flushed = w.f.wait(&rcq, 1);
+    assert_eq!((flushed[0].wr_id, flushed[0].status), (42, WcStatus::WrFlushErr));
+}
