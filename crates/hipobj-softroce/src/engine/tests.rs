@@ -1762,3 +1762,51 @@ fn loss_costs_little_time_on_a_paced_link() {
         }
     }
 }
+
+/// The window follows the gap between losses and comes back when the link
+/// is clean. Rounds, all at one instant (no timer fires): A sends what its
+/// window allows, B acknowledges (or NAKs) all of it. While every 50th PSN
+/// is lost once, each round holds 50 to 100 packets (a loss that falls in
+/// what go-back-N resends anyway is not seen, so the requester sees about
+/// one loss per 100 packets sent); halving on each loss, as before, held
+/// it at 16 to 20. Once the link is clean, the whole 256-packet window is
+/// back within 800 packets.
+#[test]
+fn the_window_follows_the_gap_between_losses_and_comes_back_when_clean() {
+    let mut f = Fx::new();
+    f.connect();
+    let n = 4000;
+    let data = pattern(n * 4096, 9);
+    let src = HostBuffer::from_bytes(&data);
+    let dst = HostBuffer::new(n * 4096);
+    let ks = f.reg(A, &src, RW);
+    let kd = f.reg(B, &dst, RW);
+    let scq = f.s[A].scq.clone();
+    f.post(A, 1, write_op(&dst, kd), sge(&src, ks));
+    let mut lost = std::collections::HashSet::new();
+    let mut lossy_rounds = Vec::new();
+    for _ in 0..30 {
+        let sent = pump(&mut f, A, |_, p| !(p % 50 == 49 && lost.insert(p)));
+        lossy_rounds.push(sent.len());
+        pump(&mut f, B, |_, _| true);
+    }
+    assert!(lost.len() >= 25, "{} losses: {lossy_rounds:?}", lost.len());
+    assert!(
+        lossy_rounds[5..].iter().all(|&s| (40..=128).contains(&s)),
+        "rounds while every 50th packet is lost: {lossy_rounds:?}"
+    );
+    let mut clean = 0;
+    let mut clean_rounds = Vec::new();
+    while clean < 800 {
+        let sent = pump(&mut f, A, |_, _| true).len();
+        clean_rounds.push(sent);
+        clean += sent;
+        pump(&mut f, B, |_, _| true);
+        if sent >= 256 {
+            break;
+        }
+    }
+    assert_eq!(clean_rounds.last(), Some(&256), "clean rounds: {clean_rounds:?}");
+    ok(&f.wait(&scq, 1)[0], 1, WcOpcode::RdmaWrite);
+    assert!(dst.to_vec() == data);
+}
