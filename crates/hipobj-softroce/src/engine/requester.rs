@@ -105,11 +105,14 @@ pub(crate) struct Requester {
     pub rto_deadline: Option<Time>,
     /// Doublings of the retransmission timeout since the last progress.
     rto_backoff: u32,
-    /// The send window now, in packets: halved on each loss, grown back by
-    /// each packet acknowledged, never above the configured window.
+    /// The send window now, in packets, never above the configured window
+    /// (see `on_loss`).
     cwnd: u32,
-    /// Packets acknowledged since the window last grew by one.
-    grown: u32,
+    /// Packets acknowledged since the last loss.
+    clean_run: u32,
+    /// The packets acknowledged between two losses, averaged (weight 1/4
+    /// per loss) over the losses so far; `u32::MAX` before the first.
+    gap_avg: u32,
     /// Set when the retransmission timer went back to `una`: one packet (it
     /// asks for an ACK) goes out until the responder answers, instead of
     /// the whole window again.
@@ -163,7 +166,8 @@ impl Requester {
         self.rto_deadline = None;
         self.rto_backoff = 0;
         self.cwnd = u32::MAX;
-        self.grown = 0;
+        self.clean_run = 0;
+        self.gap_avg = u32::MAX;
         self.probing = false;
         self.twice = false;
         self.before_rto = None;
@@ -303,10 +307,30 @@ impl Qp {
         }
     }
 
-    /// A loss was seen: the window halves.
-    fn shrink_window(&mut self, ctx: &Ctx<'_>) {
+    /// A loss was seen (a sequence NAK, a NAK implied by READ responses,
+    /// the retransmission timer): the window becomes the mean run of
+    /// packets acknowledged between losses, at least `CWND_MIN`.
+    ///
+    /// Go-back-N sends again whatever was in flight past the lost packet, so
+    /// each loss costs about the window; a window of the packets the link
+    /// carries between two losses spends at most about as much on resending
+    /// as on new data, and no less than `CWND_MIN` keeps the link busy. The
+    /// losses this answers are random drops, not congestion (RoCE leaves
+    /// congestion to the fabric): halving on each loss, as before, held the
+    /// window at the minimum at 1 % loss (a loss every 100 packets, a
+    /// window grown back by one per window), where the link then idled
+    /// through every round trip. `advance` gives the window back as the link
+    /// stays clean.
+    fn on_loss(&mut self, ctx: &Ctx<'_>) {
         let r = &mut self.req;
-        r.cwnd = (r.cwnd.min(ctx.config.window) / 2).max(CWND_MIN);
+        let full = ctx.config.window;
+        let run = r.clean_run.min(full);
+        r.gap_avg = match r.gap_avg {
+            u32::MAX => run,
+            g => (3 * g + run) / 4,
+        };
+        r.clean_run = 0;
+        r.cwnd = r.gap_avg.clamp(CWND_MIN.min(full), full);
     }
 
     pub fn requester_transmit(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
@@ -529,14 +553,14 @@ impl Qp {
         {
             r.cwnd = cwnd;
         }
-        if r.cwnd < ctx.config.window {
-            // After a loss the window grows by one packet per window's worth
-            // acknowledged (see `grown`).
-            r.grown = r.grown.saturating_add(acked_now);
-            while r.grown >= r.cwnd && r.cwnd < ctx.config.window {
-                r.grown -= r.cwnd;
-                r.cwnd += 1;
-            }
+        // The window grows back to half the packets acknowledged since the
+        // last loss: a run twice the window's length says the losses have
+        // thinned, and a clean link gets the whole window back within two
+        // windows' worth.
+        r.clean_run = r.clean_run.saturating_add(acked_now);
+        let half = (r.clean_run / 2).min(ctx.config.window);
+        if r.cwnd < half {
+            r.cwnd = half;
         }
         while r.reads_inflight.front().is_some_and(|&end| psn::le(end, target)) {
             r.reads_inflight.pop_front();
@@ -746,7 +770,7 @@ impl Qp {
                 if self.req.before_rto.is_none() {
                     self.req.before_rto = Some((self.req.cwnd, self.req.max_sent));
                 }
-                self.shrink_window(ctx);
+                self.on_loss(ctx);
                 let una = self.req.una;
                 self.rewind(ctx, una);
                 self.req.last_rewind = None;
@@ -789,7 +813,7 @@ impl Qp {
         self.req.retry_left -= 1;
         self.req.probing = false;
         self.req.before_rto = None;
-        self.shrink_window(ctx);
+        self.on_loss(ctx);
         self.rewind(ctx, una);
         self.req.last_rewind = Some(una);
         // After a NAK (said or implied) the peer is there and waiting for

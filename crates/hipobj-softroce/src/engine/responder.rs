@@ -35,6 +35,16 @@ pub(crate) struct ReadStream {
     /// Answers a duplicate READ: it takes none of the responder's
     /// `max_dest_rd_atomic` slots, as the request it repeats took one.
     again: bool,
+    /// The first response is still to go out a second time. A READ asked
+    /// again is the requester going back to the first response it misses,
+    /// and it takes a gap in the responses that follow as that loss, once
+    /// per PSN gone back to: if the first one is lost again, the rest of
+    /// the stream says nothing new and the requester waits out its
+    /// retransmission timer. So the first response of an answer to a
+    /// duplicate READ goes out twice (the requester takes the second copy
+    /// as a duplicate), as the requester sends the first packet after going
+    /// back twice.
+    twice: bool,
 }
 
 /// Responder output, sent strictly in this order: an ACK must never overtake
@@ -442,6 +452,7 @@ impl Qp {
             npkts,
             msn,
             again,
+            twice: again,
         }));
         Ok(npkts)
     }
@@ -537,7 +548,12 @@ impl Qp {
                     index: s.index + 1,
                     ..s
                 };
-                if next.index >= next.npkts {
+                if s.twice {
+                    // The same packet once more (see `ReadStream::twice`).
+                    if let Some(Out::Read(front)) = self.resp.out.front_mut() {
+                        front.twice = false;
+                    }
+                } else if next.index >= next.npkts {
                     self.resp.out.pop_front();
                 } else if let Some(front) = self.resp.out.front_mut() {
                     *front = Out::Read(next);

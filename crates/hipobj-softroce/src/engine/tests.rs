@@ -1304,11 +1304,13 @@ fn a_duplicate_reads_responses_carry_the_msn_it_was_executed_with() {
     }
     let acks = acks_from_b(&mut f);
     assert_eq!(acks.last().map(|a| (a.0, a.1.msn)), Some((2, 3)));
-    // The READ again (its response was lost): answered with MSN 1 again.
+    // The READ again (its response was lost): answered with MSN 1 again
+    // (its one response twice, as the first response to a READ asked again
+    // always goes out).
     f.e(B).handle_datagram(now, addr(A), &read);
     let again = acks_from_b(&mut f);
-    assert_eq!(again.len(), 1);
-    assert_eq!((again[0].0, again[0].1.msn), (0, 1));
+    assert_eq!(again.len(), 2);
+    assert!(again.iter().all(|a| (a.0, a.1.msn) == (0, 1)), "{again:?}");
     assert_eq!(f.e(B).counters().duplicates, 1);
 }
 
@@ -1473,17 +1475,22 @@ fn lossy_transfer(loss: f64, read: bool) -> (u64, u64, u64, String) {
 /// timed: every packet the responder drops after a gap is sent again, so
 /// the packets in flight when a loss is found are the price of each loss,
 /// and each wait for the retransmission timer leaves the link idle. (The
-/// engine before this test's fixes sent 1.81x and 1.69x the packets at 1 %
-/// and met the timer 135 times for the READ at 10 %.)
+/// engine before the first fixes sent 1.81x and 1.69x the packets at 1 %
+/// and met the timer 135 times for the READ at 10 %; with a window halved
+/// on every loss it sent 1.19x and 1.16x, and met the timer 46 times.) The
+/// window now follows the gap between losses (`Qp::on_loss`), which spends
+/// more packets at 1 % (this link has no rate, so the whole window is in
+/// flight at every loss) to keep a real link busy
+/// (`loss_costs_little_time_on_a_paced_link`).
 #[test]
 fn go_back_n_resends_little_under_random_loss() {
     for read in [false, true] {
         let (sent, need, rto, what) = lossy_transfer(0.01, read);
-        assert!(sent * 10 <= need * 13, "{what}");
+        assert!(sent * 10 <= need * 17, "{what}");
         assert!(rto <= 4, "{what}");
         let (sent, need, rto, what) = lossy_transfer(0.1, read);
         assert!(sent * 10 <= need * 24, "{what}");
-        assert!(rto <= need / 64, "{what}: {rto} retransmission timeouts");
+        assert!(rto <= 24, "{what}: {rto} retransmission timeouts");
     }
 }
 
@@ -1644,4 +1651,162 @@ fn a_gro_batch_is_split_and_each_packet_checked_under_its_segment_id() {
     assert_eq!((ok, bad, coalesced), (1, 0, 0));
     let (_, ok, bad, _) = run(&mut e, &make(1040, 0, 1), None);
     assert_eq!((ok, bad), (0, 1));
+}
+
+/// A READ asked again is answered with its first response twice: the
+/// requester goes back to a missing response once per PSN, so a second loss
+/// of that very response would leave it waiting for its retransmission
+/// timer while the rest of the answer arrives and is dropped.
+#[test]
+fn a_read_asked_again_gets_its_first_response_twice() {
+    let mut f = Fx::new();
+    f.connect();
+    let data = pattern(4 * 4096, 7);
+    let remote = HostBuffer::from_bytes(&data);
+    let local = HostBuffer::new(4 * 4096);
+    let kr = f.reg(B, &remote, RW);
+    let kl = f.reg(A, &local, RW);
+    let scq = f.s[A].scq.clone();
+    f.post(A, 1, read_op(&remote, kr), sge(&local, kl));
+    assert_eq!(pump(&mut f, A, |_, _| true), vec![(Opcode::ReadRequest, 0)]);
+    // Response 1 of 0..=3 is lost; 2 shows the gap.
+    assert_eq!(pump(&mut f, B, |_, p| p != 1).len(), 4);
+    // The READ is asked again from 1 (twice, as the first packet after
+    // going back always is).
+    assert_eq!(
+        pump(&mut f, A, |_, _| true),
+        vec![(Opcode::ReadRequest, 1), (Opcode::ReadRequest, 1)]
+    );
+    // Its first response goes out twice, and the first copy is lost too.
+    let mut first = true;
+    let again = pump(&mut f, B, |_, p| !(p == 1 && std::mem::take(&mut first)));
+    assert_eq!(
+        again,
+        vec![
+            (Opcode::ReadResponseFirst, 1),
+            (Opcode::ReadResponseFirst, 1),
+            (Opcode::ReadResponseMiddle, 2),
+            (Opcode::ReadResponseLast, 3)
+        ]
+    );
+    ok(&f.wait(&scq, 1)[0], 1, WcOpcode::RdmaRead);
+    assert!(local.to_vec() == data);
+    let c = f.e(A).counters();
+    assert_eq!((c.rto_rewinds, c.timeouts, c.rewinds), (0, 0, 1), "{c:?}");
+}
+
+/// Moves 16 MiB A -> B by WRITE (or B -> A by READ) at `loss` on SimNet
+/// whose links carry 2 GB/s each way, 25 us apart, and returns the virtual
+/// time it took and a description. With a rate, what a requester sends
+/// beyond what the link carries in a round trip waits in a queue, and
+/// go-back-N sends all of it again after a loss: a model of the cost of a
+/// loss in time, not only in packets.
+fn paced_transfer(loss: f64, read: bool) -> (u64, String) {
+    let len = 16 << 20;
+    let mut f = Fx::with(Mtu::Mtu4096, FaultConfig::loss(loss, 5), 64);
+    f.net.set_latency(Duration::from_micros(25));
+    f.net.rate = Some(2_000_000_000);
+    f.connect();
+    let data = pattern(len, 3);
+    let src = HostBuffer::from_bytes(&data);
+    let dst = HostBuffer::new(len);
+    let ks = f.reg(A, &src, RW);
+    let kd = f.reg(B, &dst, RW);
+    let scq = f.s[A].scq.clone();
+    let one = Sge {
+        length: 1,
+        ..sge(&src, ks)
+    };
+    f.post(A, 9, write_op(&dst, kd), one);
+    f.wait(&scq, 1);
+    let t0 = f.net.now();
+    let a0 = f.e(A).counters();
+    if read {
+        dst.write(0, &data);
+        src.write(0, &vec![0; len]);
+        f.post(A, 1, read_op(&dst, kd), sge(&src, ks));
+    } else {
+        f.post(A, 1, write_op(&dst, kd), sge(&src, ks));
+    }
+    assert_eq!(f.wait(&scq, 1)[0].status, WcStatus::Success);
+    assert!(
+        if read { src.to_vec() } else { dst.to_vec() } == data,
+        "bytes differ at loss {loss}"
+    );
+    let t = f.net.now().as_nanos() - t0.as_nanos();
+    let a = f.e(A).counters();
+    let what = format!(
+        "{} at loss {loss}: {} us, {} retransmits, {} rewinds, {} retransmission timeouts",
+        if read { "READ" } else { "WRITE" },
+        t / 1000,
+        a.retransmits - a0.retransmits,
+        a.rewinds - a0.rewinds,
+        a.rto_rewinds - a0.rto_rewinds
+    );
+    (t, what)
+}
+
+/// Throughput under loss against lossless on a link with a rate (virtual
+/// time, so deterministic): the window sized from the gap between losses
+/// keeps the link busy where halving it on every loss left it idle (the
+/// engine before sent WRITE at 1 % in 0.46 of the lossless rate here).
+#[test]
+fn loss_costs_little_time_on_a_paced_link() {
+    for read in [false, true] {
+        let (t0, base) = paced_transfer(0.0, read);
+        for (loss, floor) in [(0.01, if read { 0.42 } else { 0.55 }), (0.1, 0.2)] {
+            let (t, what) = paced_transfer(loss, read);
+            let ratio = t0 as f64 / t as f64;
+            eprintln!("{what}: {ratio:.3} of lossless ({base})");
+            assert!(ratio >= floor, "{what}: {ratio:.3} of lossless ({base})");
+        }
+    }
+}
+
+/// The window follows the gap between losses and comes back when the link
+/// is clean. Rounds, all at one instant (no timer fires): A sends what its
+/// window allows, B acknowledges (or NAKs) all of it. While every 50th PSN
+/// is lost once, each round holds 50 to 100 packets (a loss that falls in
+/// what go-back-N resends anyway is not seen, so the requester sees about
+/// one loss per 100 packets sent); halving on each loss, as before, held
+/// it at 16 to 20. Once the link is clean, the whole 256-packet window is
+/// back within 800 packets.
+#[test]
+fn the_window_follows_the_gap_between_losses_and_comes_back_when_clean() {
+    let mut f = Fx::new();
+    f.connect();
+    let n = 4000;
+    let data = pattern(n * 4096, 9);
+    let src = HostBuffer::from_bytes(&data);
+    let dst = HostBuffer::new(n * 4096);
+    let ks = f.reg(A, &src, RW);
+    let kd = f.reg(B, &dst, RW);
+    let scq = f.s[A].scq.clone();
+    f.post(A, 1, write_op(&dst, kd), sge(&src, ks));
+    let mut lost = std::collections::HashSet::new();
+    let mut lossy_rounds = Vec::new();
+    for _ in 0..30 {
+        let sent = pump(&mut f, A, |_, p| !(p % 50 == 49 && lost.insert(p)));
+        lossy_rounds.push(sent.len());
+        pump(&mut f, B, |_, _| true);
+    }
+    assert!(lost.len() >= 25, "{} losses: {lossy_rounds:?}", lost.len());
+    assert!(
+        lossy_rounds[5..].iter().all(|&s| (40..=128).contains(&s)),
+        "rounds while every 50th packet is lost: {lossy_rounds:?}"
+    );
+    let mut clean = 0;
+    let mut clean_rounds = Vec::new();
+    while clean < 800 {
+        let sent = pump(&mut f, A, |_, _| true).len();
+        clean_rounds.push(sent);
+        clean += sent;
+        pump(&mut f, B, |_, _| true);
+        if sent >= 256 {
+            break;
+        }
+    }
+    assert_eq!(clean_rounds.last(), Some(&256), "clean rounds: {clean_rounds:?}");
+    ok(&f.wait(&scq, 1)[0], 1, WcOpcode::RdmaWrite);
+    assert!(dst.to_vec() == data);
 }

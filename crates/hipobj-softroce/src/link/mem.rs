@@ -41,6 +41,15 @@ pub struct SimNet {
     pub delivered: u64,
     /// Prints every delivered packet to stderr (for debugging tests).
     pub trace: bool,
+    /// The rate of each engine's link in bytes per second, or `None` for
+    /// a link without a rate (every datagram leaves at once). With a rate,
+    /// an engine's datagrams leave one after another, each taking its
+    /// length over the rate, so that what a requester sends beyond what
+    /// the link carries in a round trip waits in a queue, as on a real
+    /// link (and in the socket buffers and batches of the UDP link).
+    pub rate: Option<u64>,
+    /// When each engine's link is next free (with a rate).
+    busy_until: Vec<Time>,
 }
 
 impl SimNet {
@@ -58,7 +67,14 @@ impl SimNet {
             unroutable: 0,
             delivered: 0,
             trace: false,
+            rate: None,
+            busy_until: Vec::new(),
         }
+    }
+
+    /// Sets the one-way latency of every link.
+    pub fn set_latency(&mut self, latency: Duration) {
+        self.latency = latency;
     }
 
     /// The virtual time.
@@ -118,7 +134,7 @@ impl SimNet {
                         continue;
                     };
                     let data = std::mem::take(&mut self.buf);
-                    let at = self.now + self.latency;
+                    let at = self.departure(i, t.len) + self.latency;
                     match self.faults.fate() {
                         Fate::Deliver => self.push(at, to, from, &data[..t.len]),
                         Fate::Drop => {}
@@ -175,6 +191,23 @@ impl SimNet {
             // A timer due now that changed nothing must not stall the clock.
             self.now = self.now.max(next).max(self.now + Duration::from_nanos(1));
         }
+    }
+
+    /// When a datagram of `len` bytes that engine `i` sends now has left its
+    /// link: now without a rate, else after the datagrams before it and its
+    /// own length at the rate.
+    fn departure(&mut self, i: usize, len: usize) -> Time {
+        let Some(rate) = self.rate.filter(|&r| r > 0) else {
+            return self.now;
+        };
+        if self.busy_until.len() < self.engines.len() {
+            self.busy_until.resize(self.engines.len(), Time::ZERO);
+        }
+        let start = self.busy_until[i].max(self.now);
+        let nanos = (len as u64).saturating_mul(1_000_000_000) / rate;
+        let done = start + Duration::from_nanos(nanos);
+        self.busy_until[i] = done;
+        done
     }
 
     /// Runs until nothing is left to happen or `limit` passes.
