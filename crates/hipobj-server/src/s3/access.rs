@@ -118,6 +118,19 @@ fn refuse_unimplemented(headers: &http::HeaderMap) -> S3Result<()> {
     Ok(())
 }
 
+/// An empty `Content-MD5` is refused as AWS does (s3s reads it as no
+/// header at all, and the body would be stored unchecked); a malformed one
+/// is refused by the store when it verifies the body.
+fn check_content_md5(headers: &http::HeaderMap) -> S3Result<()> {
+    match headers.get("content-md5") {
+        Some(v) if v.as_bytes().iter().all(u8::is_ascii_whitespace) => Err(s3_error!(
+            InvalidDigest,
+            "The Content-MD5 you specified is not valid: it is empty"
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The checks on a signed request that s3s does not make.
 fn check_signed(headers: &http::HeaderMap, uri: &http::Uri) -> S3Result<()> {
     if is_sig_v2(headers, uri) {
@@ -168,6 +181,7 @@ impl S3Access for Policy {
             check_signed(cx.headers(), cx.uri())?;
         }
         refuse_unimplemented(cx.headers())?;
+        check_content_md5(cx.headers())?;
         if let S3Path::Object { key, .. } = cx.s3_path() {
             check_key(key)?;
         }

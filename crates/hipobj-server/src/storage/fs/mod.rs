@@ -56,7 +56,13 @@ pub struct FsLimits {
     /// DeleteBucket refuses while uploads are in progress (rather than
     /// aborting them, as AWS does).
     pub refuse_delete_with_uploads: bool,
+    /// The region the buckets are in (GetBucketLocation; the only
+    /// LocationConstraint CreateBucket accepts).
+    pub region: String,
 }
+
+/// AWS's first region, whose GetBucketLocation answer is empty.
+const US_EAST_1: &str = "us-east-1";
 
 impl Default for FsLimits {
     fn default() -> Self {
@@ -66,6 +72,7 @@ impl Default for FsLimits {
             sync: true,
             upload_expiry_ms: 7 * 24 * 3600 * 1000,
             refuse_delete_with_uploads: false,
+            region: US_EAST_1.into(),
         }
     }
 }
@@ -997,6 +1004,62 @@ fn attrs_from(
     }
 }
 
+/// One page of ListBuckets: the names after the continuation token that
+/// start with the prefix, at most `max` of them.
+struct BucketPage<'a> {
+    after: Option<String>,
+    prefix: &'a str,
+    max: usize,
+}
+
+impl<'a> BucketPage<'a> {
+    /// AWS's page when MaxBuckets is not given.
+    const DEFAULT_MAX: usize = 10_000;
+
+    fn of(input: &'a dto::ListBucketsInput) -> S3Result<Self> {
+        let max = match input.max_buckets {
+            None => Self::DEFAULT_MAX,
+            Some(n) => usize::try_from(n)
+                .ok()
+                .filter(|n| (1..=Self::DEFAULT_MAX).contains(n))
+                .ok_or_else(|| s3_error!(InvalidArgument, "max-buckets must be between 1 and 10000"))?,
+        };
+        // The token is the last name of the previous page, in base64 (a
+        // client must treat it as opaque).
+        let after = match input.continuation_token.as_deref() {
+            None | Some("") => None,
+            Some(t) => Some(
+                base64_simd::URL_SAFE_NO_PAD
+                    .decode_to_vec(t.as_bytes())
+                    .ok()
+                    .and_then(|b| String::from_utf8(b).ok())
+                    .ok_or_else(|| {
+                        s3_error!(InvalidArgument, "The continuation token provided is incorrect")
+                    })?,
+            ),
+        };
+        Ok(Self {
+            after,
+            prefix: input.prefix.as_deref().unwrap_or(""),
+            max,
+        })
+    }
+
+    fn wants(&self, name: &str) -> bool {
+        name.starts_with(self.prefix) && self.after.as_deref().is_none_or(|a| name > a)
+    }
+
+    /// Keeps the first `max` of the sorted names; the token for the rest.
+    fn cut(&self, buckets: &mut Vec<dto::Bucket>) -> Option<String> {
+        if buckets.len() <= self.max {
+            return None;
+        }
+        buckets.truncate(self.max);
+        let last = buckets.last()?.name.as_deref()?;
+        Some(base64_simd::URL_SAFE_NO_PAD.encode_to_string(last.as_bytes()))
+    }
+}
+
 #[async_trait::async_trait]
 impl S3 for FsStore {
     async fn create_bucket(
@@ -1004,12 +1067,41 @@ impl S3 for FsStore {
         req: S3Request<dto::CreateBucketInput>,
     ) -> S3Result<S3Response<dto::CreateBucketOutput>> {
         let dir = self.bucket_dir(&req.input.bucket)?;
+        let asked = req
+            .input
+            .create_bucket_configuration
+            .as_ref()
+            .and_then(|c| c.location_constraint.as_ref())
+            .map(|l| l.as_str())
+            .filter(|l| !l.is_empty());
+        if let Some(asked) = asked
+            && asked != self.limits.region
+        {
+            // As AWS: a bucket is made in the endpoint's region, never
+            // silently somewhere other than where the client asked.
+            return Err(S3Error::with_message(
+                S3ErrorCode::IllegalLocationConstraintException,
+                format!(
+                    "The {asked} location constraint is incompatible with the region of this server ({})",
+                    self.limits.region
+                ),
+            ));
+        }
         match tokio::fs::create_dir(&dir).await {
             Ok(()) => Ok(S3Response::new(dto::CreateBucketOutput {
                 location: Some(format!("/{}", req.input.bucket)),
             })),
-            Err(e) if io_kind(&e) == std::io::ErrorKind::AlreadyExists => {
+            // The key that asks owns the bucket (s3::owners refused any
+            // other): as AWS in us-east-1, creating it again succeeds and
+            // changes nothing; in any other region it is
+            // BucketAlreadyOwnedByYou.
+            Err(e) if io_kind(&e) == std::io::ErrorKind::AlreadyExists && self.limits.region != US_EAST_1 => {
                 Err(s3_error!(BucketAlreadyOwnedByYou))
+            }
+            Err(e) if io_kind(&e) == std::io::ErrorKind::AlreadyExists => {
+                Ok(S3Response::new(dto::CreateBucketOutput {
+                    location: Some(format!("/{}", req.input.bucket)),
+                }))
             }
             Err(e) => Err(internal("creating a bucket", e)),
         }
@@ -1054,7 +1146,11 @@ impl S3 for FsStore {
         req: S3Request<dto::GetBucketLocationInput>,
     ) -> S3Result<S3Response<dto::GetBucketLocationOutput>> {
         self.existing_bucket(&req.input.bucket).await?;
-        Ok(S3Response::new(dto::GetBucketLocationOutput::default()))
+        // AWS answers an empty LocationConstraint for us-east-1.
+        let region = &self.limits.region;
+        Ok(S3Response::new(dto::GetBucketLocationOutput {
+            location_constraint: (region != US_EAST_1).then(|| region.clone().into()),
+        }))
     }
 
     async fn list_buckets(
@@ -1062,6 +1158,8 @@ impl S3 for FsStore {
         req: S3Request<dto::ListBucketsInput>,
     ) -> S3Result<S3Response<dto::ListBucketsOutput>> {
         let who = req.credentials.as_ref().map(|c| c.access_key.as_str());
+        let input = req.input;
+        let page = BucketPage::of(&input)?;
         let mut buckets = Vec::new();
         let mut rd = tokio::fs::read_dir(&self.root)
             .await
@@ -1073,7 +1171,7 @@ impl S3 for FsStore {
         {
             let name = ent.file_name();
             let Some(name) = name.to_str() else { continue };
-            if check_bucket(name).is_err() {
+            if check_bucket(name).is_err() || !page.wants(name) {
                 continue;
             }
             let Ok(md) = ent.metadata().await else { continue };
@@ -1096,13 +1194,15 @@ impl S3 for FsStore {
             });
         }
         buckets.sort_by(|a, b| a.name.cmp(&b.name));
+        let continuation_token = page.cut(&mut buckets);
         Ok(S3Response::new(dto::ListBucketsOutput {
             buckets: Some(buckets),
+            continuation_token,
+            prefix: input.prefix,
             owner: Some(dto::Owner {
                 display_name: Some("hipobj".into()),
                 id: Some("hipobj".into()),
             }),
-            ..Default::default()
         }))
     }
 
