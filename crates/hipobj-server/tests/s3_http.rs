@@ -42,15 +42,7 @@ async fn buckets_live_in_the_configured_region() {
         .await
         .unwrap_err();
     assert_eq!(code(&e), "IllegalLocationConstraintException");
-    let names: Vec<_> = c
-        .list_buckets()
-        .send()
-        .await
-        .unwrap()
-        .buckets()
-        .iter()
-        .filter_map(|b| b.name().map(str::to_owned))
-        .collect();
+    let names = support::bucket_names(&c).await;
     assert_eq!(names, ["here"]);
 }
 
@@ -90,15 +82,7 @@ async fn buckets_create_list_head_delete() {
     let e = c.create_bucket().bucket("Bad_Name").send().await.unwrap_err();
     assert_eq!(code(&e), "InvalidBucketName");
 
-    let names: Vec<_> = c
-        .list_buckets()
-        .send()
-        .await
-        .unwrap()
-        .buckets()
-        .iter()
-        .filter_map(|b| b.name().map(str::to_owned))
-        .collect();
+    let names = support::bucket_names(&c).await;
     assert_eq!(names, ["alpha", "beta-1"]);
 
     c.head_bucket().bucket("alpha").send().await.unwrap();

@@ -359,6 +359,59 @@ fn etag_matches(cond: &dto::ETagCondition, etag: &str) -> bool {
     }
 }
 
+/// The read conditions of a GetObject or HeadObject input (two types
+/// with the same four fields).
+/// With `copy_source`, the `x-amz-copy-source-if-*` conditions of a
+/// CopyObject or UploadPartCopy input.
+macro_rules! read_conditions {
+    ($input:ident) => {
+        ReadConditions {
+            if_match: $input.if_match.as_ref(),
+            if_none_match: $input.if_none_match.as_ref(),
+            if_modified_since: $input.if_modified_since.as_ref(),
+            if_unmodified_since: $input.if_unmodified_since.as_ref(),
+        }
+    };
+    (copy_source $input:ident) => {
+        ReadConditions {
+            if_match: $input.copy_source_if_match.as_ref(),
+            if_none_match: $input.copy_source_if_none_match.as_ref(),
+            if_modified_since: $input.copy_source_if_modified_since.as_ref(),
+            if_unmodified_since: $input.copy_source_if_unmodified_since.as_ref(),
+        }
+    };
+}
+
+/// A GetObject or HeadObject output (two types with the same fields)
+/// describing the object `$meta`, with its stored checksums if `$sums`
+/// (as S3, only for `x-amz-checksum-mode: ENABLED`: a client that did not
+/// ask may not expect to validate them), and the fields given.
+macro_rules! described {
+    ($ty:path, $meta:expr, $sums:expr, { $($field:ident $(: $value:expr)?),* $(,)? }) => {{
+        let meta: Meta = $meta;
+        let a = meta.attrs;
+        let sums = if $sums { meta.sums } else { Sums::default() };
+        $ty {
+            $($field $(: $value)?,)*
+            accept_ranges: Some("bytes".into()),
+            e_tag: Some(ETag::Strong(meta.etag)),
+            last_modified: Some(timestamp(meta.modified_ms)),
+            metadata: a.metadata(),
+            content_type: a.content_type.and_then(|c| c.parse().ok()),
+            content_encoding: a.content_encoding,
+            content_disposition: a.content_disposition,
+            content_language: a.content_language,
+            cache_control: a.cache_control,
+            checksum_crc32: sums.crc32,
+            checksum_crc32c: sums.crc32c,
+            checksum_sha1: sums.sha1,
+            checksum_sha256: sums.sha256,
+            checksum_crc64nvme: sums.crc64nvme,
+            ..Default::default()
+        }
+    }};
+}
+
 /// The conditions of a read (GET, HEAD) or of a copy source.
 #[derive(Default)]
 struct ReadConditions<'a> {
@@ -525,6 +578,20 @@ impl FsStore {
     /// The data directory.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The object stored at `path`, if it exists and the conditions hold
+    /// (`copy`: those of a copy source, see [`ReadConditions::check`]).
+    async fn read_if(path: &Path, cond: ReadConditions<'_>, copy: bool) -> S3Result<Stored> {
+        let Some(st) = Self::read_stored(path).await? else {
+            return Err(if copy {
+                s3_error!(NoSuchKey, "the copy source does not exist")
+            } else {
+                s3_error!(NoSuchKey)
+            });
+        };
+        cond.check(&st.meta, copy)?;
+        Ok(st)
     }
 
     fn bucket_dir(&self, bucket: &str) -> S3Result<PathBuf> {
@@ -1259,16 +1326,7 @@ impl S3 for FsStore {
     ) -> S3Result<S3Response<dto::GetObjectOutput>> {
         let input = req.input;
         let path = self.object_path(&input.bucket, &input.key).await?;
-        let Some(Stored { meta, mut file }) = Self::read_stored(&path).await? else {
-            return Err(s3_error!(NoSuchKey));
-        };
-        ReadConditions {
-            if_match: input.if_match.as_ref(),
-            if_none_match: input.if_none_match.as_ref(),
-            if_modified_since: input.if_modified_since.as_ref(),
-            if_unmodified_since: input.if_unmodified_since.as_ref(),
-        }
-        .check(&meta, false)?;
+        let Stored { meta, mut file } = Self::read_if(&path, read_conditions!(input), false).await?;
         let size = meta.size;
         let (range, parts_count) = match (&input.range, input.part_number) {
             (Some(_), Some(_)) => {
@@ -1315,35 +1373,14 @@ impl S3 for FsStore {
         let whole = len == size;
         // A Range or a partNumber selects bytes: 206 with Content-Range.
         let content_range = range.map(|r| format!("bytes {}-{}/{size}", r.start, r.end.saturating_sub(1)));
-        let a = meta.attrs;
-        // Checksums only when asked for (x-amz-checksum-mode: ENABLED), as
-        // S3: a client that did not ask may not expect to validate them.
-        let sums = if whole && checksum_enabled(input.checksum_mode.as_ref()) {
-            meta.sums
-        } else {
-            Sums::default()
-        };
-        Ok(S3Response::new(dto::GetObjectOutput {
+        // The whole object's checksums, only for the whole object.
+        let sums = whole && checksum_enabled(input.checksum_mode.as_ref());
+        Ok(S3Response::new(described!(dto::GetObjectOutput, meta, sums, {
             body: Some(StreamingBlob::wrap(body)),
             content_length: Some(i64_of(len)),
             content_range,
             parts_count,
-            accept_ranges: Some("bytes".into()),
-            e_tag: Some(ETag::Strong(meta.etag)),
-            last_modified: Some(timestamp(meta.modified_ms)),
-            metadata: a.metadata(),
-            content_type: a.content_type.and_then(|c| c.parse().ok()),
-            content_encoding: a.content_encoding,
-            content_disposition: a.content_disposition,
-            content_language: a.content_language,
-            cache_control: a.cache_control,
-            checksum_crc32: sums.crc32,
-            checksum_crc32c: sums.crc32c,
-            checksum_sha1: sums.sha1,
-            checksum_sha256: sums.sha256,
-            checksum_crc64nvme: sums.crc64nvme,
-            ..Default::default()
-        }))
+        })))
     }
 
     async fn head_object(
@@ -1352,44 +1389,16 @@ impl S3 for FsStore {
     ) -> S3Result<S3Response<dto::HeadObjectOutput>> {
         let input = req.input;
         let path = self.object_path(&input.bucket, &input.key).await?;
-        let Some(Stored { meta, .. }) = Self::read_stored(&path).await? else {
-            return Err(s3_error!(NoSuchKey));
-        };
-        ReadConditions {
-            if_match: input.if_match.as_ref(),
-            if_none_match: input.if_none_match.as_ref(),
-            if_modified_since: input.if_modified_since.as_ref(),
-            if_unmodified_since: input.if_unmodified_since.as_ref(),
-        }
-        .check(&meta, false)?;
-        let a = meta.attrs;
-        let sums = if checksum_enabled(input.checksum_mode.as_ref()) {
-            meta.sums
-        } else {
-            Sums::default()
-        };
+        let Stored { meta, .. } = Self::read_if(&path, read_conditions!(input), false).await?;
+        let sums = checksum_enabled(input.checksum_mode.as_ref());
         let parts_count = input
             .part_number
             .map(|_| i32::try_from(meta.parts.len().max(1)).unwrap_or(i32::MAX));
-        Ok(S3Response::new(dto::HeadObjectOutput {
-            content_length: Some(i64_of(meta.size)),
-            accept_ranges: Some("bytes".into()),
-            e_tag: Some(ETag::Strong(meta.etag)),
-            last_modified: Some(timestamp(meta.modified_ms)),
+        let size = meta.size;
+        Ok(S3Response::new(described!(dto::HeadObjectOutput, meta, sums, {
+            content_length: Some(i64_of(size)),
             parts_count,
-            metadata: a.metadata(),
-            content_type: a.content_type.and_then(|c| c.parse().ok()),
-            content_encoding: a.content_encoding,
-            content_disposition: a.content_disposition,
-            content_language: a.content_language,
-            cache_control: a.cache_control,
-            checksum_crc32: sums.crc32,
-            checksum_crc32c: sums.crc32c,
-            checksum_sha1: sums.sha1,
-            checksum_sha256: sums.sha256,
-            checksum_crc64nvme: sums.crc64nvme,
-            ..Default::default()
-        }))
+        })))
     }
 
     async fn delete_object(
@@ -1565,16 +1574,7 @@ impl S3 for FsStore {
                 "copying an object onto itself needs the REPLACE metadata directive"
             ));
         }
-        let Some(Stored { meta, file }) = Self::read_stored(&src).await? else {
-            return Err(s3_error!(NoSuchKey, "the copy source does not exist"));
-        };
-        ReadConditions {
-            if_match: input.copy_source_if_match.as_ref(),
-            if_none_match: input.copy_source_if_none_match.as_ref(),
-            if_modified_since: input.copy_source_if_modified_since.as_ref(),
-            if_unmodified_since: input.copy_source_if_unmodified_since.as_ref(),
-        }
-        .check(&meta, true)?;
+        let Stored { meta, file } = Self::read_if(&src, read_conditions!(copy_source input), true).await?;
         if meta.size > self.limits.max_object_size {
             return Err(s3_error!(EntityTooLarge));
         }
@@ -1755,16 +1755,7 @@ impl S3 for FsStore {
             .load_upload(&input.upload_id, &input.bucket, &input.key, owner)
             .await?;
         let src = self.object_path(src_bucket, src_key).await?;
-        let Some(Stored { meta, file }) = Self::read_stored(&src).await? else {
-            return Err(s3_error!(NoSuchKey, "the copy source does not exist"));
-        };
-        ReadConditions {
-            if_match: input.copy_source_if_match.as_ref(),
-            if_none_match: input.copy_source_if_none_match.as_ref(),
-            if_modified_since: input.copy_source_if_modified_since.as_ref(),
-            if_unmodified_since: input.copy_source_if_unmodified_since.as_ref(),
-        }
-        .check(&meta, true)?;
+        let Stored { meta, file } = Self::read_if(&src, read_conditions!(copy_source input), true).await?;
         let (start, len) = match input.copy_source_range.as_deref() {
             None => (0, meta.size),
             Some(r) => copy_source_range(r, meta.size)?,
