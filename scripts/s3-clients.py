@@ -4,6 +4,7 @@
 Usage: s3-clients.py ENDPOINT ACCESS_KEY SECRET_KEY [PREFIX]
 Exits non-zero on the first wrong answer.
 """
+import datetime
 import hashlib
 import os
 import sys
@@ -199,6 +200,24 @@ if prefix != "moto":
     got = s3.head_object(Bucket=b, Key="meta")["Metadata"].get("m")
     check(got == "=?UTF-8?B?SGVsbG8gV29ybGTDqQ==?=", f"non-ASCII metadata is RFC 2047 on the way out: {got}")
     s3.delete_object(Bucket=b, Key="meta")
+    # Expires is stored and returned (PUT, copy with REPLACE, multipart).
+    exp = datetime.datetime(2031, 5, 6, 7, 8, 9, tzinfo=datetime.timezone.utc)
+    s3.put_object(Bucket=b, Key="exp", Body=b"e", Expires=exp)
+    check(s3.head_object(Bucket=b, Key="exp").get("Expires") == exp, "HEAD returns Expires")
+    check(s3.get_object(Bucket=b, Key="exp").get("Expires") == exp, "GET returns Expires")
+    s3.copy_object(Bucket=b, Key="exp2", CopySource={"Bucket": b, "Key": "exp"}, MetadataDirective="REPLACE", Expires=exp)
+    check(s3.head_object(Bucket=b, Key="exp2").get("Expires") == exp, "a REPLACE copy keeps the new Expires")
+    up = s3.create_multipart_upload(Bucket=b, Key="exp3", Expires=exp)["UploadId"]
+    r = s3.upload_part(Bucket=b, Key="exp3", UploadId=up, PartNumber=1, Body=b"x")
+    s3.complete_multipart_upload(Bucket=b, Key="exp3", UploadId=up, MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": r["ETag"]}]})
+    check(s3.head_object(Bucket=b, Key="exp3").get("Expires") == exp, "a multipart object keeps Expires")
+    for k in ["exp", "exp2", "exp3"]:
+        s3.delete_object(Bucket=b, Key=k)
+    # Owners in listings: v2 with FetchOwner only, v1 always.
+    v2 = s3.list_objects_v2(Bucket=b, MaxKeys=1, FetchOwner=True)["Contents"][0]
+    check(v2.get("Owner", {}).get("ID") == ak, f"v2 FetchOwner names the bucket's owner: {v2.get('Owner')}")
+    check("Owner" not in s3.list_objects_v2(Bucket=b, MaxKeys=1)["Contents"][0], "v2 without FetchOwner has no Owner")
+    check(s3.list_objects(Bucket=b, MaxKeys=1)["Contents"][0].get("Owner", {}).get("ID") == ak, "v1 names the owner")
     # Conditional writes, PutObject and CompleteMultipartUpload alike (the
     # suite's test_*put_current_object_if_* without its versioning).
     def complete(key, body=b"abc", **cond):
@@ -224,7 +243,6 @@ if prefix != "moto":
         s3.delete_object(Bucket=b, Key=k)
 
 # Authentication beyond the signature itself, with botocore's own signers.
-import datetime
 
 import botocore.auth
 import urllib3

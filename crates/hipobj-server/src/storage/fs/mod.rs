@@ -105,6 +105,9 @@ struct Attrs {
     content_disposition: Option<String>,
     content_language: Option<String>,
     cache_control: Option<String>,
+    /// The `Expires` header to return (RFC 3339 in the trailer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    expires: Option<Timestamp>,
     #[serde(default)]
     metadata: BTreeMap<String, String>,
 }
@@ -402,6 +405,7 @@ macro_rules! described {
             content_disposition: a.content_disposition,
             content_language: a.content_language,
             cache_control: a.cache_control,
+            expires: a.expires,
             checksum_crc32: sums.crc32,
             checksum_crc32c: sums.crc32c,
             checksum_sha1: sums.sha1,
@@ -578,6 +582,25 @@ impl FsStore {
     /// The data directory.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The owner of a bucket's objects: the key that created the bucket
+    /// (the record s3::owners keeps in `.owners/`; objects belong to their
+    /// bucket's owner, as with S3's default object ownership), else the
+    /// key asking, else this server.
+    async fn bucket_owner(&self, bucket: &str, asking: &Option<s3s::auth::Credentials>) -> dto::Owner {
+        let recorded = tokio::fs::read_to_string(self.root.join(".owners").join(bucket))
+            .await
+            .ok()
+            .map(|o| o.trim().to_owned())
+            .filter(|o| !o.is_empty());
+        let id = recorded
+            .or_else(|| asking.as_ref().map(|c| c.access_key.clone()))
+            .unwrap_or_else(|| "hipobj".into());
+        dto::Owner {
+            display_name: Some(id.clone()),
+            id: Some(id),
+        }
     }
 
     /// The object stored at `path`, if it exists and the conditions hold
@@ -981,10 +1004,12 @@ struct Listing {
 }
 
 impl Listing {
-    fn contents(&self, url: bool) -> Vec<dto::Object> {
+    /// The objects, each with `owner` if given.
+    fn contents(&self, url: bool, owner: Option<&dto::Owner>) -> Vec<dto::Object> {
         self.objects
             .iter()
             .map(|(m, modified)| dto::Object {
+                owner: owner.cloned(),
                 key: Some(encode_key(&m.key, url)),
                 size: Some(i64_of(m.size)),
                 e_tag: Some(ETag::Strong(m.etag.clone())),
@@ -1053,22 +1078,21 @@ fn wants_url(e: Option<&dto::EncodingType>) -> bool {
     e.is_some_and(|e| e.as_str() == dto::EncodingType::URL)
 }
 
-fn attrs_from(
-    content_type: Option<String>,
-    content_encoding: Option<String>,
-    content_disposition: Option<String>,
-    content_language: Option<String>,
-    cache_control: Option<String>,
-    metadata: Option<dto::Metadata>,
-) -> Attrs {
-    Attrs {
-        content_type,
-        content_encoding: stored_encoding(content_encoding),
-        content_disposition,
-        content_language,
-        cache_control,
-        metadata: metadata.unwrap_or_default().into_iter().collect(),
-    }
+/// The attributes a PutObject, CopyObject (REPLACE) or
+/// CreateMultipartUpload input gives its object (three types with the same
+/// fields).
+macro_rules! attrs_of {
+    ($input:ident) => {
+        Attrs {
+            content_type: $input.content_type.map(|c| c.to_string()),
+            content_encoding: stored_encoding($input.content_encoding),
+            content_disposition: $input.content_disposition,
+            content_language: $input.content_language,
+            cache_control: $input.cache_control,
+            expires: $input.expires,
+            metadata: $input.metadata.unwrap_or_default().into_iter().collect(),
+        }
+    };
 }
 
 /// One page of ListBuckets: the names after the continuation token that
@@ -1294,14 +1318,7 @@ impl S3 for FsStore {
             size,
             etag: hex(&md5),
             modified_ms: now_ms(),
-            attrs: attrs_from(
-                input.content_type.map(|c| c.to_string()),
-                input.content_encoding,
-                input.content_disposition,
-                input.content_language,
-                input.cache_control,
-                input.metadata,
-            ),
+            attrs: attrs_of!(input),
             sums: computed,
             parts: Vec::new(),
             upload_id: None,
@@ -1484,7 +1501,12 @@ impl S3 for FsStore {
             })
             .await?;
         let url = wants_url(input.encoding_type.as_ref());
-        let contents = listing.contents(url);
+        // The owner only when asked for (fetch-owner=true), as S3 does in v2.
+        let owner = match input.fetch_owner {
+            Some(true) => Some(self.bucket_owner(&input.bucket, &req.credentials).await),
+            _ => None,
+        };
+        let contents = listing.contents(url, owner.as_ref());
         let common = listing.common_prefixes(url);
         let count = contents.len() + common.len();
         Ok(S3Response::new(dto::ListObjectsV2Output {
@@ -1524,6 +1546,8 @@ impl S3 for FsStore {
             .await?;
         let url = wants_url(input.encoding_type.as_ref());
         let common = listing.common_prefixes(url);
+        // v1 always names each object's owner, as S3 does.
+        let owner = self.bucket_owner(&input.bucket, &req.credentials).await;
         Ok(S3Response::new(dto::ListObjectsOutput {
             name: Some(input.bucket),
             prefix: Some(encode_key(&prefix, url)),
@@ -1540,7 +1564,7 @@ impl S3 for FsStore {
                 .filter(|_| delimiter.is_some())
                 .map(|k| encode_key(k, url)),
             encoding_type: input.encoding_type,
-            contents: Some(listing.contents(url)),
+            contents: Some(listing.contents(url, Some(&owner))),
             common_prefixes: (!common.is_empty()).then_some(common),
             ..Default::default()
         }))
@@ -1606,18 +1630,7 @@ impl S3 for FsStore {
         if copied != meta.size {
             return Err(internal("copying", "the source changed during the copy"));
         }
-        let attrs = if replace {
-            attrs_from(
-                input.content_type.map(|c| c.to_string()),
-                input.content_encoding,
-                input.content_disposition,
-                input.content_language,
-                input.cache_control,
-                input.metadata,
-            )
-        } else {
-            meta.attrs
-        };
+        let attrs = if replace { attrs_of!(input) } else { meta.attrs };
         let new = Meta {
             key: input.key,
             size: copied,
@@ -1660,14 +1673,7 @@ impl S3 for FsStore {
             bucket: input.bucket.clone(),
             key: input.key.clone(),
             owner: req.credentials.map(|c| c.access_key),
-            attrs: attrs_from(
-                input.content_type.map(|c| c.to_string()),
-                input.content_encoding,
-                input.content_disposition,
-                input.content_language,
-                input.cache_control,
-                input.metadata,
-            ),
+            attrs: attrs_of!(input),
             initiated_ms: now_ms(),
         };
         let json = serde_json::to_vec(&up).map_err(|e| internal("encoding an upload", e))?;
@@ -2027,7 +2033,7 @@ impl S3 for FsStore {
             .await?;
         let url = wants_url(input.encoding_type.as_ref());
         let versions = listing
-            .contents(url)
+            .contents(url, None)
             .into_iter()
             .map(|o| dto::ObjectVersion {
                 key: o.key,
