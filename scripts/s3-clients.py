@@ -218,6 +218,15 @@ if prefix != "moto":
     check(v2.get("Owner", {}).get("ID") == ak, f"v2 FetchOwner names the bucket's owner: {v2.get('Owner')}")
     check("Owner" not in s3.list_objects_v2(Bucket=b, MaxKeys=1)["Contents"][0], "v2 without FetchOwner has no Owner")
     check(s3.list_objects(Bucket=b, MaxKeys=1)["Contents"][0].get("Owner", {}).get("ID") == ak, "v1 names the owner")
+    # Dated by a signed Date header and no X-Amz-Date (botocore signs so
+    # when the caller sets Date; AWS accepts it).
+    from email.utils import formatdate
+    def with_date(params, **_):
+        params["headers"]["Date"] = formatdate(usegmt=True)
+    s3.meta.events.register("before-call.s3.PutObject", with_date)
+    check(error_code(s3.put_object, Bucket=b, Key="dated", Body=b"d") == (None, 200), "a SigV4 PUT dated by Date")
+    s3.meta.events.unregister("before-call.s3.PutObject", with_date)
+    s3.delete_object(Bucket=b, Key="dated")
     # Conditional writes, PutObject and CompleteMultipartUpload alike (the
     # suite's test_*put_current_object_if_* without its versioning).
     def complete(key, body=b"abc", **cond):
@@ -278,6 +287,36 @@ botocore.auth.S3SigV4Auth(creds, "s3", "us-east-1").add_auth(req)
 botocore.auth.get_current_datetime = real_now
 st, body = send(req)
 check(st == 403 and "RequestTimeTooSkewed" in body, f"a stale signature is refused ({st})")
+# Dated by a signed Date header: an attacker who moves the Date, or adds
+# an X-Amz-Date of another instant, breaks the signature; a stale Date is
+# as stale as a stale X-Amz-Date.
+from email.utils import formatdate, parsedate_to_datetime
+
+
+def date_signed(minutes_ago=0):
+    req = AWSRequest(method="GET", url=f"{endpoint}/{b}/one")
+    req.headers["Date"] = formatdate(usegmt=True)
+    real_now = botocore.auth.get_current_datetime
+    botocore.auth.get_current_datetime = lambda: real_now() - datetime.timedelta(minutes=minutes_ago)
+    botocore.auth.S3SigV4Auth(creds, "s3", "us-east-1").add_auth(req)
+    botocore.auth.get_current_datetime = real_now
+    check("X-Amz-Date" not in req.headers and "date" in req.headers["Authorization"], "botocore signed Date")
+    return req
+
+
+st, _ = send(date_signed())
+check(st == 200, f"a GET dated by a signed Date ({st})")
+req = date_signed()
+later = parsedate_to_datetime(req.headers["Date"]) + datetime.timedelta(seconds=1)
+req.headers["Date"] = formatdate(later.timestamp(), usegmt=True)
+st, body = send(req)
+check(st == 403 and "SignatureDoesNotMatch" in body, f"a Date moved after signing is refused ({st})")
+req = date_signed()
+req.headers["X-Amz-Date"] = later.strftime("%Y%m%dT%H%M%SZ")
+st, body = send(req)
+check(st == 403, f"an X-Amz-Date added to a Date-signed request is refused ({st})")
+st, body = send(date_signed(minutes_ago=20))
+check(st == 403 and "RequestTimeTooSkewed" in body, f"a stale signed Date is refused ({st})")
 # Presigned URLs: at most 7 days, as AWS. (boto3 presigns with SigV2 unless
 # told s3v4, and SigV2 is refused.)
 url = s3.generate_presigned_url("get_object", Params={"Bucket": b, "Key": "one"}, ExpiresIn=3600)

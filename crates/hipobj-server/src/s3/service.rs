@@ -76,6 +76,9 @@ impl Front {
         // `crate::logging`): this line stands for it, with no query string
         // (a presigned URL's signature), no headers and no body.
         let (method, path) = (req.method().clone(), req.uri().path().to_owned());
+        let mut req = req;
+        let uri = req.uri().clone();
+        super::access::date_for_sigv4(req.headers_mut(), &uri);
         let resp = self.s3.call(req.map(Body::from)).await;
         match &resp {
             Ok(r) => tracing::debug!(%method, %path, status = r.status().as_u16(), "request"),
