@@ -4,6 +4,7 @@
 Usage: s3-clients.py ENDPOINT ACCESS_KEY SECRET_KEY [PREFIX]
 Exits non-zero on the first wrong answer.
 """
+import base64
 import datetime
 import hashlib
 import os
@@ -227,6 +228,22 @@ if prefix != "moto":
     check(error_code(s3.put_object, Bucket=b, Key="dated", Body=b"d") == (None, 200), "a SigV4 PUT dated by Date")
     s3.meta.events.unregister("before-call.s3.PutObject", with_date)
     s3.delete_object(Bucket=b, Key="dated")
+    # GetObjectAttributes: the ETag bare, as AWS returns it here; parts of a
+    # multipart object a page at a time; checksums that were stored.
+    attrs = ["ETag", "Checksum", "ObjectParts", "StorageClass", "ObjectSize"]
+    ga = s3.get_object_attributes(Bucket=b, Key="mp", ObjectAttributes=attrs, MaxParts=1, PartNumberMarker=1)
+    mp_etag = s3.head_object(Bucket=b, Key="mp")["ETag"].strip('"')
+    check(ga.get("ETag") == mp_etag and ga.get("ObjectSize") == sum(map(len, parts)), f"GetObjectAttributes of mp: {ga.get('ETag')}")
+    op = ga.get("ObjectParts", {})
+    check(op.get("TotalPartsCount", op.get("PartsCount")) == 3 and op.get("IsTruncated") is True and op.get("NextPartNumberMarker") == 2, f"ObjectParts page: {op}")
+    check([(x["PartNumber"], x["Size"]) for x in op.get("Parts", [])] == [(2, 5 << 20)], "the second part alone")
+    s3.put_object(Bucket=b, Key="summed", Body=b"x" * 1024, ChecksumAlgorithm="SHA256")
+    ga = s3.get_object_attributes(Bucket=b, Key="summed", ObjectAttributes=attrs)
+    want = base64.b64encode(hashlib.sha256(b"x" * 1024).digest()).decode()
+    check(ga.get("Checksum", {}).get("ChecksumSHA256") == want and "ObjectParts" not in ga, f"GetObjectAttributes of a PUT: {ga.get('Checksum')}")
+    check(ga.get("StorageClass") == "STANDARD" and ga.get("ObjectSize") == 1024, "StorageClass and ObjectSize")
+    check(error_code(s3.get_object_attributes, Bucket=b, Key="nope", ObjectAttributes=attrs)[1] == 404, "GetObjectAttributes of no object")
+    s3.delete_object(Bucket=b, Key="summed")
     # Conditional writes, PutObject and CompleteMultipartUpload alike (the
     # suite's test_*put_current_object_if_* without its versioning).
     def complete(key, body=b"abc", **cond):

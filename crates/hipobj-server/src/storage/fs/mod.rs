@@ -1418,6 +1418,78 @@ impl S3 for FsStore {
         })))
     }
 
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<dto::GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<dto::GetObjectAttributesOutput>> {
+        let input = req.input;
+        let path = self.object_path(&input.bucket, &input.key).await?;
+        let Stored { meta, .. } = Self::read_if(&path, ReadConditions::default(), false).await?;
+        // SDKs send the list as one header, "ETag, Checksum, ...".
+        let wants = |a: &str| {
+            input
+                .object_attributes
+                .iter()
+                .flat_map(|x| x.as_str().split(','))
+                .any(|x| x.trim() == a)
+        };
+        // The parts of a multipart object, a page at a time (a single
+        // PutObject has none, as in S3).
+        let object_parts = if wants(dto::ObjectAttributes::OBJECT_PARTS) && !meta.parts.is_empty() {
+            let marker = input.part_number_marker.unwrap_or(0);
+            let max = input.max_parts.unwrap_or(1000);
+            let (Ok(after), Ok(take)) = (usize::try_from(marker), usize::try_from(max)) else {
+                return Err(s3_error!(
+                    InvalidArgument,
+                    "max-parts and part-number-marker must not be negative"
+                ));
+            };
+            let page: Vec<dto::ObjectPart> = meta
+                .parts
+                .iter()
+                .enumerate()
+                .skip(after)
+                .take(take)
+                .map(|(i, size)| dto::ObjectPart {
+                    part_number: i32::try_from(i + 1).ok(),
+                    size: Some(i64_of(*size)),
+                    ..Default::default()
+                })
+                .collect();
+            let last = page.last().and_then(|p| p.part_number);
+            Some(dto::GetObjectAttributesParts {
+                total_parts_count: i32::try_from(meta.parts.len()).ok(),
+                part_number_marker: Some(marker),
+                next_part_number_marker: last,
+                max_parts: Some(max),
+                is_truncated: Some(after.saturating_add(page.len()) < meta.parts.len()),
+                parts: Some(page),
+            })
+        } else {
+            None
+        };
+        let sums = &meta.sums;
+        let checksum =
+            (wants(dto::ObjectAttributes::CHECKSUM) && *sums != Sums::default()).then(|| dto::Checksum {
+                checksum_crc32: sums.crc32.clone(),
+                checksum_crc32c: sums.crc32c.clone(),
+                checksum_sha1: sums.sha1.clone(),
+                checksum_sha256: sums.sha256.clone(),
+                checksum_crc64nvme: sums.crc64nvme.clone(),
+                ..Default::default()
+            });
+        Ok(S3Response::new(dto::GetObjectAttributesOutput {
+            e_tag: wants(dto::ObjectAttributes::ETAG).then(|| ETag::Strong(meta.etag.clone())),
+            object_size: wants(dto::ObjectAttributes::OBJECT_SIZE).then(|| i64_of(meta.size)),
+            storage_class: wants(dto::ObjectAttributes::STORAGE_CLASS)
+                .then(|| dto::StorageClass::from_static(dto::StorageClass::STANDARD)),
+            last_modified: Some(timestamp(meta.modified_ms)),
+            object_parts,
+            checksum,
+            ..Default::default()
+        }))
+    }
+
     async fn delete_object(
         &self,
         req: S3Request<dto::DeleteObjectInput>,
