@@ -33,6 +33,10 @@ pub struct Config {
     pub metrics_log_secs: u64,
     /// Serve `GET /.hipobj/metrics` (Prometheus text) and `/.hipobj/health`.
     pub metrics_endpoint: bool,
+    /// The region the filesystem store's buckets are in: what
+    /// GetBucketLocation answers and the one LocationConstraint that
+    /// CreateBucket accepts.
+    pub region: String,
 }
 
 impl Default for Config {
@@ -49,6 +53,7 @@ impl Default for Config {
             shutdown_grace_secs: 30,
             metrics_log_secs: 60,
             metrics_endpoint: true,
+            region: default_region(),
         }
     }
 }

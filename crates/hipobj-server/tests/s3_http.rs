@@ -5,8 +5,46 @@
 mod support;
 
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use aws_sdk_s3::types::{
+    BucketLocationConstraint, CompletedMultipartUpload, CompletedPart, CreateBucketConfiguration,
+};
 use support::{client, client_for, code, files, md5_bytes, md5_hex, pattern, raw, start};
+
+/// A server configured for another region makes its buckets there, says so,
+/// and refuses to make them anywhere else (AWS's rules outside us-east-1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn buckets_live_in_the_configured_region() {
+    let (h, _dir) = start(|c| c.region = "eu-west-1".into()).await;
+    let c = client(&h);
+    let in_region = |r: BucketLocationConstraint| {
+        CreateBucketConfiguration::builder()
+            .location_constraint(r)
+            .build()
+    };
+    c.create_bucket()
+        .bucket("here")
+        .create_bucket_configuration(in_region(BucketLocationConstraint::EuWest1))
+        .send()
+        .await
+        .unwrap();
+    let loc = c.get_bucket_location().bucket("here").send().await.unwrap();
+    assert_eq!(
+        loc.location_constraint(),
+        Some(&BucketLocationConstraint::EuWest1)
+    );
+    let e = c.create_bucket().bucket("here").send().await.unwrap_err();
+    assert_eq!(code(&e), "BucketAlreadyOwnedByYou");
+    let e = c
+        .create_bucket()
+        .bucket("there")
+        .create_bucket_configuration(in_region(BucketLocationConstraint::UsWest2))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "IllegalLocationConstraintException");
+    let names = support::bucket_names(&c).await;
+    assert_eq!(names, ["here"]);
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn buckets_create_list_head_delete() {
@@ -14,20 +52,37 @@ async fn buckets_create_list_head_delete() {
     let c = client(&h);
     c.create_bucket().bucket("alpha").send().await.unwrap();
     c.create_bucket().bucket("beta-1").send().await.unwrap();
-    let e = c.create_bucket().bucket("alpha").send().await.unwrap_err();
-    assert_eq!(code(&e), "BucketAlreadyOwnedByYou");
+    // The default region is us-east-1, where AWS answers 200 to the
+    // bucket's owner creating it again.
+    c.create_bucket().bucket("alpha").send().await.unwrap();
+    let loc = c.get_bucket_location().bucket("alpha").send().await.unwrap();
+    // (An empty element, which aws-sdk-s3 reads as an unknown "".)
+    assert!(
+        loc.location_constraint().is_none_or(|l| l.as_str().is_empty()),
+        "us-east-1 is the empty constraint: {loc:?}"
+    );
+    let e = c
+        .create_bucket()
+        .bucket("gamma")
+        .create_bucket_configuration(
+            CreateBucketConfiguration::builder()
+                .location_constraint(BucketLocationConstraint::EuWest1)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "IllegalLocationConstraintException");
+    let e = c.head_bucket().bucket("gamma").send().await.unwrap_err();
+    assert_eq!(
+        e.raw_response().unwrap().status().as_u16(),
+        404,
+        "a refused bucket was made"
+    );
     let e = c.create_bucket().bucket("Bad_Name").send().await.unwrap_err();
     assert_eq!(code(&e), "InvalidBucketName");
 
-    let names: Vec<_> = c
-        .list_buckets()
-        .send()
-        .await
-        .unwrap()
-        .buckets()
-        .iter()
-        .filter_map(|b| b.name().map(str::to_owned))
-        .collect();
+    let names = support::bucket_names(&c).await;
     assert_eq!(names, ["alpha", "beta-1"]);
 
     c.head_bucket().bucket("alpha").send().await.unwrap();

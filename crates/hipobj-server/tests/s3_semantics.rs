@@ -14,7 +14,9 @@ fn status<E>(e: &aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpRe
     e.raw_response().map_or(0, |r| r.status().as_u16())
 }
 
-async fn put(c: &aws_sdk_s3::Client, bucket: &str, key: &str, body: &'static [u8]) -> String {
+type Client = aws_sdk_s3::Client;
+
+async fn put(c: &Client, bucket: &str, key: &str, body: &'static [u8]) -> String {
     c.put_object()
         .bucket(bucket)
         .key(key)
@@ -25,6 +27,84 @@ async fn put(c: &aws_sdk_s3::Client, bucket: &str, key: &str, body: &'static [u8
         .e_tag()
         .unwrap()
         .to_owned()
+}
+
+/// The object's bytes.
+async fn get_bytes(c: &Client, bucket: &str, key: &str) -> Vec<u8> {
+    let got = c.get_object().bucket(bucket).key(key).send().await.unwrap();
+    got.body.collect().await.unwrap().into_bytes().to_vec()
+}
+
+/// Starts a multipart upload; its id.
+async fn start_upload(c: &Client, bucket: &str, key: &str) -> String {
+    let up = c.create_multipart_upload().bucket(bucket).key(key).send().await;
+    up.unwrap().upload_id().unwrap().to_owned()
+}
+
+/// Uploads part `n`; its ETag.
+async fn upload_part(c: &Client, bucket: &str, key: &str, id: &str, n: i32, body: ByteStream) -> String {
+    let r = c
+        .upload_part()
+        .bucket(bucket)
+        .key(key)
+        .upload_id(id)
+        .part_number(n)
+        .body(body)
+        .send()
+        .await;
+    r.unwrap().e_tag().unwrap().to_owned()
+}
+
+/// A listing page's common prefixes, then its keys.
+fn entries<'a>(
+    prefixes: impl IntoIterator<Item = Option<&'a str>>,
+    keys: impl IntoIterator<Item = Option<&'a str>>,
+) -> impl Iterator<Item = String> {
+    prefixes.into_iter().chain(keys).flatten().map(str::to_owned)
+}
+
+/// One page of one entry of bucket "bkt" with the delimiter "/" after
+/// `after` (v2: continuation token; v1: marker), and where the next page
+/// starts if this one is truncated (v1: its NextMarker, which a truncated
+/// page with a delimiter must carry).
+async fn delimited_page(c: &Client, v2: bool, after: Option<String>) -> (Vec<String>, Option<String>) {
+    if v2 {
+        let r = c
+            .list_objects_v2()
+            .bucket("bkt")
+            .delimiter("/")
+            .max_keys(1)
+            .set_continuation_token(after);
+        let r = r.send().await.unwrap();
+        let page = entries(
+            r.common_prefixes().iter().map(|p| p.prefix()),
+            r.contents().iter().map(|o| o.key()),
+        );
+        let next = (r.is_truncated() == Some(true)).then(|| {
+            r.next_continuation_token()
+                .expect("a truncated v2 page's token")
+                .to_owned()
+        });
+        (page.collect(), next)
+    } else {
+        let r = c
+            .list_objects()
+            .bucket("bkt")
+            .delimiter("/")
+            .max_keys(1)
+            .set_marker(after);
+        let r = r.send().await.unwrap();
+        let page = entries(
+            r.common_prefixes().iter().map(|p| p.prefix()),
+            r.contents().iter().map(|o| o.key()),
+        );
+        let next = (r.is_truncated() == Some(true)).then(|| {
+            r.next_marker()
+                .expect("a truncated v1 page with a delimiter has NextMarker")
+                .to_owned()
+        });
+        (page.collect(), next)
+    }
 }
 
 /// Pages of one entry each, with a delimiter: a page that ends on a common
@@ -39,68 +119,23 @@ async fn listing_pages_ending_on_a_common_prefix_move_on() {
         put(&c, "bkt", k, b"x").await;
     }
     let want = ["a/", "b/", "c", "d/"];
-
-    // v2
-    let mut seen = Vec::new();
-    let mut token: Option<String> = None;
-    for _ in 0..10 {
-        let r = c
-            .list_objects_v2()
-            .bucket("bkt")
-            .delimiter("/")
-            .max_keys(1)
-            .set_continuation_token(token.clone())
-            .send()
-            .await
-            .unwrap();
-        seen.extend(
-            r.common_prefixes()
-                .iter()
-                .filter_map(|p| p.prefix().map(str::to_owned)),
-        );
-        seen.extend(r.contents().iter().filter_map(|o| o.key().map(str::to_owned)));
-        if r.is_truncated() != Some(true) {
-            token = None;
-            break;
+    for v2 in [true, false] {
+        let mut seen = Vec::new();
+        let mut after: Option<String> = None;
+        let mut ended = false;
+        for _ in 0..10 {
+            let (page, next) = delimited_page(&c, v2, after.clone()).await;
+            seen.extend(page);
+            let Some(next) = next else {
+                ended = true;
+                break;
+            };
+            assert_ne!(after.as_ref(), Some(&next), "v2 {v2}: the same token twice");
+            after = Some(next);
         }
-        let next = r.next_continuation_token().map(str::to_owned);
-        assert_ne!(next, token, "the same continuation token twice");
-        token = next;
+        assert!(ended, "v2 {v2}: the listing did not end: {seen:?}");
+        assert_eq!(seen, want, "v2 {v2}");
     }
-    assert!(token.is_none(), "v2 listing did not end: {seen:?}");
-    assert_eq!(seen, want, "v2");
-
-    // v1, following NextMarker
-    let mut seen = Vec::new();
-    let mut marker: Option<String> = None;
-    for _ in 0..10 {
-        let r = c
-            .list_objects()
-            .bucket("bkt")
-            .delimiter("/")
-            .max_keys(1)
-            .set_marker(marker.clone())
-            .send()
-            .await
-            .unwrap();
-        seen.extend(
-            r.common_prefixes()
-                .iter()
-                .filter_map(|p| p.prefix().map(str::to_owned)),
-        );
-        seen.extend(r.contents().iter().filter_map(|o| o.key().map(str::to_owned)));
-        if r.is_truncated() != Some(true) {
-            marker = None;
-            break;
-        }
-        marker = r.next_marker().map(str::to_owned);
-        assert!(
-            marker.is_some(),
-            "a truncated v1 page with a delimiter has NextMarker"
-        );
-    }
-    assert!(marker.is_none(), "v1 listing did not end: {seen:?}");
-    assert_eq!(seen, want, "v1");
     h.shutdown().await;
 }
 
@@ -200,89 +235,44 @@ async fn conditional_writes() {
     let (h, _dir) = start(|_| {}).await;
     let c = client(&h);
     c.create_bucket().bucket("bkt").send().await.unwrap();
-    let body = |b: &'static [u8]| ByteStream::from_static(b);
-    let first = c
-        .put_object()
-        .bucket("bkt")
-        .key("k")
+    let put_if = |key: &'static str, b: &'static [u8]| {
+        c.put_object()
+            .bucket("bkt")
+            .key(key)
+            .body(ByteStream::from_static(b))
+    };
+    let first = put_if("k", b"first").if_none_match("*").send().await.unwrap();
+    let first = first.e_tag().unwrap().to_owned();
+    let e = put_if("k", b"second")
         .if_none_match("*")
-        .body(body(b"first"))
-        .send()
-        .await
-        .unwrap()
-        .e_tag()
-        .unwrap()
-        .to_owned();
-    let e = c
-        .put_object()
-        .bucket("bkt")
-        .key("k")
-        .if_none_match("*")
-        .body(body(b"second"))
         .send()
         .await
         .unwrap_err();
     assert_eq!(status(&e), 412);
-    let e = c
-        .put_object()
-        .bucket("bkt")
-        .key("k")
+    let e = put_if("k", b"third")
         .if_match("\"00000000000000000000000000000000\"")
-        .body(body(b"third"))
         .send()
         .await
         .unwrap_err();
     assert_eq!(status(&e), 412);
-    let e = c
-        .put_object()
-        .bucket("bkt")
-        .key("k")
+    let e = put_if("k", b"third")
         .if_none_match(&first)
-        .body(body(b"third"))
         .send()
         .await
         .unwrap_err();
     assert_eq!(status(&e), 412, "If-None-Match with the current ETag");
-    let got = c.get_object().bucket("bkt").key("k").send().await.unwrap();
-    assert_eq!(got.body.collect().await.unwrap().into_bytes().as_ref(), b"first");
+    assert_eq!(get_bytes(&c, "bkt", "k").await, b"first");
 
-    c.put_object()
-        .bucket("bkt")
-        .key("k")
-        .if_match(&first)
-        .body(body(b"fourth"))
-        .send()
-        .await
-        .unwrap();
-    let got = c.get_object().bucket("bkt").key("k").send().await.unwrap();
-    assert_eq!(got.body.collect().await.unwrap().into_bytes().as_ref(), b"fourth");
-    let e = c
-        .put_object()
-        .bucket("bkt")
-        .key("missing")
-        .if_match(&first)
-        .body(body(b"x"))
-        .send()
-        .await
-        .unwrap_err();
+    put_if("k", b"fourth").if_match(&first).send().await.unwrap();
+    assert_eq!(get_bytes(&c, "bkt", "k").await, b"fourth");
+    let e = put_if("missing", b"x").if_match(&first).send().await.unwrap_err();
     assert_eq!(code(&e), "NoSuchKey");
 
     // Copy-source conditions: a failed one is 412 and copies nothing.
-    let e = c
-        .copy_object()
-        .bucket("bkt")
-        .key("copy")
-        .copy_source("bkt/k")
-        .copy_source_if_match("\"0123\"")
-        .send()
-        .await
-        .unwrap_err();
+    let copy = || c.copy_object().bucket("bkt").key("copy").copy_source("bkt/k");
+    let e = copy().copy_source_if_match("\"0123\"").send().await.unwrap_err();
     assert_eq!(status(&e), 412);
-    let e = c
-        .copy_object()
-        .bucket("bkt")
-        .key("copy")
-        .copy_source("bkt/k")
+    let e = copy()
         .copy_source_if_modified_since(DateTime::from_secs(4_000_000_000))
         .send()
         .await
@@ -296,14 +286,7 @@ async fn conditional_writes() {
         .await
         .unwrap_err();
     assert_eq!(status(&e), 404);
-    c.copy_object()
-        .bucket("bkt")
-        .key("copy")
-        .copy_source("bkt/k")
-        .copy_source_if_none_match("\"0123\"")
-        .send()
-        .await
-        .unwrap();
+    copy().copy_source_if_none_match("\"0123\"").send().await.unwrap();
     h.shutdown().await;
 }
 
@@ -314,48 +297,22 @@ async fn retried_complete_multipart_upload_succeeds() {
     let (h, _dir) = start(|_| {}).await;
     let c = client(&h);
     c.create_bucket().bucket("bkt").send().await.unwrap();
-    let up = c
-        .create_multipart_upload()
-        .bucket("bkt")
-        .key("mp")
-        .send()
-        .await
-        .unwrap();
-    let id = up.upload_id().unwrap();
-    let part = c
-        .upload_part()
-        .bucket("bkt")
-        .key("mp")
-        .upload_id(id)
-        .part_number(1)
-        .body(ByteStream::from_static(b"only part"))
-        .send()
-        .await
-        .unwrap();
+    let id = start_upload(&c, "bkt", "mp").await;
+    let etag = upload_part(&c, "bkt", "mp", &id, 1, ByteStream::from_static(b"only part")).await;
     let done = CompletedMultipartUpload::builder()
-        .parts(
-            CompletedPart::builder()
-                .part_number(1)
-                .e_tag(part.e_tag().unwrap())
-                .build(),
-        )
+        .parts(CompletedPart::builder().part_number(1).e_tag(etag).build())
         .build();
-    let complete = || {
+    let complete = |id: &str| {
         c.complete_multipart_upload()
             .bucket("bkt")
             .key("mp")
             .upload_id(id)
             .multipart_upload(done.clone())
     };
-    let first = complete().send().await.unwrap();
-    let again = complete().send().await.unwrap();
+    let first = complete(&id).send().await.unwrap();
+    let again = complete(&id).send().await.unwrap();
     assert_eq!(first.e_tag(), again.e_tag());
-    let e = c
-        .complete_multipart_upload()
-        .bucket("bkt")
-        .key("mp")
-        .upload_id("0123456789abcdef0123456789abcdef")
-        .multipart_upload(done.clone())
+    let e = complete("0123456789abcdef0123456789abcdef")
         .send()
         .await
         .unwrap_err();
@@ -478,25 +435,8 @@ async fn multipart_uploads_are_listed_block_delete_bucket_and_abort_frees_disk()
     c.create_bucket().bucket("bkt").send().await.unwrap();
     let mut ids = Vec::new();
     for k in ["x/1", "y"] {
-        let id = c
-            .create_multipart_upload()
-            .bucket("bkt")
-            .key(k)
-            .send()
-            .await
-            .unwrap()
-            .upload_id()
-            .unwrap()
-            .to_owned();
-        c.upload_part()
-            .bucket("bkt")
-            .key(k)
-            .upload_id(&id)
-            .part_number(1)
-            .body(ByteStream::from(vec![7u8; 100_000]))
-            .send()
-            .await
-            .unwrap();
+        let id = start_upload(&c, "bkt", k).await;
+        upload_part(&c, "bkt", k, &id, 1, ByteStream::from(vec![7u8; 100_000])).await;
         ids.push((k, id));
     }
     let r = c.list_multipart_uploads().bucket("bkt").send().await.unwrap();
@@ -558,37 +498,11 @@ async fn abandoned_uploads_expire() {
     let (h, dir) = start(|c| c.limits.multipart_expiry_secs = 1).await;
     let c = client(&h);
     c.create_bucket().bucket("bkt").send().await.unwrap();
-    let old = c
-        .create_multipart_upload()
-        .bucket("bkt")
-        .key("old")
-        .send()
-        .await
-        .unwrap()
-        .upload_id()
-        .unwrap()
-        .to_owned();
-    c.upload_part()
-        .bucket("bkt")
-        .key("old")
-        .upload_id(&old)
-        .part_number(1)
-        .body(ByteStream::from_static(b"abandoned"))
-        .send()
-        .await
-        .unwrap();
+    let old = start_upload(&c, "bkt", "old").await;
+    upload_part(&c, "bkt", "old", &old, 1, ByteStream::from_static(b"abandoned")).await;
     // Older than the expiry age by any clock.
     tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
-    let new = c
-        .create_multipart_upload()
-        .bucket("bkt")
-        .key("new")
-        .send()
-        .await
-        .unwrap()
-        .upload_id()
-        .unwrap()
-        .to_owned();
+    let new = start_upload(&c, "bkt", "new").await;
     let r = c.list_multipart_uploads().bucket("bkt").send().await.unwrap();
     let ids: Vec<_> = r.uploads().iter().filter_map(|u| u.upload_id()).collect();
     assert_eq!(ids, [new.as_str()]);
@@ -680,33 +594,13 @@ async fn buckets_belong_to_the_key_that_created_them() {
     denied(status(&e), "copy out of another key's bucket");
     let e = other.create_bucket().bucket("mine").send().await.unwrap_err();
     assert_eq!(code(&e), "BucketAlreadyExists");
-    let got = owner.get_object().bucket("mine").key("k").send().await.unwrap();
-    assert_eq!(
-        got.body.collect().await.unwrap().into_bytes().as_ref(),
-        b"private"
-    );
-    let names = |r: aws_sdk_s3::operation::list_buckets::ListBucketsOutput| {
-        r.buckets()
-            .iter()
-            .filter_map(|b| b.name().map(str::to_owned))
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(names(other.list_buckets().send().await.unwrap()), ["theirs"]);
-    assert_eq!(
-        names(owner.list_buckets().send().await.unwrap()),
-        ["mine", "shared"]
-    );
+    assert_eq!(get_bytes(&owner, "mine", "k").await, b"private");
+    assert_eq!(support::bucket_names(&other).await, ["theirs"]);
+    assert_eq!(support::bucket_names(&owner).await, ["mine", "shared"]);
 
     // The shared bucket is open to the listed key.
     put(&other, "shared", "from-other", b"hello").await;
-    let got = owner
-        .get_object()
-        .bucket("shared")
-        .key("from-other")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(got.body.collect().await.unwrap().into_bytes().as_ref(), b"hello");
+    assert_eq!(get_bytes(&owner, "shared", "from-other").await, b"hello");
 
     // A name deleted by its owner and created again by another key belongs
     // to the new key from then on (the server keeps owners in memory too).
@@ -742,25 +636,8 @@ async fn delete_bucket_with_uploads_in_progress() {
         let (h, dir) = start(|c| c.limits.refuse_delete_with_uploads = refuse).await;
         let c = client(&h);
         c.create_bucket().bucket("bkt").send().await.unwrap();
-        let id = c
-            .create_multipart_upload()
-            .bucket("bkt")
-            .key("k")
-            .send()
-            .await
-            .unwrap()
-            .upload_id()
-            .unwrap()
-            .to_owned();
-        c.upload_part()
-            .bucket("bkt")
-            .key("k")
-            .upload_id(&id)
-            .part_number(1)
-            .body(ByteStream::from_static(b"part"))
-            .send()
-            .await
-            .unwrap();
+        let id = start_upload(&c, "bkt", "k").await;
+        upload_part(&c, "bkt", "k", &id, 1, ByteStream::from_static(b"part")).await;
         put(&c, "bkt", "obj", b"x").await;
         // Objects still keep a bucket.
         let e = c.delete_bucket().bucket("bkt").send().await.unwrap_err();

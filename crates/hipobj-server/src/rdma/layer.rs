@@ -472,4 +472,5 @@ layer! {
     list_multipart_uploads: ListMultipartUploadsInput => ListMultipartUploadsOutput,
     list_object_versions: ListObjectVersionsInput => ListObjectVersionsOutput,
     upload_part_copy: UploadPartCopyInput => UploadPartCopyOutput,
+    get_object_attributes: GetObjectAttributesInput => GetObjectAttributesOutput,
 }

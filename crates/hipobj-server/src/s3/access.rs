@@ -54,6 +54,62 @@ fn signed_headers<'a>(headers: &'a http::HeaderMap, uri: &'a http::Uri) -> Optio
         .map(|list| list.split(';').map(|h| h.trim().to_ascii_lowercase()).collect())
 }
 
+/// SigV4 dates a request by `x-amz-date`, or by `Date` when that is
+/// absent (AWS accepts either; botocore signs with `Date` when the caller
+/// set one). s3s reads only `x-amz-date`, so for a SigV4 request that
+/// signed `Date` and has no `x-amz-date`, this adds `x-amz-date` with the
+/// same instant in SigV4's form. The value is part of what the signature
+/// covers (the string to sign), so it cannot change what was signed.
+pub fn date_for_sigv4(headers: &mut http::HeaderMap, uri: &http::Uri) {
+    let sigv4 = headers
+        .get(http::header::AUTHORIZATION)
+        .is_some_and(|v| v.as_bytes().starts_with(b"AWS4-HMAC-SHA256 "));
+    if !sigv4 || headers.contains_key("x-amz-date") {
+        return;
+    }
+    if !signed_headers(headers, uri).is_some_and(|s| s.iter().any(|h| h == "date")) {
+        return;
+    }
+    let amz = headers
+        .get(http::header::DATE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(amz_date_of)
+        .and_then(|d| http::HeaderValue::from_str(&d).ok());
+    if let Some(v) = amz {
+        headers.insert("x-amz-date", v);
+    }
+}
+
+/// An HTTP date (RFC 9110's IMF-fixdate, or RFC 5322's with a `+0000` or
+/// `-0000` zone as Python's `formatdate` writes it) as SigV4's
+/// `YYYYMMDD'T'HHMMSS'Z'`; `None` for anything else.
+fn amz_date_of(date: &str) -> Option<String> {
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let mut parts = date.split_ascii_whitespace();
+    let weekday = parts.next()?;
+    if !weekday.ends_with(',') {
+        return None;
+    }
+    let day: u32 = parts.next()?.parse().ok()?;
+    let month = parts.next()?;
+    let month = MONTHS.iter().position(|m| *m == month)? + 1;
+    let year: u32 = parts.next()?.parse().ok()?;
+    let mut hms = parts.next()?.split(':').map(|n| n.parse::<u32>().ok());
+    let (h, m, sec) = (hms.next()??, hms.next()??, hms.next()??);
+    let zone = parts.next()?;
+    let valid = (1..=31).contains(&day)
+        && (1970..=9999).contains(&year)
+        && h < 24
+        && m < 60
+        && sec < 61
+        && hms.next().is_none()
+        && parts.next().is_none()
+        && matches!(zone, "GMT" | "UTC" | "+0000" | "-0000");
+    valid.then(|| format!("{year:04}{month:02}{day:02}T{h:02}{m:02}{sec:02}Z"))
+}
+
 /// Longest validity of a presigned URL, as AWS: 7 days.
 pub const MAX_PRESIGN_SECS: u64 = 7 * 24 * 3600;
 
@@ -118,6 +174,19 @@ fn refuse_unimplemented(headers: &http::HeaderMap) -> S3Result<()> {
     Ok(())
 }
 
+/// An empty `Content-MD5` is refused as AWS does (s3s reads it as no
+/// header at all, and the body would be stored unchecked); a malformed one
+/// is refused by the store when it verifies the body.
+fn check_content_md5(headers: &http::HeaderMap) -> S3Result<()> {
+    match headers.get("content-md5") {
+        Some(v) if v.as_bytes().iter().all(u8::is_ascii_whitespace) => Err(s3_error!(
+            InvalidDigest,
+            "The Content-MD5 you specified is not valid: it is empty"
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The checks on a signed request that s3s does not make.
 fn check_signed(headers: &http::HeaderMap, uri: &http::Uri) -> S3Result<()> {
     if is_sig_v2(headers, uri) {
@@ -139,6 +208,11 @@ fn check_signed(headers: &http::HeaderMap, uri: &http::Uri) -> S3Result<()> {
     for name in headers.keys() {
         let n = name.as_str();
         if !n.starts_with("x-amz-") || UNSIGNED_OK.contains(&n) || signed.iter().any(|s| s == n) {
+            continue;
+        }
+        // The request is dated by its signed `Date` ([`date_for_sigv4`]);
+        // the signature covers this value through the string to sign.
+        if n == "x-amz-date" && signed.iter().any(|s| s == "date") {
             continue;
         }
         // A presigned request's body hash is checked against the body by
@@ -168,6 +242,7 @@ impl S3Access for Policy {
             check_signed(cx.headers(), cx.uri())?;
         }
         refuse_unimplemented(cx.headers())?;
+        check_content_md5(cx.headers())?;
         if let S3Path::Object { key, .. } = cx.s3_path() {
             check_key(key)?;
         }
@@ -219,6 +294,62 @@ impl S3Access for Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn http_dates_become_sigv4_dates() {
+        let cases = [
+            ("Tue, 01 Dec 2026 00:54:00 -0000", Some("20261201T005400Z")),
+            ("Sun, 06 Nov 1994 08:49:37 GMT", Some("19941106T084937Z")),
+            ("Tue, 01 Dec 2026 00:54:00 +0100", None),
+            ("01 Dec 2026 00:54:00 GMT", None),
+            ("Tue, 01 Foo 2026 00:54:00 GMT", None),
+            ("Tue, 01 Dec 2026 24:00:00 GMT", None),
+            ("Tue, 01 Dec 2026 00:54 GMT", None),
+            ("Tue, 01 Dec 2026 00:54:00 GMT trailing", None),
+            ("", None),
+        ];
+        for (date, want) in cases {
+            assert_eq!(amz_date_of(date).as_deref(), want, "{date:?}");
+        }
+    }
+
+    #[test]
+    fn a_signed_date_header_dates_a_sigv4_request() {
+        let auth = |signed: &str| {
+            let mut h = http::HeaderMap::new();
+            let v = format!(
+                "AWS4-HMAC-SHA256 Credential=ak/20261201//s3/aws4_request, SignedHeaders={signed}, Signature=ab"
+            );
+            h.insert(
+                http::header::AUTHORIZATION,
+                http::HeaderValue::from_str(&v).unwrap_or(http::HeaderValue::from_static("x")),
+            );
+            h.insert(
+                http::header::DATE,
+                http::HeaderValue::from_static("Tue, 01 Dec 2026 00:54:00 -0000"),
+            );
+            h
+        };
+        let uri: http::Uri = "/b/k".parse().unwrap_or_default();
+        let mut h = auth("date;host");
+        date_for_sigv4(&mut h, &uri);
+        assert_eq!(
+            h.get("x-amz-date").map(|v| v.as_bytes()),
+            Some(&b"20261201T005400Z"[..])
+        );
+        // Date outside the signature: left alone (s3s refuses the request).
+        let mut h = auth("host");
+        date_for_sigv4(&mut h, &uri);
+        assert!(h.get("x-amz-date").is_none());
+        // An x-amz-date of the request's own is never replaced.
+        let mut h = auth("date;host");
+        h.insert("x-amz-date", http::HeaderValue::from_static("20261201T010000Z"));
+        date_for_sigv4(&mut h, &uri);
+        assert_eq!(
+            h.get("x-amz-date").map(|v| v.as_bytes()),
+            Some(&b"20261201T010000Z"[..])
+        );
+    }
 
     #[test]
     fn finds_signed_headers() {

@@ -68,6 +68,15 @@ pub async fn start(edit: impl FnOnce(&mut Config)) -> (Handle, tempfile::TempDir
     (Server::start(c).await.unwrap(), dir)
 }
 
+/// The names ListBuckets shows to `c`'s key.
+pub async fn bucket_names(c: &aws_sdk_s3::Client) -> Vec<String> {
+    let r = c.list_buckets().send().await.unwrap();
+    r.buckets()
+        .iter()
+        .filter_map(|b| b.name().map(str::to_owned))
+        .collect()
+}
+
 /// An aws-sdk-s3 client for `endpoint` with the test key, no retries.
 pub fn client_for(endpoint: &str, ak: &str, sk: &str) -> aws_sdk_s3::Client {
     let conf = aws_sdk_s3::Config::builder()

@@ -56,7 +56,13 @@ pub struct FsLimits {
     /// DeleteBucket refuses while uploads are in progress (rather than
     /// aborting them, as AWS does).
     pub refuse_delete_with_uploads: bool,
+    /// The region the buckets are in (GetBucketLocation; the only
+    /// LocationConstraint CreateBucket accepts).
+    pub region: String,
 }
+
+/// AWS's first region, whose GetBucketLocation answer is empty.
+const US_EAST_1: &str = "us-east-1";
 
 impl Default for FsLimits {
     fn default() -> Self {
@@ -66,6 +72,7 @@ impl Default for FsLimits {
             sync: true,
             upload_expiry_ms: 7 * 24 * 3600 * 1000,
             refuse_delete_with_uploads: false,
+            region: US_EAST_1.into(),
         }
     }
 }
@@ -98,6 +105,9 @@ struct Attrs {
     content_disposition: Option<String>,
     content_language: Option<String>,
     cache_control: Option<String>,
+    /// The `Expires` header to return (RFC 3339 in the trailer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    expires: Option<Timestamp>,
     #[serde(default)]
     metadata: BTreeMap<String, String>,
 }
@@ -352,6 +362,60 @@ fn etag_matches(cond: &dto::ETagCondition, etag: &str) -> bool {
     }
 }
 
+/// The read conditions of a GetObject or HeadObject input (two types
+/// with the same four fields).
+/// With `copy_source`, the `x-amz-copy-source-if-*` conditions of a
+/// CopyObject or UploadPartCopy input.
+macro_rules! read_conditions {
+    ($input:ident) => {
+        ReadConditions {
+            if_match: $input.if_match.as_ref(),
+            if_none_match: $input.if_none_match.as_ref(),
+            if_modified_since: $input.if_modified_since.as_ref(),
+            if_unmodified_since: $input.if_unmodified_since.as_ref(),
+        }
+    };
+    (copy_source $input:ident) => {
+        ReadConditions {
+            if_match: $input.copy_source_if_match.as_ref(),
+            if_none_match: $input.copy_source_if_none_match.as_ref(),
+            if_modified_since: $input.copy_source_if_modified_since.as_ref(),
+            if_unmodified_since: $input.copy_source_if_unmodified_since.as_ref(),
+        }
+    };
+}
+
+/// A GetObject or HeadObject output (two types with the same fields)
+/// describing the object `$meta`, with its stored checksums if `$sums`
+/// (as S3, only for `x-amz-checksum-mode: ENABLED`: a client that did not
+/// ask may not expect to validate them), and the fields given.
+macro_rules! described {
+    ($ty:path, $meta:expr, $sums:expr, { $($field:ident $(: $value:expr)?),* $(,)? }) => {{
+        let meta: Meta = $meta;
+        let a = meta.attrs;
+        let sums = if $sums { meta.sums } else { Sums::default() };
+        $ty {
+            $($field $(: $value)?,)*
+            accept_ranges: Some("bytes".into()),
+            e_tag: Some(ETag::Strong(meta.etag)),
+            last_modified: Some(timestamp(meta.modified_ms)),
+            metadata: a.metadata(),
+            content_type: a.content_type.and_then(|c| c.parse().ok()),
+            content_encoding: a.content_encoding,
+            content_disposition: a.content_disposition,
+            content_language: a.content_language,
+            cache_control: a.cache_control,
+            expires: a.expires,
+            checksum_crc32: sums.crc32,
+            checksum_crc32c: sums.crc32c,
+            checksum_sha1: sums.sha1,
+            checksum_sha256: sums.sha256,
+            checksum_crc64nvme: sums.crc64nvme,
+            ..Default::default()
+        }
+    }};
+}
+
 /// The conditions of a read (GET, HEAD) or of a copy source.
 #[derive(Default)]
 struct ReadConditions<'a> {
@@ -518,6 +582,39 @@ impl FsStore {
     /// The data directory.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The owner of a bucket's objects: the key that created the bucket
+    /// (the record s3::owners keeps in `.owners/`; objects belong to their
+    /// bucket's owner, as with S3's default object ownership), else the
+    /// key asking, else this server.
+    async fn bucket_owner(&self, bucket: &str, asking: &Option<s3s::auth::Credentials>) -> dto::Owner {
+        let recorded = tokio::fs::read_to_string(self.root.join(".owners").join(bucket))
+            .await
+            .ok()
+            .map(|o| o.trim().to_owned())
+            .filter(|o| !o.is_empty());
+        let id = recorded
+            .or_else(|| asking.as_ref().map(|c| c.access_key.clone()))
+            .unwrap_or_else(|| "hipobj".into());
+        dto::Owner {
+            display_name: Some(id.clone()),
+            id: Some(id),
+        }
+    }
+
+    /// The object stored at `path`, if it exists and the conditions hold
+    /// (`copy`: those of a copy source, see [`ReadConditions::check`]).
+    async fn read_if(path: &Path, cond: ReadConditions<'_>, copy: bool) -> S3Result<Stored> {
+        let Some(st) = Self::read_stored(path).await? else {
+            return Err(if copy {
+                s3_error!(NoSuchKey, "the copy source does not exist")
+            } else {
+                s3_error!(NoSuchKey)
+            });
+        };
+        cond.check(&st.meta, copy)?;
+        Ok(st)
     }
 
     fn bucket_dir(&self, bucket: &str) -> S3Result<PathBuf> {
@@ -907,10 +1004,12 @@ struct Listing {
 }
 
 impl Listing {
-    fn contents(&self, url: bool) -> Vec<dto::Object> {
+    /// The objects, each with `owner` if given.
+    fn contents(&self, url: bool, owner: Option<&dto::Owner>) -> Vec<dto::Object> {
         self.objects
             .iter()
             .map(|(m, modified)| dto::Object {
+                owner: owner.cloned(),
                 key: Some(encode_key(&m.key, url)),
                 size: Some(i64_of(m.size)),
                 e_tag: Some(ETag::Strong(m.etag.clone())),
@@ -979,21 +1078,76 @@ fn wants_url(e: Option<&dto::EncodingType>) -> bool {
     e.is_some_and(|e| e.as_str() == dto::EncodingType::URL)
 }
 
-fn attrs_from(
-    content_type: Option<String>,
-    content_encoding: Option<String>,
-    content_disposition: Option<String>,
-    content_language: Option<String>,
-    cache_control: Option<String>,
-    metadata: Option<dto::Metadata>,
-) -> Attrs {
-    Attrs {
-        content_type,
-        content_encoding: stored_encoding(content_encoding),
-        content_disposition,
-        content_language,
-        cache_control,
-        metadata: metadata.unwrap_or_default().into_iter().collect(),
+/// The attributes a PutObject, CopyObject (REPLACE) or
+/// CreateMultipartUpload input gives its object (three types with the same
+/// fields).
+macro_rules! attrs_of {
+    ($input:ident) => {
+        Attrs {
+            content_type: $input.content_type.map(|c| c.to_string()),
+            content_encoding: stored_encoding($input.content_encoding),
+            content_disposition: $input.content_disposition,
+            content_language: $input.content_language,
+            cache_control: $input.cache_control,
+            expires: $input.expires,
+            metadata: $input.metadata.unwrap_or_default().into_iter().collect(),
+        }
+    };
+}
+
+/// One page of ListBuckets: the names after the continuation token that
+/// start with the prefix, at most `max` of them.
+struct BucketPage<'a> {
+    after: Option<String>,
+    prefix: &'a str,
+    max: usize,
+}
+
+impl<'a> BucketPage<'a> {
+    /// AWS's page when MaxBuckets is not given.
+    const DEFAULT_MAX: usize = 10_000;
+
+    fn of(input: &'a dto::ListBucketsInput) -> S3Result<Self> {
+        let max = match input.max_buckets {
+            None => Self::DEFAULT_MAX,
+            Some(n) => usize::try_from(n)
+                .ok()
+                .filter(|n| (1..=Self::DEFAULT_MAX).contains(n))
+                .ok_or_else(|| s3_error!(InvalidArgument, "max-buckets must be between 1 and 10000"))?,
+        };
+        // The token is the last name of the previous page, in base64 (a
+        // client must treat it as opaque).
+        let after = match input.continuation_token.as_deref() {
+            None | Some("") => None,
+            Some(t) => Some(
+                base64_simd::URL_SAFE_NO_PAD
+                    .decode_to_vec(t.as_bytes())
+                    .ok()
+                    .and_then(|b| String::from_utf8(b).ok())
+                    .ok_or_else(|| {
+                        s3_error!(InvalidArgument, "The continuation token provided is incorrect")
+                    })?,
+            ),
+        };
+        Ok(Self {
+            after,
+            prefix: input.prefix.as_deref().unwrap_or(""),
+            max,
+        })
+    }
+
+    fn wants(&self, name: &str) -> bool {
+        name.starts_with(self.prefix) && self.after.as_deref().is_none_or(|a| name > a)
+    }
+
+    /// Keeps the first `max` of the sorted names; the token for the rest.
+    fn cut(&self, buckets: &mut Vec<dto::Bucket>) -> Option<String> {
+        if buckets.len() <= self.max {
+            return None;
+        }
+        buckets.truncate(self.max);
+        let last = buckets.last()?.name.as_deref()?;
+        Some(base64_simd::URL_SAFE_NO_PAD.encode_to_string(last.as_bytes()))
     }
 }
 
@@ -1004,12 +1158,41 @@ impl S3 for FsStore {
         req: S3Request<dto::CreateBucketInput>,
     ) -> S3Result<S3Response<dto::CreateBucketOutput>> {
         let dir = self.bucket_dir(&req.input.bucket)?;
+        let asked = req
+            .input
+            .create_bucket_configuration
+            .as_ref()
+            .and_then(|c| c.location_constraint.as_ref())
+            .map(|l| l.as_str())
+            .filter(|l| !l.is_empty());
+        if let Some(asked) = asked
+            && asked != self.limits.region
+        {
+            // As AWS: a bucket is made in the endpoint's region, never
+            // silently somewhere other than where the client asked.
+            return Err(S3Error::with_message(
+                S3ErrorCode::IllegalLocationConstraintException,
+                format!(
+                    "The {asked} location constraint is incompatible with the region of this server ({})",
+                    self.limits.region
+                ),
+            ));
+        }
         match tokio::fs::create_dir(&dir).await {
             Ok(()) => Ok(S3Response::new(dto::CreateBucketOutput {
                 location: Some(format!("/{}", req.input.bucket)),
             })),
-            Err(e) if io_kind(&e) == std::io::ErrorKind::AlreadyExists => {
+            // The key that asks owns the bucket (s3::owners refused any
+            // other): as AWS in us-east-1, creating it again succeeds and
+            // changes nothing; in any other region it is
+            // BucketAlreadyOwnedByYou.
+            Err(e) if io_kind(&e) == std::io::ErrorKind::AlreadyExists && self.limits.region != US_EAST_1 => {
                 Err(s3_error!(BucketAlreadyOwnedByYou))
+            }
+            Err(e) if io_kind(&e) == std::io::ErrorKind::AlreadyExists => {
+                Ok(S3Response::new(dto::CreateBucketOutput {
+                    location: Some(format!("/{}", req.input.bucket)),
+                }))
             }
             Err(e) => Err(internal("creating a bucket", e)),
         }
@@ -1054,7 +1237,11 @@ impl S3 for FsStore {
         req: S3Request<dto::GetBucketLocationInput>,
     ) -> S3Result<S3Response<dto::GetBucketLocationOutput>> {
         self.existing_bucket(&req.input.bucket).await?;
-        Ok(S3Response::new(dto::GetBucketLocationOutput::default()))
+        // AWS answers an empty LocationConstraint for us-east-1.
+        let region = &self.limits.region;
+        Ok(S3Response::new(dto::GetBucketLocationOutput {
+            location_constraint: (region != US_EAST_1).then(|| region.clone().into()),
+        }))
     }
 
     async fn list_buckets(
@@ -1062,6 +1249,8 @@ impl S3 for FsStore {
         req: S3Request<dto::ListBucketsInput>,
     ) -> S3Result<S3Response<dto::ListBucketsOutput>> {
         let who = req.credentials.as_ref().map(|c| c.access_key.as_str());
+        let input = req.input;
+        let page = BucketPage::of(&input)?;
         let mut buckets = Vec::new();
         let mut rd = tokio::fs::read_dir(&self.root)
             .await
@@ -1073,7 +1262,7 @@ impl S3 for FsStore {
         {
             let name = ent.file_name();
             let Some(name) = name.to_str() else { continue };
-            if check_bucket(name).is_err() {
+            if check_bucket(name).is_err() || !page.wants(name) {
                 continue;
             }
             let Ok(md) = ent.metadata().await else { continue };
@@ -1096,13 +1285,15 @@ impl S3 for FsStore {
             });
         }
         buckets.sort_by(|a, b| a.name.cmp(&b.name));
+        let continuation_token = page.cut(&mut buckets);
         Ok(S3Response::new(dto::ListBucketsOutput {
             buckets: Some(buckets),
+            continuation_token,
+            prefix: input.prefix,
             owner: Some(dto::Owner {
                 display_name: Some("hipobj".into()),
                 id: Some("hipobj".into()),
             }),
-            ..Default::default()
         }))
     }
 
@@ -1127,14 +1318,7 @@ impl S3 for FsStore {
             size,
             etag: hex(&md5),
             modified_ms: now_ms(),
-            attrs: attrs_from(
-                input.content_type.map(|c| c.to_string()),
-                input.content_encoding,
-                input.content_disposition,
-                input.content_language,
-                input.cache_control,
-                input.metadata,
-            ),
+            attrs: attrs_of!(input),
             sums: computed,
             parts: Vec::new(),
             upload_id: None,
@@ -1159,16 +1343,7 @@ impl S3 for FsStore {
     ) -> S3Result<S3Response<dto::GetObjectOutput>> {
         let input = req.input;
         let path = self.object_path(&input.bucket, &input.key).await?;
-        let Some(Stored { meta, mut file }) = Self::read_stored(&path).await? else {
-            return Err(s3_error!(NoSuchKey));
-        };
-        ReadConditions {
-            if_match: input.if_match.as_ref(),
-            if_none_match: input.if_none_match.as_ref(),
-            if_modified_since: input.if_modified_since.as_ref(),
-            if_unmodified_since: input.if_unmodified_since.as_ref(),
-        }
-        .check(&meta, false)?;
+        let Stored { meta, mut file } = Self::read_if(&path, read_conditions!(input), false).await?;
         let size = meta.size;
         let (range, parts_count) = match (&input.range, input.part_number) {
             (Some(_), Some(_)) => {
@@ -1215,35 +1390,14 @@ impl S3 for FsStore {
         let whole = len == size;
         // A Range or a partNumber selects bytes: 206 with Content-Range.
         let content_range = range.map(|r| format!("bytes {}-{}/{size}", r.start, r.end.saturating_sub(1)));
-        let a = meta.attrs;
-        // Checksums only when asked for (x-amz-checksum-mode: ENABLED), as
-        // S3: a client that did not ask may not expect to validate them.
-        let sums = if whole && checksum_enabled(input.checksum_mode.as_ref()) {
-            meta.sums
-        } else {
-            Sums::default()
-        };
-        Ok(S3Response::new(dto::GetObjectOutput {
+        // The whole object's checksums, only for the whole object.
+        let sums = whole && checksum_enabled(input.checksum_mode.as_ref());
+        Ok(S3Response::new(described!(dto::GetObjectOutput, meta, sums, {
             body: Some(StreamingBlob::wrap(body)),
             content_length: Some(i64_of(len)),
             content_range,
             parts_count,
-            accept_ranges: Some("bytes".into()),
-            e_tag: Some(ETag::Strong(meta.etag)),
-            last_modified: Some(timestamp(meta.modified_ms)),
-            metadata: a.metadata(),
-            content_type: a.content_type.and_then(|c| c.parse().ok()),
-            content_encoding: a.content_encoding,
-            content_disposition: a.content_disposition,
-            content_language: a.content_language,
-            cache_control: a.cache_control,
-            checksum_crc32: sums.crc32,
-            checksum_crc32c: sums.crc32c,
-            checksum_sha1: sums.sha1,
-            checksum_sha256: sums.sha256,
-            checksum_crc64nvme: sums.crc64nvme,
-            ..Default::default()
-        }))
+        })))
     }
 
     async fn head_object(
@@ -1252,42 +1406,86 @@ impl S3 for FsStore {
     ) -> S3Result<S3Response<dto::HeadObjectOutput>> {
         let input = req.input;
         let path = self.object_path(&input.bucket, &input.key).await?;
-        let Some(Stored { meta, .. }) = Self::read_stored(&path).await? else {
-            return Err(s3_error!(NoSuchKey));
-        };
-        ReadConditions {
-            if_match: input.if_match.as_ref(),
-            if_none_match: input.if_none_match.as_ref(),
-            if_modified_since: input.if_modified_since.as_ref(),
-            if_unmodified_since: input.if_unmodified_since.as_ref(),
-        }
-        .check(&meta, false)?;
-        let a = meta.attrs;
-        let sums = if checksum_enabled(input.checksum_mode.as_ref()) {
-            meta.sums
-        } else {
-            Sums::default()
-        };
+        let Stored { meta, .. } = Self::read_if(&path, read_conditions!(input), false).await?;
+        let sums = checksum_enabled(input.checksum_mode.as_ref());
         let parts_count = input
             .part_number
             .map(|_| i32::try_from(meta.parts.len().max(1)).unwrap_or(i32::MAX));
-        Ok(S3Response::new(dto::HeadObjectOutput {
-            content_length: Some(i64_of(meta.size)),
-            accept_ranges: Some("bytes".into()),
-            e_tag: Some(ETag::Strong(meta.etag)),
-            last_modified: Some(timestamp(meta.modified_ms)),
+        let size = meta.size;
+        Ok(S3Response::new(described!(dto::HeadObjectOutput, meta, sums, {
+            content_length: Some(i64_of(size)),
             parts_count,
-            metadata: a.metadata(),
-            content_type: a.content_type.and_then(|c| c.parse().ok()),
-            content_encoding: a.content_encoding,
-            content_disposition: a.content_disposition,
-            content_language: a.content_language,
-            cache_control: a.cache_control,
-            checksum_crc32: sums.crc32,
-            checksum_crc32c: sums.crc32c,
-            checksum_sha1: sums.sha1,
-            checksum_sha256: sums.sha256,
-            checksum_crc64nvme: sums.crc64nvme,
+        })))
+    }
+
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<dto::GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<dto::GetObjectAttributesOutput>> {
+        let input = req.input;
+        let path = self.object_path(&input.bucket, &input.key).await?;
+        let Stored { meta, .. } = Self::read_if(&path, ReadConditions::default(), false).await?;
+        // SDKs send the list as one header, "ETag, Checksum, ...".
+        let wants = |a: &str| {
+            input
+                .object_attributes
+                .iter()
+                .flat_map(|x| x.as_str().split(','))
+                .any(|x| x.trim() == a)
+        };
+        // The parts of a multipart object, a page at a time (a single
+        // PutObject has none, as in S3).
+        let object_parts = if wants(dto::ObjectAttributes::OBJECT_PARTS) && !meta.parts.is_empty() {
+            let marker = input.part_number_marker.unwrap_or(0);
+            let max = input.max_parts.unwrap_or(1000);
+            let (Ok(after), Ok(take)) = (usize::try_from(marker), usize::try_from(max)) else {
+                return Err(s3_error!(
+                    InvalidArgument,
+                    "max-parts and part-number-marker must not be negative"
+                ));
+            };
+            let page: Vec<dto::ObjectPart> = meta
+                .parts
+                .iter()
+                .enumerate()
+                .skip(after)
+                .take(take)
+                .map(|(i, size)| dto::ObjectPart {
+                    part_number: i32::try_from(i + 1).ok(),
+                    size: Some(i64_of(*size)),
+                    ..Default::default()
+                })
+                .collect();
+            let last = page.last().and_then(|p| p.part_number);
+            Some(dto::GetObjectAttributesParts {
+                total_parts_count: i32::try_from(meta.parts.len()).ok(),
+                part_number_marker: Some(marker),
+                next_part_number_marker: last,
+                max_parts: Some(max),
+                is_truncated: Some(after.saturating_add(page.len()) < meta.parts.len()),
+                parts: Some(page),
+            })
+        } else {
+            None
+        };
+        let sums = &meta.sums;
+        let checksum =
+            (wants(dto::ObjectAttributes::CHECKSUM) && *sums != Sums::default()).then(|| dto::Checksum {
+                checksum_crc32: sums.crc32.clone(),
+                checksum_crc32c: sums.crc32c.clone(),
+                checksum_sha1: sums.sha1.clone(),
+                checksum_sha256: sums.sha256.clone(),
+                checksum_crc64nvme: sums.crc64nvme.clone(),
+                ..Default::default()
+            });
+        Ok(S3Response::new(dto::GetObjectAttributesOutput {
+            e_tag: wants(dto::ObjectAttributes::ETAG).then(|| ETag::Strong(meta.etag.clone())),
+            object_size: wants(dto::ObjectAttributes::OBJECT_SIZE).then(|| i64_of(meta.size)),
+            storage_class: wants(dto::ObjectAttributes::STORAGE_CLASS)
+                .then(|| dto::StorageClass::from_static(dto::StorageClass::STANDARD)),
+            last_modified: Some(timestamp(meta.modified_ms)),
+            object_parts,
+            checksum,
             ..Default::default()
         }))
     }
@@ -1375,7 +1573,12 @@ impl S3 for FsStore {
             })
             .await?;
         let url = wants_url(input.encoding_type.as_ref());
-        let contents = listing.contents(url);
+        // The owner only when asked for (fetch-owner=true), as S3 does in v2.
+        let owner = match input.fetch_owner {
+            Some(true) => Some(self.bucket_owner(&input.bucket, &req.credentials).await),
+            _ => None,
+        };
+        let contents = listing.contents(url, owner.as_ref());
         let common = listing.common_prefixes(url);
         let count = contents.len() + common.len();
         Ok(S3Response::new(dto::ListObjectsV2Output {
@@ -1415,6 +1618,8 @@ impl S3 for FsStore {
             .await?;
         let url = wants_url(input.encoding_type.as_ref());
         let common = listing.common_prefixes(url);
+        // v1 always names each object's owner, as S3 does.
+        let owner = self.bucket_owner(&input.bucket, &req.credentials).await;
         Ok(S3Response::new(dto::ListObjectsOutput {
             name: Some(input.bucket),
             prefix: Some(encode_key(&prefix, url)),
@@ -1431,7 +1636,7 @@ impl S3 for FsStore {
                 .filter(|_| delimiter.is_some())
                 .map(|k| encode_key(k, url)),
             encoding_type: input.encoding_type,
-            contents: Some(listing.contents(url)),
+            contents: Some(listing.contents(url, Some(&owner))),
             common_prefixes: (!common.is_empty()).then_some(common),
             ..Default::default()
         }))
@@ -1465,16 +1670,7 @@ impl S3 for FsStore {
                 "copying an object onto itself needs the REPLACE metadata directive"
             ));
         }
-        let Some(Stored { meta, file }) = Self::read_stored(&src).await? else {
-            return Err(s3_error!(NoSuchKey, "the copy source does not exist"));
-        };
-        ReadConditions {
-            if_match: input.copy_source_if_match.as_ref(),
-            if_none_match: input.copy_source_if_none_match.as_ref(),
-            if_modified_since: input.copy_source_if_modified_since.as_ref(),
-            if_unmodified_since: input.copy_source_if_unmodified_since.as_ref(),
-        }
-        .check(&meta, true)?;
+        let Stored { meta, file } = Self::read_if(&src, read_conditions!(copy_source input), true).await?;
         if meta.size > self.limits.max_object_size {
             return Err(s3_error!(EntityTooLarge));
         }
@@ -1506,18 +1702,7 @@ impl S3 for FsStore {
         if copied != meta.size {
             return Err(internal("copying", "the source changed during the copy"));
         }
-        let attrs = if replace {
-            attrs_from(
-                input.content_type.map(|c| c.to_string()),
-                input.content_encoding,
-                input.content_disposition,
-                input.content_language,
-                input.cache_control,
-                input.metadata,
-            )
-        } else {
-            meta.attrs
-        };
+        let attrs = if replace { attrs_of!(input) } else { meta.attrs };
         let new = Meta {
             key: input.key,
             size: copied,
@@ -1560,14 +1745,7 @@ impl S3 for FsStore {
             bucket: input.bucket.clone(),
             key: input.key.clone(),
             owner: req.credentials.map(|c| c.access_key),
-            attrs: attrs_from(
-                input.content_type.map(|c| c.to_string()),
-                input.content_encoding,
-                input.content_disposition,
-                input.content_language,
-                input.cache_control,
-                input.metadata,
-            ),
+            attrs: attrs_of!(input),
             initiated_ms: now_ms(),
         };
         let json = serde_json::to_vec(&up).map_err(|e| internal("encoding an upload", e))?;
@@ -1655,16 +1833,7 @@ impl S3 for FsStore {
             .load_upload(&input.upload_id, &input.bucket, &input.key, owner)
             .await?;
         let src = self.object_path(src_bucket, src_key).await?;
-        let Some(Stored { meta, file }) = Self::read_stored(&src).await? else {
-            return Err(s3_error!(NoSuchKey, "the copy source does not exist"));
-        };
-        ReadConditions {
-            if_match: input.copy_source_if_match.as_ref(),
-            if_none_match: input.copy_source_if_none_match.as_ref(),
-            if_modified_since: input.copy_source_if_modified_since.as_ref(),
-            if_unmodified_since: input.copy_source_if_unmodified_since.as_ref(),
-        }
-        .check(&meta, true)?;
+        let Stored { meta, file } = Self::read_if(&src, read_conditions!(copy_source input), true).await?;
         let (start, len) = match input.copy_source_range.as_deref() {
             None => (0, meta.size),
             Some(r) => copy_source_range(r, meta.size)?,
@@ -1936,7 +2105,7 @@ impl S3 for FsStore {
             .await?;
         let url = wants_url(input.encoding_type.as_ref());
         let versions = listing
-            .contents(url)
+            .contents(url, None)
             .into_iter()
             .map(|o| dto::ObjectVersion {
                 key: o.key,
