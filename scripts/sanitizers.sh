@@ -41,7 +41,10 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 # --- the libraries --------------------------------------------------------
 target=$(rustc -vV | sed -n 's/^host: //p')
 asan_dir="${ASAN_TARGET_DIR:-$root/target/asan}"
-RUSTFLAGS="-Zsanitizer=address" CARGO_TARGET_DIR="$asan_dir" \
+# Full debug info in this build (the workspace's debug builds keep line
+# tables only): LeakSanitizer names inlined frames from it, and the
+# suppressions in scripts/sanitizers/lsan.supp match those names.
+RUSTFLAGS="-Zsanitizer=address" CARGO_TARGET_DIR="$asan_dir" CARGO_PROFILE_DEV_DEBUG=true \
     cargo +nightly build -q -Zbuild-std --target "$target" -p hipobj-capi
 cargo build -q -p hipobj-capi -p hipobj-server
 plain_dir="${CARGO_TARGET_DIR:-$root/target}/debug"
