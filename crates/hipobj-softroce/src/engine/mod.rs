@@ -28,7 +28,7 @@ mod responder;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::ops::Add;
 use std::sync::Arc;
@@ -254,8 +254,16 @@ pub struct Engine {
     config: EngineConfig,
     mrs: MrTable,
     qps: HashMap<u32, Qp>,
-    order: Vec<u32>,
-    rr: usize,
+    /// The QPs that may have a packet to send, in the order they take
+    /// turns. Every event that can give a QP something to send puts it here
+    /// ([`Engine::wake`]): a work request posted, a packet received, a
+    /// state change, a timer fired, a window operation run. `poll_transmit`
+    /// looks at these alone, so a device with hundreds of idle QPs (a
+    /// server's bindings) costs a sending QP nothing per packet; a QP with
+    /// nothing to send leaves the queue until its next event.
+    ready: VecDeque<u32>,
+    /// The QPs in `ready`.
+    queued: HashSet<u32>,
     next_qpn: u32,
     next_pd: u32,
     counters: Counters,
@@ -274,8 +282,8 @@ impl Engine {
             config,
             mrs: MrTable::new(),
             qps: HashMap::new(),
-            order: Vec::new(),
-            rr: 0,
+            ready: VecDeque::new(),
+            queued: HashSet::new(),
             next_qpn: 0x11,
             next_pd: 1,
             counters: Counters::default(),
@@ -361,14 +369,14 @@ impl Engine {
         }
         self.next_qpn = ((qpn + 1) & wire::psn::MASK).max(0x11);
         self.qps.insert(qpn, Qp::new(qpn, cfg));
-        self.order.push(qpn);
         Ok(qpn)
     }
 
     /// Destroys a QP. Its outstanding work requests vanish with no
     /// completions, and packets for it are dropped from then on.
     pub fn destroy_qp(&mut self, qpn: u32) -> bool {
-        self.order.retain(|&q| q != qpn);
+        // A stale entry in `ready` is skipped by `poll_transmit`.
+        self.queued.remove(&qpn);
         self.forget_window_ops(qpn, true);
         self.qps.remove(&qpn).is_some()
     }
@@ -386,6 +394,7 @@ impl Engine {
             config: &self.config,
         };
         qp.modify(&mut ctx, attr, mask)?;
+        self.wake(qpn);
         match attr.qp_state {
             QpState::Reset => self.forget_window_ops(qpn, false),
             _ => self.run_window_ops(qpn),
@@ -403,6 +412,7 @@ impl Engine {
 
     /// Posts a send work request (`ibv_post_send`).
     pub fn post_send(&mut self, qpn: u32, wr: &SendWr<'_>) -> Result<(), VerbsError> {
+        self.wake(qpn);
         if self.post_send_ordered(qpn, wr)? {
             return Ok(());
         }
@@ -420,6 +430,7 @@ impl Engine {
 
     /// Posts a receive work request (`ibv_post_recv`).
     pub fn post_recv(&mut self, qpn: u32, wr: &RecvWr<'_>) -> Result<(), VerbsError> {
+        self.wake(qpn);
         let counters = &mut self.counters;
         match self.qps.get_mut(&qpn) {
             Some(qp) => qp.post_recv(counters, wr),
@@ -577,8 +588,14 @@ impl Engine {
             self.counters.drop_bad_pkey += 1;
             return;
         }
-        let Some(qp) = self.qps.get_mut(&packet.headers.bth.dest_qp) else {
+        let dest_qp = packet.headers.bth.dest_qp;
+        if !self.qps.contains_key(&dest_qp) {
             self.counters.drop_no_qp += 1;
+            return;
+        }
+        // Even a packet the QP drops may leave it an ACK or NAK to send.
+        self.wake(dest_qp);
+        let Some(qp) = self.qps.get_mut(&dest_qp) else {
             return;
         };
         // RC: only the connected peer speaks to a QP. Its address is the
@@ -607,7 +624,10 @@ impl Engine {
 
     /// Fires every timer due at `now`.
     pub fn handle_timeout(&mut self, now: Time) {
-        for qp in self.qps.values_mut() {
+        for (&qpn, qp) in self.qps.iter_mut() {
+            if qp.next_timeout().is_some_and(|t| t <= now) && self.queued.insert(qpn) {
+                self.ready.push_back(qpn);
+            }
             let mut ctx = Ctx {
                 now,
                 mrs: &self.mrs,
@@ -627,10 +647,13 @@ impl Engine {
     /// Writes the next datagram to send into `buf` (which must hold
     /// [`wire::MAX_PACKET`] bytes) and says where it goes. QPs take turns.
     pub fn poll_transmit(&mut self, now: Time, buf: &mut [u8]) -> Option<Transmit> {
-        let n = self.order.len();
-        for k in 0..n {
-            let i = (self.rr + k) % n;
-            let Some(qp) = self.qps.get_mut(&self.order[i]) else {
+        for _ in 0..self.ready.len() {
+            let qpn = self.ready.pop_front()?;
+            if !self.queued.contains(&qpn) {
+                continue; // destroyed since it was queued
+            }
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                self.queued.remove(&qpn);
                 continue;
             };
             let mut ctx = Ctx {
@@ -640,11 +663,26 @@ impl Engine {
                 config: &self.config,
             };
             if let Some(len) = qp.transmit(&mut ctx, buf) {
-                self.rr = (i + 1) % n;
+                // Its next packet waits for every other ready QP's.
+                self.ready.push_back(qpn);
                 self.counters.tx_datagrams += 1;
                 return Some(Transmit { dst: qp.peer(), len });
             }
+            self.queued.remove(&qpn);
         }
         None
+    }
+
+    /// How many QPs `poll_transmit` would look at now.
+    #[cfg(test)]
+    pub(crate) fn ready_qps(&self) -> usize {
+        self.queued.len()
+    }
+
+    /// Puts QP `qpn` among those that may have a packet to send.
+    fn wake(&mut self, qpn: u32) {
+        if self.queued.insert(qpn) {
+            self.ready.push_back(qpn);
+        }
     }
 }

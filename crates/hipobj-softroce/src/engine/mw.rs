@@ -195,6 +195,10 @@ impl Engine {
     /// those whose predecessors have all completed. In ERR every waiting
     /// entry flushes, in order.
     pub(crate) fn run_window_ops(&mut self, qpn: u32) {
+        // An operation that completes may let the send queue behind it go.
+        if self.mw_pending.contains_key(&qpn) {
+            self.wake(qpn);
+        }
         loop {
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 self.mw_pending.remove(&qpn);

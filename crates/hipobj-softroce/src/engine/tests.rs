@@ -387,6 +387,54 @@ fn one_sided_write_and_read_complete_only_at_the_requester() {
     );
 }
 
+/// A server's device holds a QP per binding, most of them idle. The
+/// transmit path looks only at QPs an event gave something to send: three
+/// hundred idle QPs in RTS on the responder's device are out of that queue
+/// once they have been looked at, and a transfer on the one busy QP runs
+/// as on a device of its own.
+#[test]
+fn idle_qps_leave_the_transmit_queue_and_a_busy_one_still_runs() {
+    let mut f = Fx::new();
+    f.connect();
+    for n in 0..300u32 {
+        let idle = side(f.e(B), 16);
+        let attr = QpAttr {
+            dest_qp_num: 0x1000 + n,
+            dgid: Gid::from_ipv4(ip(A)),
+            ..f.attr.clone()
+        };
+        for (state, mask) in [
+            (QpState::Init, init_mask()),
+            (QpState::Rtr, rtr_mask()),
+            (QpState::Rts, rts_mask()),
+        ] {
+            let attr = QpAttr {
+                qp_state: state,
+                ..attr.clone()
+            };
+            f.e(B).modify_qp(idle.qpn, &attr, mask).unwrap();
+        }
+    }
+    assert!(f.e(B).ready_qps() >= 300, "a state change wakes a QP");
+    let data = pattern(1 << 20, 3);
+    let src = HostBuffer::from_bytes(&data);
+    let dst = HostBuffer::new(1 << 20);
+    let back = HostBuffer::new(1 << 20);
+    let (ks, kb) = (f.reg(A, &src, RW), f.reg(A, &back, RW));
+    let kd = f.reg(B, &dst, RW);
+    f.post(A, 1, write_op(&dst, kd), sge(&src, ks));
+    f.post(A, 2, read_op(&dst, kd), sge(&back, kb));
+    let scq = f.s[A].scq.clone();
+    let wcs = f.wait(&scq, 2);
+    ok(&wcs[0], 1, WcOpcode::RdmaWrite);
+    ok(&wcs[1], 2, WcOpcode::RdmaRead);
+    assert_eq!(dst.to_vec(), data);
+    assert_eq!(back.to_vec(), data);
+    f.net.drive(Duration::from_secs(1));
+    assert_eq!(f.e(B).ready_qps(), 0, "idle QPs stayed in the transmit queue");
+    assert_eq!(f.e(A).ready_qps(), 0);
+}
+
 #[test]
 fn write_with_imm_and_send_consume_posted_receives() {
     let mut f = Fx::new();
