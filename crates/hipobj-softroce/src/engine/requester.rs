@@ -100,9 +100,30 @@ pub(crate) struct Requester {
     /// which `RTO_MIN` bounds). Sampling only packets never sent before
     /// would take no sample at all while losses keep rewinding.
     rtt_probe: Option<(u32, Time)>,
+    /// After the retransmission timer went back, the PSNs before this one
+    /// may be acknowledged for copies sent before it fired (the timer can
+    /// fire with nothing lost): none of them is timed.
+    untimed_below: Option<u32>,
+    /// The smallest round trip sampled, in nanoseconds: the path's own
+    /// delay, with no queue in it.
+    min_rtt: Option<u64>,
+    /// Packets acknowledged since the QP entered RTS.
+    delivered: u64,
+    /// `delivered` and the time when the interval of the next rate sample
+    /// began; `None` while nothing is in flight (idle time says nothing of
+    /// the path).
+    rate_mark: Option<(u64, Time)>,
+    /// The packets the path carries in `min_rtt` (its bandwidth-delay
+    /// product): the packets acknowledged over an interval at least
+    /// `min_rtt` long, scaled to `min_rtt`; the largest sample holds, fading
+    /// by a sixty-fourth per sample (so that the stalls of loss recovery
+    /// do not talk it down). 0 before a first sample.
+    bdp: u32,
     /// The retransmission timer: when it fires with no progress since it
     /// was armed, the requester goes back to `una` without spending a retry.
     pub rto_deadline: Option<Time>,
+    /// When the retransmission timer was last armed.
+    rto_armed: Time,
     /// Doublings of the retransmission timeout since the last progress.
     rto_backoff: u32,
     /// The send window now, in packets, never above the configured window
@@ -117,11 +138,11 @@ pub(crate) struct Requester {
     /// asks for an ACK) goes out until the responder answers, instead of
     /// the whole window again.
     probing: bool,
-    /// The window and `max_sent` when the retransmission timer fired: if
-    /// the probe's answer acknowledges everything sent by then, no request
-    /// was lost (an ACK was, or the timer fired early) and the window is
-    /// given back.
-    before_rto: Option<(u32, u32)>,
+    /// The window, `max_sent` and `gap_avg` when the retransmission timer
+    /// fired: if the probe's answer acknowledges everything sent by then,
+    /// no request was lost (an ACK was, or the timer fired early) and the
+    /// window and the gap are given back.
+    before_rto: Option<(u32, u32, u32)>,
     /// The next packet is the first one sent again after going back to
     /// `una`, the very PSN the responder is waiting for: if it is lost too,
     /// the responder, which NAKs a gap only once, drops everything after it
@@ -152,6 +173,19 @@ const RTO_DOUBLINGS: u32 = 3;
 const CWND_MIN: u32 = 16;
 
 impl Requester {
+    /// The most packets worth keeping in flight while losses come: what the
+    /// path holds and a quarter more, for the ACKs' spacing (one per quarter
+    /// window) and for a path that got faster to show in the samples. More
+    /// only queues, and what waits in the queue is sent again after the
+    /// next loss, behind which the retransmission itself waits. Unbounded
+    /// before a first round-trip sample.
+    fn path(&self) -> u32 {
+        match self.bdp {
+            0 => u32::MAX,
+            b => b.saturating_add(b / 4),
+        }
+    }
+
     /// Entering RTS with `sq_psn`.
     pub fn start(&mut self, sq_psn: u32, attr: &Attrs) {
         let p = sq_psn & psn::MASK;
@@ -163,6 +197,11 @@ impl Requester {
         self.srtt = None;
         self.rttvar = 0;
         self.rtt_probe = None;
+        self.min_rtt = None;
+        self.untimed_below = None;
+        self.delivered = 0;
+        self.rate_mark = None;
+        self.bdp = 0;
         self.rto_deadline = None;
         self.rto_backoff = 0;
         self.cwnd = u32::MAX;
@@ -266,14 +305,25 @@ impl Qp {
         self.req.retry_deadline = self.attr.ack_timeout().map(|t| now + t);
     }
 
-    /// The retransmission timeout: srtt + 4 rttvar, at least `RTO_MIN`,
-    /// doubled per expiry without progress (at most `RTO_DOUBLINGS` times),
+    /// The retransmission timeout: srtt + 4 rttvar, at least `RTO_MIN`, and
+    /// the time the queue of what is in flight takes to drain, doubled per
+    /// expiry without progress (at most `RTO_DOUBLINGS` times),
     /// never more than half the local ACK timeout (so that it fires first).
     /// `None` before a first sample.
     fn rto(&self) -> Option<std::time::Duration> {
         let r = &self.req;
         let srtt = r.srtt?;
-        let base = (srtt + 4 * r.rttvar).max(RTO_MIN);
+        // What is in flight beyond what the path holds waits in a queue, and
+        // the last of it is answered only once the queue has drained: add
+        // the time that takes at the rate the samples measured. Before a
+        // rate sample, or with one taken before the window opened, the path
+        // counts as holding `CWND_MIN` packets: a first window sent whole
+        // does not fire the timer before its first ACK can come back.
+        let drain = r.min_rtt.map_or(0, |m| {
+            let queued = psn::diff(r.max_sent, r.una).saturating_sub(r.bdp);
+            u64::from(queued) * m / u64::from(r.bdp.max(CWND_MIN))
+        });
+        let base = (srtt + 4 * r.rttvar).max(RTO_MIN) + drain;
         let t = base.saturating_mul(1 << r.rto_backoff.min(RTO_DOUBLINGS));
         let cap = self
             .attr
@@ -283,7 +333,27 @@ impl Qp {
     }
 
     fn arm_rto(&mut self, now: Time) {
+        self.req.rto_armed = now;
         self.req.rto_deadline = self.rto().map(|t| now + t);
+    }
+
+    /// Takes a rate sample (see `bdp`) once the interval since the mark is
+    /// at least `min_rtt` long, and starts the next interval.
+    fn sample_rate(&mut self, now: Time) {
+        let r = &mut self.req;
+        let Some(min_rtt) = r.min_rtt else { return };
+        match r.rate_mark {
+            None => r.rate_mark = Some((r.delivered, now)),
+            Some((d, t)) => {
+                let span = now.saturating_since(t).as_nanos() as u64;
+                if span >= min_rtt {
+                    let carried = u128::from(r.delivered - d) * u128::from(min_rtt) / u128::from(span.max(1));
+                    let carried = u32::try_from(carried).unwrap_or(u32::MAX);
+                    r.bdp = carried.max(r.bdp - r.bdp / 64);
+                    r.rate_mark = Some((r.delivered, now));
+                }
+            }
+        }
     }
 
     /// Takes a round-trip sample if `una` has passed the probed PSN.
@@ -294,7 +364,8 @@ impl Qp {
             return;
         }
         r.rtt_probe = None;
-        let m = now.saturating_since(sent).as_nanos() as u64;
+        let m = (now.saturating_since(sent).as_nanos() as u64).max(1);
+        r.min_rtt = Some(r.min_rtt.map_or(m, |x| x.min(m)));
         match r.srtt {
             None => {
                 r.srtt = Some(m);
@@ -330,7 +401,7 @@ impl Qp {
             g => (3 * g + run) / 4,
         };
         r.clean_run = 0;
-        r.cwnd = r.gap_avg.clamp(CWND_MIN.min(full), full);
+        r.cwnd = r.gap_avg.min(r.path()).clamp(CWND_MIN.min(full), full);
     }
 
     pub fn requester_transmit(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
@@ -447,7 +518,8 @@ impl Qp {
                     }
                     SendOp::Read { .. } | SendOp::LocalInv { .. } => return None,
                 };
-                let ack_req = last || r.since_ack_req + 1 >= ctx.config.ack_every || in_flight + 1 >= window;
+                let every = ctx.config.ack_every.min((window / 4).max(1));
+                let ack_req = last || r.since_ack_req + 1 >= every || in_flight + 1 >= window;
                 let h = Headers {
                     bth: self.bth(opcode, p, ack_req),
                     reth,
@@ -478,8 +550,14 @@ impl Qp {
         }
         let end = psn::add(p, advance);
         let fresh = !psn::lt(p, r.max_sent);
-        if r.rtt_probe.is_none() {
-            r.rtt_probe = Some((p, ctx.now));
+        match r.untimed_below {
+            Some(k) if psn::lt(p, k) => {}
+            _ => {
+                r.untimed_below = None;
+                if r.rtt_probe.is_none() {
+                    r.rtt_probe = Some((p, ctx.now));
+                }
+            }
         }
         if psn::lt(r.max_sent, end) {
             r.max_sent = end;
@@ -548,17 +626,30 @@ impl Qp {
         r.last_rewind = None;
         r.rto_backoff = 0;
         r.probing = false;
-        if let Some((cwnd, sent)) = r.before_rto.take()
+        if let Some((cwnd, sent, gap_avg)) = r.before_rto.take()
             && psn::le(sent, target)
         {
             r.cwnd = cwnd;
+            r.gap_avg = gap_avg;
         }
         // The window grows back to half the packets acknowledged since the
-        // last loss: a run twice the window's length says the losses have
-        // thinned, and a clean link gets the whole window back within two
-        // windows' worth.
+        // last loss, but while losses come no further than the path holds
+        // (`Requester::path`): what a larger window adds waits in a queue
+        // and is sent again after the next loss. A clean run four windows
+        // long says the losses have stopped, and the whole window is back.
         r.clean_run = r.clean_run.saturating_add(acked_now);
-        let half = (r.clean_run / 2).min(ctx.config.window);
+        r.delivered += u64::from(acked_now);
+        self.sample_rate(ctx.now);
+        let r = &mut self.req;
+        let full = ctx.config.window;
+        if r.clean_run >= full.saturating_mul(4) {
+            r.gap_avg = u32::MAX;
+        }
+        let cap = match r.gap_avg {
+            u32::MAX => full,
+            _ => r.path().min(full),
+        };
+        let half = (r.clean_run / 2).min(cap);
         if r.cwnd < half {
             r.cwnd = half;
         }
@@ -576,6 +667,7 @@ impl Qp {
         if self.req.una == self.req.max_sent {
             self.req.retry_deadline = None;
             self.req.rto_deadline = None;
+            self.req.rate_mark = None;
         } else {
             self.arm_retry(ctx.now);
             self.arm_rto(ctx.now);
@@ -759,6 +851,15 @@ impl Qp {
             self.req.rnr_until = None;
         }
         if self.req.rto_deadline.is_some_and(|t| t <= now) {
+            // The timeout counts what is in flight when it fires, which may
+            // be more than when the timer was armed (the window was still
+            // filling): then it waits for that.
+            let later = self.rto().map(|t| self.req.rto_armed + t).filter(|&t| t > now);
+            if later.is_some() {
+                self.req.rto_deadline = later;
+            }
+        }
+        if self.req.rto_deadline.is_some_and(|t| t <= now) {
             self.req.rto_deadline = None;
             if self.req.una != self.req.max_sent && self.req.rnr_until.is_none() {
                 // Nothing came back for a few round trips: the retransmission
@@ -768,11 +869,12 @@ impl Qp {
                 ctx.counters.rto_rewinds += 1;
                 self.req.rto_backoff += 1;
                 if self.req.before_rto.is_none() {
-                    self.req.before_rto = Some((self.req.cwnd, self.req.max_sent));
+                    self.req.before_rto = Some((self.req.cwnd, self.req.max_sent, self.req.gap_avg));
                 }
                 self.on_loss(ctx);
                 let una = self.req.una;
                 self.rewind(ctx, una);
+                self.req.untimed_below = Some(self.req.max_sent);
                 self.req.last_rewind = None;
                 self.req.probing = true;
                 self.req.twice = true;

@@ -1795,20 +1795,47 @@ fn paced_transfer(loss: f64, read: bool) -> (u64, String) {
 }
 
 /// Throughput under loss against lossless on a link with a rate (virtual
-/// time, so deterministic): the window sized from the gap between losses
+/// time, so deterministic). The window sized from the gap between losses
 /// keeps the link busy where halving it on every loss left it idle (the
-/// engine before sent WRITE at 1 % in 0.46 of the lossless rate here).
+/// engine before sent WRITE at 1 % in 0.46 of the lossless rate here), and
+/// held to what the path carries in a round trip while losses come it
+/// queues nothing that a loss throws away (before: WRITE 0.60, READ 0.44
+/// at 1 %). Lossless, the first window sent whole does not fire the
+/// retransmission timer before its first ACK can come back (before: three
+/// timeouts and 334 packets sent twice with no loss at all).
 #[test]
 fn loss_costs_little_time_on_a_paced_link() {
     for read in [false, true] {
         let (t0, base) = paced_transfer(0.0, read);
-        for (loss, floor) in [(0.01, if read { 0.42 } else { 0.55 }), (0.1, 0.2)] {
+        assert!(base.contains(" 0 retransmits"), "lossless: {base}");
+        for (loss, floor) in [(0.01, if read { 0.52 } else { 0.68 }), (0.1, 0.2)] {
             let (t, what) = paced_transfer(loss, read);
             let ratio = t0 as f64 / t as f64;
             eprintln!("{what}: {ratio:.3} of lossless ({base})");
             assert!(ratio >= floor, "{what}: {ratio:.3} of lossless ({base})");
         }
     }
+}
+
+/// What a loss costs in packets: go-back-N sends again whatever was in
+/// flight past the lost packet, so a window held to what the path carries
+/// (25 packets on this link: 2 GB/s, 50 us round trip) resends about that
+/// much per loss; a window grown to the gap between losses (about 100 at
+/// 1 %) resent about 80 per loss here.
+#[test]
+fn a_loss_costs_about_what_the_path_holds() {
+    let (_, what) = paced_transfer(0.01, false);
+    let n = |label: &str| -> u64 {
+        let words: Vec<&str> = what.split_whitespace().collect();
+        let i = words
+            .iter()
+            .position(|w| w.trim_end_matches(',') == label)
+            .unwrap();
+        words[i - 1].parse().unwrap()
+    };
+    let (resent, rewinds) = (n("retransmits"), n("rewinds"));
+    assert!(rewinds >= 20, "{what}");
+    assert!(resent <= 40 * rewinds, "{what}: {} per loss", resent / rewinds);
 }
 
 /// The window follows the gap between losses and comes back when the link
