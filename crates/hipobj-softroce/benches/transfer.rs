@@ -18,6 +18,7 @@
 //! loss rate beside lossless; unset, it is 0 %, 1 % and 10 %. Duplication and
 //! reordering apply to every row but the lossless one. Both processes inject
 //! the faults on everything they send (requests, responses and ACKs).
+//! `HIPOBJ_SOFTROCE_BUSY_POLL_US` applies to every device of both processes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -49,6 +50,7 @@ fn node(mtu: Mtu, faults: FaultConfig, gso: bool) -> Node {
         mtu,
         faults,
         gso,
+        busy_poll: busy_poll(),
         ..SoftConfig::default()
     });
     let dev = verbs.open_device("softroce0").unwrap();
@@ -115,6 +117,11 @@ fn line(r: &mut impl BufRead, prefix: &str) -> Vec<String> {
                 .collect();
         }
     }
+}
+
+/// `HIPOBJ_SOFTROCE_BUSY_POLL_US`, for every device of both processes.
+fn busy_poll() -> Duration {
+    SoftConfig::from_env().expect("HIPOBJ_SOFTROCE_* knobs").busy_poll
 }
 
 /// The rows: lossless with UDP GSO off, then every loss rate with GSO on,
@@ -425,8 +432,10 @@ fn main() {
     let (push, pull) = (gbs(median(&mut push_t)), gbs(median(&mut pull_t)));
     println!(
         "soft RoCE between two processes, MTU {}, {mib} MiB per transfer, median of {rounds} rounds \
-         (each round: the UDP ceilings, TCP each way, then WRITE and READ on every row)",
-        mtu.bytes()
+         (each round: the UDP ceilings, TCP each way, then WRITE and READ on every row), \
+         workers busy-poll {} us",
+        mtu.bytes(),
+        busy_poll().as_micros()
     );
     println!(
         "loopback TCP between the two processes: push {push:.3} GB/s (beside WRITE), pull {pull:.3} GB/s (beside READ)"

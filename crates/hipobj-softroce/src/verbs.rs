@@ -22,7 +22,9 @@
 //!   that arrived, as a NIC on an interface does;
 //! * `HIPOBJ_SOFTROCE_STATS=seconds` makes the worker write the engine's
 //!   counters (retransmissions, duplicates, fatal NAKs, ...) to stderr that
-//!   often while they change, and once when the device closes.
+//!   often while they change, and once when the device closes;
+//! * `HIPOBJ_SOFTROCE_BUSY_POLL_US=n` keeps the worker polling for `n` µs
+//!   after its last packet before it sleeps (default 50, 0 turns it off).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -44,7 +46,7 @@ use crate::link::faults::FaultConfig;
 use crate::link::pcap::PcapWriter;
 use crate::link::udp::{self, RawSocket, Waker};
 use crate::wire::ROCE_PORT;
-use crate::worker::{Link, Nic, Worker};
+use crate::worker::{Link, Nic, Worker, WorkerOpts};
 
 /// The default device name.
 pub const DEFAULT_NAME: &str = "softroce0";
@@ -115,6 +117,11 @@ pub struct SoftConfig {
     /// How often the worker writes the engine's counters to stderr (when
     /// they changed, and once when the device closes); `None`: never.
     pub stats: Option<Duration>,
+    /// How long the worker keeps looking for packets without sleeping after
+    /// the last one it sent or received (busy polling); zero: it sleeps as
+    /// soon as there is nothing to do. Polling trades a core for the
+    /// wake-up latency that every round trip pays twice. Default 50 µs.
+    pub busy_poll: Duration,
 }
 
 impl Default for SoftConfig {
@@ -129,6 +136,7 @@ impl Default for SoftConfig {
             link: LinkKind::Udp,
             gso: true,
             stats: None,
+            busy_poll: Duration::from_micros(50),
         }
     }
 }
@@ -198,6 +206,20 @@ impl SoftConfig {
                 .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
                 .ok_or_else(|| env_err("HIPOBJ_SOFTROCE_STATS", &v, "seconds between 0 and 86400"))?;
             c.stats = Some(Duration::from_secs_f64(secs));
+        }
+        if let Ok(v) = std::env::var("HIPOBJ_SOFTROCE_BUSY_POLL_US") {
+            let us = v
+                .parse::<u64>()
+                .ok()
+                .filter(|us| *us <= 1_000_000)
+                .ok_or_else(|| {
+                    env_err(
+                        "HIPOBJ_SOFTROCE_BUSY_POLL_US",
+                        &v,
+                        "microseconds from 0 to 1000000",
+                    )
+                })?;
+            c.busy_poll = Duration::from_micros(us);
         }
         c.faults = FaultConfig {
             loss: env_fraction("HIPOBJ_SOFTROCE_LOSS")?,
@@ -398,16 +420,14 @@ impl DevInner {
             ),
             None => None,
         };
-        let worker = Worker::spawn(
-            nic.clone(),
-            sock,
-            config.faults,
-            config.gso,
-            pcap,
-            worker_thread_name(&config.name),
-            config.stats,
-        )
-        .map_err(|e| os_err(op, &e, "cannot start the worker thread".into()))?;
+        let opts = WorkerOpts {
+            faults: config.faults,
+            gso: config.gso,
+            stats: config.stats,
+            busy_poll: config.busy_poll,
+        };
+        let worker = Worker::spawn(nic.clone(), sock, opts, pcap, worker_thread_name(&config.name))
+            .map_err(|e| os_err(op, &e, "cannot start the worker thread".into()))?;
         Ok(Self {
             name: config.name.clone(),
             ip,

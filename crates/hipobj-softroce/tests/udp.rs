@@ -626,3 +626,61 @@ fn the_worker_thread_is_named_by_a_prefix_that_survives_truncation() {
     drop(d);
     drop(v);
 }
+
+/// CPU time (user and system, in clock ticks) of this process's threads
+/// named `name`.
+fn thread_ticks(name: &str) -> u64 {
+    let mut ticks = 0;
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim_end() != name {
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        // After the command name's closing parenthesis: state is field 3,
+        // utime field 14 and stime field 15.
+        let rest = &stat[stat.rfind(')').unwrap() + 1..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        ticks += f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+    }
+    ticks
+}
+
+/// With busy polling the workers move data as without, and once nothing
+/// has moved for the polling time they sleep: two idle workers polling for
+/// 20 ms after their last packet use (nearly) no CPU over the next 400 ms.
+#[test]
+fn busy_polling_moves_data_and_then_sleeps() {
+    let config = SoftConfig {
+        name: "bpoll".into(),
+        busy_poll: Duration::from_millis(20),
+        ..SoftConfig::default()
+    };
+    let (a, b) = (Node::new(config.clone()), Node::new(config));
+    pair(&a, &b, &attrs(Mtu::Mtu4096));
+    let len = 8 << 20;
+    let data = pattern(len, 5);
+    let src = HostBuffer::from_bytes(&data);
+    let dst = HostBuffer::new(len);
+    let (ms, md) = (a.reg(&src, RW), b.reg(&dst, RW));
+    let write = SendWr {
+        wr_id: 1,
+        op: SendOp::Write {
+            remote_addr: dst.addr(),
+            rkey: md.rkey(),
+        },
+        sg_list: &[sge(&src, &*ms)],
+        signaled: true,
+    };
+    a.qp.post_send(&write).unwrap();
+    let wcs = wait(&*a.scq, 1, LONG);
+    assert_eq!(wcs.len(), 1);
+    assert_eq!(wcs[0].status, WcStatus::Success);
+    assert!(dst.to_vec() == data, "WRITE bytes differ");
+    std::thread::sleep(Duration::from_millis(100));
+    let before = thread_ticks("nic:bpoll");
+    std::thread::sleep(Duration::from_millis(400));
+    let used = thread_ticks("nic:bpoll") - before;
+    // Polling through the 400 ms would be 80 ticks (two threads, 100 Hz).
+    assert!(used <= 8, "idle workers used {used} ticks in 400 ms");
+}
