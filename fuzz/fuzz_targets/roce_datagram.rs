@@ -56,13 +56,15 @@ fn engine(mem: &HostBuffer) -> Engine {
         qp_state: QpState::Rts,
         ..QpAttr::default()
     };
-    let _ = e.modify_qp(qpn, &init, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS);
+    let _ = e.modify_qp(Time::ZERO, qpn, &init, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS);
     let _ = e.modify_qp(
+        Time::ZERO,
         qpn,
         &rtr,
         M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER,
     );
     let _ = e.modify_qp(
+        Time::ZERO,
         qpn,
         &rts,
         M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,

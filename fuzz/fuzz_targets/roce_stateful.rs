@@ -147,15 +147,17 @@ fn connect(e: &mut Engine, qpn: u32) {
         max_rd_atomic: 4,
         ..QpAttr::default()
     };
-    let r = e.modify_qp(qpn, &init, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS);
+    let r = e.modify_qp(Time::ZERO, qpn, &init, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS);
     assert!(r.is_ok(), "INIT: {r:?}");
     let r = e.modify_qp(
+        Time::ZERO,
         qpn,
         &rtr,
         M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER,
     );
     assert!(r.is_ok(), "RTR: {r:?}");
     let r = e.modify_qp(
+        Time::ZERO,
         qpn,
         &rts,
         M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
@@ -478,7 +480,7 @@ impl World {
                         sg_list: &[sge],
                         signaled: true,
                     };
-                    if self.e.post_send(self.qpn, &wr).is_ok() {
+                    if self.e.post_send(Time::from_nanos(self.now), self.qpn, &wr).is_ok() {
                         self.read_len = Some(len);
                         self.read_posted = len;
                     }

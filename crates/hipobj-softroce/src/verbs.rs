@@ -745,7 +745,8 @@ impl QueuePair for SoftQp {
     }
 
     fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbsError> {
-        self.pd.dev.engine().modify_qp(self.qpn, attr, mask)?;
+        let now = self.pd.dev.nic.now();
+        self.pd.dev.engine().modify_qp(now, self.qpn, attr, mask)?;
         self.pd.dev.nic.waker.wake();
         Ok(())
     }
@@ -755,7 +756,8 @@ impl QueuePair for SoftQp {
     }
 
     fn post_send(&self, wr: &SendWr<'_>) -> Result<(), VerbsError> {
-        self.pd.dev.engine().post_send(self.qpn, wr)?;
+        let now = self.pd.dev.nic.now();
+        self.pd.dev.engine().post_send(now, self.qpn, wr)?;
         // A local invalidate moves no packets (see bind_mw): no wake.
         if !matches!(wr.op, hipobj_platform::SendOp::LocalInv { .. }) {
             self.pd.dev.nic.waker.wake();
@@ -788,7 +790,9 @@ impl QueuePair for SoftQp {
         if !Arc::ptr_eq(&mw.pd.dev, &self.pd.dev) || !Arc::ptr_eq(&mr.pd.dev, &self.pd.dev) {
             return Err(foreign("window or region"));
         }
+        let now = self.pd.dev.nic.now();
         let key = self.pd.dev.engine().bind_mw(
+            now,
             self.qpn,
             &MwBind {
                 wr_id: wr.wr_id,

@@ -55,7 +55,7 @@ impl Nic {
         self.engine.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn now(&self) -> Time {
+    pub(crate) fn now(&self) -> Time {
         Time::from_nanos(u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX))
     }
 }

@@ -381,14 +381,20 @@ impl Engine {
         self.qps.remove(&qpn).is_some()
     }
 
-    /// Changes a QP's state and attributes as `ibv_modify_qp` does.
-    pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbsError> {
+    /// Changes a QP's state and attributes as `ibv_modify_qp` does, at `now`.
+    pub fn modify_qp(
+        &mut self,
+        now: Time,
+        qpn: u32,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+    ) -> Result<(), VerbsError> {
         let qp = self
             .qps
             .get_mut(&qpn)
             .ok_or_else(|| not_found("ibv_modify_qp", format!("no QP {qpn:#x}")))?;
         let mut ctx = Ctx {
-            now: Time::ZERO,
+            now,
             mrs: &self.mrs,
             counters: &mut self.counters,
             config: &self.config,
@@ -397,7 +403,7 @@ impl Engine {
         self.wake(qpn);
         match attr.qp_state {
             QpState::Reset => self.forget_window_ops(qpn, false),
-            _ => self.run_window_ops(qpn),
+            _ => self.run_window_ops(now, qpn),
         }
         Ok(())
     }
@@ -410,17 +416,17 @@ impl Engine {
             .ok_or_else(|| not_found("ibv_query_qp", format!("no QP {qpn:#x}")))
     }
 
-    /// Posts a send work request (`ibv_post_send`).
-    pub fn post_send(&mut self, qpn: u32, wr: &SendWr<'_>) -> Result<(), VerbsError> {
+    /// Posts a send work request (`ibv_post_send`) at `now`.
+    pub fn post_send(&mut self, now: Time, qpn: u32, wr: &SendWr<'_>) -> Result<(), VerbsError> {
         self.wake(qpn);
-        if self.post_send_ordered(qpn, wr)? {
+        if self.post_send_ordered(now, qpn, wr)? {
             return Ok(());
         }
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return Err(not_found("ibv_post_send", format!("no QP {qpn:#x}")));
         };
         let mut ctx = Ctx {
-            now: Time::ZERO,
+            now,
             mrs: &self.mrs,
             counters: &mut self.counters,
             config: &self.config,
@@ -618,7 +624,7 @@ impl Engine {
         };
         qp.handle_packet(&mut ctx, &packet);
         if !self.mw_pending.is_empty() {
-            self.run_window_ops(packet.headers.bth.dest_qp);
+            self.run_window_ops(now, packet.headers.bth.dest_qp);
         }
     }
 
@@ -636,7 +642,7 @@ impl Engine {
             };
             qp.handle_timeout(&mut ctx);
         }
-        self.run_all_window_ops();
+        self.run_all_window_ops(now);
     }
 
     /// The earliest time at which [`Engine::handle_timeout`] has work, if any.

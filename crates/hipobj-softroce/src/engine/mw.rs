@@ -110,9 +110,9 @@ impl Engine {
         self.mrs.window_binding(key)
     }
 
-    /// Posts a bind on QP `qpn` and returns the window's new key, which
-    /// works once the bind has executed.
-    pub fn bind_mw(&mut self, qpn: u32, b: &MwBind) -> Result<u32, VerbsError> {
+    /// Posts a bind on QP `qpn` at `now` and returns the window's new key,
+    /// which works once the bind has executed.
+    pub fn bind_mw(&mut self, now: Time, qpn: u32, b: &MwBind) -> Result<u32, VerbsError> {
         let state = self.qp_state(qpn)?;
         let new_key = match self.mrs.next_window_key(b.mw_key >> 8, b.rkey) {
             Ok(k) => k,
@@ -125,6 +125,7 @@ impl Engine {
             }
         };
         self.post_window_op(
+            now,
             qpn,
             state,
             Pending::Bind {
@@ -146,7 +147,12 @@ impl Engine {
     /// Posts a send work request that must wait behind a window operation,
     /// or a local invalidate. Returns `false` if `wr` is neither (the caller
     /// posts it to the requester).
-    pub(crate) fn post_send_ordered(&mut self, qpn: u32, wr: &SendWr<'_>) -> Result<bool, VerbsError> {
+    pub(crate) fn post_send_ordered(
+        &mut self,
+        now: Time,
+        qpn: u32,
+        wr: &SendWr<'_>,
+    ) -> Result<bool, VerbsError> {
         let waiting = self.mw_pending.get(&qpn).is_some_and(|q| !q.is_empty());
         let pending = match wr.op {
             SendOp::LocalInv { rkey } => Pending::Inv {
@@ -163,11 +169,11 @@ impl Engine {
             _ => return Ok(false),
         };
         let state = self.qp_state(qpn)?;
-        self.post_window_op(qpn, state, pending)?;
+        self.post_window_op(now, qpn, state, pending)?;
         Ok(true)
     }
 
-    fn post_window_op(&mut self, qpn: u32, state: QpState, op: Pending) -> Result<(), VerbsError> {
+    fn post_window_op(&mut self, now: Time, qpn: u32, state: QpState, op: Pending) -> Result<(), VerbsError> {
         match state {
             QpState::Rts | QpState::Err => {}
             _ => {
@@ -187,14 +193,14 @@ impl Engine {
             ));
         }
         queue.push_back(op);
-        self.run_window_ops(qpn);
+        self.run_window_ops(now, qpn);
         Ok(())
     }
 
     /// Executes the waiting window operations of QP `qpn` that may run now:
     /// those whose predecessors have all completed. In ERR every waiting
     /// entry flushes, in order.
-    pub(crate) fn run_window_ops(&mut self, qpn: u32) {
+    pub(crate) fn run_window_ops(&mut self, now: Time, qpn: u32) {
         // An operation that completes may let the send queue behind it go.
         if self.mw_pending.contains_key(&qpn) {
             self.wake(qpn);
@@ -266,7 +272,7 @@ impl Engine {
                         signaled,
                     };
                     let mut ctx = Ctx {
-                        now: Time::ZERO,
+                        now,
                         mrs: &self.mrs,
                         counters: &mut self.counters,
                         config: &self.config,
@@ -292,13 +298,13 @@ impl Engine {
     }
 
     /// Runs the window operations of every QP that has some waiting.
-    pub(crate) fn run_all_window_ops(&mut self) {
+    pub(crate) fn run_all_window_ops(&mut self, now: Time) {
         if self.mw_pending.is_empty() {
             return;
         }
         let qpns: Vec<u32> = self.mw_pending.keys().copied().collect();
         for qpn in qpns {
-            self.run_window_ops(qpn);
+            self.run_window_ops(now, qpn);
         }
     }
 }

@@ -104,6 +104,30 @@ impl Fx {
         self.net.engine(i)
     }
 
+    /// `ibv_modify_qp` on engine `i` at the network's time.
+    fn modify_qp(
+        &mut self,
+        i: usize,
+        qpn: u32,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+    ) -> Result<(), hipobj_platform::VerbsError> {
+        let now = self.net.now();
+        self.e(i).modify_qp(now, qpn, attr, mask)
+    }
+
+    /// `ibv_post_send` on engine `i` at the network's time.
+    fn post_send(&mut self, i: usize, qpn: u32, wr: &SendWr<'_>) -> Result<(), hipobj_platform::VerbsError> {
+        let now = self.net.now();
+        self.e(i).post_send(now, qpn, wr)
+    }
+
+    /// A window bind on engine `i` at the network's time.
+    fn bind_mw(&mut self, i: usize, qpn: u32, b: &super::MwBind) -> Result<u32, hipobj_platform::VerbsError> {
+        let now = self.net.now();
+        self.e(i).bind_mw(now, qpn, b)
+    }
+
     fn modify(
         &mut self,
         i: usize,
@@ -118,7 +142,7 @@ impl Fx {
             ..self.attr.clone()
         };
         let qpn = self.s[i].qpn;
-        self.e(i).modify_qp(qpn, &attr, mask)
+        self.modify_qp(i, qpn, &attr, mask)
     }
 
     fn move_to_init(&mut self, i: usize) {
@@ -159,7 +183,7 @@ impl Fx {
             sg_list: &[sge],
             signaled: true,
         };
-        self.e(i).post_send(qpn, &wr).unwrap();
+        self.post_send(i, qpn, &wr).unwrap();
     }
 
     fn recv(&mut self, i: usize, wr_id: u64, sge: Sge) {
@@ -290,10 +314,10 @@ fn qp_state_machine_refuses_illegal_transitions_and_masks() {
         sg_list: &[sge(&buf, key)],
         signaled: true,
     };
-    assert!(f.e(A).post_send(qpn, &wr).is_err(), "post_send in INIT");
+    assert!(f.post_send(A, qpn, &wr).is_err(), "post_send in INIT");
     assert!(f.modify(A, QpState::Rts, rts_mask()).is_err(), "INIT -> RTS");
     f.move_to_rtr(A);
-    assert!(f.e(A).post_send(qpn, &wr).is_err(), "post_send in RTR");
+    assert!(f.post_send(A, qpn, &wr).is_err(), "post_send in RTR");
     // RTR -> RTS needs its attributes.
     assert!(f.modify(A, QpState::Rts, QpAttrMask::STATE).is_err());
     f.move_to_rts(A);
@@ -308,7 +332,7 @@ fn qp_state_machine_refuses_illegal_transitions_and_masks() {
         ..g.attr.clone()
     };
     let qpn = g.qpn(A);
-    assert!(g.e(A).modify_qp(qpn, &attr, rtr_mask()).is_err());
+    assert!(g.modify_qp(A, qpn, &attr, rtr_mask()).is_err());
     // Anything -> ERR -> RESET.
     f.modify(A, QpState::Err, QpAttrMask::STATE).unwrap();
     assert_eq!(f.state(A), QpState::Err);
@@ -412,7 +436,7 @@ fn idle_qps_leave_the_transmit_queue_and_a_busy_one_still_runs() {
                 qp_state: state,
                 ..attr.clone()
             };
-            f.e(B).modify_qp(idle.qpn, &attr, mask).unwrap();
+            f.modify_qp(B, idle.qpn, &attr, mask).unwrap();
         }
     }
     assert!(f.e(B).ready_qps() >= 300, "a state change wakes a QP");
@@ -700,7 +724,7 @@ fn mismatched_psns(rq_psn: u32) -> crate::engine::Counters {
         ..f.attr.clone()
     };
     let qpn = f.qpn(B);
-    f.e(B).modify_qp(qpn, &attr, rtr_mask()).unwrap();
+    f.modify_qp(B, qpn, &attr, rtr_mask()).unwrap();
     let src = HostBuffer::from_bytes(&[1; 64]);
     let dst = HostBuffer::new(64);
     let ks = f.reg(A, &src, RW);

@@ -50,7 +50,7 @@ impl Win {
             signaled: true,
             rkey: None,
         };
-        let key = self.f.e(B).bind_mw(qpn, &b).unwrap();
+        let key = self.f.bind_mw(B, qpn, &b).unwrap();
         self.mw = key;
         key
     }
@@ -72,7 +72,7 @@ impl Win {
             sg_list: &[],
             signaled: true,
         };
-        self.f.e(B).post_send(qpn, &wr).unwrap();
+        self.f.post_send(B, qpn, &wr).unwrap();
         let scq = self.f.s[B].scq.clone();
         self.f.wait(&scq, 1)[0]
     }
@@ -155,7 +155,7 @@ impl Win {
                 qp_state: state,
                 ..attr.clone()
             };
-            self.f.e(B).modify_qp(qpn, &a, mask).unwrap();
+            self.f.modify_qp(B, qpn, &a, mask).unwrap();
         }
         qpn
     }
@@ -410,7 +410,7 @@ fn window_operations_flush_in_err() {
         signaled: true,
         rkey: None,
     };
-    assert!(f.e(B).bind_mw(qpn, &b).is_err());
+    assert!(f.bind_mw(B, qpn, &b).is_err());
 }
 
 #[test]
@@ -428,7 +428,7 @@ fn a_caller_may_choose_the_key_of_a_bind_within_its_window() {
         signaled: true,
         rkey: Some(chosen),
     };
-    assert_eq!(w.f.e(B).bind_mw(qpn, &b).unwrap(), chosen);
+    assert_eq!(w.f.bind_mw(B, qpn, &b).unwrap(), chosen);
     let scq = w.f.s[B].scq.clone();
     ok(&w.f.wait(&scq, 1)[0], 1, WcOpcode::BindMw);
     assert_eq!(w.write(chosen, 0, 64), WcStatus::Success);
@@ -437,7 +437,7 @@ fn a_caller_may_choose_the_key_of_a_bind_within_its_window() {
         rkey: Some(chosen ^ 0x100),
         ..b
     };
-    assert!(w.f.e(B).bind_mw(qpn, &other).is_err());
+    assert!(w.f.bind_mw(B, qpn, &other).is_err());
 }
 
 /// Issue 15's broken idle connection. A's READ through B's window completes;
