@@ -116,6 +116,21 @@ impl Fx {
         self.e(i).modify_qp(now, qpn, attr, mask)
     }
 
+    /// Walks QP `qpn` of engine `i` through INIT, RTR and RTS with `attr`.
+    fn bring_up(&mut self, i: usize, qpn: u32, attr: &QpAttr) {
+        for (state, mask) in [
+            (QpState::Init, init_mask()),
+            (QpState::Rtr, rtr_mask()),
+            (QpState::Rts, rts_mask()),
+        ] {
+            let attr = QpAttr {
+                qp_state: state,
+                ..attr.clone()
+            };
+            self.modify_qp(i, qpn, &attr, mask).unwrap();
+        }
+    }
+
     /// `ibv_post_send` on engine `i` at the network's time.
     fn post_send(&mut self, i: usize, qpn: u32, wr: &SendWr<'_>) -> Result<(), hipobj_platform::VerbsError> {
         let now = self.net.now();
@@ -427,17 +442,7 @@ fn idle_qps_leave_the_transmit_queue_and_a_busy_one_still_runs() {
             dgid: Gid::from_ipv4(ip(A)),
             ..f.attr.clone()
         };
-        for (state, mask) in [
-            (QpState::Init, init_mask()),
-            (QpState::Rtr, rtr_mask()),
-            (QpState::Rts, rts_mask()),
-        ] {
-            let attr = QpAttr {
-                qp_state: state,
-                ..attr.clone()
-            };
-            f.modify_qp(B, idle.qpn, &attr, mask).unwrap();
-        }
+        f.bring_up(B, idle.qpn, &attr);
     }
     assert!(f.e(B).ready_qps() >= 300, "a state change wakes a QP");
     let data = pattern(1 << 20, 3);
@@ -1497,12 +1502,35 @@ fn an_ack_from_a_foreign_address_completes_nothing() {
 }
 mod windows;
 
+/// What one 16 MiB transfer under loss cost (see `lossy_transfer`).
+struct LossRun {
+    /// Virtual time it took, in nanoseconds.
+    nanos: u64,
+    /// Data packets sent (by A for a WRITE, by B's READ responses for a
+    /// READ), and how many the transfer needs without loss.
+    sent: u64,
+    need: u64,
+    /// The requester's retransmissions, go-back-N rewinds and
+    /// retransmission timer rewinds.
+    retransmits: u64,
+    rewinds: u64,
+    rto: u64,
+    what: String,
+}
+
 /// Moves 16 MiB A -> B by WRITE (or B -> A by READ) at `loss` on SimNet and
-/// returns (data packets sent, packets needed, retransmission timer rewinds,
-/// a description).
-fn lossy_transfer(loss: f64, read: bool) -> (u64, u64, u64, String) {
+/// says what it cost. With `paced`, the links carry 2 GB/s each way, 25 us
+/// apart: what a requester sends beyond what the link carries in a round
+/// trip waits in a queue, and go-back-N sends all of it again after a loss,
+/// a model of the cost of a loss in time, not only in packets. Without,
+/// every datagram arrives at once.
+fn lossy_transfer(loss: f64, read: bool, paced: bool) -> LossRun {
     let len = 16 << 20;
     let mut f = Fx::with(Mtu::Mtu4096, FaultConfig::loss(loss, 5), 64);
+    if paced {
+        f.net.set_latency(Duration::from_micros(25));
+        f.net.rate = Some(2_000_000_000);
+    }
     f.connect();
     let data = pattern(len, 3);
     let src = HostBuffer::from_bytes(&data);
@@ -1518,6 +1546,7 @@ fn lossy_transfer(loss: f64, read: bool) -> (u64, u64, u64, String) {
     f.post(A, 9, write_op(&dst, kd), one);
     f.wait(&scq, 1);
     dst.write(0, &[0]);
+    let t0 = f.net.now();
     let (a0, b0) = (f.e(A).counters(), f.e(B).counters());
     if read {
         dst.write(0, &data);
@@ -1528,6 +1557,7 @@ fn lossy_transfer(loss: f64, read: bool) -> (u64, u64, u64, String) {
     }
     let wc = f.wait(&scq, 1);
     assert_eq!(wc[0].status, WcStatus::Success);
+    let nanos = f.net.now().as_nanos() - t0.as_nanos();
     let (a, b) = (f.e(A).counters(), f.e(B).counters());
     let sent = if read {
         assert!(src.to_vec() == data, "READ bytes differ at loss {loss}");
@@ -1536,11 +1566,26 @@ fn lossy_transfer(loss: f64, read: bool) -> (u64, u64, u64, String) {
         assert!(dst.to_vec() == data, "WRITE bytes differ at loss {loss}");
         a.tx_datagrams - a0.tx_datagrams
     };
-    let what = format!(
-        "{} at loss {loss}: {sent} data packets sent for 4096\nA {a:?}\nB {b:?}",
-        if read { "READ" } else { "WRITE" }
+    let (retransmits, rewinds, rto) = (
+        a.retransmits - a0.retransmits,
+        a.rewinds - a0.rewinds,
+        a.rto_rewinds - a0.rto_rewinds,
     );
-    (sent, (len / 4096) as u64, a.rto_rewinds - a0.rto_rewinds, what)
+    let what = format!(
+        "{} at loss {loss}: {} us, {sent} data packets sent for 4096, {retransmits} retransmits, \
+         {rewinds} rewinds, {rto} retransmission timeouts\nA {a:?}\nB {b:?}",
+        if read { "READ" } else { "WRITE" },
+        nanos / 1000,
+    );
+    LossRun {
+        nanos,
+        sent,
+        need: (len / 4096) as u64,
+        retransmits,
+        rewinds,
+        rto,
+        what,
+    }
 }
 
 /// What go-back-N costs under random loss, counted in packets rather than
@@ -1557,12 +1602,12 @@ fn lossy_transfer(loss: f64, read: bool) -> (u64, u64, u64, String) {
 #[test]
 fn go_back_n_resends_little_under_random_loss() {
     for read in [false, true] {
-        let (sent, need, rto, what) = lossy_transfer(0.01, read);
-        assert!(sent * 10 <= need * 17, "{what}");
-        assert!(rto <= 4, "{what}");
-        let (sent, need, rto, what) = lossy_transfer(0.1, read);
-        assert!(sent * 10 <= need * 24, "{what}");
-        assert!(rto <= 24, "{what}: {rto} retransmission timeouts");
+        let r = lossy_transfer(0.01, read, false);
+        assert!(r.sent * 10 <= r.need * 17, "{}", r.what);
+        assert!(r.rto <= 4, "{}", r.what);
+        let r = lossy_transfer(0.1, read, false);
+        assert!(r.sent * 10 <= r.need * 24, "{}", r.what);
+        assert!(r.rto <= 24, "{}: {} retransmission timeouts", r.what, r.rto);
     }
 }
 
@@ -1767,57 +1812,6 @@ fn a_read_asked_again_gets_its_first_response_twice() {
     assert_eq!((c.rto_rewinds, c.timeouts, c.rewinds), (0, 0, 1), "{c:?}");
 }
 
-/// Moves 16 MiB A -> B by WRITE (or B -> A by READ) at `loss` on SimNet
-/// whose links carry 2 GB/s each way, 25 us apart, and returns the virtual
-/// time it took and a description. With a rate, what a requester sends
-/// beyond what the link carries in a round trip waits in a queue, and
-/// go-back-N sends all of it again after a loss: a model of the cost of a
-/// loss in time, not only in packets.
-fn paced_transfer(loss: f64, read: bool) -> (u64, String) {
-    let len = 16 << 20;
-    let mut f = Fx::with(Mtu::Mtu4096, FaultConfig::loss(loss, 5), 64);
-    f.net.set_latency(Duration::from_micros(25));
-    f.net.rate = Some(2_000_000_000);
-    f.connect();
-    let data = pattern(len, 3);
-    let src = HostBuffer::from_bytes(&data);
-    let dst = HostBuffer::new(len);
-    let ks = f.reg(A, &src, RW);
-    let kd = f.reg(B, &dst, RW);
-    let scq = f.s[A].scq.clone();
-    let one = Sge {
-        length: 1,
-        ..sge(&src, ks)
-    };
-    f.post(A, 9, write_op(&dst, kd), one);
-    f.wait(&scq, 1);
-    let t0 = f.net.now();
-    let a0 = f.e(A).counters();
-    if read {
-        dst.write(0, &data);
-        src.write(0, &vec![0; len]);
-        f.post(A, 1, read_op(&dst, kd), sge(&src, ks));
-    } else {
-        f.post(A, 1, write_op(&dst, kd), sge(&src, ks));
-    }
-    assert_eq!(f.wait(&scq, 1)[0].status, WcStatus::Success);
-    assert!(
-        if read { src.to_vec() } else { dst.to_vec() } == data,
-        "bytes differ at loss {loss}"
-    );
-    let t = f.net.now().as_nanos() - t0.as_nanos();
-    let a = f.e(A).counters();
-    let what = format!(
-        "{} at loss {loss}: {} us, {} retransmits, {} rewinds, {} retransmission timeouts",
-        if read { "READ" } else { "WRITE" },
-        t / 1000,
-        a.retransmits - a0.retransmits,
-        a.rewinds - a0.rewinds,
-        a.rto_rewinds - a0.rto_rewinds
-    );
-    (t, what)
-}
-
 /// Throughput under loss against lossless on a link with a rate (virtual
 /// time, so deterministic). The window sized from the gap between losses
 /// keeps the link busy where halving it on every loss left it idle (the
@@ -1830,13 +1824,18 @@ fn paced_transfer(loss: f64, read: bool) -> (u64, String) {
 #[test]
 fn loss_costs_little_time_on_a_paced_link() {
     for read in [false, true] {
-        let (t0, base) = paced_transfer(0.0, read);
-        assert!(base.contains(" 0 retransmits"), "lossless: {base}");
+        let base = lossy_transfer(0.0, read, true);
+        assert_eq!(base.retransmits, 0, "lossless: {}", base.what);
         for (loss, floor) in [(0.01, if read { 0.52 } else { 0.68 }), (0.1, 0.2)] {
-            let (t, what) = paced_transfer(loss, read);
-            let ratio = t0 as f64 / t as f64;
-            eprintln!("{what}: {ratio:.3} of lossless ({base})");
-            assert!(ratio >= floor, "{what}: {ratio:.3} of lossless ({base})");
+            let r = lossy_transfer(loss, read, true);
+            let ratio = base.nanos as f64 / r.nanos as f64;
+            eprintln!("{}: {ratio:.3} of lossless ({})", r.what, base.what);
+            assert!(
+                ratio >= floor,
+                "{}: {ratio:.3} of lossless ({})",
+                r.what,
+                base.what
+            );
         }
     }
 }
@@ -1848,18 +1847,14 @@ fn loss_costs_little_time_on_a_paced_link() {
 /// 1 %) resent about 80 per loss here.
 #[test]
 fn a_loss_costs_about_what_the_path_holds() {
-    let (_, what) = paced_transfer(0.01, false);
-    let n = |label: &str| -> u64 {
-        let words: Vec<&str> = what.split_whitespace().collect();
-        let i = words
-            .iter()
-            .position(|w| w.trim_end_matches(',') == label)
-            .unwrap();
-        words[i - 1].parse().unwrap()
-    };
-    let (resent, rewinds) = (n("retransmits"), n("rewinds"));
-    assert!(rewinds >= 20, "{what}");
-    assert!(resent <= 40 * rewinds, "{what}: {} per loss", resent / rewinds);
+    let r = lossy_transfer(0.01, false, true);
+    assert!(r.rewinds >= 20, "{}", r.what);
+    assert!(
+        r.retransmits <= 40 * r.rewinds,
+        "{}: {} per loss",
+        r.what,
+        r.retransmits / r.rewinds
+    );
 }
 
 /// The window follows the gap between losses and comes back when the link

@@ -146,17 +146,7 @@ impl Win {
             dgid: Gid::from_ipv4(ip(A)),
             ..self.f.attr.clone()
         };
-        for (state, mask) in [
-            (QpState::Init, init_mask()),
-            (QpState::Rtr, rtr_mask()),
-            (QpState::Rts, rts_mask()),
-        ] {
-            let a = QpAttr {
-                qp_state: state,
-                ..attr.clone()
-            };
-            self.f.modify_qp(B, qpn, &a, mask).unwrap();
-        }
+        self.f.bring_up(B, qpn, &attr);
         qpn
     }
 }
