@@ -13,26 +13,15 @@ use hipobj_platform::AccessFlags;
 use hipobj_platform::fake::{FakeDeviceSpec, FakeMwEnd};
 use hipobj_proto::{Reply, Token};
 
-use support::{Script, config, deliver_get_proof, done, fake, host_buf, server_token, started};
+use support::{Script, config, deliver_get_proof, done, fake, host_buf, server_token, started, windows};
 
 fn bind_reply() -> String {
-    Reply::Bind {
-        token: server_token(),
-        psn: 7,
-    }
-    .to_string()
-}
-
-fn windows() -> FakeDeviceSpec {
-    FakeDeviceSpec {
-        mw_type2: true,
-        ..FakeDeviceSpec::default()
-    }
+    support::bind_reply(7)
 }
 
 #[test]
 fn each_transfer_binds_a_window_over_exactly_its_range_with_only_its_right_and_ends_it() {
-    let p = fake(0, windows());
+    let p = fake(0, windows(true));
     let lib = started(&p, 1);
     let inst = lib.instance().unwrap();
     let buf = host_buf(65536);
@@ -89,7 +78,7 @@ fn each_transfer_binds_a_window_over_exactly_its_range_with_only_its_right_and_e
 
 #[test]
 fn a_failed_transfer_ends_its_window_too() {
-    let p = fake(0, windows());
+    let p = fake(0, windows(true));
     let lib = started(&p, 1);
     let inst = lib.instance().unwrap();
     let buf = host_buf(4096);
@@ -120,7 +109,7 @@ fn a_failed_transfer_ends_its_window_too() {
 
 #[test]
 fn application_driven_tokens_hold_a_window_until_released_and_a_new_token_revokes_the_old() {
-    let p = fake(0, windows());
+    let p = fake(0, windows(true));
     let lib = started(&p, 1);
     let inst = lib.instance().unwrap();
     let buf = host_buf(4096);
@@ -219,7 +208,7 @@ fn hipobj_require_mw_refuses_a_device_without_windows_at_init() {
     let lib = Library::new();
     let e = lib.init(&config(), || Ok(p.platform()), opts).unwrap_err();
     assert!(e.to_string().contains("HIPOBJ_REQUIRE_MW"), "{e}");
-    let p = fake(0, windows());
+    let p = fake(0, windows(true));
     let lib = Library::new();
     lib.init(&config(), || Ok(p.platform()), opts).unwrap();
 }
@@ -235,7 +224,7 @@ fn other_server() -> Token {
 
 #[test]
 fn a_409_trade_ends_the_old_connections_window_and_the_new_one_grants_under_its_own_key() {
-    let p = fake(0, windows());
+    let p = fake(0, windows(true));
     let lib = started(&p, 2);
     let inst = lib.instance().unwrap();
     let buf = host_buf(4096);
@@ -291,7 +280,7 @@ fn a_409_trade_ends_the_old_connections_window_and_the_new_one_grants_under_its_
 
 #[test]
 fn a_revoked_or_released_tokens_write_with_immediate_proves_nothing() {
-    let p = fake(0, windows());
+    let p = fake(0, windows(true));
     let lib = started(&p, 1);
     let inst = lib.instance().unwrap();
     let buf = host_buf(4096);

@@ -19,7 +19,7 @@ fn bind_reply_for(token: Token) -> String {
 }
 
 fn bind_reply() -> String {
-    bind_reply_for(server_token())
+    support::bind_reply(7)
 }
 
 fn qpn_of(hex: &str) -> u32 {
@@ -393,13 +393,7 @@ fn a_write_with_immediate_sent_early_proves_no_later_get() {
 #[test]
 fn a_rebind_after_the_servers_rdma_broke_the_qp_succeeds_and_grants_nothing_old() {
     for windows in [true, false] {
-        let p = fake(
-            0,
-            FakeDeviceSpec {
-                mw_type2: windows,
-                ..FakeDeviceSpec::default()
-            },
-        );
+        let p = fake(0, support::windows(windows));
         let lib = started(&p, 1);
         let inst = lib.instance().unwrap();
         let buf = host_buf(512);

@@ -13,15 +13,7 @@ use hipobj_platform::QpState;
 use hipobj_platform::fake::FakeDeviceSpec;
 use hipobj_proto::{Reply, Token};
 
-use support::{Script, done, done_status, fake, host_buf, server_token, started};
-
-fn bind_reply(psn: u32) -> String {
-    Reply::Bind {
-        token: server_token(),
-        psn,
-    }
-    .to_string()
-}
+use support::{Script, bind_reply, done, done_status, fake, host_buf, server_token, started};
 
 #[test]
 fn the_token_describes_the_range_and_the_leased_qp() {
@@ -194,13 +186,7 @@ fn a_qp_that_went_to_error_is_caught_without_waiting() {
 fn a_connection_that_died_idle_is_replaced_before_the_request_goes_out() {
     for windows in [true, false] {
         for dir in [Direction::Put, Direction::Get] {
-            let p = fake(
-                0,
-                FakeDeviceSpec {
-                    mw_type2: windows,
-                    ..FakeDeviceSpec::default()
-                },
-            );
+            let p = fake(0, support::windows(windows));
             let lib = started(&p, 1);
             let inst = lib.instance().unwrap();
             let buf = host_buf(256);
@@ -238,13 +224,7 @@ fn a_connection_that_died_idle_is_replaced_before_the_request_goes_out() {
 /// without spending the pool's other connections on the same failure.
 #[test]
 fn a_grant_refused_by_a_healthy_qp_fails_without_retrying() {
-    let p = fake(
-        0,
-        FakeDeviceSpec {
-            mw_type2: true,
-            ..FakeDeviceSpec::default()
-        },
-    );
+    let p = fake(0, support::windows(true));
     let lib = started(&p, 2);
     let inst = lib.instance().unwrap();
     let buf = host_buf(256);

@@ -46,6 +46,23 @@ pub fn started(p: &FakePlatform, max_transfers: u32) -> Library {
     lib
 }
 
+/// A fake NIC's spec with type-2 memory windows, or without.
+pub fn windows(on: bool) -> FakeDeviceSpec {
+    FakeDeviceSpec {
+        mw_type2: on,
+        ..FakeDeviceSpec::default()
+    }
+}
+
+/// A `409` binding reply with [`server_token`] and receive PSN `psn`.
+pub fn bind_reply(psn: u32) -> String {
+    hipobj_proto::Reply::Bind {
+        token: server_token(),
+        psn,
+    }
+    .to_string()
+}
+
 /// A server's token for binding: RC, QP 0x99, GID ::ffff:127.9.9.9.
 pub fn server_token() -> hipobj_proto::Token {
     hipobj_proto::Token {
