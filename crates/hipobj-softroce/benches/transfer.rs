@@ -20,7 +20,11 @@
 //! loss rate beside lossless; unset, it is 0 %, 1 % and 10 %. Duplication and
 //! reordering apply to every row but the lossless one. Both processes inject
 //! the faults on everything they send (requests, responses and ACKs).
-//! `HIPOBJ_SOFTROCE_BUSY_POLL_US` applies to every device of both processes.
+//! Each lossy row comes twice: with the packets that arrive after a loss
+//! placed at once (the NIC's default), and with go-back-N alone, as IBA
+//! describes and the kernel's rxe recovers (`placed no`), so the two are
+//! compared in one run. `HIPOBJ_SOFTROCE_BUSY_POLL_US` applies to every
+//! device of both processes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -47,11 +51,12 @@ struct Node {
     qp: Box<dyn QueuePair>,
 }
 
-fn node(mtu: Mtu, faults: FaultConfig, gso: bool) -> Node {
+fn node(mtu: Mtu, faults: FaultConfig, gso: bool, place_ahead: bool) -> Node {
     let verbs = SoftVerbs::new(SoftConfig {
         mtu,
         faults,
         gso,
+        place_ahead,
         busy_poll: busy_poll(),
         ..SoftConfig::default()
     });
@@ -126,16 +131,22 @@ fn busy_poll() -> Duration {
     SoftConfig::from_env().expect("HIPOBJ_SOFTROCE_* knobs").busy_poll
 }
 
+/// A row: the faults, UDP GSO, and whether packets after a loss are placed
+/// ahead (`SoftConfig::place_ahead`).
+type Level = (FaultConfig, bool, bool);
+
 /// The rows: lossless with UDP GSO off, then every loss rate with GSO on,
-/// with the other fault knobs from the environment on the lossy rows.
-fn levels() -> Vec<(FaultConfig, bool)> {
+/// with the other fault knobs from the environment on the lossy rows; then
+/// the lossy rows again with go-back-N alone (nothing placed ahead), as IBA
+/// describes and the kernel's rxe recovers, beside them in the same run.
+fn levels() -> Vec<Level> {
     let env = SoftConfig::from_env().expect("HIPOBJ_SOFTROCE_* knobs").faults;
     let losses = if std::env::var_os("HIPOBJ_SOFTROCE_LOSS").is_some() {
         vec![0.0, env.loss]
     } else {
         vec![0.0, 0.01, 0.1]
     };
-    let mut rows = vec![(FaultConfig::NONE, false)];
+    let mut rows = vec![(FaultConfig::NONE, false, true)];
     rows.extend(losses.into_iter().enumerate().map(|(i, loss)| {
         let faults = if loss == 0.0 {
             FaultConfig::NONE
@@ -146,8 +157,14 @@ fn levels() -> Vec<(FaultConfig, bool)> {
                 ..env
             }
         };
-        (faults, true)
+        (faults, true, true)
     }));
+    let gbn: Vec<Level> = rows
+        .iter()
+        .filter(|r| r.0.loss > 0.0)
+        .map(|&(f, gso, _)| (f, gso, false))
+        .collect();
+    rows.extend(gbn);
     rows
 }
 
@@ -195,13 +212,13 @@ fn peer(len: usize, mtu: Mtu) {
     println!("TCP {}", listener.local_addr().unwrap().port());
     let tcp = std::thread::spawn(move || tcp_serve(listener, len));
     let mut keep = Vec::new();
-    for (i, (faults, gso)) in levels().into_iter().enumerate() {
+    for (i, (faults, gso, place)) in levels().into_iter().enumerate() {
         // The child's fault stream differs from the parent's.
         let faults = FaultConfig {
             seed: faults.seed.wrapping_mul(31).wrapping_add(7),
             ..faults
         };
-        let n = node(mtu, faults, gso);
+        let n = node(mtu, faults, gso, place);
         let buf = HostBuffer::new(len);
         let mr = n.pd.reg_mr(buf.region(), RW).unwrap();
         let ip = n.dev.query_gid(1, 0).unwrap().to_ipv4().unwrap();
@@ -358,14 +375,14 @@ fn main() {
     let mut from = BufReader::new(child.stdout.take().unwrap());
     let tcp_port: u16 = line(&mut from, "TCP ")[0].parse().unwrap();
     let mut pairs = Vec::new();
-    for (faults, gso) in &levels {
+    for (faults, gso, place) in &levels {
         let p = line(&mut from, "PEER ");
         let (qpn, rkey, addr): (u32, u32, u64) = (
             p[2].parse().unwrap(),
             p[3].parse().unwrap(),
             p[4].parse().unwrap(),
         );
-        let n = node(mtu, *faults, *gso);
+        let n = node(mtu, *faults, *gso, *place);
         connect(&n, mtu, Gid::from_ipv4(p[1].parse().unwrap()), qpn);
         let ip = n.dev.query_gid(1, 0).unwrap().to_ipv4().unwrap();
         writeln!(to, "PARENT {ip} {}", n.qp.qp_num()).unwrap();
@@ -455,9 +472,10 @@ fn main() {
          {udp_gso:.3} GB/s as GSO super-packets into a GRO receiver"
     );
     println!(
-        "{:>6} {:>4} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:>9} {:>8} {:>6}",
+        "{:>6} {:>4} {:>6} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:>9} {:>8} {:>6}",
         "loss",
         "GSO",
+        "placed",
         "WRITE GB/s",
         "READ GB/s",
         "WRITE/0%",
@@ -478,9 +496,10 @@ fn main() {
         let c = n._verbs.counters().unwrap_or_default();
         let ceiling = if levels[i].1 { udp_gso } else { udp };
         println!(
-            "{:>5.1}% {:>4} {w:>10.3} {r:>10.3} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>11} {:>9} {:>8} {:>6}",
+            "{:>5.1}% {:>4} {:>6} {w:>10.3} {r:>10.3} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>11} {:>9} {:>8} {:>6}",
             levels[i].0.loss * 100.0,
             if levels[i].1 { "on" } else { "off" },
+            if levels[i].2 { "yes" } else { "no" },
             w / w0,
             r / r0,
             w / push,
@@ -494,6 +513,9 @@ fn main() {
         );
     }
     println!("(WRITE/UDP and READ/UDP: against the UDP ceiling of the same GSO setting)");
+    println!(
+        "(placed: packets after a loss placed ahead, as this NIC does by default; no: dropped and sent again by go-back-N, as IBA and rxe do)"
+    );
     println!(
         "(retransmits, local ACK timeouts, go-back-N rewinds, round-trip timer rewinds: this process's requester, all rounds)"
     );

@@ -24,7 +24,10 @@
 //!   counters (retransmissions, duplicates, fatal NAKs, ...) to stderr that
 //!   often while they change, and once when the device closes;
 //! * `HIPOBJ_SOFTROCE_BUSY_POLL_US=n` keeps the worker polling for `n` µs
-//!   after its last packet before it sleeps (default 50, 0 turns it off).
+//!   after its last packet before it sleeps (default 50, 0 turns it off);
+//! * `HIPOBJ_SOFTROCE_PLACE_AHEAD=0` drops what arrives after a loss and
+//!   recovers by go-back-N alone, as IBA describes and rxe does (default 1:
+//!   WRITE middle packets and READ responses after a gap are placed).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -122,6 +125,11 @@ pub struct SoftConfig {
     /// soon as there is nothing to do. Polling trades a core for the
     /// wake-up latency that every round trip pays twice. Default 50 µs.
     pub busy_poll: Duration,
+    /// Whether packets that arrive after a loss are placed at once rather
+    /// than dropped and sent again by go-back-N (see
+    /// [`EngineConfig::place_ahead`](crate::engine::EngineConfig::place_ahead)).
+    /// Default on.
+    pub place_ahead: bool,
 }
 
 impl Default for SoftConfig {
@@ -137,6 +145,7 @@ impl Default for SoftConfig {
             gso: true,
             stats: None,
             busy_poll: Duration::from_micros(50),
+            place_ahead: true,
         }
     }
 }
@@ -194,6 +203,13 @@ impl SoftConfig {
                 "1" => true,
                 "0" => false,
                 _ => return Err(env_err("HIPOBJ_SOFTROCE_GSO", &v, "0 or 1")),
+            };
+        }
+        if let Ok(v) = std::env::var("HIPOBJ_SOFTROCE_PLACE_AHEAD") {
+            c.place_ahead = match v.as_str() {
+                "1" => true,
+                "0" => false,
+                _ => return Err(env_err("HIPOBJ_SOFTROCE_PLACE_AHEAD", &v, "0 or 1")),
             };
         }
         if let Ok(v) = std::env::var("HIPOBJ_SOFTROCE_PCAP") {
@@ -411,6 +427,7 @@ impl DevInner {
         ec.mtu = config.mtu;
         ec.window = config.window.max(1);
         ec.read_chunk = (ec.window / 2).max(1);
+        ec.place_ahead = config.place_ahead;
         let waker = Waker::new().map_err(|e| os_err(op, &e, "eventfd".into()))?;
         let nic = Arc::new(Nic::new(Engine::new(ec), waker));
         let pcap = match &config.pcap {

@@ -19,6 +19,7 @@
 //! the same state. The worker thread owns the clock and the sockets; tests
 //! drive two engines with virtual time over an in-memory link.
 
+mod ahead;
 mod cq;
 mod mw;
 mod qp;
@@ -126,8 +127,16 @@ pub struct Counters {
     /// Duplicate requests seen by responders (acknowledged, not executed;
     /// READs are answered again).
     pub duplicates: u64,
-    /// Requests ahead of the expected PSN (dropped; the first of a run NAKed).
+    /// Requests ahead of the expected PSN (the first of a run NAKed; WRITE
+    /// middle packets placed, see `placed_ahead`, the rest dropped).
     pub out_of_sequence: u64,
+    /// Packets placed in memory ahead of the PSN their QP waited for, after
+    /// a loss before them: WRITE middle packets at a responder, READ
+    /// responses at a requester. None of them crosses the link again.
+    pub placed_ahead: u64,
+    /// READ requests sent again for a gap in the responses, asking for the
+    /// gap alone (what came after it was placed; see `placed_ahead`).
+    pub read_reasks: u64,
     /// Sequence-error NAKs sent.
     pub naks_sequence: u64,
     /// RNR NAKs sent.
@@ -193,6 +202,12 @@ pub struct EngineConfig {
     pub max_qp_wr: u32,
     /// Most scatter/gather entries per work request.
     pub max_sge: u32,
+    /// Whether packets that arrive after a loss are placed at once (see
+    /// `engine::ahead`): WRITE middle packets at a responder, READ responses
+    /// at a requester. Off, this NIC drops them as IBA describes and the
+    /// kernel's rxe does, and recovers by go-back-N alone (the bench's
+    /// comparison rows).
+    pub place_ahead: bool,
 }
 
 impl EngineConfig {
@@ -206,6 +221,7 @@ impl EngineConfig {
             read_chunk: 128,
             max_qp_wr: 16384,
             max_sge: 32,
+            place_ahead: true,
         }
     }
 }

@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use hipobj_platform::{AccessFlags, WcOpcode, WcStatus};
 
 use super::Ctx;
+use super::ahead::Ahead;
 use super::qp::{Qp, RecvWqe};
 use crate::mem::{access, sgl};
 use crate::wire::aeth::{AethRepr, CREDITS_INVALID, Syndrome};
@@ -73,6 +74,10 @@ pub(crate) struct Responder {
     /// Whether a sequence-error (or RNR) NAK was sent for the current gap.
     nak_sent: bool,
     write: Option<WriteCtx>,
+    /// Middle packets of the WRITE in progress placed ahead of `epsn` after
+    /// a loss (see [`Ahead`]): when the missing packet comes, `epsn` moves
+    /// past them at once, and the ACK says so.
+    ahead: Ahead,
     /// Bytes of the SEND in progress received into the head receive.
     send_offset: Option<u32>,
     pub rq: VecDeque<RecvWqe>,
@@ -112,6 +117,7 @@ impl Responder {
         self.msn = 0;
         self.nak_sent = false;
         self.write = None;
+        self.ahead.clear();
         self.send_offset = None;
         self.out.clear();
         self.reads_done.clear();
@@ -122,6 +128,7 @@ impl Responder {
     pub fn halt(&mut self) {
         self.out.clear();
         self.write = None;
+        self.ahead.clear();
         self.send_offset = None;
     }
 
@@ -166,25 +173,36 @@ impl Responder {
         );
     }
 
-    /// Drops queued output for PSNs at or after `from`, cutting short a READ
-    /// stream that reaches it.
-    fn supersede_from(&mut self, from: u32, mtu: u32) {
-        self.out.retain_mut(|o| match o {
-            Out::Ack(a) => psn::lt(a.psn, from),
-            Out::Read(s) => {
-                if !psn::lt(s.psn, from) {
-                    return false;
-                }
-                let keep = psn::diff(from, s.psn);
-                let left = s.npkts - s.index;
-                if keep < left {
-                    // Sending stops before `from`; the packets kept are all
-                    // full ones, since the stream's last packet is not kept.
-                    s.remaining = keep * mtu;
-                    s.npkts = s.index + keep;
-                }
-                true
+    /// Drops the queued READ responses for PSNs in `[from, from + n)`: a
+    /// READ asked again for them is answered instead.
+    /// A stream that lies inside goes, one that reaches in loses that part
+    /// (its start or its end), and one that holds the whole range stops
+    /// before it (the requester asks again for its rest if it needs it).
+    fn drop_responses(&mut self, from: u32, n: u32, mtu: u32) {
+        let to = psn::add(from, n);
+        self.out.retain_mut(|o| {
+            let Out::Read(s) = o else { return true };
+            let left = s.npkts - s.index;
+            let end = psn::add(s.psn, left);
+            let head_in = psn::le(from, s.psn) && psn::lt(s.psn, to);
+            if head_in && psn::le(end, to) {
+                return false;
             }
+            if head_in {
+                let skip = psn::diff(to, s.psn);
+                s.psn = to;
+                s.va = s.va.wrapping_add(u64::from(skip * mtu));
+                s.remaining -= skip * mtu;
+                s.index += skip;
+                s.twice = false;
+            } else if psn::lt(s.psn, from) && psn::lt(from, end) {
+                // The packets kept are all full ones: the stream's last is
+                // at or after `from`.
+                let keep = psn::diff(from, s.psn);
+                s.remaining = keep * mtu;
+                s.npkts = s.index + keep;
+            }
+            true
         });
     }
 
@@ -244,13 +262,19 @@ impl Qp {
             if psn::lt(p, epsn) {
                 ctx.counters.duplicates += 1;
                 if h.bth.opcode == Opcode::ReadRequest {
-                    // Answer again from the requested PSN. The requester has
-                    // gone back to it, so queued output from that PSN on is
-                    // superseded; output before it is kept.
-                    self.resp.supersede_from(p, self.attr.mtu);
                     // Its responses carry the MSN the READ got when it was
                     // executed (the current one if it is too old to know).
                     let msn = self.resp.read_msn(p).unwrap_or(self.resp.msn);
+                    // The requester lost responses from `p` on (all of them
+                    // after going back, or only those it asks for when it
+                    // placed what came after a gap): the answer goes out
+                    // before anything queued after `p`, and queued
+                    // responses it repeats are dropped. Responses after it
+                    // still go.
+                    if let Some(reth) = packet.headers.reth {
+                        let n = reth.dma_len.div_ceil(self.attr.mtu).max(1);
+                        self.resp.drop_responses(p, n, self.attr.mtu);
+                    }
                     if let Err(Refusal::Fatal(s)) = self.start_read(ctx, packet, p, msn, true) {
                         self.fatal(ctx, p, s);
                     }
@@ -259,6 +283,7 @@ impl Qp {
                 }
             } else {
                 ctx.counters.out_of_sequence += 1;
+                self.place_ahead(ctx, packet);
                 if !self.resp.nak_sent {
                     self.resp.nak_sent = true;
                     ctx.counters.naks_sequence += 1;
@@ -272,13 +297,79 @@ impl Qp {
                 self.resp.lossy = self.resp.lossy.saturating_sub(1);
                 self.resp.nak_sent = false;
                 self.resp.epsn = psn::add(epsn, consumed);
-                if h.bth.ack_req && h.bth.opcode != Opcode::ReadRequest {
+                let caught_up = self.catch_up(consumed);
+                if caught_up || (h.bth.ack_req && h.bth.opcode != Opcode::ReadRequest) {
                     self.resp.queue_ack();
                 }
             }
             Err(Refusal::NotReady) => self.rnr(ctx, p),
             Err(Refusal::Fatal(s)) => self.fatal(ctx, p, s),
         }
+    }
+
+    /// Places a WRITE middle packet that arrived ahead of `epsn` (see
+    /// [`Ahead`]). Only a middle packet of the WRITE in progress qualifies:
+    /// its address follows from its PSN, it must end before the message's
+    /// last byte, and it passes the same key and rights checks as in order
+    /// (a key revoked since the First packet stops it). The message's
+    /// effects (the MSN, an immediate's completion) wait for its Last
+    /// packet, which is never placed ahead. Anything else is dropped, as
+    /// IBA has it.
+    fn place_ahead(&mut self, ctx: &mut Ctx<'_>, packet: &Packet<'_>) {
+        let h = &packet.headers;
+        let Some(w) = self.resp.write.filter(|_| ctx.config.place_ahead) else {
+            return;
+        };
+        let mtu = self.attr.mtu;
+        if h.bth.opcode != Opcode::WriteMiddle || packet.payload.len() != mtu as usize {
+            return;
+        }
+        let off = psn::diff(h.bth.psn, self.resp.epsn);
+        let Some(at) = off.checked_mul(mtu) else { return };
+        // `at + mtu < remaining`: a middle packet leaves at least a byte for
+        // the Last one.
+        if at.checked_add(mtu).is_none_or(|end| end >= w.remaining) || self.resp.ahead.has(off) {
+            return;
+        }
+        let va = w.va.wrapping_add(u64::from(at));
+        if self
+            .remote(ctx, w.rkey, va, mtu, AccessFlags::REMOTE_WRITE)
+            .is_err()
+            || self.write_mem(ctx, w.rkey, va, packet.payload).is_err()
+        {
+            return;
+        }
+        if self.resp.ahead.hold(off) {
+            ctx.counters.placed_ahead += 1;
+        }
+    }
+
+    /// After a request that took `consumed` PSNs was executed in order,
+    /// moves `epsn` past the middle packets placed ahead that follow it
+    /// without a gap; returns whether it moved that way.
+    fn catch_up(&mut self, consumed: u32) -> bool {
+        // Held offsets count from the PSN just executed.
+        let run = match self.resp.write {
+            Some(_) if consumed == 1 => self.resp.ahead.run(),
+            _ => 0,
+        };
+        if run == 0 {
+            self.resp.ahead.shift(consumed);
+            return false;
+        }
+        // The packet after the run was not held (`run` stopped at it): it
+        // is the one now expected.
+        self.resp.ahead.shift(1 + run);
+        if let Some(w) = self.resp.write {
+            let bytes = run * self.attr.mtu;
+            self.resp.write = Some(WriteCtx {
+                va: w.va.wrapping_add(u64::from(bytes)),
+                remaining: w.remaining - bytes,
+                ..w
+            });
+        }
+        self.resp.epsn = psn::add(self.resp.epsn, run);
+        true
     }
 
     /// Checks a remote access against the MR table and the QP's own rights.
@@ -426,7 +517,8 @@ impl Qp {
     }
 
     /// Checks a READ request and queues its responses from PSN `p`, carrying
-    /// `msn`; returns how many PSNs the responses take.
+    /// `msn` (`again`: it answers a duplicate, see below); returns how many
+    /// PSNs the responses take.
     fn start_read(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -443,7 +535,7 @@ impl Qp {
         }
         self.remote(ctx, reth.rkey, reth.va, reth.dma_len, AccessFlags::REMOTE_READ)?;
         let npkts = reth.dma_len.div_ceil(self.attr.mtu).max(1);
-        self.resp.out.push_back(Out::Read(ReadStream {
+        let stream = Out::Read(ReadStream {
             psn: p,
             va: reth.va,
             rkey: reth.rkey,
@@ -453,7 +545,25 @@ impl Qp {
             msn,
             again,
             twice: again,
-        }));
+        });
+        if again {
+            // In PSN order: before the first queued READ response after `p`
+            // and the first ACK at or after it (an ACK must not overtake the
+            // responses of a READ it acknowledges). A requester that asks
+            // for one lost response gets it ahead of the stream it fell
+            // out of; one that goes back and asks for several READs again,
+            // in order, gets the answers in that order.
+            let at = self.resp.out.iter().position(|o| match o {
+                Out::Read(q) => psn::lt(p, q.psn),
+                Out::Ack(a) => psn::le(p, a.psn),
+            });
+            match at {
+                Some(i) => self.resp.out.insert(i, stream),
+                None => self.resp.out.push_back(stream),
+            }
+        } else {
+            self.resp.out.push_back(stream);
+        }
         Ok(npkts)
     }
 

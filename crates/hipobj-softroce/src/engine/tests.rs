@@ -1770,12 +1770,173 @@ fn a_gro_batch_is_split_and_each_packet_checked_under_its_segment_id() {
     assert_eq!((ok, bad), (0, 1));
 }
 
-/// A READ asked again is answered with its first response twice: the
-/// requester goes back to a missing response once per PSN, so a second loss
-/// of that very response would leave it waiting for its retransmission
-/// timer while the rest of the answer arrives and is dropped.
+/// Sends A's next packet; delivers it to B when `deliver`. Returns its
+/// opcode and PSN.
+fn step(f: &mut Fx, deliver: bool) -> Option<(Opcode, u32)> {
+    let now = f.net.now();
+    let mut buf = vec![0; crate::wire::MAX_PACKET];
+    let t = f.e(A).poll_transmit(now, &mut buf)?;
+    let pseudo = PseudoHeader {
+        src: addr(A),
+        dst: t.dst,
+    };
+    let bth = Packet::parse(&buf[..t.len], &pseudo).unwrap().headers.bth;
+    if deliver {
+        f.e(B).handle_datagram(now, addr(A), &buf[..t.len]);
+    }
+    Some((bth.opcode, bth.psn))
+}
+
+/// A requester learns that its responder keeps what follows a gap (B
+/// acknowledges past what A sent again after a NAK), and from then on a
+/// lost WRITE middle packet costs that packet alone: A sends it (twice),
+/// then only the WRITE's Last packet, which a responder never places
+/// ahead, and nothing in between again.
 #[test]
-fn a_read_asked_again_gets_its_first_response_twice() {
+fn a_lost_write_packet_costs_itself_once_the_peer_places_ahead() {
+    let mut f = Fx::new();
+    f.connect();
+    let n = 40;
+    let data = pattern(n * 4096, 6);
+    let src = HostBuffer::from_bytes(&data);
+    let dst = HostBuffer::new(n * 4096);
+    let ks = f.reg(A, &src, RW);
+    let kd = f.reg(B, &dst, RW);
+    let scq = f.s[A].scq.clone();
+    // First WRITE: 5 is lost, B places 6..=38; the Last (39) is dropped.
+    f.post(A, 1, write_op(&dst, kd), sge(&src, ks));
+    assert_eq!(pump(&mut f, A, |_, p| p != 5).len(), n);
+    assert_eq!(f.e(B).counters().placed_ahead, 33);
+    pump(&mut f, B, |_, _| true);
+    // A goes back to 5: its first copy reaches B, which then acknowledges
+    // up to 38 while A has sent nothing past 5 again.
+    assert_eq!(step(&mut f, true), Some((Opcode::WriteMiddle, 5)));
+    assert_eq!(step(&mut f, false), Some((Opcode::WriteMiddle, 5)));
+    let acks = pump(&mut f, B, |_, _| true);
+    assert_eq!(acks.last(), Some(&(Opcode::Acknowledge, 38)), "{acks:?}");
+    assert_eq!(pump(&mut f, A, |_, _| true), vec![(Opcode::WriteLast, 39)]);
+    pump(&mut f, B, |_, _| true);
+    ok(&f.wait(&scq, 1)[0], 1, WcOpcode::RdmaWrite);
+    assert!(dst.to_vec() == data);
+    // Second WRITE, 12 packets (PSNs 40..=51, within the window the loss
+    // left): 43 is lost. After B's NAK, A sends 43 twice and then the Last
+    // (51) alone.
+    let m = 12;
+    dst.write(0, &vec![0; n * 4096]);
+    f.post(
+        A,
+        2,
+        write_op(&dst, kd),
+        Sge {
+            length: (m * 4096) as u32,
+            ..sge(&src, ks)
+        },
+    );
+    assert_eq!(pump(&mut f, A, |_, p| p != 43).len(), m);
+    pump(&mut f, B, |_, _| true);
+    let before = f.e(A).counters().retransmits;
+    let again = pump(&mut f, A, |_, _| true);
+    assert_eq!(
+        again,
+        vec![
+            (Opcode::WriteMiddle, 43),
+            (Opcode::WriteMiddle, 43),
+            (Opcode::WriteLast, 51)
+        ]
+    );
+    assert_eq!(f.e(A).counters().retransmits - before, 3);
+    pump(&mut f, B, |_, _| true);
+    ok(&f.wait(&scq, 1)[0], 2, WcOpcode::RdmaWrite);
+    assert!(dst.to_vec()[..m * 4096] == data[..m * 4096]);
+}
+
+/// Against a responder that drops what follows a gap, as IBA describes and
+/// the kernel's rxe does, the requester never takes a loss to cost only
+/// itself: the responder never acknowledges past what was sent again, so
+/// every NAK is answered by go-back-N, whole, and every byte arrives.
+#[test]
+fn a_responder_that_drops_after_a_gap_gets_go_back_n() {
+    let mut f = Fx::new();
+    f.e(B).config.place_ahead = false;
+    f.connect();
+    let m = 12;
+    let data = pattern(m * 4096, 2);
+    let src = HostBuffer::from_bytes(&data);
+    let dst = HostBuffer::new(m * 4096);
+    let ks = f.reg(A, &src, RW);
+    let kd = f.reg(B, &dst, RW);
+    let scq = f.s[A].scq.clone();
+    for (wr, lost) in [(1, 3), (2, 15)] {
+        f.post(A, wr, write_op(&dst, kd), sge(&src, ks));
+        assert_eq!(pump(&mut f, A, |_, p| p != lost).len(), m);
+        assert_eq!(f.e(B).counters().placed_ahead, 0);
+        pump(&mut f, B, |_, _| true);
+        // Everything from the lost packet on goes out again.
+        let again = pump(&mut f, A, |_, _| true);
+        let first = (wr as u32 - 1) * m as u32;
+        let want: Vec<u32> = std::iter::once(lost).chain(lost..first + m as u32).collect();
+        assert_eq!(again.iter().map(|x| x.1).collect::<Vec<_>>(), want);
+        pump(&mut f, B, |_, _| true);
+        ok(&f.wait(&scq, 1)[0], wr, WcOpcode::RdmaWrite);
+        assert!(dst.to_vec() == data);
+    }
+}
+
+/// Placing a packet ahead is no way around what in-order execution checks:
+/// only a full middle packet of the WRITE in progress, landing inside that
+/// message short of its last byte, is placed. A middle packet with no WRITE
+/// begun, one that would take the Last packet's place or reach past the
+/// message, and a short one are dropped, and memory is untouched.
+#[test]
+fn only_middle_packets_of_the_write_in_progress_are_placed_ahead() {
+    let mut f = Fx::new();
+    f.attr.rq_psn = 10;
+    f.connect();
+    let len = 4 * 4096;
+    let dst = HostBuffer::new(len + 4 * 4096);
+    let kd = f.reg(B, &dst, RW);
+    let full = vec![0xAB; 4096];
+    let now = f.net.now();
+    // No WRITE in progress: a middle packet at 12 is not placed.
+    let d = request(&f, Opcode::WriteMiddle, 12, None, &full);
+    f.e(B).handle_datagram(now, addr(A), &d);
+    assert_eq!(f.e(B).counters().placed_ahead, 0);
+    // A WRITE of four packets begins at 10 (11 will be lost).
+    let reth = Some(RethRepr {
+        va: dst.addr(),
+        rkey: kd,
+        dma_len: len as u32,
+    });
+    let first = vec![1; 4096];
+    let d = request(&f, Opcode::WriteFirst, 10, reth, &first);
+    f.e(B).handle_datagram(now, addr(A), &d);
+    // 13 is the Last's place, 14 and 40 past the message, 12 short.
+    for (p, payload) in [
+        (13, &full[..]),
+        (14, &full[..]),
+        (40, &full[..]),
+        (12, &full[..100]),
+    ] {
+        let d = request(&f, Opcode::WriteMiddle, p, None, payload);
+        f.e(B).handle_datagram(now, addr(A), &d);
+    }
+    assert_eq!(f.e(B).counters().placed_ahead, 0);
+    assert!(dst.to_vec()[4096..].iter().all(|&b| b == 0));
+    // A full middle packet at 12 is placed.
+    let d = request(&f, Opcode::WriteMiddle, 12, None, &full);
+    f.e(B).handle_datagram(now, addr(A), &d);
+    assert_eq!(f.e(B).counters().placed_ahead, 1);
+    assert!(dst.to_vec()[2 * 4096..3 * 4096].iter().all(|&b| b == 0xAB));
+    assert!(dst.to_vec()[3 * 4096..].iter().all(|&b| b == 0));
+}
+
+/// A READ response lost in the middle of an answer: the responses after it
+/// are placed where they belong, and the requester asks again for the lost
+/// one alone (the request twice), not for the rest of the READ. The answer
+/// goes out twice too, so losing its first copy costs nothing: the
+/// requester would otherwise learn of that loss only from its timer.
+#[test]
+fn a_lost_read_response_is_asked_for_alone_and_comes_twice() {
     let mut f = Fx::new();
     f.connect();
     let data = pattern(4 * 4096, 7);
@@ -1786,30 +1947,167 @@ fn a_read_asked_again_gets_its_first_response_twice() {
     let scq = f.s[A].scq.clone();
     f.post(A, 1, read_op(&remote, kr), sge(&local, kl));
     assert_eq!(pump(&mut f, A, |_, _| true), vec![(Opcode::ReadRequest, 0)]);
-    // Response 1 of 0..=3 is lost; 2 shows the gap.
+    // Response 1 of 0..=3 is lost; 2 and 3 are placed ahead.
     assert_eq!(pump(&mut f, B, |_, p| p != 1).len(), 4);
-    // The READ is asked again from 1 (twice, as the first packet after
-    // going back always is).
+    assert_eq!(f.e(A).counters().placed_ahead, 2);
+    // The READ is asked again for response 1 alone.
     assert_eq!(
         pump(&mut f, A, |_, _| true),
         vec![(Opcode::ReadRequest, 1), (Opcode::ReadRequest, 1)]
     );
-    // Its first response goes out twice, and the first copy is lost too.
+    // The second request replaced the first's answer before it went out;
+    // the answer goes out twice, and its first copy is lost too.
     let mut first = true;
     let again = pump(&mut f, B, |_, p| !(p == 1 && std::mem::take(&mut first)));
     assert_eq!(
         again,
-        vec![
-            (Opcode::ReadResponseFirst, 1),
-            (Opcode::ReadResponseFirst, 1),
-            (Opcode::ReadResponseMiddle, 2),
-            (Opcode::ReadResponseLast, 3)
-        ]
+        vec![(Opcode::ReadResponseOnly, 1), (Opcode::ReadResponseOnly, 1)]
     );
     ok(&f.wait(&scq, 1)[0], 1, WcOpcode::RdmaRead);
     assert!(local.to_vec() == data);
     let c = f.e(A).counters();
-    assert_eq!((c.rto_rewinds, c.timeouts, c.rewinds), (0, 0, 1), "{c:?}");
+    assert_eq!(
+        (c.rto_rewinds, c.timeouts, c.rewinds, c.read_reasks),
+        (0, 0, 0, 2),
+        "{c:?}"
+    );
+}
+
+/// A READ asked again for a lost response while the answer it interrupts
+/// is still going out: the answer to it goes first, and the stream goes on
+/// after it (nothing already sent is sent again).
+#[test]
+fn a_response_asked_again_goes_ahead_of_the_stream() {
+    let mut f = Fx::new();
+    f.connect();
+    let n = 8;
+    let data = pattern(n * 4096, 8);
+    let remote = HostBuffer::from_bytes(&data);
+    let local = HostBuffer::new(n * 4096);
+    let kr = f.reg(B, &remote, RW);
+    let kl = f.reg(A, &local, RW);
+    let scq = f.s[A].scq.clone();
+    f.post(A, 1, read_op(&remote, kr), sge(&local, kl));
+    assert_eq!(pump(&mut f, A, |_, _| true), vec![(Opcode::ReadRequest, 0)]);
+    // B sends responses 0..=3 only (1 is lost), the rest still queued.
+    let now = f.net.now();
+    let mut buf = vec![0; crate::wire::MAX_PACKET];
+    for p in 0..4u32 {
+        let t = f.e(B).poll_transmit(now, &mut buf).unwrap();
+        if p != 1 {
+            f.e(A).handle_datagram(now, addr(B), &buf[..t.len]);
+        }
+    }
+    assert_eq!(
+        pump(&mut f, A, |_, _| true),
+        vec![(Opcode::ReadRequest, 1), (Opcode::ReadRequest, 1)]
+    );
+    let rest = pump(&mut f, B, |_, _| true);
+    assert_eq!(
+        rest,
+        vec![
+            (Opcode::ReadResponseOnly, 1),
+            (Opcode::ReadResponseOnly, 1),
+            (Opcode::ReadResponseMiddle, 4),
+            (Opcode::ReadResponseMiddle, 5),
+            (Opcode::ReadResponseMiddle, 6),
+            (Opcode::ReadResponseLast, 7)
+        ]
+    );
+    ok(&f.wait(&scq, 1)[0], 1, WcOpcode::RdmaRead);
+    assert!(local.to_vec() == data);
+}
+
+/// A requester that goes back and asks for several READs again, in order
+/// (go-back-N, as the kernel's rxe does), gets the answers in that order,
+/// even while the first answers are still queued: each answer goes before
+/// what is queued after its PSN, not ahead of everything.
+#[test]
+fn reads_asked_again_in_order_are_answered_in_order() {
+    let mut f = Fx::new();
+    f.e(A).config.place_ahead = false;
+    f.connect();
+    let data = pattern(8 * 4096, 9);
+    let remote = HostBuffer::from_bytes(&data);
+    let local = HostBuffer::new(8 * 4096);
+    let kr = f.reg(B, &remote, RW);
+    let kl = f.reg(A, &local, RW);
+    let scq = f.s[A].scq.clone();
+    let half = |b: &HostBuffer, k: u32, i: u64| Sge {
+        addr: b.addr() + i * 4 * 4096,
+        length: 4 * 4096,
+        lkey: k,
+    };
+    let op = |i: u64| SendOp::Read {
+        remote_addr: remote.addr() + i * 4 * 4096,
+        rkey: kr,
+    };
+    f.post(A, 1, op(0), half(&local, kl, 0));
+    f.post(A, 2, op(1), half(&local, kl, 1));
+    assert_eq!(
+        pump(&mut f, A, |_, _| true),
+        vec![(Opcode::ReadRequest, 0), (Opcode::ReadRequest, 4)]
+    );
+    // B sends responses 0..=2 of the first READ (1 is lost); 3 and the
+    // second READ's 4..=7 are still queued.
+    let now = f.net.now();
+    let mut buf = vec![0; crate::wire::MAX_PACKET];
+    for p in 0..3u32 {
+        let t = f.e(B).poll_transmit(now, &mut buf).unwrap();
+        if p != 1 {
+            f.e(A).handle_datagram(now, addr(B), &buf[..t.len]);
+        }
+    }
+    // A goes back to 1 and asks for both READs again.
+    let asked = pump(&mut f, A, |_, _| true);
+    assert_eq!(asked.first(), Some(&(Opcode::ReadRequest, 1)), "{asked:?}");
+    assert!(asked.contains(&(Opcode::ReadRequest, 4)), "{asked:?}");
+    let answers = pump(&mut f, B, |_, _| true);
+    let psns: Vec<u32> = answers.iter().map(|x| x.1).collect();
+    assert!(psns.windows(2).all(|w| w[0] <= w[1]), "{psns:?}");
+    let wc = f.wait(&scq, 2);
+    ok(&wc[0], 1, WcOpcode::RdmaRead);
+    ok(&wc[1], 2, WcOpcode::RdmaRead);
+    assert!(local.to_vec() == data);
+}
+
+/// A WRITE middle packet that arrives after a loss is placed at once; when
+/// the lost packet comes, the responder's expected PSN moves past all of
+/// them and one ACK says so, so the requester resends only the lost one.
+/// What does not qualify is dropped as before: a packet of no WRITE in
+/// progress, the Last packet, one that would reach past the message.
+#[test]
+fn write_packets_after_a_loss_are_placed_and_the_ack_jumps() {
+    let mut f = Fx::new();
+    f.connect();
+    let n = 8;
+    let data = pattern(n * 4096, 5);
+    let src = HostBuffer::from_bytes(&data);
+    let dst = HostBuffer::new(n * 4096);
+    let ks = f.reg(A, &src, RW);
+    let kd = f.reg(B, &dst, RW);
+    let scq = f.s[A].scq.clone();
+    f.post(A, 1, write_op(&dst, kd), sge(&src, ks));
+    // Packet 2 is lost: 3..=6 are placed, the Last (7) is not.
+    let sent = pump(&mut f, A, |_, p| p != 2);
+    assert_eq!(sent.len(), n);
+    let c = f.e(B).counters();
+    assert_eq!(c.placed_ahead, 4, "{c:?}");
+    assert!(dst.to_vec()[3 * 4096..7 * 4096] == data[3 * 4096..7 * 4096]);
+    assert!(dst.to_vec()[7 * 4096..].iter().all(|&b| b == 0));
+    // B NAKs 2 once; A goes back to 2.
+    let naks = f.e(B).counters().naks_sequence;
+    assert_eq!(naks, 1);
+    pump(&mut f, B, |_, _| true);
+    // A goes back to 2 and sends from there; only the first copy of 2
+    // and the Last (7) get through: 3..=6 never reach B again, yet B
+    // takes 7 in order and acknowledges the whole WRITE.
+    let mut first = true;
+    pump(&mut f, A, |_, p| (p == 2 && std::mem::take(&mut first)) || p == 7);
+    let acks = pump(&mut f, B, |_, _| true);
+    assert_eq!(acks.last(), Some(&(Opcode::Acknowledge, 7)), "{acks:?}");
+    ok(&f.wait(&scq, 1)[0], 1, WcOpcode::RdmaWrite);
+    assert!(dst.to_vec() == data);
 }
 
 /// Throughput under loss against lossless on a link with a rate (virtual
@@ -1820,13 +2118,16 @@ fn a_read_asked_again_gets_its_first_response_twice() {
 /// queues nothing that a loss throws away (before: WRITE 0.60, READ 0.44
 /// at 1 %). Lossless, the first window sent whole does not fire the
 /// retransmission timer before its first ACK can come back (before: three
-/// timeouts and 334 packets sent twice with no loss at all).
+/// timeouts and 334 packets sent twice with no loss at all). Packets placed
+/// ahead of a loss (`Ahead`) bring the goals within reach: 0.7 of
+/// lossless at 1 %, 0.25 at 10 % (before: WRITE 0.72 and 0.22, READ 0.58
+/// and 0.22; after: WRITE 0.78 and 0.39, READ 0.91 and 0.30).
 #[test]
 fn loss_costs_little_time_on_a_paced_link() {
     for read in [false, true] {
         let base = lossy_transfer(0.0, read, true);
         assert_eq!(base.retransmits, 0, "lossless: {}", base.what);
-        for (loss, floor) in [(0.01, if read { 0.52 } else { 0.68 }), (0.1, 0.2)] {
+        for (loss, floor) in [(0.01, 0.7), (0.1, 0.25)] {
             let r = lossy_transfer(loss, read, true);
             let ratio = base.nanos as f64 / r.nanos as f64;
             eprintln!("{}: {ratio:.3} of lossless ({})", r.what, base.what);
