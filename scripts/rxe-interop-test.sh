@@ -5,7 +5,8 @@
 # pair (10.77.0.2), where the soft NIC runs on its raw link.
 # crates/hipobj-softroce/tests/rxe_interop.rs then moves RDMA WRITE, READ,
 # SEND and WRITE with immediate both ways with every byte checked; rxe
-# checks the soft NIC's ICRCs and the soft NIC checks rxe's. Then
+# checks the soft NIC's ICRCs and the soft NIC checks rxe's; then the same
+# again with netem dropping 5 % of the packets each way on the veth. Then
 # scripts/rxe-interop-s3.sh runs hipobj-server on one side and the hipobj
 # CLI on the other, both ways (a PUT and a GET each, bytes compared, the
 # server's RDMA counters shown); its lines start with "s3-interop:".
@@ -46,6 +47,18 @@ cap=\$!
 for i in \$(seq 50); do [ -s /run/scratch/veth.pcap ] && break; sleep 0.2; done
 HIPOBJ_RXE_DEVICE=rxe1 timeout 300 $exe --ignored --exact soft_nic_and_rxe_interoperate --nocapture --test-threads=1 $*
 rc=\$?
+# Again with netem dropping 5 % of the packets each way on the veth: the
+# soft NIC places rxe's WRITE packets and READ responses that follow a loss
+# and asks rxe again for the gaps; rxe recovers by go-back-N against it.
+echo "interop under loss: netem drops 5 % of the packets each way"
+tc qdisc add dev veth-rxe root netem loss 5% || rc=1
+ip netns exec soft tc qdisc add dev veth-soft root netem loss 5% || rc=1
+HIPOBJ_RXE_DEVICE=rxe1 timeout 300 $exe --ignored --exact soft_nic_and_rxe_interoperate --nocapture --test-threads=1 $* || rc=1
+tc -s qdisc show dev veth-rxe
+ip netns exec soft tc -s qdisc show dev veth-soft
+tc qdisc del dev veth-rxe root
+ip netns exec soft tc qdisc del dev veth-soft root
+echo "rxe1 counters after the lossy run:"; for f in /sys/class/infiniband/rxe1/ports/1/hw_counters/*; do printf '  %s=%s\n' "\$(basename \$f)" "\$(cat \$f)"; done
 sh $PWD/scripts/rxe-interop-s3.sh $bin/hipobj $bin/hipobj-server || rc=1
 sleep 1
 kill -INT \$cap; wait \$cap

@@ -22,7 +22,7 @@ set -euo pipefail
 WORK=${RXE_VM_DIR:-/var/tmp/hipobj-rxe-vm}
 TIMEOUT=${RXE_VM_TIMEOUT:-900}
 MODULES="crc32_generic virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci netfs
-fscache 9pnet 9p 9pnet_virtio udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rxe dummy veth"
+fscache 9pnet 9p 9pnet_virtio udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rxe dummy veth sch_netem"
 
 log() { printf 'rxe-vm: %s\n' "$*" >&2; }
 die() { log "$*"; exit 125; }
