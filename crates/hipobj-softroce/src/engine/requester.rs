@@ -249,9 +249,8 @@ impl Requester {
     /// its own. With more, each further gap would cost a round trip, and
     /// sending everything again fills them all in one (on `SimNet`'s paced
     /// link at 10 % loss: 0.45 of lossless with this bound, 0.37 with
-    /// none, 0.42 with a whole round trip). The window still follows the
-    /// path while losses come: a larger one only queues, and the packet
-    /// sent again waits behind the queue.
+    /// none, 0.42 with a whole round trip). While it holds, a loss does
+    /// not shrink the window to the gap between losses (`on_loss`).
     fn placing(&self) -> bool {
         self.peer_places && self.gap_avg >= self.bdp / 2
     }
@@ -496,7 +495,16 @@ impl Qp {
             g => (3 * g + run) / 4,
         };
         r.clean_run = 0;
-        r.cwnd = r.gap_avg.min(r.lossy_window()).clamp(CWND_MIN.min(full), full);
+        // Where a loss costs only itself (`placing`), the window need not
+        // shrink to the gap between losses: nothing in flight is sent
+        // again. The path still bounds it (`lossy_window`, and twice the
+        // path in `requester_transmit`).
+        let gap = if r.placing() && r.bdp > 0 {
+            u32::MAX
+        } else {
+            r.gap_avg
+        };
+        r.cwnd = gap.min(r.lossy_window()).clamp(CWND_MIN.min(full), full);
     }
 
     pub fn requester_transmit(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
@@ -519,6 +527,15 @@ impl Qp {
             1
         } else if wqe.is_read() && ctx.config.place_ahead {
             full
+        } else if r.bdp > 0 {
+            // Never more than twice what the path holds, lossless too: more
+            // only queues in the sockets (with the whole 256-packet window
+            // in flight the smoothed round trip grew to two to four times
+            // the smallest), and a loss's NAK and the packet sent again
+            // wait behind that queue.
+            r.cwnd
+                .min(r.bdp.saturating_mul(2))
+                .clamp(CWND_MIN.min(full), full)
         } else {
             r.cwnd.clamp(1, full)
         };
