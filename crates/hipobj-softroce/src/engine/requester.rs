@@ -416,7 +416,8 @@ impl Qp {
         // counts as holding `CWND_MIN` packets: a first window sent whole
         // does not fire the timer before its first ACK can come back.
         let drain = r.min_rtt.map_or(0, |m| {
-            let queued = (psn::diff(r.max_sent, r.una) - r.ahead.held().min(psn::diff(r.max_sent, r.una)))
+            let queued = psn::diff(r.max_sent, r.una)
+                .saturating_sub(r.ahead.held())
                 .saturating_sub(r.bdp);
             u64::from(queued) * m / u64::from(r.bdp.max(CWND_MIN))
         });
@@ -887,8 +888,8 @@ impl Qp {
                             if self.req.reask.is_none() {
                                 self.ask_again(ctx);
                             }
-                        } else if self.req.last_rewind != Some(una) {
-                            self.retry(ctx);
+                        } else {
+                            self.retry_implied(ctx);
                         }
                     }
                 } else {
@@ -973,9 +974,7 @@ impl Qp {
             } else {
                 // Dropped: ask again from the gap, the whole rest.
                 ctx.counters.drop_unexpected += 1;
-                if self.req.last_rewind != Some(una) {
-                    self.retry(ctx);
-                }
+                self.retry_implied(ctx);
             }
             return;
         }
@@ -1010,9 +1009,7 @@ impl Qp {
         } else if off > super::ahead::AHEAD_MAX {
             // Too far to remember: go back, as go-back-N would.
             ctx.counters.drop_unexpected += 1;
-            if self.req.last_rewind != Some(self.req.una) {
-                self.retry(ctx);
-            }
+            self.retry_implied(ctx);
             return;
         } else {
             if !self.place_response(ctx, r, payload) {
@@ -1066,9 +1063,7 @@ impl Qp {
             .find(|&&(f, e)| psn::le(f, una) && psn::lt(una, e))
         else {
             // Not inside a request executed: go back, as before.
-            if self.req.last_rewind != Some(una) {
-                self.retry(ctx);
-            }
+            self.retry_implied(ctx);
             return;
         };
         if self.req.retry_left == 0 {
@@ -1213,6 +1208,16 @@ impl Qp {
             last
         };
         psn::lt(psn::add(p, 1), to).then_some(to)
+    }
+
+    /// A NAK implied by READ responses (a gap, or an ACK past missing
+    /// ones): goes back to `una` (`retry`) unless it already went back to
+    /// that very PSN, since every later response past the same gap says
+    /// the same.
+    fn retry_implied(&mut self, ctx: &mut Ctx<'_>) {
+        if self.req.last_rewind != Some(self.req.una) {
+            self.retry(ctx);
+        }
     }
 
     /// Goes back to `una` and sends again from there, spending one of

@@ -348,26 +348,23 @@ impl Qp {
     /// moves `epsn` past the middle packets placed ahead that follow it
     /// without a gap; returns whether it moved that way.
     fn catch_up(&mut self, consumed: u32) -> bool {
-        // Held offsets count from the PSN just executed.
-        let run = match self.resp.write {
-            Some(_) if consumed == 1 => self.resp.ahead.run(),
-            _ => 0,
-        };
-        if run == 0 {
+        // Held offsets count from the PSN just executed; only a WRITE still
+        // in progress holds any.
+        let held = self.resp.write.filter(|_| consumed == 1);
+        let run = held.map_or(0, |_| self.resp.ahead.run());
+        let Some(w) = held.filter(|_| run > 0) else {
             self.resp.ahead.shift(consumed);
             return false;
-        }
+        };
         // The packet after the run was not held (`run` stopped at it): it
         // is the one now expected.
         self.resp.ahead.shift(1 + run);
-        if let Some(w) = self.resp.write {
-            let bytes = run * self.attr.mtu;
-            self.resp.write = Some(WriteCtx {
-                va: w.va.wrapping_add(u64::from(bytes)),
-                remaining: w.remaining - bytes,
-                ..w
-            });
-        }
+        let bytes = run * self.attr.mtu;
+        self.resp.write = Some(WriteCtx {
+            va: w.va.wrapping_add(u64::from(bytes)),
+            remaining: w.remaining - bytes,
+            ..w
+        });
         self.resp.epsn = psn::add(self.resp.epsn, run);
         true
     }

@@ -1173,23 +1173,29 @@ fn ack_to_a(f: &Fx, psn: u32, syndrome: crate::wire::Syndrome, msn: u32) -> Vec<
     buf
 }
 
+/// Takes the next datagram engine `from` has to send now, if any, and hands
+/// it to the other engine if `keep` accepts it; returns its (opcode, PSN).
+fn step(f: &mut Fx, from: usize, keep: impl FnOnce(Opcode, u32) -> bool) -> Option<(Opcode, u32)> {
+    let now = f.net.now();
+    let mut buf = vec![0; crate::wire::MAX_PACKET];
+    let t = f.e(from).poll_transmit(now, &mut buf)?;
+    let pseudo = PseudoHeader {
+        src: addr(from),
+        dst: t.dst,
+    };
+    let bth = Packet::parse(&buf[..t.len], &pseudo).unwrap().headers.bth;
+    if keep(bth.opcode, bth.psn) {
+        f.e(1 - from).handle_datagram(now, addr(from), &buf[..t.len]);
+    }
+    Some((bth.opcode, bth.psn))
+}
+
 /// Takes every datagram engine `from` has to send now and hands to the other
 /// engine those `keep` accepts; returns (opcode, PSN) of each taken.
 fn pump(f: &mut Fx, from: usize, mut keep: impl FnMut(Opcode, u32) -> bool) -> Vec<(Opcode, u32)> {
-    let to = 1 - from;
-    let now = f.net.now();
-    let mut buf = vec![0; crate::wire::MAX_PACKET];
     let mut taken = Vec::new();
-    while let Some(t) = f.e(from).poll_transmit(now, &mut buf) {
-        let pseudo = PseudoHeader {
-            src: addr(from),
-            dst: t.dst,
-        };
-        let bth = Packet::parse(&buf[..t.len], &pseudo).unwrap().headers.bth;
-        taken.push((bth.opcode, bth.psn));
-        if keep(bth.opcode, bth.psn) {
-            f.e(to).handle_datagram(now, addr(from), &buf[..t.len]);
-        }
+    while let Some(x) = step(f, from, &mut keep) {
+        taken.push(x);
     }
     taken
 }
@@ -1770,23 +1776,6 @@ fn a_gro_batch_is_split_and_each_packet_checked_under_its_segment_id() {
     assert_eq!((ok, bad), (0, 1));
 }
 
-/// Sends A's next packet; delivers it to B when `deliver`. Returns its
-/// opcode and PSN.
-fn step(f: &mut Fx, deliver: bool) -> Option<(Opcode, u32)> {
-    let now = f.net.now();
-    let mut buf = vec![0; crate::wire::MAX_PACKET];
-    let t = f.e(A).poll_transmit(now, &mut buf)?;
-    let pseudo = PseudoHeader {
-        src: addr(A),
-        dst: t.dst,
-    };
-    let bth = Packet::parse(&buf[..t.len], &pseudo).unwrap().headers.bth;
-    if deliver {
-        f.e(B).handle_datagram(now, addr(A), &buf[..t.len]);
-    }
-    Some((bth.opcode, bth.psn))
-}
-
 /// A requester learns that its responder keeps what follows a gap (B
 /// acknowledges past what A sent again after a NAK), and from then on a
 /// lost WRITE middle packet costs that packet alone: A sends it (twice),
@@ -1810,8 +1799,8 @@ fn a_lost_write_packet_costs_itself_once_the_peer_places_ahead() {
     pump(&mut f, B, |_, _| true);
     // A goes back to 5: its first copy reaches B, which then acknowledges
     // up to 38 while A has sent nothing past 5 again.
-    assert_eq!(step(&mut f, true), Some((Opcode::WriteMiddle, 5)));
-    assert_eq!(step(&mut f, false), Some((Opcode::WriteMiddle, 5)));
+    assert_eq!(step(&mut f, A, |_, _| true), Some((Opcode::WriteMiddle, 5)));
+    assert_eq!(step(&mut f, A, |_, _| false), Some((Opcode::WriteMiddle, 5)));
     let acks = pump(&mut f, B, |_, _| true);
     assert_eq!(acks.last(), Some(&(Opcode::Acknowledge, 38)), "{acks:?}");
     assert_eq!(pump(&mut f, A, |_, _| true), vec![(Opcode::WriteLast, 39)]);
@@ -1990,13 +1979,8 @@ fn a_response_asked_again_goes_ahead_of_the_stream() {
     f.post(A, 1, read_op(&remote, kr), sge(&local, kl));
     assert_eq!(pump(&mut f, A, |_, _| true), vec![(Opcode::ReadRequest, 0)]);
     // B sends responses 0..=3 only (1 is lost), the rest still queued.
-    let now = f.net.now();
-    let mut buf = vec![0; crate::wire::MAX_PACKET];
-    for p in 0..4u32 {
-        let t = f.e(B).poll_transmit(now, &mut buf).unwrap();
-        if p != 1 {
-            f.e(A).handle_datagram(now, addr(B), &buf[..t.len]);
-        }
+    for p in 0..4 {
+        assert_eq!(step(&mut f, B, |_, p| p != 1).map(|x| x.1), Some(p));
     }
     assert_eq!(
         pump(&mut f, A, |_, _| true),
@@ -2050,13 +2034,8 @@ fn reads_asked_again_in_order_are_answered_in_order() {
     );
     // B sends responses 0..=2 of the first READ (1 is lost); 3 and the
     // second READ's 4..=7 are still queued.
-    let now = f.net.now();
-    let mut buf = vec![0; crate::wire::MAX_PACKET];
-    for p in 0..3u32 {
-        let t = f.e(B).poll_transmit(now, &mut buf).unwrap();
-        if p != 1 {
-            f.e(A).handle_datagram(now, addr(B), &buf[..t.len]);
-        }
+    for p in 0..3 {
+        assert_eq!(step(&mut f, B, |_, p| p != 1).map(|x| x.1), Some(p));
     }
     // A goes back to 1 and asks for both READs again.
     let asked = pump(&mut f, A, |_, _| true);
