@@ -298,7 +298,24 @@ impl Qp {
                 self.resp.nak_sent = false;
                 self.resp.epsn = psn::add(epsn, consumed);
                 let caught_up = self.catch_up(consumed);
-                if caught_up || (h.bth.ack_req && h.bth.opcode != Opcode::ReadRequest) {
+                if caught_up && !self.resp.ahead.is_empty() {
+                    // Packets placed ahead lie past the new `epsn`: the packet
+                    // there is missing as surely as the first one was, and
+                    // a requester that sends a gap alone again (this NIC's)
+                    // learns of it now, not from a packet still to come.
+                    // The NAK acknowledges what came before it. A go-back-N
+                    // requester may have that packet on its way already; if
+                    // it is lost, the next packet out of sequence NAKs
+                    // again, so this one does not count as the gap's NAK,
+                    // and it goes out once even after a loss: a second copy
+                    // would look like that second NAK.
+                    ctx.counters.naks_sequence += 1;
+                    let epsn = self.resp.epsn;
+                    self.resp.queue(epsn, Syndrome::NakSequence);
+                    if let Some(Out::Ack(nak)) = self.resp.out.back_mut() {
+                        nak.copies = 1;
+                    }
+                } else if caught_up || (h.bth.ack_req && h.bth.opcode != Opcode::ReadRequest) {
                     self.resp.queue_ack();
                 }
             }

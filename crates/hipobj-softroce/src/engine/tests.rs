@@ -1839,6 +1839,136 @@ fn a_lost_write_packet_costs_itself_once_the_peer_places_ahead() {
     assert!(dst.to_vec()[..m * 4096] == data[..m * 4096]);
 }
 
+/// Two packets of one WRITE are lost. When the first arrives again, the
+/// responder moves past what it placed up to the second gap and NAKs that
+/// one at once, before any later packet could say it is missing (the NAK
+/// acknowledges everything before it); the requester, which knows its
+/// responder places, sends each lost packet alone and the Last, which is
+/// never placed ahead, and nothing that was placed.
+#[test]
+fn a_second_gap_is_naked_as_soon_as_the_first_is_filled() {
+    let mut f = Fx::new();
+    f.connect();
+    let n = 40;
+    let data = pattern(n * 4096, 8);
+    let src = HostBuffer::from_bytes(&data);
+    let dst = HostBuffer::new(n * 4096);
+    let ks = f.reg(A, &src, RW);
+    let kd = f.reg(B, &dst, RW);
+    let scq = f.s[A].scq.clone();
+    // A first WRITE with one loss shows A that B places.
+    f.post(A, 1, write_op(&dst, kd), sge(&src, ks));
+    pump(&mut f, A, |_, p| p != 5);
+    while !pump(&mut f, B, |_, _| true).is_empty() {
+        pump(&mut f, A, |_, _| true);
+    }
+    ok(&f.wait(&scq, 1)[0], 1, WcOpcode::RdmaWrite);
+    // The second, 16 packets (PSNs 40..=55, within the window the loss
+    // left): 43 and 48 are lost.
+    let m = 16;
+    dst.write(0, &vec![0; n * 4096]);
+    let part = Sge {
+        length: (m * 4096) as u32,
+        ..sge(&src, ks)
+    };
+    f.post(A, 2, write_op(&dst, kd), part);
+    assert_eq!(pump(&mut f, A, |_, p| p != 43 && p != 48).len(), m);
+    // (After a loss B sends each ACK and NAK twice.)
+    let nak = pump(&mut f, B, |_, _| true);
+    assert!(
+        !nak.is_empty() && nak.iter().all(|&x| x == (Opcode::Acknowledge, 43)),
+        "{nak:?}"
+    );
+    let naks = f.e(B).counters().naks_sequence;
+    let before = f.e(A).counters().retransmits;
+    // 43's first copy alone: B's answer names 48, a NAK (an ACK would name
+    // 47, and the NAK would wait for a packet after it).
+    assert_eq!(step(&mut f, A, |_, _| true), Some((Opcode::WriteMiddle, 43)));
+    assert_eq!(step(&mut f, B, |_, _| true), Some((Opcode::Acknowledge, 48)));
+    assert_eq!(f.e(B).counters().naks_sequence, naks + 1);
+    // Once, though B sends every other ACK and NAK twice since the loss: a
+    // second copy would read as the NAK for 48's own loss.
+    assert_eq!(step(&mut f, B, |_, _| true), None);
+    let mut sent = vec![(Opcode::WriteMiddle, 43)];
+    loop {
+        let again = pump(&mut f, A, |_, _| true);
+        sent.extend(again);
+        if pump(&mut f, B, |_, _| true).is_empty() {
+            break;
+        }
+    }
+    // The NAK for 48 came before 43's second copy went: A went on to 48.
+    assert_eq!(
+        sent,
+        vec![
+            (Opcode::WriteMiddle, 43),
+            (Opcode::WriteMiddle, 48),
+            (Opcode::WriteMiddle, 48),
+            (Opcode::WriteLast, 55),
+        ]
+    );
+    assert_eq!(f.e(A).counters().retransmits - before, 4);
+    ok(&f.wait(&scq, 1)[0], 2, WcOpcode::RdmaWrite);
+    assert!(dst.to_vec()[..m * 4096] == data[..m * 4096]);
+}
+
+/// An acknowledgement past what was sent again since a NAK shows that the
+/// responder keeps what follows a gap, unless the retransmission timer went
+/// back in between: then it acknowledges copies the timer's pass did not
+/// send, but the NAK's did. Taken for placing, a responder that drops after
+/// a gap (as rxe does) would get each later loss sent alone, and drop what
+/// follows it again.
+#[test]
+fn an_ack_after_the_timer_went_back_does_not_look_like_placing() {
+    let mut f = Fx::new();
+    f.e(B).config.place_ahead = false;
+    f.connect();
+    let m = 12;
+    let data = pattern(m * 4096, 4);
+    let src = HostBuffer::from_bytes(&data);
+    let dst = HostBuffer::new(m * 4096);
+    let ks = f.reg(A, &src, RW);
+    let kd = f.reg(B, &dst, RW);
+    let scq = f.s[A].scq.clone();
+    f.post(A, 1, write_op(&dst, kd), sge(&src, ks));
+    assert_eq!(pump(&mut f, A, |_, p| p != 3).len(), m);
+    // (After a loss B sends each ACK and NAK twice.)
+    let nak = pump(&mut f, B, |_, _| true);
+    assert!(
+        !nak.is_empty() && nak.iter().all(|&x| x == (Opcode::Acknowledge, 3)),
+        "{nak:?}"
+    );
+    // The NAK's pass reaches B, which executes it all; its ACK waits while
+    // A's retransmission timer fires and A sends 3 again as a probe (in two
+    // copies, as the first packet after going back always goes).
+    let resent = pump(&mut f, A, |_, _| true);
+    assert_eq!(resent.len(), m - 3 + 1, "{resent:?}");
+    let t = f.e(A).poll_timeout().unwrap();
+    let rto = f.e(A).counters().rto_rewinds;
+    f.e(A).handle_timeout(t);
+    assert_eq!(f.e(A).counters().rto_rewinds, rto + 1);
+    assert_eq!(
+        pump(&mut f, A, |_, _| true),
+        vec![(Opcode::WriteMiddle, 3), (Opcode::WriteMiddle, 3)]
+    );
+    // B acknowledges all twelve, past the probe.
+    assert_eq!(
+        pump(&mut f, B, |_, _| true).last(),
+        Some(&(Opcode::Acknowledge, 11))
+    );
+    ok(&f.wait(&scq, 1)[0], 1, WcOpcode::RdmaWrite);
+    // The next loss is answered by going back, whole.
+    f.post(A, 2, write_op(&dst, kd), sge(&src, ks));
+    assert_eq!(pump(&mut f, A, |_, p| p != 15).len(), m);
+    pump(&mut f, B, |_, _| true);
+    let again: Vec<u32> = pump(&mut f, A, |_, _| true).iter().map(|x| x.1).collect();
+    let want: Vec<u32> = std::iter::once(15).chain(15..24).collect();
+    assert_eq!(again, want);
+    pump(&mut f, B, |_, _| true);
+    ok(&f.wait(&scq, 1)[0], 2, WcOpcode::RdmaWrite);
+    assert!(dst.to_vec() == data);
+}
+
 /// Against a responder that drops what follows a gap, as IBA describes and
 /// the kernel's rxe does, the requester never takes a loss to cost only
 /// itself: the responder never acknowledges past what was sent again, so
