@@ -576,8 +576,8 @@ impl Qp {
             // times the smallest), and a loss's NAK and the packet sent
             // again wait behind that queue. On a clean link the queue costs
             // nothing and the whole window goes (in runs alternating with a
-            // bound there too, the lossless WRITE moved at 2.0 GB/s against
-            // 1.9 in the median, and spread less).
+            // bound there too, the lossless WRITE's median was 2.0 GB/s
+            // against 1.9).
             r.cwnd
                 .min(r.bdp.saturating_mul(2))
                 .clamp(CWND_MIN.min(full), full)
