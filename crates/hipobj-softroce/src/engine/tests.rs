@@ -190,6 +190,20 @@ impl Fx {
         self.e(i).reg_mr(pd, buf.region(), access).unwrap()
     }
 
+    /// A transfer's buffers: `len` bytes of pattern `seed` and a source
+    /// buffer holding them registered on A, a destination of as many zeroes
+    /// registered on B, and A's send CQ, as (bytes, source, destination,
+    /// source key, destination key, CQ).
+    fn bufs(&mut self, len: usize, seed: u8) -> (Vec<u8>, HostBuffer, HostBuffer, u32, u32, Arc<Cq>) {
+        let data = pattern(len, seed);
+        let src = HostBuffer::from_bytes(&data);
+        let dst = HostBuffer::new(len);
+        let ks = self.reg(A, &src, RW);
+        let kd = self.reg(B, &dst, RW);
+        let scq = self.s[A].scq.clone();
+        (data, src, dst, ks, kd, scq)
+    }
+
     fn post(&mut self, i: usize, wr_id: u64, op: SendOp, sge: Sge) {
         let qpn = self.s[i].qpn;
         let wr = SendWr {
@@ -1538,12 +1552,7 @@ fn lossy_transfer(loss: f64, read: bool, paced: bool) -> LossRun {
         f.net.rate = Some(2_000_000_000);
     }
     f.connect();
-    let data = pattern(len, 3);
-    let src = HostBuffer::from_bytes(&data);
-    let dst = HostBuffer::new(len);
-    let ks = f.reg(A, &src, RW);
-    let kd = f.reg(B, &dst, RW);
-    let scq = f.s[A].scq.clone();
+    let (data, src, dst, ks, kd, scq) = f.bufs(len, 3);
     // One packet first, so that the requester has a round-trip sample.
     let one = Sge {
         length: 1,
@@ -1624,12 +1633,7 @@ fn go_back_n_resends_little_under_random_loss() {
 fn a_retransmission_timeout_sends_a_probe_not_the_window() {
     let mut f = Fx::new();
     f.connect();
-    let data = pattern(8 * 4096, 4);
-    let src = HostBuffer::from_bytes(&data);
-    let dst = HostBuffer::new(8 * 4096);
-    let ks = f.reg(A, &src, RW);
-    let kd = f.reg(B, &dst, RW);
-    let scq = f.s[A].scq.clone();
+    let (data, src, dst, ks, kd, scq) = f.bufs(8 * 4096, 4);
     f.post(A, 1, write_op(&dst, kd), sge(&src, ks));
     ok(&f.wait(&scq, 1)[0], 1, WcOpcode::RdmaWrite);
     dst.write(0, &[0; 4096]);
@@ -1655,12 +1659,7 @@ fn a_retransmission_timeout_sends_a_probe_not_the_window() {
 fn the_first_packet_sent_again_goes_out_twice() {
     let mut f = Fx::new();
     f.connect();
-    let data = pattern(4 * 4096, 5);
-    let src = HostBuffer::from_bytes(&data);
-    let dst = HostBuffer::new(4 * 4096);
-    let ks = f.reg(A, &src, RW);
-    let kd = f.reg(B, &dst, RW);
-    let scq = f.s[A].scq.clone();
+    let (data, src, dst, ks, kd, scq) = f.bufs(4 * 4096, 5);
     let one = Sge {
         length: 4096,
         ..sge(&src, ks)
@@ -1786,12 +1785,7 @@ fn a_lost_write_packet_costs_itself_once_the_peer_places_ahead() {
     let mut f = Fx::new();
     f.connect();
     let n = 40;
-    let data = pattern(n * 4096, 6);
-    let src = HostBuffer::from_bytes(&data);
-    let dst = HostBuffer::new(n * 4096);
-    let ks = f.reg(A, &src, RW);
-    let kd = f.reg(B, &dst, RW);
-    let scq = f.s[A].scq.clone();
+    let (data, src, dst, ks, kd, scq) = f.bufs(n * 4096, 6);
     // First WRITE: 5 is lost, B places 6..=38; the Last (39) is dropped.
     f.post(A, 1, write_op(&dst, kd), sge(&src, ks));
     assert_eq!(pump(&mut f, A, |_, p| p != 5).len(), n);
@@ -1850,12 +1844,7 @@ fn a_second_gap_is_naked_as_soon_as_the_first_is_filled() {
     let mut f = Fx::new();
     f.connect();
     let n = 40;
-    let data = pattern(n * 4096, 8);
-    let src = HostBuffer::from_bytes(&data);
-    let dst = HostBuffer::new(n * 4096);
-    let ks = f.reg(A, &src, RW);
-    let kd = f.reg(B, &dst, RW);
-    let scq = f.s[A].scq.clone();
+    let (data, src, dst, ks, kd, scq) = f.bufs(n * 4096, 8);
     // A first WRITE with one loss shows A that B places.
     f.post(A, 1, write_op(&dst, kd), sge(&src, ks));
     pump(&mut f, A, |_, p| p != 5);
@@ -1924,12 +1913,7 @@ fn an_ack_after_the_timer_went_back_does_not_look_like_placing() {
     f.e(B).config.place_ahead = false;
     f.connect();
     let m = 12;
-    let data = pattern(m * 4096, 4);
-    let src = HostBuffer::from_bytes(&data);
-    let dst = HostBuffer::new(m * 4096);
-    let ks = f.reg(A, &src, RW);
-    let kd = f.reg(B, &dst, RW);
-    let scq = f.s[A].scq.clone();
+    let (data, src, dst, ks, kd, scq) = f.bufs(m * 4096, 4);
     f.post(A, 1, write_op(&dst, kd), sge(&src, ks));
     assert_eq!(pump(&mut f, A, |_, p| p != 3).len(), m);
     // (After a loss B sends each ACK and NAK twice.)
@@ -1979,12 +1963,7 @@ fn a_responder_that_drops_after_a_gap_gets_go_back_n() {
     f.e(B).config.place_ahead = false;
     f.connect();
     let m = 12;
-    let data = pattern(m * 4096, 2);
-    let src = HostBuffer::from_bytes(&data);
-    let dst = HostBuffer::new(m * 4096);
-    let ks = f.reg(A, &src, RW);
-    let kd = f.reg(B, &dst, RW);
-    let scq = f.s[A].scq.clone();
+    let (data, src, dst, ks, kd, scq) = f.bufs(m * 4096, 2);
     for (wr, lost) in [(1, 3), (2, 15)] {
         f.post(A, wr, write_op(&dst, kd), sge(&src, ks));
         assert_eq!(pump(&mut f, A, |_, p| p != lost).len(), m);
@@ -2190,12 +2169,7 @@ fn write_packets_after_a_loss_are_placed_and_the_ack_jumps() {
     let mut f = Fx::new();
     f.connect();
     let n = 8;
-    let data = pattern(n * 4096, 5);
-    let src = HostBuffer::from_bytes(&data);
-    let dst = HostBuffer::new(n * 4096);
-    let ks = f.reg(A, &src, RW);
-    let kd = f.reg(B, &dst, RW);
-    let scq = f.s[A].scq.clone();
+    let (data, src, dst, ks, kd, scq) = f.bufs(n * 4096, 5);
     f.post(A, 1, write_op(&dst, kd), sge(&src, ks));
     // Packet 2 is lost: 3..=6 are placed, the Last (7) is not.
     let sent = pump(&mut f, A, |_, p| p != 2);
@@ -2280,12 +2254,7 @@ fn the_window_follows_the_gap_between_losses_and_comes_back_when_clean() {
     let mut f = Fx::new();
     f.connect();
     let n = 4000;
-    let data = pattern(n * 4096, 9);
-    let src = HostBuffer::from_bytes(&data);
-    let dst = HostBuffer::new(n * 4096);
-    let ks = f.reg(A, &src, RW);
-    let kd = f.reg(B, &dst, RW);
-    let scq = f.s[A].scq.clone();
+    let (data, src, dst, ks, kd, scq) = f.bufs(n * 4096, 9);
     f.post(A, 1, write_op(&dst, kd), sge(&src, ks));
     let mut lost = std::collections::HashSet::new();
     let mut lossy_rounds = Vec::new();
