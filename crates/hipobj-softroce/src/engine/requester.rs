@@ -244,18 +244,13 @@ const RTO_DOUBLINGS: u32 = 3;
 const CWND_MIN: u32 = 16;
 
 impl Requester {
-    /// Whether `p` is a packet of a WRITE (the only requests a responder
-    /// places packets of, and so NAKs as it reaches them).
-    fn in_write(&self, p: u32) -> bool {
-        self.write_holding(p).is_some()
-    }
-
-    /// The WRITE that `p` is a packet of.
+    /// The WRITE that `p` is a packet of (WRITEs are the only requests a
+    /// responder places packets of, and so NAKs as it reaches them).
     fn write_holding(&self, p: u32) -> Option<&SendWqe> {
         self.sq
             .iter()
             .find(|w| w.holds(p))
-            .filter(|w| matches!(w.op, SendOp::Write { .. } | SendOp::WriteWithImm { .. }))
+            .filter(|w| w.opcode() == WcOpcode::RdmaWrite)
     }
 
     /// The packets after `una` that the responder holds (see `held_to`).
@@ -959,7 +954,7 @@ impl Qp {
                 let resent = self.req.resending.is_some_and(|(from, end)| {
                     psn::le(from, una) && psn::lt(una, end) && psn::lt(una, self.req.cursor_psn())
                 });
-                if resent && progressed && self.req.peer_places && self.req.in_write(una) {
+                if resent && progressed && self.req.peer_places && self.req.write_holding(una).is_some() {
                     return;
                 }
                 let resume = self.placed_after(una);

@@ -145,10 +145,16 @@ impl Responder {
     /// PSN (a duplicate's) adds nothing to it and must not replace it: the
     /// NAK is the only one this gap gets.
     fn queue(&mut self, psn: u32, syndrome: Syndrome) {
+        let copies = if self.lossy > 0 { 2 } else { 1 };
+        self.queue_copies(psn, syndrome, copies);
+    }
+
+    /// `queue` with the number of copies given.
+    fn queue_copies(&mut self, psn: u32, syndrome: Syndrome, copies: u8) {
         let ack = AckOut {
             psn,
             aeth: self.aeth(syndrome),
-            copies: if self.lossy > 0 { 2 } else { 1 },
+            copies,
         };
         if let Some(Out::Ack(last)) = self.out.back_mut() {
             match (last.aeth.syndrome, syndrome) {
@@ -311,10 +317,7 @@ impl Qp {
                     // would look like that second NAK.
                     ctx.counters.naks_sequence += 1;
                     let epsn = self.resp.epsn;
-                    self.resp.queue(epsn, Syndrome::NakSequence);
-                    if let Some(Out::Ack(nak)) = self.resp.out.back_mut() {
-                        nak.copies = 1;
-                    }
+                    self.resp.queue_copies(epsn, Syndrome::NakSequence, 1);
                 } else if caught_up || (h.bth.ack_req && h.bth.opcode != Opcode::ReadRequest) {
                     self.resp.queue_ack();
                 }
