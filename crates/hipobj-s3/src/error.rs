@@ -15,6 +15,7 @@ pub struct Error {
     s3_code: Option<String>,
     declined: bool,
     unreachable: bool,
+    untrusted: bool,
     detail: String,
 }
 
@@ -30,6 +31,7 @@ impl Error {
             s3_code: None,
             declined: false,
             unreachable: false,
+            untrusted: false,
             detail: detail.into(),
         }
     }
@@ -72,6 +74,17 @@ impl Error {
                     )
                 }
             }
+            SdkError::DispatchFailure(_) if untrusted_certificate(e) => Self {
+                unreachable: true,
+                untrusted: true,
+                ..Self::new(
+                    ErrorKind::S3Error,
+                    format!(
+                        "{op}: the S3 server's TLS certificate is not trusted ({}); give the CA certificate that signed it as a CA bundle (--ca-bundle FILE or AWS_CA_BUNDLE)",
+                        DisplayErrorContext(e)
+                    ),
+                )
+            },
             SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => Self {
                 unreachable: true,
                 ..Self::new(
@@ -117,6 +130,13 @@ impl Error {
         self.unreachable
     }
 
+    /// Whether the https endpoint's certificate was refused: it does not
+    /// chain to the trusted roots (the CA bundle, or the system's), has
+    /// expired, or does not name the host. Nothing was sent.
+    pub fn is_untrusted(&self) -> bool {
+        self.untrusted
+    }
+
     /// Whether the failure is the endpoint's rather than the request's, so
     /// that another gateway over the same store may serve the call: no
     /// response at all ([`Error::is_unreachable`]), or HTTP 502, 503 or 504.
@@ -154,6 +174,27 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// Whether a TLS client refused the server's certificate somewhere in the
+/// chain of `e`'s causes. rustls reports it inside `io::Error`s (nested,
+/// whose `source()` skips the error they wrap), so those are opened with
+/// `get_ref`.
+pub(crate) fn untrusted_certificate(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut at = Some(e);
+    while let Some(err) = at {
+        if let Some(r) = err.downcast_ref::<rustls::Error>() {
+            return matches!(r, rustls::Error::InvalidCertificate(_));
+        }
+        at = match err
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+        {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => err.source(),
+        };
+    }
+    false
+}
 
 impl From<hipobj::Error> for Error {
     fn from(e: hipobj::Error) -> Self {
