@@ -74,26 +74,32 @@ impl Error {
                     )
                 }
             }
-            SdkError::DispatchFailure(_) if untrusted_certificate(e) => Self {
-                unreachable: true,
-                untrusted: true,
-                ..Self::new(
-                    ErrorKind::S3Error,
-                    format!(
-                        "{op}: the S3 server's TLS certificate is not trusted ({}); give the CA certificate that signed it as a CA bundle (--ca-bundle FILE or AWS_CA_BUNDLE)",
-                        DisplayErrorContext(e)
-                    ),
-                )
-            },
-            SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => Self {
-                unreachable: true,
-                ..Self::new(
-                    ErrorKind::S3Error,
-                    format!(
-                        "{op}: the S3 server could not be reached: {}",
-                        DisplayErrorContext(e)
-                    ),
-                )
+            SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => match untrusted_certificate(e) {
+                Some((why, wrong_name)) => Self {
+                    unreachable: true,
+                    untrusted: true,
+                    ..Self::new(
+                        ErrorKind::S3Error,
+                        format!(
+                            "{op}: the S3 server's TLS certificate is not trusted ({why}); {}",
+                            if wrong_name {
+                                "the endpoint URL must use a name or address the certificate was issued for"
+                            } else {
+                                "give the CA certificate that signed it as a CA bundle (--ca-bundle FILE or AWS_CA_BUNDLE)"
+                            }
+                        ),
+                    )
+                },
+                None => Self {
+                    unreachable: true,
+                    ..Self::new(
+                        ErrorKind::S3Error,
+                        format!(
+                            "{op}: the S3 server could not be reached: {}",
+                            DisplayErrorContext(e)
+                        ),
+                    )
+                },
             },
             other => Self::new(
                 ErrorKind::S3Error,
@@ -175,15 +181,22 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-/// Whether a TLS client refused the server's certificate somewhere in the
-/// chain of `e`'s causes. rustls reports it inside `io::Error`s (nested,
+/// Why a TLS client refused the server's certificate, when it did somewhere
+/// in the chain of `e`'s causes, and whether it was for naming another host. rustls reports it inside `io::Error`s (nested,
 /// whose `source()` skips the error they wrap), so those are opened with
 /// `get_ref`.
-pub(crate) fn untrusted_certificate(e: &(dyn std::error::Error + 'static)) -> bool {
+pub(crate) fn untrusted_certificate(e: &(dyn std::error::Error + 'static)) -> Option<(String, bool)> {
+    use rustls::CertificateError::{NotValidForName, NotValidForNameContext};
     let mut at = Some(e);
     while let Some(err) = at {
         if let Some(r) = err.downcast_ref::<rustls::Error>() {
-            return matches!(r, rustls::Error::InvalidCertificate(_));
+            return match r {
+                rustls::Error::InvalidCertificate(c) => Some((
+                    r.to_string(),
+                    matches!(c, NotValidForName | NotValidForNameContext { .. }),
+                )),
+                _ => None,
+            };
         }
         at = match err
             .downcast_ref::<std::io::Error>()
@@ -193,7 +206,7 @@ pub(crate) fn untrusted_certificate(e: &(dyn std::error::Error + 'static)) -> bo
             None => err.source(),
         };
     }
-    false
+    None
 }
 
 impl From<hipobj::Error> for Error {

@@ -454,3 +454,36 @@ async fn a_stalled_handshake_is_cut_and_frees_its_connection_slot() {
     assert_eq!(status, 200);
     h.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_for_another_name_is_refused_even_from_the_trusted_ca() {
+    let certs = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("hipobj test CA");
+    let (cert, key, der) = ca.server_cert(&["gateway.example.invalid"]);
+    let files = ServerFiles {
+        cert: certs.path().join("other-name.crt"),
+        key: certs.path().join("other-name.key"),
+        der,
+    };
+    std::fs::write(&files.cert, cert).unwrap();
+    std::fs::write(&files.key, key).unwrap();
+    let (h, _dir) = start_tls(&files, |_| {}).await;
+    let e = sdk(&h.endpoint(), Some(ca.pem()))
+        .list_buckets()
+        .send()
+        .await
+        .unwrap_err();
+    let e = hipobj_s3::Error::from_sdk("ListBuckets", &e);
+    assert!(e.is_untrusted(), "{e}");
+    assert!(
+        e.to_string().contains("not valid for name") && e.to_string().contains("issued for"),
+        "{e}"
+    );
+    assert_eq!(
+        h.metrics()
+            .http_requests
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+    h.shutdown().await;
+}
