@@ -49,8 +49,10 @@ impl std::error::Error for CaBundleError {}
 #[derive(Clone)]
 pub struct CaBundle {
     source: String,
+    /// The usable certificates, as PEM.
     pem: Vec<u8>,
     count: usize,
+    skipped: usize,
 }
 
 impl std::fmt::Debug for CaBundle {
@@ -58,14 +60,16 @@ impl std::fmt::Debug for CaBundle {
         f.debug_struct("CaBundle")
             .field("source", &self.source)
             .field("certificates", &self.count)
+            .field("skipped", &self.skipped)
             .finish()
     }
 }
 
 impl CaBundle {
     /// The certificates of a PEM file (every `CERTIFICATE` block; other
-    /// blocks are ignored). A file with none, or with one that is not a
-    /// usable trust anchor, is an error, never an empty trust store.
+    /// blocks are ignored). A file that is not PEM, or with no certificate
+    /// usable as a trust anchor, is an error, never an empty trust store;
+    /// certificates that are not usable are left out ([`CaBundle::skipped`]).
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, CaBundleError> {
         let path = path.as_ref();
         let pem = std::fs::read(path)
@@ -104,27 +108,52 @@ impl CaBundle {
                 "the CA bundle {source} holds no CERTIFICATE block"
             )));
         }
-        // The same check the TLS client makes when it builds its trust
-        // store (where a failure would panic): each must be a trust anchor.
-        let mut roots = rustls::RootCertStore::empty();
-        for (i, c) in certs.iter().enumerate() {
-            roots.add(c.clone()).map_err(|e| {
-                CaBundleError(format!(
-                    "certificate {} of the CA bundle {source} cannot be trusted: {e}",
-                    i + 1
-                ))
-            })?;
+        // The check the TLS client makes when it builds its trust store,
+        // where a certificate that fails it panics: only those that pass go
+        // on, written out again as PEM. One that fails is not trusted (a
+        // system bundle may hold a root rustls cannot use), and a bundle
+        // with none left is an error.
+        let mut out = Vec::new();
+        let mut count = 0;
+        let mut last_error = None;
+        for c in &certs {
+            match rustls::RootCertStore::empty().add(c.clone()) {
+                Ok(()) => {
+                    out.extend_from_slice(b"-----BEGIN CERTIFICATE-----\n");
+                    let b64 = base64_simd::STANDARD.encode_to_string(c.as_ref());
+                    for line in b64.as_bytes().chunks(64) {
+                        out.extend_from_slice(line);
+                        out.push(b'\n');
+                    }
+                    out.extend_from_slice(b"-----END CERTIFICATE-----\n");
+                    count += 1;
+                }
+                Err(e) => last_error = Some(e),
+            }
+        }
+        if count == 0 {
+            return Err(CaBundleError(format!(
+                "no certificate of the CA bundle {source} can be trusted ({})",
+                last_error.map_or_else(String::new, |e| e.to_string())
+            )));
         }
         Ok(Self {
             source,
-            count: certs.len(),
-            pem,
+            count,
+            skipped: certs.len() - count,
+            pem: out,
         })
     }
 
-    /// How many certificates it holds.
+    /// How many certificates it trusts.
     pub fn len(&self) -> usize {
         self.count
+    }
+
+    /// How many of its certificates could not be used as trust anchors and
+    /// are not trusted.
+    pub fn skipped(&self) -> usize {
+        self.skipped
     }
 
     /// Never true: a bundle holds at least one certificate.

@@ -76,6 +76,13 @@ fn rdma_get_and_put_run_over_https_with_the_ca_bundle_and_a_wrong_ca_is_refused(
     assert_eq!(bundle.len(), 1);
     let s3 = sdk(&h.endpoint(), Some(&bundle));
     rt.block_on(s3.create_bucket().bucket("tls").send()).unwrap();
+    // A bundle with a block that is not a certificate beside the CA: the
+    // block is left out and the CA still trusted (the SDK's own loader
+    // would panic on the block).
+    let junk = "-----BEGIN CERTIFICATE-----\naGVsbG8gd29ybGQ=\n-----END CERTIFICATE-----\n";
+    let mixed = CaBundle::from_pem(format!("{junk}{}", ca.pem())).unwrap();
+    rt.block_on(sdk(&h.endpoint(), Some(&mixed)).list_buckets().send())
+        .unwrap();
     let hipobj = hipobj::Client::builder(hipobj_system::platform())
         .nic_hint(hipobj_softroce::DEFAULT_NAME)
         .build()
@@ -164,7 +171,15 @@ fn a_ca_bundle_with_nothing_to_trust_is_an_error_not_an_empty_trust_store() {
     assert!(CaBundle::from_pem(broken).is_err(), "a broken block was accepted");
     let garbage = "-----BEGIN CERTIFICATE-----\naGVsbG8gd29ybGQ=\n-----END CERTIFICATE-----\n";
     let e = CaBundle::from_pem(garbage).unwrap_err();
-    assert!(e.to_string().contains("cannot be trusted"), "{e}");
+    assert!(e.to_string().contains("can be trusted"), "{e}");
+    // Beside a usable CA, a block that is not a certificate is left out,
+    // not trusted, and not handed to the TLS client (which would panic).
+    let mixed = CaBundle::from_pem(format!("{garbage}{}", ca.pem())).unwrap();
+    assert_eq!((mixed.len(), mixed.skipped()), (1, 1));
+    // The system's bundle, where AWS_CA_BUNDLE often points (.ci/run
+    // installs ca-certificates): every root in it is usable.
+    let system = CaBundle::from_file("/etc/ssl/certs/ca-certificates.crt").unwrap();
+    assert!(system.len() > 50 && system.skipped() == 0, "{system:?}");
     // Two CAs in one file, with a key in between: both certificates count.
     let two = format!("{}{key_pem}{}", ca.pem(), TestCa::new("second").pem());
     assert_eq!(CaBundle::from_pem(two).unwrap().len(), 2);
