@@ -284,7 +284,8 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 creds = Credentials(ak, sk)
-http = urllib3.PoolManager()
+# Over https, trust what botocore trusts (AWS_CA_BUNDLE), as boto3 above does.
+http = urllib3.PoolManager(ca_certs=os.environ.get("AWS_CA_BUNDLE") or None)
 
 
 def send(req):
