@@ -122,7 +122,9 @@ impl Unsigned {
     fn arrived(&mut self, data: &[u8]) -> Option<bool> {
         self.read = self.read.saturating_add(data.len() as u64);
         if let Some(head) = &mut self.form {
-            let room = usize::try_from(self.limit).unwrap_or(usize::MAX).saturating_sub(head.len());
+            let room = usize::try_from(self.limit)
+                .unwrap_or(usize::MAX)
+                .saturating_sub(head.len());
             head.extend_from_slice(&data[..data.len().min(room)]);
             if signed_form(head) {
                 // s3s verifies the form's signature before the file.
@@ -195,7 +197,10 @@ impl Chunks {
             return Self::Meta(Vec::new());
         }
         let size = line.split(|&b| b == b';').next().unwrap_or_default();
-        match std::str::from_utf8(size).ok().and_then(|s| u64::from_str_radix(s.trim(), 16).ok()) {
+        match std::str::from_utf8(size)
+            .ok()
+            .and_then(|s| u64::from_str_radix(s.trim(), 16).ok())
+        {
             Some(0) | None => Self::Done,
             Some(n) => Self::Data(n),
         }
@@ -382,7 +387,11 @@ mod tests {
         assert!(signed_form(
             b"--b\r\nContent-Disposition: form-data; name=\"X-Amz-Signature\"\r\n\r\nab"
         ));
-        assert!(signed_form(b"--b\r\ncontent-disposition: form-data; name=\"signature\"\r\n"));
-        assert!(!signed_form(b"--b\r\ncontent-disposition: form-data; name=\"key\"\r\n\r\nsignature"));
+        assert!(signed_form(
+            b"--b\r\ncontent-disposition: form-data; name=\"signature\"\r\n"
+        ));
+        assert!(!signed_form(
+            b"--b\r\ncontent-disposition: form-data; name=\"key\"\r\n\r\nsignature"
+        ));
     }
 }

@@ -123,8 +123,6 @@ impl ConnState {
         }
     }
 
-
-
     fn now_ms(&self) -> u64 {
         u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
     }

@@ -14,10 +14,10 @@ use tokio::task::JoinHandle;
 use crate::Error;
 use crate::config::{Config, HttpConfig};
 use crate::conn::{ConnHandle, ConnState, Guarded, tune};
-use crate::shares::Shares;
 use crate::metrics::Metrics;
 use crate::rdma::{Rdma, RdmaS3, VerbsProvider};
 use crate::s3::service::{Front, s3_service};
+use crate::shares::Shares;
 
 /// The server, as a library.
 #[derive(Debug)]
@@ -213,7 +213,8 @@ struct Open(Arc<Metrics>);
 
 impl Open {
     fn new(m: &Arc<Metrics>) -> Self {
-        m.http_connections.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        m.http_connections
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Self(m.clone())
     }
 }

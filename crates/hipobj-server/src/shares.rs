@@ -164,7 +164,10 @@ mod tests {
         assert_ne!(Source::of(a), Source::of(c));
         let m: IpAddr = "::ffff:10.0.0.1".parse().expect("an address");
         assert_eq!(Source::of(m), Source::of(IpAddr::from([10, 0, 0, 1])));
-        assert_ne!(Source::of(IpAddr::from([10, 0, 0, 1])), Source::of(IpAddr::from([10, 0, 0, 2])));
+        assert_ne!(
+            Source::of(IpAddr::from([10, 0, 0, 1])),
+            Source::of(IpAddr::from([10, 0, 0, 2]))
+        );
     }
 
     #[test]

@@ -37,6 +37,10 @@ async fn start(rdma: Option<&str>, edit: impl FnOnce(&mut Config)) -> (Handle, t
         access_key: OTHER.0.into(),
         secret_key: OTHER.1.into(),
     });
+    c.access.share.push(hipobj_server::config::Share {
+        bucket: "bkt".into(),
+        keys: vec![OTHER.0.into()],
+    });
     let provider = rdma.map(|name| {
         c.rdma.enabled = true;
         c.rdma.device = Some(name.into());
@@ -208,7 +212,11 @@ async fn an_unsigned_body_is_not_read_past_a_small_bound() {
     );
     assert!(c.head_object().bucket("bkt").key("big").send().await.is_err());
     let m = metrics(&h).await;
-    assert_eq!(metric(&m, "hipobj_http_unauthenticated_bodies_cut_total"), 1, "{m}");
+    assert_eq!(
+        metric(&m, "hipobj_http_unauthenticated_bodies_cut_total"),
+        1,
+        "{m}"
+    );
     h.shutdown().await;
 }
 
@@ -358,10 +366,7 @@ async fn the_binding_exchange_refuses_tokens_naming_addresses_no_caller_owns() {
             ..token(gid, port)
         };
         let o = support::rdma::get(&c, "bkt", "obj", t.encode().as_str(), None).await;
-        assert!(
-            o.status == 400 || o.status == 403,
-            "{gid} port {port}: {o:?}"
-        );
+        assert!(o.status == 400 || o.status == 403, "{gid} port {port}: {o:?}");
     }
     assert_eq!(h.rdma().unwrap().target().stats().bindings, 0);
     h.shutdown().await;
@@ -415,7 +420,15 @@ async fn an_aws_chunked_stream_without_its_final_chunk_is_not_stored() {
 async fn bucket_names_aws_reserves_are_refused() {
     let (h, _dir) = start(None, |_| {}).await;
     let c = support::client(&h);
-    for name in ["sthree-x", "abc-s3alias", "abc--ol-s3", "a.-b", "a-.b", "xn--abc", "abc--x-s3"] {
+    for name in [
+        "sthree-x",
+        "abc-s3alias",
+        "abc--ol-s3",
+        "a.-b",
+        "a-.b",
+        "xn--abc",
+        "abc--x-s3",
+    ] {
         let e = c.create_bucket().bucket(name).send().await;
         assert!(e.is_err(), "{name} was created");
     }
@@ -454,4 +467,3 @@ async fn a_get_prepare_answer_names_no_server_memory() {
     }
     h.shutdown().await;
 }
-

@@ -149,11 +149,7 @@ async fn honest(i: u8, to: SocketAddr, until: Instant) -> Honest {
         let t = Instant::now();
         let r = if n % 4 == 0 {
             // A PREPARE and its CANCEL, with the honest key.
-            let p = control(
-                rc_v2::PREPARE_PATH,
-                &prepare(Op::Get, "obj", 4096, n),
-                HONEST_KEY,
-            );
+            let p = control(rc_v2::PREPARE_PATH, &prepare(Op::Get, "obj", 4096, n), HONEST_KEY);
             match one(&mut conn, from, to, &p).await {
                 Ok(r) if r.status == 200 => {
                     let id = r
@@ -167,7 +163,9 @@ async fn honest(i: u8, to: SocketAddr, until: Instant) -> Honest {
                                 HONEST_KEY,
                             );
                             one(&mut conn, from, to, &c).await.and_then(|r| {
-                                (r.status == 204).then_some(()).ok_or(format!("CANCEL: {}", r.status))
+                                (r.status == 204)
+                                    .then_some(())
+                                    .ok_or(format!("CANCEL: {}", r.status))
                             })
                         }
                         None => Err("PREPARE answer without a session".into()),
@@ -181,7 +179,14 @@ async fn honest(i: u8, to: SocketAddr, until: Instant) -> Honest {
                 Err(e) => Err(format!("PREPARE: {e}")),
             }
         } else {
-            let s = sigv4::sign("GET", "/bkt/obj", "127.0.0.1", "UNSIGNED-PAYLOAD", &[], HONEST_KEY);
+            let s = sigv4::sign(
+                "GET",
+                "/bkt/obj",
+                "127.0.0.1",
+                "UNSIGNED-PAYLOAD",
+                &[],
+                HONEST_KEY,
+            );
             let req = s.head("GET", "/bkt/obj", &[]);
             match one(&mut conn, from, to, req.as_bytes()).await {
                 Ok(r) if r.status == 200 && r.body.len() == 4096 => Ok(()),
@@ -221,7 +226,13 @@ async fn hold_idle(a: Arc<Attack>, to: SocketAddr) {
             if let Some(c) = s {
                 let mut b = [0u8; 1];
                 if let Ok(0) | Err(_) = c.try_read(&mut b).map_or_else(
-                    |e| if e.kind() == std::io::ErrorKind::WouldBlock { Ok(1) } else { Err(e) },
+                    |e| {
+                        if e.kind() == std::io::ErrorKind::WouldBlock {
+                            Ok(1)
+                        } else {
+                            Err(e)
+                        }
+                    },
                     Ok,
                 ) {
                     a.idle_closed_by_server.fetch_add(1, Ordering::Relaxed);
@@ -229,7 +240,8 @@ async fn hold_idle(a: Arc<Attack>, to: SocketAddr) {
                 }
             }
             if s.is_none()
-                && let Ok(Ok(c)) = tokio::time::timeout(Duration::from_millis(50), connect_from(ATTACKER, to)).await
+                && let Ok(Ok(c)) =
+                    tokio::time::timeout(Duration::from_millis(50), connect_from(ATTACKER, to)).await
             {
                 a.idle_opened.fetch_add(1, Ordering::Relaxed);
                 *s = Some(c);
@@ -252,7 +264,8 @@ async fn stall_bodies(a: Arc<Attack>, to: SocketAddr) {
             &[("content-length", "1000000".into())],
             ATTACK_KEY,
         );
-        if let Ok(Ok(mut c)) = tokio::time::timeout(Duration::from_millis(200), connect_from(ATTACKER, to)).await
+        if let Ok(Ok(mut c)) =
+            tokio::time::timeout(Duration::from_millis(200), connect_from(ATTACKER, to)).await
             && c.write_all(s.head("PUT", &path, &[]).as_bytes()).await.is_ok()
             && c.write_all(&[0u8; 10]).await.is_ok()
         {
@@ -324,7 +337,11 @@ async fn round(h: &Handle, attacked: bool) -> Run {
         let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
     }
     all.sort();
-    let q = |f: f64| all.get(((all.len() as f64 * f) as usize).min(all.len().saturating_sub(1))).copied().unwrap_or(CLIENT_TIMEOUT);
+    let q = |f: f64| {
+        all.get(((all.len() as f64 * f) as usize).min(all.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(CLIENT_TIMEOUT)
+    };
     let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
     Run {
         requests: all.len(),

@@ -88,7 +88,9 @@ pub(crate) fn unowned_gid(gid: Gid) -> Option<String> {
 /// (the NIC it shares with us has no more).
 pub(crate) fn bad_port(caller: &Caller, port: u8, nic_ports: u8) -> Option<String> {
     if port == 0 || port > MAX_PORT {
-        return Some(format!("the token's port {port} is not a port number (1 to {MAX_PORT})"));
+        return Some(format!(
+            "the token's port {port} is not a port number (1 to {MAX_PORT})"
+        ));
     }
     let here = caller.address.is_some_and(|a| a.to_canonical().is_loopback());
     (here && port > nic_ports.max(1)).then(|| {
@@ -232,6 +234,10 @@ mod tests {
         let remote = caller("10.0.0.8");
         assert!(bad_port(&remote, 0, 1).is_some());
         assert!(bad_port(&remote, 255, 1).is_some());
-        assert_eq!(bad_port(&remote, 2, 1), None, "another host's NIC may have more ports");
+        assert_eq!(
+            bad_port(&remote, 2, 1),
+            None,
+            "another host's NIC may have more ports"
+        );
     }
 }

@@ -501,7 +501,12 @@ impl Target {
     /// unicast address a client can own and a port the protocol allows
     /// (always), the caller's own address (unless `check_peer_address` is
     /// off, behind NAT). The binding exchange and PREPARE both ask this.
-    pub(crate) fn check_client_address(&self, caller: &Caller, gid: Gid, port: u8) -> Result<(), AddressProblem> {
+    pub(crate) fn check_client_address(
+        &self,
+        caller: &Caller,
+        gid: Gid,
+        port: u8,
+    ) -> Result<(), AddressProblem> {
         if let Some(why) = caller::unowned_gid(gid) {
             return Err(AddressProblem::Invalid(why));
         }

@@ -271,7 +271,9 @@ impl V2Sessions {
         match self.target.check_client_address(caller, gid, token.port) {
             Ok(()) => {}
             Err(crate::AddressProblem::Invalid(why)) => return Err(bad(why)),
-            Err(crate::AddressProblem::NotTheCallers(why)) => return Err(V2Failure::new(Status::Forbidden, why)),
+            Err(crate::AddressProblem::NotTheCallers(why)) => {
+                return Err(V2Failure::new(Status::Forbidden, why));
+            }
         }
         let size = req.size.get();
         let staging_len = match req.op {
@@ -315,10 +317,7 @@ impl V2Sessions {
         let res = self.resources(req.op, staging_len).map_err(internal)?;
         // Only a PUT's client needs our buffer's address and key (its one
         // WRITE names them); a GET's answer names no server memory.
-        let (addr, rkey) = res
-            .staging
-            .as_ref()
-            .map_or((0, 0), |b| (b.addr(), b.mr().rkey()));
+        let (addr, rkey) = res.staging.as_ref().map_or((0, 0), |b| (b.addr(), b.mr().rkey()));
         let response = PrepareResponse {
             token: Token {
                 transport: Transport::Rc,
@@ -554,8 +553,9 @@ impl V2Sessions {
                 s.charge
                     .memory(slots * chunk)
                     .map_err(|why| V2Failure::new(Status::Busy, why))?;
-                let buffer = RegisteredBuffer::new(s.res.pd.as_ref(), slots * chunk, AccessFlags::LOCAL_WRITE)
-                    .map_err(local)?;
+                let buffer =
+                    RegisteredBuffer::new(s.res.pd.as_ref(), slots * chunk, AccessFlags::LOCAL_WRITE)
+                        .map_err(local)?;
                 s.res.staging = Some(buffer);
                 self.connect(&s).map_err(local)?;
                 let res = &mut s.res;

@@ -58,10 +58,15 @@ impl Front {
         }
         if self.endpoints && req.method() == http::Method::GET {
             let text = match req.uri().path() {
-                "/.hipobj/metrics" => Some(self.metrics.render_with(
-                    self.rdma.as_ref().map(|r| r.target().stats().bindings),
-                    self.v2.sessions.as_ref().map(|s| (s.open_sessions(), s.staging_bytes())),
-                )),
+                "/.hipobj/metrics" => Some(
+                    self.metrics.render_with(
+                        self.rdma.as_ref().map(|r| r.target().stats().bindings),
+                        self.v2
+                            .sessions
+                            .as_ref()
+                            .map(|s| (s.open_sessions(), s.staging_bytes())),
+                    ),
+                ),
                 "/.hipobj/health" => Some("ok\n".to_owned()),
                 _ => None,
             };

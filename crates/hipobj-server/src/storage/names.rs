@@ -46,7 +46,11 @@ pub fn check_bucket(name: &str) -> Result<(), S3Error> {
         return bad("must not have '.' next to '-'");
     }
     let groups: Vec<&str> = name.split('.').collect();
-    if groups.len() == 4 && groups.iter().all(|g| !g.is_empty() && g.bytes().all(|b| b.is_ascii_digit())) {
+    if groups.len() == 4
+        && groups
+            .iter()
+            .all(|g| !g.is_empty() && g.bytes().all(|b| b.is_ascii_digit()))
+    {
         return bad("must not be formatted as an IP address");
     }
     if let Some(p) = RESERVED_PREFIXES.iter().find(|p| name.starts_with(*p)) {

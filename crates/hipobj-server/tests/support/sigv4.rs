@@ -69,7 +69,11 @@ pub fn sign(
         ("x-amz-content-sha256".into(), payload.into()),
         ("x-amz-date".into(), amz_date.clone()),
     ];
-    h.extend(extra.iter().map(|(n, v)| (n.to_ascii_lowercase(), v.trim().to_owned())));
+    h.extend(
+        extra
+            .iter()
+            .map(|(n, v)| (n.to_ascii_lowercase(), v.trim().to_owned())),
+    );
     h.sort();
     let names: Vec<&str> = h.iter().map(|(n, _)| n.as_str()).collect();
     let signed_names = names.join(";");
