@@ -14,6 +14,7 @@
 //! [`Server::start`] runs it in-process and returns a [`Handle`]; the
 //! `hipobj-server` binary is a thin command line over the same call.
 
+pub mod body;
 pub mod config;
 pub mod conn;
 pub mod logging;
@@ -21,6 +22,7 @@ pub mod metrics;
 pub mod rdma;
 pub mod s3;
 mod server;
+pub mod shares;
 pub mod storage;
 pub mod tls;
 

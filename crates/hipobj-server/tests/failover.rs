@@ -154,7 +154,8 @@ fn failover_over_moto() {
 #[test]
 #[ignore = "needs SeaweedFS: HIPOBJ_SEAWEEDFS_ENDPOINT and HIPOBJ_SEAWEEDFS_KEYS=KEY:SECRET (scripts/seaweedfs.sh runs it)"]
 fn failover_over_seaweedfs() {
-    let endpoint = std::env::var("HIPOBJ_SEAWEEDFS_ENDPOINT").expect("HIPOBJ_SEAWEEDFS_ENDPOINT names SeaweedFS's S3 API");
+    let endpoint = std::env::var("HIPOBJ_SEAWEEDFS_ENDPOINT")
+        .expect("HIPOBJ_SEAWEEDFS_ENDPOINT names SeaweedFS's S3 API");
     let keys = std::env::var("HIPOBJ_SEAWEEDFS_KEYS").expect("HIPOBJ_SEAWEEDFS_KEYS is KEY:SECRET");
     let (ak, sk) = keys.split_once(':').expect("HIPOBJ_SEAWEEDFS_KEYS is KEY:SECRET");
     let dir = tempfile::tempdir().unwrap();

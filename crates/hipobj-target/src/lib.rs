@@ -19,6 +19,7 @@ mod bindings;
 mod caller;
 pub mod double;
 mod pipeline;
+mod quota;
 pub mod rc_v2;
 pub mod sigv4;
 
@@ -260,6 +261,15 @@ impl<E> From<VerbsError> for MoveError<E> {
     }
 }
 
+/// Why a client address in a token was refused.
+#[derive(Debug)]
+pub(crate) enum AddressProblem {
+    /// No client can have it (400).
+    Invalid(String),
+    /// It is not the caller's (403).
+    NotTheCallers(String),
+}
+
 /// The target: a device, its bindings, and its bounce buffers.
 #[derive(Debug)]
 pub struct Target {
@@ -272,6 +282,8 @@ pub struct Target {
     selection: Selection,
     vendor: VendorProfile,
     limits: QpLimits,
+    /// The device's port count (a caller on this host has no more).
+    ports: u8,
     local: Arc<dyn LocalAddresses>,
     slots: Slots,
     config: TargetConfig,
@@ -334,6 +346,7 @@ impl Target {
             selection,
             vendor,
             limits: QpLimits::new(&attr, &port),
+            ports: attr.phys_port_cnt,
             local: Arc::new(LoopbackOnly),
             slots: Slots {
                 free: Mutex::new(config.max_concurrent.max(1)),
@@ -477,15 +490,45 @@ impl Target {
         if !(2..=0x00ff_ffff).contains(&token.qpn) {
             return invalid(format!("the token's QPN {:#x} is not a client QP's", token.qpn));
         }
-        if token.gid == [0; 16] || token.gid[0] == 0xff {
-            return invalid("the token's GID is zero or multicast".into());
+        match self.check_client_address(caller, Gid(token.gid), token.port) {
+            Ok(()) => Ok(()),
+            Err(AddressProblem::Invalid(why)) => invalid(why),
+            Err(AddressProblem::NotTheCallers(why)) => Err(TargetError::NotTheCallers(why)),
+        }
+    }
+
+    /// Whether `caller` may name a client QP at `gid`, port `port`: a
+    /// unicast address a client can own and a port the protocol allows
+    /// (always), the caller's own address (unless `check_peer_address` is
+    /// off, behind NAT). The binding exchange and PREPARE both ask this.
+    pub(crate) fn check_client_address(
+        &self,
+        caller: &Caller,
+        gid: Gid,
+        port: u8,
+    ) -> Result<(), AddressProblem> {
+        if let Some(why) = caller::unowned_gid(gid) {
+            return Err(AddressProblem::Invalid(why));
+        }
+        if let Some(why) = caller::bad_port(caller, port, self.ports) {
+            return Err(AddressProblem::Invalid(why));
         }
         if self.config.check_peer_address
-            && let Some(why) = caller::gid_mismatch(caller, Gid(token.gid), self.local.as_ref())
+            && let Some(why) = caller::gid_mismatch(caller, gid, self.local.as_ref(), &|g| self.owns_gid(g))
         {
-            return Err(TargetError::NotTheCallers(why));
+            return Err(AddressProblem::NotTheCallers(why));
         }
         Ok(())
+    }
+
+    /// Whether `gid` is in one of this device's GID tables (a caller on
+    /// loopback shares them).
+    fn owns_gid(&self, gid: Gid) -> bool {
+        (1..=self.ports.max(1)).any(|port| {
+            (0..256u32)
+                .map_while(|i| self.device.query_gid(port, i).ok())
+                .any(|g| g == gid)
+        })
     }
 
     /// Makes a binding for `key` (room is reserved): a server QP in RTS

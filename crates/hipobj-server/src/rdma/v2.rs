@@ -47,6 +47,9 @@ impl std::fmt::Debug for V2 {
     }
 }
 
+/// What a 503 (over a quota) tells the client to wait, in seconds.
+const RETRY_AFTER_SECS: &str = "1";
+
 /// A control response: status, headers, and a short text body saying why.
 fn respond(status: Status, headers: Vec<(&'static str, String)>, why: &str) -> http::Response<Body> {
     let mut resp = http::Response::new(if why.is_empty() {
@@ -69,6 +72,14 @@ fn respond(status: Status, headers: Vec<(&'static str, String)>, why: &str) -> h
         h.insert(
             rc_v2::PROTOCOL_STATUS_HEADER,
             http::HeaderValue::from_static(rc_v2::PROTOCOL_STATUS_UNSUPPORTED),
+        );
+    }
+    if status == Status::Busy {
+        // Over a session or memory quota: sessions end within the prepare
+        // and transfer timeouts, so a retry soon may find room.
+        h.insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from_static(RETRY_AFTER_SECS),
         );
     }
     for (n, v) in headers {
@@ -131,6 +142,9 @@ impl V2 {
         let (parts, _body) = req.into_parts();
         let r = self.serve(&parts).await;
         let status = r.status().as_u16();
+        if status == 503 {
+            inc(&self.metrics.rdma_v2_busy);
+        }
         if status >= 400 && status != 501 {
             inc(&self.metrics.rdma_v2_errors);
             tracing::info!(path = parts.uri.path(), status, "hipobj-rc-v2 request refused");
