@@ -456,11 +456,23 @@ impl Instance {
             .conn
             .as_mut()
             .ok_or_else(|| Error::new(ErrorKind::RdmaError, "the token connection could not be rebuilt"))?;
-        let rkey = conn.next_rkey(entry.rkey(dir));
-        if let Err(e) = conn.open_grant(&grant_of(&entry, dir, 0, size, rkey)) {
+        if dir == Direction::Get
+            && let Err(e) = conn.ready_for_get(size as u64)
+        {
             let _ = self.replace_token_conn(&mut tc);
             return Err(e);
         }
+        let granted = conn.next_rkey(entry.rkey(dir)).and_then(|rkey| {
+            conn.open_grant(&grant_of(&entry, dir, 0, size, rkey))
+                .map(|()| rkey)
+        });
+        let rkey = match granted {
+            Ok(rkey) => rkey,
+            Err(e) => {
+                let _ = self.replace_token_conn(&mut tc);
+                return Err(e);
+            }
+        };
         let token = self.mint(conn.qp_num(), &entry, 0, size, rkey).encode();
         tc.grant = Some(TokenGrant {
             entry,
@@ -595,7 +607,13 @@ impl Instance {
         loop {
             let mut lease = self.acquire_idle()?;
             let conn = lease.conn();
-            let token = mint(conn.qp_num(), conn.next_rkey(ask.entry.rkey(ask.dir)));
+            if let Err(e) = ask.ready(conn) {
+                return Ok((lease, Err(e)));
+            }
+            let token = match conn.next_rkey(ask.entry.rkey(ask.dir)) {
+                Ok(rkey) => mint(conn.qp_num(), rkey),
+                Err(e) => return Ok((lease, Err(e))),
+            };
             match conn.open_grant(&ask.grant(token.rkey)) {
                 Ok(()) => return Ok((lease, Ok(token))),
                 Err(_) if conn.found_dead() && tries > 0 => tries -= 1,
@@ -722,11 +740,12 @@ fn check_token_reply(tc: &mut TokenConn, reply: &Reply) -> Result<()> {
             // A GET proves itself by its WRITE WITH IMMEDIATE carrying the
             // token's key; a PUT by a count equal to the token's length, with
             // nothing on the CQ.
+            // The server's count first: a short object is an S3 error.
+            check_count(bytes, g.size as u64)?;
             match g.dir {
-                Direction::Get => conn.take_write_proof(g.rkey)?,
-                Direction::Put => conn.check()?,
+                Direction::Get => conn.take_landed(g.rkey, g.size as u64),
+                Direction::Put => conn.check(),
             }
-            check_count(bytes, g.size as u64)
         }
         r => Err(Error::new(
             ErrorKind::S3Error,
@@ -875,6 +894,15 @@ impl Ask<'_> {
     fn grant(&self, rkey: u32) -> Grant<'_> {
         grant_of(self.entry, self.dir, self.offset, self.size, rkey)
     }
+
+    /// Readies `conn` to prove this transfer: a GET needs a receive posted
+    /// for every WRITE it may take.
+    fn ready(&self, conn: &mut Connection) -> Result<()> {
+        match self.dir {
+            Direction::Get => conn.ready_for_get(self.size as u64),
+            Direction::Put => Ok(()),
+        }
+    }
 }
 
 /// The request/reply exchange of one transfer (docs/protocol.md §3), and the
@@ -904,7 +932,10 @@ fn run_exchange(
     mint: &dyn Fn(u32, u32) -> Token,
     control: &mut dyn Control,
 ) -> Result<Peer> {
-    let fresh = |conn: &Connection| mint(conn.qp_num(), conn.next_rkey(ask.entry.rkey(ask.dir)));
+    let fresh = |conn: &mut Connection| -> Result<Token> {
+        let rkey = conn.next_rkey(ask.entry.rkey(ask.dir))?;
+        Ok(mint(conn.qp_num(), rkey))
+    };
     let mut reply = exchange(control, token.encode().as_str())?;
     let mut swapped = false;
     let mut bound_once = false;
@@ -924,7 +955,8 @@ fn run_exchange(
             // WITH IMMEDIATE its server sent then) must not pass for this
             // GET's proof. Such a connection is destroyed with the lease.
             lease.conn().check()?;
-            token = fresh(lease.conn());
+            ask.ready(lease.conn())?;
+            token = fresh(lease.conn())?;
             lease.conn().open_grant(&ask.grant(token.rkey))?;
         } else if bound_once {
             return Err(Error::new(
@@ -937,7 +969,7 @@ fn run_exchange(
             // reconnect had to replace the window (a QP the server's failed
             // RDMA left in ERR): the old key's window is gone.
             if !lease.conn().window_takes(token.rkey) {
-                token = fresh(lease.conn());
+                token = fresh(lease.conn())?;
             }
             lease.conn().open_grant(&ask.grant(token.rkey))?;
             bound_once = true;
@@ -957,7 +989,7 @@ fn run_exchange(
     let (bound, bytes) = proven_reply(conn, &reply)?;
     check_count(bytes, token.len)?;
     match ask.dir {
-        Direction::Get => conn.take_write_proof(token.rkey)?,
+        Direction::Get => conn.take_landed(token.rkey, token.len)?,
         Direction::Put => conn.check()?,
     }
     Ok(bound)
