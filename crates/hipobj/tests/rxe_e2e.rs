@@ -162,7 +162,7 @@ fn rxe_a_get_whose_server_skips_a_chunk_fails() {
 
     // Hostile: the second chunk never written, the whole range claimed.
     support::fill(buf, &vec![0x11; LEN]);
-    let skipper = Server::from(ObjectServer::hostile(open(), Cheat::SkipChunk(1)));
+    let skipper = Server::wrap(ObjectServer::hostile(open(), Cheat::SkipChunk(1)));
     skipper.objects.lock().unwrap().insert("k".into(), pattern.clone());
     let mut req = skipper.request(support::server::Op::Get("k".into()));
     let e = inst

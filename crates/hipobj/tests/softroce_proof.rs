@@ -359,7 +359,7 @@ fn hostile(name: &str, cheat: Cheat) -> Server {
 /// [`hostile`] with WRITEs of `chunk` bytes.
 fn hostile_chunked(name: &str, cheat: Cheat, chunk: usize) -> Server {
     let verbs = soft(name);
-    Server::from(ObjectServer::hostile(
+    Server::wrap(ObjectServer::hostile(
         Target::open(
             verbs.as_ref() as &dyn Verbs,
             &NoTopology,

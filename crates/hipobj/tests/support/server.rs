@@ -38,7 +38,7 @@ impl Server {
         }
     }
 
-    pub fn from(inner: ObjectServer) -> Self {
+    pub fn wrap(inner: ObjectServer) -> Self {
         Self { inner }
     }
 
