@@ -164,7 +164,8 @@ fn benches(c: &mut Criterion) {
             let key = std::hint::black_box(0x1234_5678);
             let mut t = hipobj_proto::landed::Tally::new(key, len);
             for i in 0..1024u64 {
-                t.add(hipobj_proto::landed::imm(key, len, i * g), g as u32).unwrap();
+                t.add(hipobj_proto::landed::imm(key, len, i * g), g as u32)
+                    .unwrap();
             }
             t.finish().unwrap()
         })

@@ -11,7 +11,8 @@
 //! state (it flushes the receives), which a non-blocking poll notices.
 //!
 //! What a server may touch is fenced per transfer ([`Grant`]): on a device
-//! with type-2 memory windows, the connection's window is bound over exactly
+//! with type-2 memory windows, a window taken from the device's pool
+//! (`crate::windows`) is bound over exactly
 //! the transfer's range with only its right, under the key the token
 //! carries, and invalidated before the call returns; without windows, the
 //! QP's remote access flags are opened to the transfer's right by an
@@ -90,7 +91,7 @@ const MAX_RECVS: u32 = hipobj_proto::landed::MAX_WRITES;
 /// Completions polled at once while counting a GET's WRITEs.
 const POLL_BATCH: usize = 32;
 
-/// The `wr_id` of the sentinel receive.
+/// The `wr_id` of every receive the connection posts.
 const SENTINEL: u64 = 0x6869_706f_626a_0001;
 /// The `wr_id` of window binds.
 const BIND: u64 = 0x6869_706f_626a_0002;
@@ -156,11 +157,11 @@ impl Connection {
             posted: 0,
             depth: 1,
         };
-        conn.to_init()?;
+        conn.enter_init()?;
         Ok(conn)
     }
 
-    fn to_init(&mut self) -> Result<()> {
+    fn enter_init(&mut self) -> Result<()> {
         // With windows the window's rights are what a peer gets (and the QP's
         // flags must allow them); without, the QP grants nothing until a
         // transfer opens the one right it needs.
@@ -296,7 +297,7 @@ impl Connection {
                 .map_err(|e| rdma("resetting a queue pair", &e))?;
             self.posted = 0;
             self.drain();
-            self.to_init()?;
+            self.enter_init()?;
         }
         let d = &self.device;
         let path = RcPath {
@@ -318,7 +319,7 @@ impl Connection {
 
     /// Readies a connection taken from the pool for a transfer. A QP that
     /// failed while idle (a late or stray access by the server moved it to
-    /// ERR, which flushed the sentinel) goes back to INIT and forgets its
+    /// ERR, which flushed the receives) goes back to INIT and forgets its
     /// server, so the transfer binds afresh in its first round.
     pub fn refresh(&mut self) -> Result<()> {
         let mut wc = [WorkCompletion::EMPTY; 1];
@@ -349,7 +350,7 @@ impl Connection {
             .and_then(|()| {
                 self.posted = 0;
                 self.drain();
-                self.to_init()
+                self.enter_init()
             });
         if r.is_err() {
             self.broken = true;
@@ -598,7 +599,7 @@ impl Connection {
     }
 
     /// Waits for the successful completion of the send work request
-    /// `wr_id`. Any other completion (its own failure, or the sentinel's
+    /// `wr_id`. Any other completion (its own failure, or a receive's
     /// flush) means the QP failed; the error says which status came first.
     fn wait_op(
         &self,
@@ -767,7 +768,7 @@ impl Connection {
 
     /// Checks, without waiting, that the QP has not gone to the error state.
     /// Any completion at all means it has, or that a peer sent something
-    /// nobody asked for: outside a GET's proof, the sentinel receive
+    /// nobody asked for: outside a GET's proof, a receive
     /// completes only when flushed (or when a peer SENDs to us, or WRITEs
     /// with an immediate outside a transfer).
     pub fn check(&mut self) -> Result<()> {

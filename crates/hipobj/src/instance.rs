@@ -429,11 +429,13 @@ impl Instance {
     /// `hipObjGetRdmaToken`: a token for the first `size` bytes of a
     /// registered buffer, naming the token connection, that lets the server
     /// do what a transfer in direction `dir` needs and nothing else: with
-    /// memory windows, the connection's window over exactly those bytes with
-    /// only that right, until [`Instance::release_token`], a failed reply,
-    /// the buffer's deregistration, or the next token (one window per token
-    /// connection: a new token revokes the previous one, and a reply is
-    /// checked against the latest token only).
+    /// memory windows, a window over exactly those bytes with only that
+    /// right, bound on the token connection, until
+    /// [`Instance::release_token`], a failed reply, the buffer's
+    /// deregistration, or the next token (one grant per token connection: a
+    /// new token revokes the previous one, and a reply is checked against
+    /// the latest token only). A GET token's connection has a receive
+    /// posted for each WRITE the GET may take (docs/protocol.md §2).
     pub fn rdma_token(&self, addr: usize, size: usize, dir: Direction) -> Result<hipobj_proto::HexToken> {
         let entry = self.find_usable(addr)?;
         if size == 0 {
@@ -540,8 +542,8 @@ impl Instance {
     /// its full form, checked as a transfer's is (docs/protocol.md §3)
     /// against the latest token (the only one that grants anything): it
     /// names the server QP the token connection is bound to, its byte count
-    /// is that token's length, and for a GET token a WRITE WITH IMMEDIATE
-    /// carrying the token's key completed on the connection (for a PUT
+    /// is that token's length, and for a GET token WRITEs WITH IMMEDIATE
+    /// that tile the token's range completed on the connection (for a PUT
     /// token, nothing did). Any other reply, or a failed check, is an error:
     /// the grant ends and the token connection is replaced, so the server's
     /// binding to it can never write the buffer later.
@@ -920,8 +922,9 @@ impl Ask<'_> {
 /// - A 409 for an unbound connection, or one bound to that server, binds it
 ///   and grants: at most once per transfer.
 /// - A success must be the full form, from the bound server QP, with the
-///   token's length as its count; a GET's WRITE WITH IMMEDIATE with the
-///   token's key must have completed on the connection.
+///   token's length as its count; a GET's WRITEs WITH IMMEDIATE must have
+///   landed exactly the token's range on the connection (docs/protocol.md
+///   §2).
 ///
 /// The caller ends the grant, whatever this returns. Returns the server end
 /// that completed it.

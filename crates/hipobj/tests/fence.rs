@@ -321,7 +321,8 @@ fn keys_of_gets(p: &FakePlatform, n: usize) -> Vec<u32> {
     inst.register_host(buf).unwrap();
     let mut keys = Vec::with_capacity(n);
     let mut first = Script::serving(p, &[&bind_reply(), &done(512)]);
-    inst.transfer(Direction::Get, buf.addr(), 512, 0, &mut first).unwrap();
+    inst.transfer(Direction::Get, buf.addr(), 512, 0, &mut first)
+        .unwrap();
     keys.push(Token::decode(first.tokens[0].as_bytes()).unwrap().rkey);
     let qpn = Token::decode(first.tokens[0].as_bytes()).unwrap().qpn;
     for i in 1..n {
@@ -358,6 +359,10 @@ fn window_keys_do_not_come_back_within_4096_transfers_on_one_connection() {
     let windows: std::collections::HashSet<u32> = keys.iter().map(|k| k >> 8).collect();
     let bytes: std::collections::HashSet<u8> = keys.iter().map(|k| *k as u8).collect();
     assert!(distinct.len() >= 4990, "{} distinct keys in 5000", distinct.len());
-    assert!(windows.len() >= 400, "only {} windows of the pool were drawn", windows.len());
+    assert!(
+        windows.len() >= 400,
+        "only {} windows of the pool were drawn",
+        windows.len()
+    );
     assert!(bytes.len() >= 250, "only {} key bytes were drawn", bytes.len());
 }

@@ -133,7 +133,7 @@ fn rxe_a_get_whose_server_skips_a_chunk_fails() {
         gpu_device: -1,
         nic_hint: Some(dev.clone()),
     };
-    lib.init(&cfg, || Ok(platform), || Options::default()).unwrap();
+    lib.init(&cfg, || Ok(platform), Options::default).unwrap();
     let inst = lib.instance().unwrap();
     let open = || {
         Target::open(
@@ -163,7 +163,11 @@ fn rxe_a_get_whose_server_skips_a_chunk_fails() {
     // Hostile: the second chunk never written, the whole range claimed.
     support::fill(buf, &vec![0x11; LEN]);
     let skipper = Server::wrap(ObjectServer::hostile(open(), Cheat::SkipChunk(1)));
-    skipper.objects.lock().unwrap().insert("k".into(), pattern.clone());
+    skipper
+        .objects
+        .lock()
+        .unwrap()
+        .insert("k".into(), pattern.clone());
     let mut req = skipper.request(support::server::Op::Get("k".into()));
     let e = inst
         .transfer(Direction::Get, buf.addr(), LEN, 0, &mut req)
