@@ -362,11 +362,13 @@ HIPOBJ_API hipObjError_t hipObjBufDeregister(void *devPtr);
  * No GPU work may read or write the range while this runs. On
  * hipObjSuccess the data is in the buffer: the server's reply named the
  * server queue pair bound to the connection and counted exactly @p size
- * bytes, and the server's RDMA WRITE WITH IMMEDIATE carrying the token's key
- * reached the connection (docs/protocol.md). A reply counting fewer bytes
+ * bytes, and the server's RDMA WRITEs WITH IMMEDIATE reached the connection
+ * and, by the byte counts the NIC reported, landed exactly @p size bytes
+ * (docs/protocol.md section 2). A reply counting fewer bytes
  * (the object or range is shorter than @p size) returns hipObjS3Error; a
  * success without that proof (a bare "200", "ok", "204" or "206", another
- * queue pair, a count above @p size, no WRITE WITH IMMEDIATE) returns
+ * queue pair, a count above @p size, WRITEs that land fewer bytes or leave
+ * a gap, an access the NIC refused during the call) returns
  * hipObjRdmaError. Either way the connection is destroyed, so nothing the
  * server sends later lands in the buffer.
  *
@@ -469,7 +471,8 @@ HIPOBJ_API hipObjError_t hipObjBufSync(void *devPtr, size_t size, off_t offset, 
  * a failed reply, the buffer's deregistration or the next
  * hipObjGetRdmaToken() (which revokes this token). The reply handler,
  * hipObjHandleRdmaReply, checks a success against the latest token (a GET's
- * WRITE WITH IMMEDIATE carries the token's key; the count must be @p size).
+ * WRITEs WITH IMMEDIATE must land exactly @p size bytes; the count must be
+ * @p size).
  *
  * Returns hipObjBusy while a timed-out staging copy of the buffer still runs
  * (see hipObjBufSync()).

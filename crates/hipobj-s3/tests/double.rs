@@ -40,7 +40,7 @@ fn success(req: &Req, status: u16, verbs: &FakeVerbs) -> String {
         .mr_access(t.rkey)
         .is_some_and(|a| a.contains(hipobj_platform::AccessFlags::REMOTE_WRITE));
     if get {
-        assert!(verbs.deliver_write_with_imm(t.qpn, t.rkey, 0));
+        assert!(verbs.deliver_write_with_imm(t.qpn, t.rkey, t.len as u32));
     }
     Reply::Done {
         status,

@@ -429,11 +429,13 @@ impl Instance {
     /// `hipObjGetRdmaToken`: a token for the first `size` bytes of a
     /// registered buffer, naming the token connection, that lets the server
     /// do what a transfer in direction `dir` needs and nothing else: with
-    /// memory windows, the connection's window over exactly those bytes with
-    /// only that right, until [`Instance::release_token`], a failed reply,
-    /// the buffer's deregistration, or the next token (one window per token
-    /// connection: a new token revokes the previous one, and a reply is
-    /// checked against the latest token only).
+    /// memory windows, a window over exactly those bytes with only that
+    /// right, bound on the token connection, until
+    /// [`Instance::release_token`], a failed reply, the buffer's
+    /// deregistration, or the next token (one grant per token connection: a
+    /// new token revokes the previous one, and a reply is checked against
+    /// the latest token only). A GET token's connection has a receive
+    /// posted for each WRITE the GET may take (docs/protocol.md §2).
     pub fn rdma_token(&self, addr: usize, size: usize, dir: Direction) -> Result<hipobj_proto::HexToken> {
         let entry = self.find_usable(addr)?;
         if size == 0 {
@@ -456,11 +458,23 @@ impl Instance {
             .conn
             .as_mut()
             .ok_or_else(|| Error::new(ErrorKind::RdmaError, "the token connection could not be rebuilt"))?;
-        let rkey = conn.next_rkey(entry.rkey(dir));
-        if let Err(e) = conn.open_grant(&grant_of(&entry, dir, 0, size, rkey)) {
+        if dir == Direction::Get
+            && let Err(e) = conn.ready_for_get(size as u64)
+        {
             let _ = self.replace_token_conn(&mut tc);
             return Err(e);
         }
+        let granted = conn.next_rkey(entry.rkey(dir)).and_then(|rkey| {
+            conn.open_grant(&grant_of(&entry, dir, 0, size, rkey))
+                .map(|()| rkey)
+        });
+        let rkey = match granted {
+            Ok(rkey) => rkey,
+            Err(e) => {
+                let _ = self.replace_token_conn(&mut tc);
+                return Err(e);
+            }
+        };
         let token = self.mint(conn.qp_num(), &entry, 0, size, rkey).encode();
         tc.grant = Some(TokenGrant {
             entry,
@@ -528,8 +542,8 @@ impl Instance {
     /// its full form, checked as a transfer's is (docs/protocol.md §3)
     /// against the latest token (the only one that grants anything): it
     /// names the server QP the token connection is bound to, its byte count
-    /// is that token's length, and for a GET token a WRITE WITH IMMEDIATE
-    /// carrying the token's key completed on the connection (for a PUT
+    /// is that token's length, and for a GET token WRITEs WITH IMMEDIATE
+    /// that tile the token's range completed on the connection (for a PUT
     /// token, nothing did). Any other reply, or a failed check, is an error:
     /// the grant ends and the token connection is replaced, so the server's
     /// binding to it can never write the buffer later.
@@ -595,7 +609,13 @@ impl Instance {
         loop {
             let mut lease = self.acquire_idle()?;
             let conn = lease.conn();
-            let token = mint(conn.qp_num(), conn.next_rkey(ask.entry.rkey(ask.dir)));
+            if let Err(e) = ask.ready(conn) {
+                return Ok((lease, Err(e)));
+            }
+            let token = match conn.next_rkey(ask.entry.rkey(ask.dir)) {
+                Ok(rkey) => mint(conn.qp_num(), rkey),
+                Err(e) => return Ok((lease, Err(e))),
+            };
             match conn.open_grant(&ask.grant(token.rkey)) {
                 Ok(()) => return Ok((lease, Ok(token))),
                 Err(_) if conn.found_dead() && tries > 0 => tries -= 1,
@@ -722,11 +742,12 @@ fn check_token_reply(tc: &mut TokenConn, reply: &Reply) -> Result<()> {
             // A GET proves itself by its WRITE WITH IMMEDIATE carrying the
             // token's key; a PUT by a count equal to the token's length, with
             // nothing on the CQ.
+            // The server's count first: a short object is an S3 error.
+            check_count(bytes, g.size as u64)?;
             match g.dir {
-                Direction::Get => conn.take_write_proof(g.rkey)?,
-                Direction::Put => conn.check()?,
+                Direction::Get => conn.take_landed(g.rkey, g.size as u64),
+                Direction::Put => conn.check(),
             }
-            check_count(bytes, g.size as u64)
         }
         r => Err(Error::new(
             ErrorKind::S3Error,
@@ -875,6 +896,15 @@ impl Ask<'_> {
     fn grant(&self, rkey: u32) -> Grant<'_> {
         grant_of(self.entry, self.dir, self.offset, self.size, rkey)
     }
+
+    /// Readies `conn` to prove this transfer: a GET needs a receive posted
+    /// for every WRITE it may take.
+    fn ready(&self, conn: &mut Connection) -> Result<()> {
+        match self.dir {
+            Direction::Get => conn.ready_for_get(self.size as u64),
+            Direction::Put => Ok(()),
+        }
+    }
 }
 
 /// The request/reply exchange of one transfer (docs/protocol.md §3), and the
@@ -892,8 +922,9 @@ impl Ask<'_> {
 /// - A 409 for an unbound connection, or one bound to that server, binds it
 ///   and grants: at most once per transfer.
 /// - A success must be the full form, from the bound server QP, with the
-///   token's length as its count; a GET's WRITE WITH IMMEDIATE with the
-///   token's key must have completed on the connection.
+///   token's length as its count; a GET's WRITEs WITH IMMEDIATE must have
+///   landed exactly the token's range on the connection (docs/protocol.md
+///   §2).
 ///
 /// The caller ends the grant, whatever this returns. Returns the server end
 /// that completed it.
@@ -904,7 +935,10 @@ fn run_exchange(
     mint: &dyn Fn(u32, u32) -> Token,
     control: &mut dyn Control,
 ) -> Result<Peer> {
-    let fresh = |conn: &Connection| mint(conn.qp_num(), conn.next_rkey(ask.entry.rkey(ask.dir)));
+    let fresh = |conn: &mut Connection| -> Result<Token> {
+        let rkey = conn.next_rkey(ask.entry.rkey(ask.dir))?;
+        Ok(mint(conn.qp_num(), rkey))
+    };
     let mut reply = exchange(control, token.encode().as_str())?;
     let mut swapped = false;
     let mut bound_once = false;
@@ -924,7 +958,8 @@ fn run_exchange(
             // WITH IMMEDIATE its server sent then) must not pass for this
             // GET's proof. Such a connection is destroyed with the lease.
             lease.conn().check()?;
-            token = fresh(lease.conn());
+            ask.ready(lease.conn())?;
+            token = fresh(lease.conn())?;
             lease.conn().open_grant(&ask.grant(token.rkey))?;
         } else if bound_once {
             return Err(Error::new(
@@ -937,7 +972,7 @@ fn run_exchange(
             // reconnect had to replace the window (a QP the server's failed
             // RDMA left in ERR): the old key's window is gone.
             if !lease.conn().window_takes(token.rkey) {
-                token = fresh(lease.conn());
+                token = fresh(lease.conn())?;
             }
             lease.conn().open_grant(&ask.grant(token.rkey))?;
             bound_once = true;
@@ -957,7 +992,7 @@ fn run_exchange(
     let (bound, bytes) = proven_reply(conn, &reply)?;
     check_count(bytes, token.len)?;
     match ask.dir {
-        Direction::Get => conn.take_write_proof(token.rkey)?,
+        Direction::Get => conn.take_landed(token.rkey, token.len)?,
         Direction::Put => conn.check()?,
     }
     Ok(bound)

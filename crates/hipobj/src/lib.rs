@@ -31,6 +31,7 @@ mod nic;
 mod options;
 mod pool;
 mod rcv2;
+mod windows;
 
 // The public API: what programs built on the core (the C skin, the CLI, the
 // aws-sdk-s3 integration) use. The platform they run on comes from the

@@ -163,7 +163,7 @@ impl Instance {
         let conn = lease.conn();
         let qpn = conn.qp_num();
         let rkey = match dir {
-            Direction::Get => conn.next_rkey(entry.rkey(Direction::Get)),
+            Direction::Get => conn.next_rkey(entry.rkey(Direction::Get))?,
             Direction::Put => 0,
         };
         let addr = entry.token_addr().wrapping_add(offset as u64);
