@@ -133,7 +133,7 @@ fn a_v2_only_server_gets_and_puts_over_rdma_after_one_declined_token() {
     assert_eq!(c.protocol(), Protocol::Unknown);
     let data = pattern(3 << 20, 5);
     let mut src = data.clone();
-    let reg = c.hipobj().register(&mut src).unwrap();
+    let reg = c.hipobj().register(std::mem::take(&mut src)).unwrap();
     let t = c.put_object(&reg, Span::whole(data.len()), "bkt", "obj").unwrap();
     assert!(t.rdma && t.declined.is_none(), "{t:?}");
     assert_eq!(t.bytes, data.len() as u64);
@@ -142,7 +142,7 @@ fn a_v2_only_server_gets_and_puts_over_rdma_after_one_declined_token() {
     drop(reg);
 
     let mut out = vec![0u8; data.len()];
-    let mut reg = c.hipobj().register(&mut out).unwrap();
+    let mut reg = c.hipobj().register(std::mem::take(&mut out)).unwrap();
     let t = c
         .get_object(&mut reg, Span::whole(data.len()), "bkt", "obj", None)
         .unwrap();
@@ -198,7 +198,7 @@ fn an_rdma_off_server_is_reached_over_plain_http_said_out_loud_or_refused() {
     let c = &w.client;
     let data = pattern(100_000, 9);
     let mut src = data.clone();
-    let reg = c.hipobj().register(&mut src).unwrap();
+    let reg = c.hipobj().register(std::mem::take(&mut src)).unwrap();
     let t = c.put_object(&reg, Span::whole(data.len()), "bkt", "obj").unwrap();
     assert!(!t.rdma, "{t:?}");
     assert!(t.declined.as_deref().unwrap().contains("hipobj-rc-v2"), "{t:?}");
@@ -206,7 +206,7 @@ fn an_rdma_off_server_is_reached_over_plain_http_said_out_loud_or_refused() {
     assert!(w.server.objects.lock().unwrap()["obj"] == data);
     drop(reg);
     let mut out = vec![0u8; data.len()];
-    let mut reg = c.hipobj().register(&mut out).unwrap();
+    let mut reg = c.hipobj().register(std::mem::take(&mut out)).unwrap();
     let t = c
         .get_object(&mut reg, Span::whole(data.len()), "bkt", "obj", None)
         .unwrap();
@@ -236,7 +236,7 @@ fn an_rdma_off_server_is_reached_over_plain_http_said_out_loud_or_refused() {
     )
     .fallback(false);
     let mut out = vec![0u8; data.len()];
-    let mut reg = strict.hipobj().register(&mut out).unwrap();
+    let mut reg = strict.hipobj().register(std::mem::take(&mut out)).unwrap();
     let e = strict
         .get_object(&mut reg, Span::whole(data.len()), "bkt", "obj", None)
         .unwrap_err();
@@ -256,7 +256,7 @@ fn a_v2_get_whose_write_carries_another_immediate_fails_and_leaves_no_session() 
         .insert("obj".into(), pattern(4096, 1));
     w.server.misbehave.lock().unwrap().wrong_imm = true;
     let mut out = vec![0u8; 4096];
-    let mut reg = c.hipobj().register(&mut out).unwrap();
+    let mut reg = c.hipobj().register(std::mem::take(&mut out)).unwrap();
     let e = c
         .get_object(&mut reg, Span::whole(4096), "bkt", "obj", Some("bytes=0-4095"))
         .unwrap_err();
@@ -294,13 +294,13 @@ fn a_binding_server_keeps_the_binding_exchange_and_never_sees_v2() {
     let c = RdmaS3Client::new(s3, hipobj_client("softroce-n4c"), rt.handle().clone());
     let data = pattern(1 << 20, 3);
     let mut src = data.clone();
-    let reg = c.hipobj().register(&mut src).unwrap();
+    let reg = c.hipobj().register(std::mem::take(&mut src)).unwrap();
     let t = c.put_object(&reg, Span::whole(data.len()), "bkt", "obj").unwrap();
     assert!(t.rdma, "{t:?}");
     assert_eq!(c.protocol(), Protocol::Binding);
     drop(reg);
     let mut out = vec![0u8; data.len()];
-    let mut reg = c.hipobj().register(&mut out).unwrap();
+    let mut reg = c.hipobj().register(std::mem::take(&mut out)).unwrap();
     let t = c
         .get_object(&mut reg, Span::whole(data.len()), "bkt", "obj", None)
         .unwrap();
