@@ -51,6 +51,7 @@
 //! # Ok::<(), hipobj_proto::ReplyError>(())
 //! ```
 
+mod checksum;
 pub mod rc_v2;
 pub mod reply;
 pub mod token;

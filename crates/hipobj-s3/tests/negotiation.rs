@@ -26,7 +26,10 @@ fn soft(name: &str) -> Arc<SoftVerbs> {
     }))
 }
 
-fn hipobj_client(name: &str) -> hipobj::Client {
+/// A client on its own soft NIC that accepts server QPs at `server_ip`: the
+/// servers' soft NICs have loopback addresses of their own, not the HTTP
+/// endpoint's 127.0.0.1 (a multi-homed server, docs/protocol.md §8).
+fn hipobj_client(name: &str, server_ip: std::net::Ipv4Addr) -> hipobj::Client {
     let platform = Platform {
         verbs: soft(name),
         gpu: Arc::new(NoGpu::new("test")),
@@ -36,6 +39,7 @@ fn hipobj_client(name: &str) -> hipobj::Client {
         .nic_hint(name)
         .options(hipobj::Options {
             max_transfers: 2,
+            allow_peer: hipobj::AllowPeer::Listed(vec![server_ip.into()]),
             ..hipobj::Options::default()
         })
         .build()
@@ -114,7 +118,7 @@ fn v2_world(rdma_off: bool, client_nic: &str, server_nic: &str) -> V2World {
     let rt = runtime();
     let client = RdmaS3Client::new(
         sdk(&double.endpoint()),
-        hipobj_client(client_nic),
+        hipobj_client(client_nic, server_verbs.device().unwrap().ip()),
         rt.handle().clone(),
     );
     V2World {
@@ -231,7 +235,7 @@ fn an_rdma_off_server_is_reached_over_plain_http_said_out_loud_or_refused() {
     // With fallback off (--require-rdma), a fresh client fails and says why.
     let strict = RdmaS3Client::new(
         sdk(&w.double.endpoint()),
-        hipobj_client("softroce-n2d"),
+        hipobj_client("softroce-n2d", std::net::Ipv4Addr::LOCALHOST),
         w.rt.handle().clone(),
     )
     .fallback(false);
@@ -291,7 +295,11 @@ fn a_binding_server_keeps_the_binding_exchange_and_never_sees_v2() {
     let h = rt.block_on(hipobj_server::Server::start(config)).unwrap();
     let s3 = sdk(&h.endpoint());
     rt.block_on(s3.create_bucket().bucket("bkt").send()).unwrap();
-    let c = RdmaS3Client::new(s3, hipobj_client("softroce-n4c"), rt.handle().clone());
+    let server_ip = h
+        .rdma()
+        .and_then(|r| r.target().selection().gid.to_ipv4())
+        .unwrap();
+    let c = RdmaS3Client::new(s3, hipobj_client("softroce-n4c", server_ip), rt.handle().clone());
     let data = pattern(1 << 20, 3);
     let mut src = data.clone();
     let reg = c.hipobj().register(std::mem::take(&mut src)).unwrap();
