@@ -95,7 +95,12 @@ mod tests {
             b"rosUhgp5mIgA",
             b"AAAAAAAAAAAAAAAA",
         ] {
-            assert_eq!(Crc64Nvme::from_base64(bad), None, "{:?}", String::from_utf8_lossy(bad));
+            assert_eq!(
+                Crc64Nvme::from_base64(bad),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
         for bad in [
             &b"rosUhgp5mIg="[..],
@@ -107,13 +112,25 @@ mod tests {
             b"CRC64NVME:rosUhgp5mIg=",
             b"CRC64NVME rosUhgp5mIh=",
         ] {
-            assert_eq!(Crc64Nvme::from_field(bad), None, "{:?}", String::from_utf8_lossy(bad));
+            assert_eq!(
+                Crc64Nvme::from_field(bad),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 
     #[test]
     fn every_value_survives_both_forms() {
-        for v in [0, 1, CHECK, u64::MAX, 0x8000_0000_0000_0000, 0x0123_4567_89ab_cdef] {
+        for v in [
+            0,
+            1,
+            CHECK,
+            u64::MAX,
+            0x8000_0000_0000_0000,
+            0x0123_4567_89ab_cdef,
+        ] {
             let c = Crc64Nvme(v);
             assert_eq!(Crc64Nvme::from_base64(c.to_base64().as_bytes()), Some(c));
             assert_eq!(Crc64Nvme::from_field(c.to_field().as_bytes()), Some(c));

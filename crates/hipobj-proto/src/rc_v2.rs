@@ -1361,8 +1361,14 @@ mod tests {
             ReadyResponse::from_headers(h(&all)).map(|r| r.checksum_crc64nvme)
         };
         assert_eq!(read(&[]), Ok(None));
-        assert_eq!(read(&[("X-Amz-Rdma-Checksum", "CRC64NVME rosUhgp5mIg=")]), Ok(Some(crc)));
-        assert_eq!(read(&[("X-Amz-Rdma-Checksum-Crc64nvme", "rosUhgp5mIg=")]), Ok(Some(crc)));
+        assert_eq!(
+            read(&[("X-Amz-Rdma-Checksum", "CRC64NVME rosUhgp5mIg=")]),
+            Ok(Some(crc))
+        );
+        assert_eq!(
+            read(&[("X-Amz-Rdma-Checksum-Crc64nvme", "rosUhgp5mIg=")]),
+            Ok(Some(crc))
+        );
         assert_eq!(
             read(&[
                 (CHECKSUM_HEADER, "CRC64NVME rosUhgp5mIg="),

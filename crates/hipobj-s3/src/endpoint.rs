@@ -30,8 +30,14 @@ mod tests {
     #[test]
     fn hosts_resolve_once_to_their_addresses() {
         let e = EndpointAddrs::default();
-        assert_eq!(e.resolve("127.0.0.1"), vec![IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)]);
-        assert_eq!(e.resolve("[::1]"), vec![IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)]);
+        assert_eq!(
+            e.resolve("127.0.0.1"),
+            vec![IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)]
+        );
+        assert_eq!(
+            e.resolve("[::1]"),
+            vec![IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)]
+        );
         assert_eq!(e.0.lock().map(|m| m.len()).unwrap_or(0), 2);
     }
 }

@@ -318,7 +318,8 @@ fn a_bind_naming_a_qp_off_the_endpoints_host_is_refused_unless_listed() {
                     token: server_token_at(party),
                     psn: 0x123,
                 };
-                return Resp::error(409, "RDMABindRequired").header(hipobj_proto::REPLY_HEADER, bind.to_string());
+                return Resp::error(409, "RDMABindRequired")
+                    .header(hipobj_proto::REPLY_HEADER, bind.to_string());
             }
             assert!(verbs.deliver_write_with_imm(t.qpn, t.rkey, 0));
             let done = Reply::Done {

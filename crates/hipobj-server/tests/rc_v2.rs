@@ -329,7 +329,10 @@ async fn a_get_through_the_server_moves_the_objects_bytes_in_chunks_and_counts_a
     // Issue 24, finding 6: the CRC-64/NVME of the bytes sent (summed over
     // the chunks in order), in both of the field's header forms.
     let crc = rc_v2::Crc64Nvme(crc_fast::checksum(crc_fast::CrcAlgorithm::Crc64Nvme, &want));
-    assert_eq!(header(&resp, rc_v2::CHECKSUM_HEADER), Some(crc.to_field().as_str()));
+    assert_eq!(
+        header(&resp, rc_v2::CHECKSUM_HEADER),
+        Some(crc.to_field().as_str())
+    );
     assert_eq!(
         header(&resp, rc_v2::CHECKSUM_CRC64NVME_HEADER),
         Some(crc.to_base64().as_str())

@@ -55,6 +55,9 @@ mod tests {
         // Across chunk boundaries the digest is that of the whole.
         let big: Vec<u8> = (0..CHUNK * 2 + 17).map(|i| (i * 7 % 251) as u8).collect();
         let whole = crc_fast::checksum(CrcAlgorithm::Crc64Nvme, &big);
-        assert_eq!(crc64nvme_at(big.as_ptr().expose_provenance(), big.len()), Crc64Nvme(whole));
+        assert_eq!(
+            crc64nvme_at(big.as_ptr().expose_provenance(), big.len()),
+            Crc64Nvme(whole)
+        );
     }
 }

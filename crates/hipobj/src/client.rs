@@ -150,7 +150,7 @@ pub struct Registration<'s> {
     owned: bool,
     /// Not yet deregistered.
     registered: bool,
-    _brand: PhantomData<fn(&'s mut [u8]) -> &'s mut [u8]>,
+    _brand: PhantomData<fn(&'s ()) -> &'s ()>,
 }
 
 impl Client {

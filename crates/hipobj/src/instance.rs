@@ -140,10 +140,7 @@ impl Instance {
     /// then only name a GID among them, or among `HIPOBJ_ALLOW_PEER_GID`'s
     /// (docs/protocol.md §8). `None` (the default) checks nothing.
     pub fn set_server_addrs(&self, addrs: Option<Vec<IpAddr>>) {
-        *self
-            .server_addrs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = addrs;
+        *self.server_addrs.lock().unwrap_or_else(PoisonError::into_inner) = addrs;
     }
 
     /// What [`Instance::set_server_addrs`] set.

@@ -37,16 +37,16 @@ use std::time::{Duration, Instant};
 
 use hipobj_platform::{Gid, Sge};
 use hipobj_proto::rc_v2::{
-    CancelRequest, Cookie, Crc64Nvme, Op, PrepareRequest, PrepareResponse, Psn, Qpn, ReadyRequest, ReadyResponse,
-    RemoteMr, SessionId, Size, Target,
+    CancelRequest, Cookie, Crc64Nvme, Op, PrepareRequest, PrepareResponse, Psn, Qpn, ReadyRequest,
+    ReadyResponse, RemoteMr, SessionId, Size, Target,
 };
 use hipobj_proto::{Token, Transport};
 
 use crate::buffers::{BufEntry, BufKind};
 use crate::connection::{Grant, Peer};
-use crate::peer::Servers;
 use crate::error::{Error, ErrorKind, Result};
 use crate::instance::{Direction, Instance, SyncDirection};
+use crate::peer::Servers;
 use crate::pool::Lease;
 
 /// The protocol's largest transfer, in bytes (2^31 - 1).
@@ -677,9 +677,7 @@ impl RcV2Session {
             };
             return Err(failed(
                 ErrorKind::RdmaError,
-                format!(
-                    "checksum mismatch: the server's CRC64NVME is {want}, but {what} have {got}"
-                ),
+                format!("checksum mismatch: the server's CRC64NVME is {want}, but {what} have {got}"),
             ));
         }
         Ok(())

@@ -127,7 +127,11 @@ fn a_scope_registers_borrowed_memory_for_its_run_only_even_when_it_panics() {
         client.with_registration(&mut buf, |_reg| -> () { panic!("the closure gives up") })
     }));
     assert!(panicked.is_err());
-    assert_eq!(p.verbs.live().mrs, 0, "a panic in the scope deregistered the memory too");
+    assert_eq!(
+        p.verbs.live().mrs,
+        0,
+        "a panic in the scope deregistered the memory too"
+    );
 }
 
 #[test]
@@ -138,7 +142,11 @@ fn a_forgotten_owned_registration_keeps_its_memory_alive_with_it() {
     // buffer too, so the registered memory is never handed back.
     let reg = client.register(vec![5u8; 4096]).unwrap();
     std::mem::forget(reg);
-    assert_eq!(p.verbs.live().mrs, 2, "still registered, and so still allocated (leaked)");
+    assert_eq!(
+        p.verbs.live().mrs,
+        2,
+        "still registered, and so still allocated (leaked)"
+    );
 }
 
 #[test]
@@ -152,5 +160,9 @@ fn a_registration_that_a_forgotten_session_holds_is_leaked_not_freed() {
     // reachable, so the buffer is leaked and only a copy comes back.
     let back = reg.into_inner();
     assert_eq!(back, vec![3u8; 4096]);
-    assert_eq!(p.verbs.live().mrs, 2, "the leaked session's buffer stays registered and allocated");
+    assert_eq!(
+        p.verbs.live().mrs,
+        2,
+        "the leaked session's buffer stays registered and allocated"
+    );
 }

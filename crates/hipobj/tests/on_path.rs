@@ -66,7 +66,10 @@ impl Control for OnPath<'_> {
     }
 
     fn recv_reply(&mut self, reply: &mut [u8]) -> Result<usize, ControlError> {
-        let r = self.reply.take().ok_or_else(|| ControlError("no x-amz-rdma-reply".into()))?;
+        let r = self
+            .reply
+            .take()
+            .ok_or_else(|| ControlError("no x-amz-rdma-reply".into()))?;
         reply[..r.len()].copy_from_slice(r.as_bytes());
         Ok(r.len())
     }
@@ -98,11 +101,7 @@ fn an_on_path_party_naming_its_own_qp_gets_no_binding() {
     let (party, party_ip) = server_on("softroce-op-party");
     assert_ne!(server_ip, party_ip);
     let forged = vec![0xeeu8; 64 << 10];
-    party
-        .objects
-        .lock()
-        .unwrap()
-        .insert("obj".into(), forged.clone());
+    party.objects.lock().unwrap().insert("obj".into(), forged.clone());
     let c = client("softroce-op-client", AllowPeer::default());
 
     // GET: refused at the 409, before any QP is connected; nothing lands.
@@ -119,7 +118,10 @@ fn an_on_path_party_naming_its_own_qp_gets_no_binding() {
     assert!(e.to_string().contains(&party_ip.to_string()), "{e}");
     assert_eq!(ctl.requests, 1, "nothing is sent after the refused 409");
     std::thread::sleep(std::time::Duration::from_millis(200));
-    assert!(reg.to_vec().iter().all(|&b| b == 0), "no byte of the party's landed");
+    assert!(
+        reg.to_vec().iter().all(|&b| b == 0),
+        "no byte of the party's landed"
+    );
 
     // PUT: the party never reads the buffer, so it stores nothing.
     reg.fill(0x5a);
@@ -140,11 +142,7 @@ fn with_the_party_listed_in_the_switch_the_same_exchange_binds_to_it() {
     let (_server, server_ip) = server_on("softroce-op2-srv");
     let (party, party_ip) = server_on("softroce-op2-party");
     let forged = vec![0xeeu8; 64 << 10];
-    party
-        .objects
-        .lock()
-        .unwrap()
-        .insert("obj".into(), forged.clone());
+    party.objects.lock().unwrap().insert("obj".into(), forged.clone());
     let c = client("softroce-op2-client", AllowPeer::Listed(vec![party_ip]));
     let mut reg = c.register(vec![0u8; 64 << 10]).unwrap();
     let mut ctl = OnPath {
