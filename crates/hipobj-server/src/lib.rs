@@ -22,6 +22,7 @@ pub mod rdma;
 pub mod s3;
 mod server;
 pub mod storage;
+pub mod tls;
 
 pub use config::Config;
 pub use server::{Handle, Server};
@@ -38,6 +39,9 @@ pub enum Error {
     /// The RDMA device could not be opened.
     #[error("RDMA: {0}")]
     Rdma(String),
+    /// The TLS certificate or key is unusable.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
     /// A socket or file operation failed.
     #[error("{0}: {1}")]
     Io(String, #[source] std::io::Error),
