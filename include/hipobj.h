@@ -548,6 +548,31 @@ HIPOBJ_API hipObjError_t hipObjParseRdmaReply(const char *reply, size_t replyLen
 HIPOBJ_API hipObjError_t hipObjHandleRdmaReply(const char *reply, size_t replyLen, int *httpCode);
 
 /*!
+ * @brief Name the server that this process's requests go to
+ *
+ * hipObject added this function; cuObject has none like it. A reply that
+ * asks the client to bind (409), or a hipobj-rc-v2 PREPARE answer, names
+ * the server queue pair the client then connects to. A party on the HTTP
+ * path could name one on its own NIC. After this call, such a reply may
+ * only name an address of @p host (a host name, an IPv4 address or an
+ * IPv6 address, resolved now), or one listed in the environment variable
+ * HIPOBJ_ALLOW_PEER_GID (for servers behind NAT or whose RDMA NIC has
+ * another address; "any" turns the check off). Any other is refused with
+ * hipObjRdmaError before a queue pair is touched. It holds for
+ * hipObjGet(), hipObjPut(), hipObjHandleRdmaReply() and the hipObjRcV2*
+ * sessions begun afterwards, until the next call or hipObjShutdown(). NULL
+ * turns the check off again (the default: docs/protocol.md section 8 says
+ * what that leaves open).
+ *
+ * Returns hipObjInvalidValue when @p host is not UTF-8 or does not
+ * resolve (nothing changes then).
+ *
+ * @param host  The endpoint's host, as in its URL, or NULL
+ * @ingroup io
+ */
+HIPOBJ_API hipObjError_t hipObjSetServerAddress(const char *host);
+
+/*!
  * @brief The client NIC's IPv4 address inside a token
  *
  * Writes the dotted-quad address, NUL-terminated, to @p nicIp when the

@@ -630,7 +630,7 @@ pub fn get(session: &Session, url: &S3Url, target: &str, range: Option<&str>, pa
             // Registered memory is only ever copied out, never lent out
             // (a server may write it while registered).
             let mut out = vec![0u8; chunk_usize];
-            let mut reg = client.client.register(&mut buf)?;
+            let mut reg = client.client.register(std::mem::take(&mut buf))?;
             let mut at = first;
             while at < first + len {
                 let n = chunk.min(first + len - at);
@@ -842,7 +842,7 @@ pub fn put(session: &Session, src: &str, url: &S3Url, part_size: u64) -> CliResu
         source.read_at(0, &mut buf)?;
         return match &session.rdma {
             Ok(c) => {
-                let reg = c.client.register(&mut buf)?;
+                let reg = c.client.register(std::mem::take(&mut buf))?;
                 let t = session.rdma_call(c, |g| {
                     g.put_object(&reg, Span::whole(size as usize), &url.bucket, &url.key)
                 })?;
@@ -936,7 +936,7 @@ fn upload_parts(
         Ok(c) => {
             // Filled by copy: registered memory is never lent out.
             let mut staging = vec![0u8; buf.len()];
-            let mut reg = c.client.register(buf)?;
+            let mut reg = c.client.register(vec![0u8; buf.len()])?;
             while at < size {
                 let n = chunk.min(size - at);
                 number += 1;

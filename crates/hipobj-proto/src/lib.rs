@@ -54,6 +54,7 @@
 //! ```
 
 pub mod landed;
+mod checksum;
 pub mod rc_v2;
 pub mod reply;
 pub mod token;

@@ -5,6 +5,7 @@
 //! instance needs none. Calls hold an `Arc<Instance>` for their whole run, so
 //! an instance outlives a shutdown until the last call using it returns.
 
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use hipobj_platform::{MemRegion, Platform, PointerKind};
@@ -18,6 +19,7 @@ use crate::device::RdmaDevice;
 use crate::error::{Error, ErrorKind, Result};
 use crate::nic::{self, Chosen};
 use crate::options::Options;
+use crate::peer::{AllowPeer, Servers};
 use crate::pool::{ConnectionPool, Lease};
 
 /// What `init` is asked for.
@@ -85,6 +87,10 @@ pub struct Instance {
     chosen: Chosen,
     options: Options,
     platform: Platform,
+    /// The server's addresses, as the application gave them
+    /// (`hipObjSetServerAddress`), for transfers whose `Control` does not
+    /// say.
+    server_addrs: Mutex<Option<Vec<IpAddr>>>,
 }
 
 impl Instance {
@@ -118,12 +124,39 @@ impl Instance {
             chosen,
             options,
             platform,
+            server_addrs: Mutex::new(None),
         })
     }
 
     /// The settings in force.
     pub fn options(&self) -> &Options {
         &self.options
+    }
+
+    /// Sets the addresses of the server that this instance's requests go
+    /// to, for the transfers whose [`Control`] does not name them (the C
+    /// API's, the application-driven tokens', hipobj-rc-v2 sessions
+    /// without [`crate::RcV2Session::expect_server`]): a server token may
+    /// then only name a GID among them, or among `HIPOBJ_ALLOW_PEER_GID`'s
+    /// (docs/protocol.md §8). `None` (the default) checks nothing.
+    pub fn set_server_addrs(&self, addrs: Option<Vec<IpAddr>>) {
+        *self.server_addrs.lock().unwrap_or_else(PoisonError::into_inner) = addrs;
+    }
+
+    /// What [`Instance::set_server_addrs`] set.
+    pub fn server_addrs(&self) -> Option<Vec<IpAddr>> {
+        self.server_addrs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The check of a server token against `endpoint` and the switch.
+    pub(crate) fn servers<'a>(&'a self, endpoint: Option<&'a [IpAddr]>) -> Servers<'a> {
+        Servers {
+            endpoint,
+            allow: &self.options.allow_peer,
+        }
     }
 
     /// The platform it runs on.
@@ -554,8 +587,10 @@ impl Instance {
                 String::from_utf8_lossy(reply)
             ))
         })?;
+        let endpoint = self.server_addrs();
+        let servers = self.servers(endpoint.as_deref());
         let mut tc = self.lock_token_conn();
-        let outcome = check_token_reply(&mut tc, &reply);
+        let outcome = check_token_reply(&mut tc, &reply, servers);
         match outcome {
             Ok(()) => {
                 // After a completed transfer the next exchange may bind once.
@@ -653,6 +688,8 @@ impl Instance {
             dir,
             offset,
             size,
+            fallback_servers: self.server_addrs(),
+            allow_peer: &self.options.allow_peer,
         };
         let mint = |qpn, rkey| self.mint(qpn, &entry, offset, size, rkey);
         // Until `note_success`, the lease destroys its connection when
@@ -706,7 +743,7 @@ struct TokenConn {
 
 /// Checks a reply to a request that carried the latest token, and acts on
 /// a binding round (see [`Instance::handle_token_reply`]).
-fn check_token_reply(tc: &mut TokenConn, reply: &Reply) -> Result<()> {
+fn check_token_reply(tc: &mut TokenConn, reply: &Reply, servers: Servers<'_>) -> Result<()> {
     let may_bind = std::mem::replace(&mut tc.may_bind, false);
     let TokenConn { conn, grant, .. } = tc;
     let conn = conn.as_mut().ok_or_else(|| {
@@ -723,7 +760,7 @@ fn check_token_reply(tc: &mut TokenConn, reply: &Reply) -> Result<()> {
                     "the server asked to bind the token connection again: one binding round per token",
                 ));
             }
-            conn.connect(peer_of(&token)?, psn)?;
+            conn.connect(peer_of(&token, servers)?, psn)?;
             // Bound now: grant what the outstanding token names, under the
             // key it already carries, before the application sends it again.
             match grant.as_ref() {
@@ -732,7 +769,7 @@ fn check_token_reply(tc: &mut TokenConn, reply: &Reply) -> Result<()> {
             }
         }
         r if r.is_success() => {
-            let (_, bytes) = proven_reply(conn, &r)?;
+            let (_, bytes) = proven_reply(conn, &r, servers)?;
             let Some(g) = grant.as_ref() else {
                 return Err(Error::new(
                     ErrorKind::RdmaError,
@@ -802,9 +839,9 @@ fn exchange(control: &mut dyn Control, token: &str) -> Result<Reply> {
 /// The server end a server token names, after checking that it can be one:
 /// an RC QP number in 2..2^24 (0 and 1 are special QPs), a unicast GID that
 /// is not `::` (nor an IPv4-mapped unspecified, multicast or broadcast
-/// address), and a port of at least 1. Anything else fails the call before
-/// any QP is touched.
-fn peer_of(token: &Token) -> Result<Peer> {
+/// address), and a port of at least 1, on a server `servers` accepts
+/// (crate::peer). Anything else fails the call before any QP is touched.
+fn peer_of(token: &Token, servers: Servers<'_>) -> Result<Peer> {
     let bad = |why: String| {
         Err(Error::new(
             ErrorKind::S3Error,
@@ -832,6 +869,7 @@ fn peer_of(token: &Token) -> Result<Peer> {
     if token.port == 0 {
         return bad("its port is 0".into());
     }
+    servers.check(gid)?;
     Ok(Peer { gid, qpn: token.qpn })
 }
 
@@ -839,7 +877,7 @@ fn peer_of(token: &Token) -> Result<Peer> {
 /// full form (`NNN:<token>:<count>`, docs/protocol.md §2), on a connection
 /// that is bound, naming the server QP it is bound to. Returns that server
 /// end and the count.
-fn proven_reply(conn: &Connection, reply: &Reply) -> Result<(Peer, u64)> {
+fn proven_reply(conn: &Connection, reply: &Reply, servers: Servers<'_>) -> Result<(Peer, u64)> {
     let Reply::Done { token, bytes, .. } = *reply else {
         return Err(Error::new(
             ErrorKind::RdmaError,
@@ -854,7 +892,7 @@ fn proven_reply(conn: &Connection, reply: &Reply) -> Result<(Peer, u64)> {
             "the server reported success, but the connection was never bound to it, so no RDMA can have happened",
         )
     })?;
-    if peer_of(&token)? != bound {
+    if peer_of(&token, servers)? != bound {
         return Err(Error::new(
             ErrorKind::RdmaError,
             "the server answered from a different queue pair than the connection is bound to",
@@ -884,12 +922,16 @@ fn check_count(bytes: u64, asked: u64) -> Result<()> {
     Ok(())
 }
 
-/// One transfer's range and direction: what its grant covers.
+/// One transfer's range and direction: what its grant covers; and which
+/// servers its replies may name.
 struct Ask<'a> {
     entry: &'a BufEntry,
     dir: Direction,
     offset: usize,
     size: usize,
+    /// The instance's server addresses, for a `Control` that names none.
+    fallback_servers: Option<Vec<IpAddr>>,
+    allow_peer: &'a AllowPeer,
 }
 
 impl Ask<'_> {
@@ -904,6 +946,12 @@ impl Ask<'_> {
             Direction::Get => conn.ready_for_get(self.size as u64),
             Direction::Put => Ok(()),
         }
+    }
+
+    /// The servers a reply that just came back through `control` may name:
+    /// those of the request it answers, as the control knows them.
+    fn servers(&self, control: &dyn Control) -> Option<Vec<IpAddr>> {
+        control.server_addrs().or_else(|| self.fallback_servers.clone())
     }
 }
 
@@ -943,7 +991,12 @@ fn run_exchange(
     let mut swapped = false;
     let mut bound_once = false;
     while let Reply::Bind { token: server, psn } = reply {
-        let peer = peer_of(&server)?;
+        let endpoint = ask.servers(control);
+        let servers = Servers {
+            endpoint: endpoint.as_deref(),
+            allow: ask.allow_peer,
+        };
+        let peer = peer_of(&server, servers)?;
         let current = lease.conn().peer();
         let elsewhere = current.is_some_and(|p| p.gid != peer.gid);
         if elsewhere && !swapped {
@@ -989,7 +1042,12 @@ fn run_exchange(
         return Err(Error::new(ErrorKind::S3Error, why));
     }
     let conn = lease.conn();
-    let (bound, bytes) = proven_reply(conn, &reply)?;
+    let endpoint = ask.servers(control);
+    let servers = Servers {
+        endpoint: endpoint.as_deref(),
+        allow: ask.allow_peer,
+    };
+    let (bound, bytes) = proven_reply(conn, &reply, servers)?;
     check_count(bytes, token.len)?;
     match ask.dir {
         Direction::Get => conn.take_landed(token.rkey, token.len)?,

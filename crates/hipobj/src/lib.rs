@@ -20,6 +20,7 @@
 
 mod abandoned;
 mod buffers;
+mod checksum;
 mod client;
 mod connection;
 mod control;
@@ -29,6 +30,7 @@ mod instance;
 mod library;
 mod nic;
 mod options;
+mod peer;
 mod pool;
 mod rcv2;
 mod windows;
@@ -48,4 +50,5 @@ pub use instance::{Config, Direction, Instance, SyncDirection};
 pub use library::Library;
 pub use nic::{Chosen, choose as choose_nic};
 pub use options::{ENV_VARS, Options};
+pub use peer::{AllowPeer, resolve_host};
 pub use rcv2::{RC_V2_MAX_SIZE, RcV2Session};
