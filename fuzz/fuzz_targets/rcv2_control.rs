@@ -270,8 +270,13 @@ fn server(input: &mut Input<'_>) {
     .expect("a target on the fake NIC");
     let sessions = Arc::new(V2Sessions::new(
         Arc::new(target),
+        // The per-key quotas and the memory budget are as wide as the
+        // session limit, so the model's one limit is the one that binds.
         V2Config {
             max_sessions: MAX_SESSIONS,
+            max_sessions_per_key: MAX_SESSIONS,
+            memory_budget: MAX_SESSIONS * STAGING_MAX,
+            memory_per_key: MAX_SESSIONS * STAGING_MAX,
             staging_max: STAGING_MAX,
             prepare_timeout: Duration::from_secs(600),
             transfer_timeout: Duration::from_millis(200),
