@@ -146,7 +146,9 @@ class Counted:
 
     @property
     def plain(self) -> int:
-        return self["http_requests_total"] - self["rdma_requests_total"]
+        # Less the GET of /.hipobj/metrics that read the counters at the end
+        # (the server counts it before it answers).
+        return self["http_requests_total"] - self["rdma_requests_total"] - 1
 
 
 @pytest.fixture
