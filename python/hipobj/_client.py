@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import os
 import threading
 import warnings
 from typing import Any, List, Optional, Tuple
@@ -51,6 +52,26 @@ def stream_handle(stream: Any) -> Optional[int]:
     return h
 
 
+# The process that opened the NIC first. A child forked from it inherits the
+# library's process-wide state (the platform, the soft NIC's sockets) but
+# not the threads behind it, so neither the parent's clients nor new ones
+# can work there.
+_NIC_PID: Optional[int] = None
+_FORKED = (
+    "this process was forked from one that had opened the RDMA NIC (a hipobj.Client); "
+    "the NIC's state does not survive fork: start workers with the 'spawn' or 'forkserver' "
+    "method (DataLoader(multiprocessing_context='spawn'), torch.multiprocessing.spawn)"
+)
+
+
+def _check_not_forked() -> None:
+    global _NIC_PID
+    if _NIC_PID is None:
+        _NIC_PID = os.getpid()
+    elif _NIC_PID != os.getpid():
+        raise error("hipObjNotInitialized", _FORKED)
+
+
 class Client:
     """hipObject on this process's RDMA NIC.
 
@@ -61,6 +82,8 @@ class Client:
     """
 
     def __init__(self, nic_hint: Optional[str] = None, gpu_device: Optional[int] = None, *, cache_limit: int = 128):
+        _check_not_forked()
+        self._pid = os.getpid()
         self._native = _native.Client(nic_hint, gpu_device)
         self.cache = RegistrationCache(self._native, cache_limit)
 
@@ -134,6 +157,8 @@ class Client:
         return len(seen)
 
     def _run(self, obj, offset, nbytes, for_get, fn):
+        if os.getpid() != self._pid:
+            raise error("hipObjNotInitialized", _FORKED)
         t, at, n = self._span(obj, offset, nbytes, for_get)
         e = self.cache.acquire(t)
         locked = None
