@@ -96,7 +96,11 @@ def _load_file(conn, bucket: str, key: str, device: Any, run_bytes: int, in_flig
             out[name] = torch.empty(shape, dtype=dtype, device=device)
         else:
             pieces.append(Piece(begin, end - begin, (name, dtype, shape)))
-    groups = runs(pieces, run_bytes)
+    # Runs small enough that `in_flight` GETs share the file (at least 1 MiB
+    # each, at most `run_bytes`).
+    total = sum(p.length for p in pieces)
+    limit = max(min(run_bytes, -(-total // max(in_flight, 1))), 1 << 20)
+    groups = runs(pieces, limit)
     bufs = [torch.empty(end - start, dtype=torch.uint8, device=device) for start, end, _ in groups]
 
     def fetch(i: int) -> None:
