@@ -160,8 +160,6 @@ impl FsStore {
         Ok(meta)
     }
 
-    /// Streams `body` into a temporary file, hashing it, and checks the
-
     /// Appends the trailer (the file is then complete, not yet visible).
     pub(super) async fn seal(&self, mut tmp: TempFile, meta: &Meta) -> S3Result<TempFile> {
         let json = serde_json::to_vec(meta).map_err(|e| internal("encoding metadata", e))?;
