@@ -312,7 +312,8 @@ impl Registration {
         let client = client.inner.clone();
         let reg = py.allow_threads(|| {
             // SAFETY: as for `slice`: this registration is dropped (by
-            // `release` or the finalizer) before the memory is freed.
+            // `release` or `Drop`) before `owner`, which it holds, lets the
+            // memory go.
             unsafe { client.register_borrowed(slice) }
         });
         let reg = match reg {
