@@ -6,6 +6,10 @@
 # backend, and the checkpoint example at a small size with that install.
 # Fails on any failed, erroring or missing test.
 #
+# The tests cover the integrations too (hipobj.torch's DCP storage,
+# safetensors and datasets; the fsspec filesystem with fsspec's abstract
+# suite; the examples of docs/python.md).
+#
 # The venv lives in $HIPOBJ_PY_VENV (default /tmp/hipobj-py-venv); torch
 # (about 5.5 GiB from PyPI, a minute or two) goes into it once, unless
 # HIPOBJ_PY_TORCH=0. Both builds use the dev profile so that they reuse
@@ -24,6 +28,11 @@ trap 'rm -rf "$work"' EXIT
 if ! "$venv/bin/python" -c 'import maturin, numpy, pytest, boto3' 2>/dev/null; then
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q 'maturin>=1.5,<2' numpy pytest boto3
+fi
+# The integrations' tests (test_fsspec.py, test_safetensors.py): two small
+# pure-Python / small wheels.
+if ! "$venv/bin/python" -c 'import fsspec, safetensors' 2>/dev/null; then
+    "$venv/bin/pip" install -q fsspec safetensors
 fi
 py="$venv/bin/python"
 if [ "${HIPOBJ_PY_TORCH:-1}" != 0 ] && ! "$py" -c 'import torch' 2>/dev/null; then

@@ -3,11 +3,12 @@ UploadPart at signing time, and the reply header back to the library."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from typing import Any, Optional, Tuple
+from typing import Any, Iterator, Optional, Tuple
 
 from ._client import MULTIPART_THRESHOLD, PART_SIZE, Client, _Front, _warn_declined
-from ._errors import HipObjError, error
+from ._errors import CODES, HipObjError, error, make
 
 _TOKEN_HEADER = "x-amz-rdma-token"
 _REPLY_HEADER = "x-amz-rdma-reply"
@@ -61,6 +62,30 @@ def install(s3: Any) -> None:
     for op in _OPS:
         s3.meta.events.register(f"before-sign.s3.{op}", _add_token, unique_id=f"hipobj-token-{op}")
     s3.meta._hipobj_hooked = True
+
+
+def from_client_error(op: str, e: Any) -> HipObjError:
+    """A botocore ``ClientError`` as the package's error (status, S3 code, class)."""
+    info = e.response.get("Error", {}) or {}
+    status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    code = info.get("Code")
+    if code is not None and str(code).isdigit():
+        code = None  # HEAD's bodiless answers: botocore puts the status there
+    what = ": ".join(str(x) for x in (code, info.get("Message")) if x)
+    err = make(CODES["hipObjS3Error"], "hipObjS3Error", f"{op} failed with HTTP {status}: {what or 'no error code'}", status, code)
+    err.__cause__ = e
+    return err
+
+
+@contextlib.contextmanager
+def s3_errors(op: str) -> Iterator[None]:
+    """Raises a botocore ``ClientError`` from the body as a :class:`HipObjError`."""
+    from botocore.exceptions import ClientError
+
+    try:
+        yield
+    except ClientError as e:
+        raise from_client_error(op, e) from e
 
 
 class _Exchange:
@@ -148,12 +173,20 @@ class Boto3(_Front):
             except HipObjError:
                 why = ex.declined()
                 if why is None:
+                    if ex.error is not None and _REPLY_HEADER not in ex.headers:
+                        # The S3 request itself failed (wrong secret, no such
+                        # bucket or key ...): that is the error, not the
+                        # missing reply the library saw next.
+                        raise from_client_error(op, ex.error) from ex.error
                     raise
                 if not self.fallback:
-                    raise error("hipObjS3Error", f"{op}: the server declined RDMA ({why})") from None
+                    err = error("hipObjS3Error", f"{op}: the server declined RDMA ({why})", status=ex.status)
+                    err.declined = True
+                    raise err from None
                 _warn_declined(op, why)
                 self._tls.rdma = False
-                return self._plain(get, buf, at - (reg_off(buf, reg)), n, method, params, ex)
+                with s3_errors(op):
+                    return self._plain(get, buf, at - (reg_off(buf, reg)), n, method, params, ex)
             self._tls.rdma = True
             self.last_etag = self._tls.etag = ex.headers.get("etag")
             if get:
@@ -181,6 +214,12 @@ class Boto3(_Front):
         self.last_etag = self._tls.etag = resp.get("ETag")
         return n
 
+    def _head(self, bucket, key) -> dict:
+        with s3_errors("HeadObject"):
+            r = self.s3.head_object(Bucket=bucket, Key=key)
+        mtime = r.get("LastModified")
+        return {"size": int(r.get("ContentLength", 0)), "etag": r.get("ETag"), "mtime": mtime.timestamp() if mtime is not None else None}
+
     def _get(self, buf, bucket, key, offset, nbytes, range) -> int:
         params = {"Bucket": bucket, "Key": key}
         if range is not None:
@@ -192,7 +231,8 @@ class Boto3(_Front):
         return self._transfer(False, buf, offset, n, "put_object", params, "PutObject")
 
     def _create(self, bucket, key) -> str:
-        return self.s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+        with s3_errors("CreateMultipartUpload"):
+            return self.s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
 
     def _part(self, buf, bucket, key, upload, number, offset, n) -> Tuple[Optional[str], bool]:
         self.upload_part_from(buf, bucket, key, upload, number, offset=offset, nbytes=n)
@@ -200,7 +240,8 @@ class Boto3(_Front):
 
     def _complete(self, bucket, key, upload, parts, n, rdma) -> None:
         done = [{"PartNumber": number, "ETag": etag} for number, etag in parts]
-        resp = self.s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": done})
+        with s3_errors("CompleteMultipartUpload"):
+            resp = self.s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": done})
         self.last_etag = resp.get("ETag")
 
     def _abort(self, bucket, key, upload) -> None:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import os
 import threading
 import warnings
 from typing import Any, List, Optional, Tuple
 
 from . import _native
 from ._errors import HipObjError, RdmaFallbackWarning, error
-from ._memory import RegistrationCache, Target, target_of
+from ._memory import STORAGE_LOCKS, RegistrationCache, Target, is_torch_tensor, target_of
 
 
 # S3's smallest part (all but the last); the defaults for put_from's
@@ -51,6 +52,26 @@ def stream_handle(stream: Any) -> Optional[int]:
     return h
 
 
+# The process that opened the NIC first. A child forked from it inherits the
+# library's process-wide state (the platform, the soft NIC's sockets) but
+# not the threads behind it, so neither the parent's clients nor new ones
+# can work there.
+_NIC_PID: Optional[int] = None
+_FORKED = (
+    "this process was forked from one that had opened the RDMA NIC (a hipobj.Client); "
+    "the NIC's state does not survive fork: start workers with the 'spawn' or 'forkserver' "
+    "method (DataLoader(multiprocessing_context='spawn'), torch.multiprocessing.spawn)"
+)
+
+
+def _check_not_forked() -> None:
+    global _NIC_PID
+    if _NIC_PID is None:
+        _NIC_PID = os.getpid()
+    elif _NIC_PID != os.getpid():
+        raise error("hipObjNotInitialized", _FORKED)
+
+
 class Client:
     """hipObject on this process's RDMA NIC.
 
@@ -61,6 +82,8 @@ class Client:
     """
 
     def __init__(self, nic_hint: Optional[str] = None, gpu_device: Optional[int] = None, *, cache_limit: int = 128):
+        _check_not_forked()
+        self._pid = os.getpid()
         self._native = _native.Client(nic_hint, gpu_device)
         self.cache = RegistrationCache(self._native, cache_limit)
 
@@ -111,14 +134,45 @@ class Client:
         if h is not None:
             self._native.synchronize_stream(h)
 
+    def register_module(self, module: Any) -> int:
+        """Registers the storage of every parameter and buffer of a
+        ``torch.nn.Module`` (or any iterable of tensors) now, so that
+        loading into it (``load_state_dict``, DCP, ``get_into`` of its
+        ``state_dict()`` views) registers nothing more. Returns how many
+        storages were registered or found registered."""
+        if hasattr(module, "parameters") and hasattr(module, "buffers"):
+            tensors = list(module.parameters()) + list(module.buffers())
+        else:
+            tensors = list(module)
+        seen = set()
+        for p in tensors:
+            if not is_torch_tensor(p) or p.numel() == 0:
+                continue
+            t = p.detach()
+            st = t.untyped_storage()
+            if st._cdata in seen:
+                continue
+            seen.add(st._cdata)
+            self.register(t)
+        return len(seen)
+
     def _run(self, obj, offset, nbytes, for_get, fn):
+        if os.getpid() != self._pid:
+            raise error("hipObjNotInitialized", _FORKED)
         t, at, n = self._span(obj, offset, nbytes, for_get)
         e = self.cache.acquire(t)
+        locked = None
         try:
+            if t.storage is not None:
+                # A resizable torch storage: locked against resize_() and
+                # set_() until the transfer ends (docs/python.md, Memory).
+                locked = STORAGE_LOCKS.enter(t.storage, t.storage_addr)
             # `obj` stays referenced by this frame for the whole transfer,
             # so its memory cannot go away under the NIC.
             return fn(e.reg, at, n)
         finally:
+            if locked is not None:
+                STORAGE_LOCKS.exit(locked)
             self.cache.done(e)
 
 
@@ -169,12 +223,37 @@ class _Front:
     ) -> int:
         """GetObject (or the HTTP ``range``) into ``buf`` at ``offset``; returns the bytes written.
 
+        Without ``nbytes`` the object (or the range) may be smaller than
+        the span of ``buf``: its size comes from the range itself
+        (``bytes=a-b``) or from a HeadObject first, and only that many
+        bytes are moved. An object larger than the span is refused before
+        any byte moves (``hipObjSizeTooLarge``).
+
         ``stream``: the GPU stream whose work uses ``buf``; it is
         synchronized before the transfer starts (docs/python.md, streams).
         """
-        self.client._span(buf, offset, nbytes, True)  # bad input: refused before any I/O
+        _, _, span = self.client._span(buf, offset, nbytes, True)  # bad input: refused before any I/O
         self.client._sync_stream(stream)
+        if nbytes is None:
+            want = _range_len(range)
+            if want is None:
+                size = int(self.head(bucket, key)["size"])
+                want = max(size - _range_start(range), 0)
+            if want > span:
+                raise error(
+                    "hipObjSizeTooLarge",
+                    f"GetObject: the object or range ({want} bytes) is larger than the {span}-byte buffer",
+                )
+            if want == 0:
+                return 0  # an empty object: no byte to move
+            nbytes = want
         return self._get(buf, bucket, key, offset, nbytes, range)
+
+    def head(self, bucket: str, key: str) -> dict:
+        """HeadObject: ``{"size": int, "etag": str | None, "mtime": float | None}``
+        (``mtime`` in seconds since the epoch). A missing key raises
+        :class:`hipobj.NoSuchKey` (a ``FileNotFoundError``)."""
+        return self._head(bucket, key)
 
     def put_from(
         self,
@@ -217,6 +296,9 @@ class _Front:
         return n
 
     # What each S3 client provides.
+    def _head(self, bucket, key) -> dict:  # pragma: no cover
+        raise NotImplementedError
+
     def _get(self, buf, bucket, key, offset, nbytes, range) -> int:  # pragma: no cover
         raise NotImplementedError
 
@@ -235,6 +317,25 @@ class _Front:
 
     def _abort(self, bucket, key, upload) -> None:  # pragma: no cover
         raise NotImplementedError
+
+
+def _range_len(range: Optional[str]) -> Optional[int]:
+    """The length of an HTTP range ``bytes=a-b``; None for anything else."""
+    if range is None or not range.startswith("bytes="):
+        return None
+    a, sep, b = range[6:].partition("-")
+    if not sep or not a.isdigit() or not b.isdigit() or int(b) < int(a):
+        return None
+    return int(b) - int(a) + 1
+
+
+def _range_start(range: Optional[str]) -> int:
+    """Where a range ``bytes=a-`` starts (0 without a range). A suffix range
+    (``bytes=-n``) or another unit is left for the server to judge: 0."""
+    if range is None or not range.startswith("bytes="):
+        return 0
+    a = range[6:].partition("-")[0]
+    return int(a) if a.isdigit() else 0
 
 
 def _check_part_size(part_size: int) -> int:
@@ -282,6 +383,9 @@ class S3(_Front):
         super().__init__(client, multipart_threshold, part_size)
         self._s3 = _native.S3Client(client._native, endpoint, access_key, secret_key, region, fallback, ca_bundle)
         self.last: Optional[dict] = None
+
+    def _head(self, bucket, key) -> dict:
+        return self._s3.head_object(bucket, key)
 
     def _get(self, buf, bucket, key, offset, nbytes, range) -> int:
         def go(reg, at, n):

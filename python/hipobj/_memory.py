@@ -11,6 +11,8 @@ the registration.
 from __future__ import annotations
 
 import ctypes
+import gc
+import sys
 import threading
 import weakref
 from collections import OrderedDict
@@ -40,6 +42,9 @@ class Target:
     root_addr: int
     root_nbytes: int
     keepalive: Any = None  # e.g. a DLPack capsule that must outlive the registration
+    storage: Any = None  # a torch tensor's UntypedStorage (the registration is keyed by it)
+    watch: Any = None  # a torch tensor whose death may end the registration (the root of its views)
+    storage_addr: int = 0  # where the torch storage's bytes start
 
 
 def _buffer_root(obj: Any) -> Any:
@@ -87,6 +92,135 @@ def host_target(obj: Any, *, for_get: bool) -> Target:
         if not (raddr <= addr and addr + n <= raddr + rn) or rn > _native.MAX_BUFFER_SIZE:
             root, raddr, rn = obj, addr, n  # register the view alone
     return Target(addr, n, readonly, False, root, raddr, rn)
+
+
+def _torch_module():
+    """torch, if the program imported it (never imported here)."""
+    return sys.modules.get("torch")
+
+
+def is_torch_tensor(obj: Any) -> bool:
+    torch = _torch_module()
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
+class _StorageLocks:
+    """Storages with a transfer in flight, locked against resizing and freeing.
+
+    While a transfer runs on a torch storage whose memory torch may
+    reallocate (``storage.resizable()``), torch is told to refuse any access
+    to its data pointer (``torch._C._set_storage_data_ptr_access_error_msg``):
+    ``storage.resize_()``, ``tensor.set_()`` and reads of the bytes then raise
+    ``RuntimeError`` instead of freeing memory the NIC is writing. The
+    registration holds the storage itself, so it cannot be freed either.
+    The lock is counted: concurrent transfers on one storage lift it when
+    the last one ends. Where torch lacks the call, the contract is the
+    documented one (docs/python.md): do not resize memory in a transfer.
+    """
+
+    MESSAGE = "hipobj: this tensor's storage is in an RDMA transfer; it cannot be resized, freed or read until the transfer ends"
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._held = {}  # storage._cdata -> [count, address]
+
+    def supported(self) -> bool:
+        torch = _torch_module()
+        return torch is not None and hasattr(torch._C, "_set_storage_data_ptr_access_error_msg")
+
+    def address(self, cdata: int) -> Optional[int]:
+        """The data address of a storage locked here (its own accessor raises)."""
+        with self._lock:
+            h = self._held.get(cdata)
+            return None if h is None else h[1]
+
+    def enter(self, st: Any, addr: int) -> Optional[int]:
+        if not st.resizable() or not self.supported():
+            return None
+        torch = _torch_module()
+        cd = st._cdata
+        with self._lock:
+            h = self._held.get(cd)
+            if h is None:
+                torch._C._set_storage_data_ptr_access_error_msg(cd, self.MESSAGE)
+                self._held[cd] = [1, addr]
+            else:
+                h[0] += 1
+        return cd
+
+    def exit(self, cd: int) -> None:
+        torch = _torch_module()
+        with self._lock:
+            h = self._held[cd]
+            h[0] -= 1
+            if h[0] == 0:
+                del self._held[cd]
+                torch._C._clear_storage_data_ptr_access_error_msg(cd)
+
+
+STORAGE_LOCKS = _StorageLocks()
+
+
+def _is_storage(obj: Any) -> bool:
+    torch = _torch_module()
+    return torch is not None and isinstance(obj, torch.UntypedStorage)
+
+
+def storage_use_count(st: Any) -> int:
+    """How many C++ owners a torch storage has (tensors, and the storage object itself)."""
+    return int(_torch_module()._C._storage_Use_Count(st._cdata))
+
+
+def torch_target(obj: Any, *, for_get: bool) -> Target:
+    """A torch tensor's memory, from its metadata (no DLPack export needed).
+
+    The registration covers the tensor's whole storage, so every view of it
+    (``state_dict()`` detaches, slices, ``narrow``) shares one registration,
+    and holds the storage (not the tensor).
+    """
+    torch = _torch_module()
+    if obj.layout != torch.strided:
+        raise error("hipObjInvalidValue", f"a {obj.layout} tensor has no contiguous bytes: pass a dense tensor")
+    if obj.requires_grad:
+        raise error("hipObjInvalidValue", "the tensor requires grad: pass tensor.detach()")
+    if obj.is_conj() or obj.is_neg():
+        raise error("hipObjInvalidValue", "the tensor is a lazy conjugate or negation view: pass tensor.resolve_conj()")
+    if not obj.is_contiguous():
+        raise error("hipObjInvalidValue", "the tensor is not C-contiguous: pass a contiguous copy")
+    nbytes = obj.numel() * obj.element_size()
+    if nbytes == 0:
+        raise error("hipObjInvalidValue", "the tensor is empty")
+    if nbytes > _native.MAX_BUFFER_SIZE:
+        raise error("hipObjSizeTooLarge", f"{nbytes} bytes is over the 4 GiB limit of one registration")
+    kind = obj.device.type
+    if kind == "cpu":
+        device = False
+    elif kind == "cuda":  # CUDA, and ROCm builds of torch
+        device = True
+    else:
+        raise error("hipObjInvalidValue", f"a tensor on {obj.device} is neither host memory nor a CUDA/ROCm GPU")
+    st = obj.untyped_storage()
+    try:
+        sa = int(st.data_ptr())
+    except RuntimeError:
+        locked = STORAGE_LOCKS.address(st._cdata)
+        if locked is None:
+            raise
+        sa = locked  # another transfer on this storage holds the lock
+    sn = int(st.nbytes())
+    addr = sa + obj.storage_offset() * obj.element_size()
+    root = obj
+    for _ in range(64):
+        base = root._base
+        if base is None or base is root:
+            break
+        root = base
+    ra, rn = sa, sn
+    if not (sa <= addr and addr + nbytes <= sa + sn) or sn > _native.MAX_BUFFER_SIZE:
+        # A storage over the limit: register the tensor's own bytes.
+        ra, rn = addr, nbytes
+    return Target(addr, nbytes, False, device, st, ra, rn, keepalive=st, storage=st, watch=root, storage_addr=sa)
+
 
 
 class _DLDevice(ctypes.Structure):
@@ -261,6 +395,8 @@ def cuda_target(obj: Any, *, for_get: bool) -> Target:
 
 def target_of(obj: Any, *, for_get: bool) -> Target:
     """Where ``obj``'s bytes are, checked before any I/O."""
+    if is_torch_tensor(obj):
+        return torch_target(obj, for_get=for_get)
     if hasattr(obj, "__cuda_array_interface__"):
         return cuda_target(obj, for_get=for_get)
     try:
@@ -300,29 +436,44 @@ class RegistrationCache:
             raise error("hipObjInvalidValue", f"the cache limit must be 1 to {_native.MAX_BUFFERS}")
         self._client = client
         self._limit = limit
+        # The callbacks that can run at any allocation (a finalizer, the GC
+        # hook) only try this lock: when it is held, even by their own
+        # thread, they leave the work to the next sweep.
         self._lock = threading.Lock()
         self._miss_lock = threading.Lock()
         self._entries: "OrderedDict[tuple, Entry]" = OrderedDict()
         self.registrations = 0  # native registrations made
         self.hits = 0
         self.releases = 0
+        # Sweep after every garbage collection, through a weak reference so
+        # that the hook does not keep the cache alive.
+        me = weakref.ref(self)
+
+        def hook(phase, info, me=me):
+            c = me()
+            if c is None:
+                gc.callbacks.remove(hook)
+            else:
+                c._gc_ran(phase, info)
+
+        gc.callbacks.append(hook)
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def acquire(self, t: Target) -> Entry:
         key = (t.root_addr, t.root_nbytes, t.device)
-        hit = self._hit(key)
+        hit = self._hit(key, t)
         if hit is not None:
             return hit
         # Misses register one at a time, so two threads that miss on the
         # same allocation do not both register it (the second would fail).
         with self._miss_lock:
-            hit = self._hit(key)
+            hit = self._hit(key, t)
             if hit is not None:
                 return hit
             with self._lock:
-                victims = self._make_room()
+                victims = self._unused() + self._make_room()
             for v in victims:
                 v.reg.release()
             e = self._register(t, key)
@@ -332,14 +483,48 @@ class RegistrationCache:
                 self.registrations += 1
             return e
 
-    def _hit(self, key) -> Optional[Entry]:
+    def _hit(self, key, t: Target) -> Optional[Entry]:
+        stale = None
         with self._lock:
             e = self._entries.get(key)
+            if e is not None and t.storage is not None and e.keepalive is not t.storage and e.users == 0:
+                # Another torch storage at the same address and size: the
+                # cached one was resized away from here. Register anew.
+                stale = self._drop(key, e)
+                e = None
             if e is not None:
                 self._entries.move_to_end(key)
                 e.users += 1
                 self.hits += 1
-            return e
+                if e.finalizer is None and t.watch is not None and t.storage is not None:
+                    e.finalizer = weakref.finalize(t.watch, self._watched_died, key, e.reg)
+        if stale is not None:
+            stale.reg.release()
+        return e
+
+    def _drop(self, key, e: Entry) -> Entry:
+        """Removes ``e`` (lock held); the caller releases its registration."""
+        self._entries.pop(key, None)
+        if e.finalizer is not None:
+            e.finalizer.detach()
+            e.finalizer = None
+        self.releases += 1
+        return e
+
+    def _unused(self):
+        """Entries whose owner nothing but the registration holds (lock held)."""
+        return [self._drop(k, v) for k, v in list(self._entries.items()) if self._unheld(v)]
+
+    def collect(self) -> int:
+        """Releases the registrations whose memory's owner (array, buffer
+        object, torch storage) only the registration still holds; returns
+        how many. Every miss and every run of Python's garbage collector
+        does it too."""
+        with self._lock:
+            gone = self._unused()
+        for v in gone:
+            v.reg.release()
+        return len(gone)
 
     def _make_room(self):
         victims = []
@@ -360,35 +545,80 @@ class RegistrationCache:
         return victims
 
     def _register(self, t: Target, key) -> Entry:
-        try:
-            weakref.ref(t.owner)
-            weak = True
-        except TypeError:
-            weak = False
+        # Every registration holds its owner (issue 24: no Python code can
+        # free memory that is registered): the native Registration keeps a
+        # reference to it until the memory is deregistered. The cache lets
+        # go of registrations whose owner nobody else holds any more (see
+        # collect()).
+        if t.storage is not None:
+            # A torch storage: registered by address, held by the
+            # registration. It also goes at once when the tensor watched dies
+            # and nothing else holds the storage.
+            reg = _native.Registration.raw(self._client, t.root_addr, t.root_nbytes, t.device, False, t.storage)
+            e = Entry(reg, key, None, t.storage)
+            if t.watch is not None:
+                e.finalizer = weakref.finalize(t.watch, self._watched_died, key, reg)
+            return e
         if t.device or t.keepalive is not None:
             # GPU memory, or a DLPack export of host memory: registered by
-            # address; the owner (and the DLPack capsule) must outlive it.
+            # address, holding the owner and the DLPack capsule.
             # Writable as far as the registration goes: views of one
             # allocation may differ, and each transfer's own object was
             # checked by target_of (a read-only one never reaches a GET).
-            reg = _native.Registration.raw(self._client, t.root_addr, t.root_nbytes, t.device, False)
+            reg = _native.Registration.raw(self._client, t.root_addr, t.root_nbytes, t.device, False, (t.owner, t.keepalive))
         else:
-            # A buffer export. Weak: a finalizer releases the registration
-            # before the owner's memory is freed. Otherwise the registration
-            # keeps the export, which keeps the memory (and the owner).
-            reg = _native.Registration.host(self._client, t.owner, not weak)
-        keep_owner = (t.device or t.keepalive is not None) and not weak
-        e = Entry(reg, key, t.owner if keep_owner else None, t.keepalive)
-        if weak:
-            e.finalizer = weakref.finalize(t.owner, self._owner_died, key, reg)
-        return e
+            # A buffer export. An owner without weak references (bytearray)
+            # is registered with its export held, which also locks it
+            # against resizing; it stays until release() or eviction.
+            try:
+                weakref.ref(t.owner)
+                keep = False
+            except TypeError:
+                keep = True
+            reg = _native.Registration.host(self._client, t.owner, keep)
+        return Entry(reg, key, None, t.keepalive)
 
-    def _owner_died(self, key, reg) -> None:
-        with self._lock:
+    def _unheld(self, e: Entry) -> bool:
+        """Whether only the registration still holds ``e``'s owner."""
+        if e.users:
+            return False
+        o = e.reg.owner
+        if o is None:
+            return False
+        if _is_storage(o):
+            return storage_use_count(o) <= 1
+        if isinstance(o, tuple):
+            o = o[0]
+        # The registration's reference (or its tuple's), `o`, and the argument.
+        return sys.getrefcount(o) <= 3
+
+    def _gc_ran(self, phase: str, info: dict) -> None:
+        if phase == "stop" and self._lock.acquire(blocking=False):
+            try:
+                gone = self._unused()
+            finally:
+                self._lock.release()
+            for v in gone:
+                v.reg.release()
+
+    def _watched_died(self, key, reg) -> None:
+        """A watched torch tensor died: release its storage's registration if
+        nothing else holds the storage (the dying tensor still counts as one
+        owner while this runs), else stop watching. If the cache is busy,
+        the next sweep finds the storage unheld instead."""
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
             e = self._entries.get(key)
-            if e is not None and e.reg is reg:
-                del self._entries[key]
-                self.releases += 1
+            if e is None or e.reg is not reg:
+                return
+            e.finalizer = None
+            if e.users or storage_use_count(e.keepalive) > 2:
+                return
+            del self._entries[key]
+            self.releases += 1
+        finally:
+            self._lock.release()
         reg.release()
 
     def release_for(self, t: Target) -> bool:

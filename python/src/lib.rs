@@ -17,8 +17,11 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 
+// Created in module `hipobj` so that tracebacks name `hipobj.HipObjError`
+// (the package re-exports it); `hipobj._errors` adds the subclasses
+// (`NoSuchKey`, `AccessDenied`, ...) and the attributes' defaults.
 create_exception!(
-    _native,
+    hipobj,
     HipObjError,
     PyException,
     "A hipObject failure: `code` is the hipObjOpError_t value, `name` its C name."
@@ -29,25 +32,52 @@ fn kind_name(kind: hipobj::ErrorKind) -> String {
     format!("hipObj{kind:?}")
 }
 
-/// A Python `HipObjError` carrying `kind`'s code and name.
-fn raise(py: Python<'_>, kind: hipobj::ErrorKind, msg: String) -> PyErr {
+/// What an S3 response said about a failure.
+#[derive(Default)]
+pub(crate) struct S3Said {
+    status: Option<u16>,
+    s3_code: Option<String>,
+    declined: bool,
+}
+
+/// A Python `HipObjError` (or the subclass `hipobj._errors.make` picks for
+/// the S3 code) carrying `kind`'s code and name and what S3 said.
+fn raise(py: Python<'_>, kind: hipobj::ErrorKind, msg: String, said: S3Said) -> PyErr {
+    let made = py.import("hipobj._errors").and_then(|m| {
+        m.getattr("make")?.call1((
+            kind.code(),
+            kind_name(kind),
+            msg.clone(),
+            said.status,
+            said.s3_code.clone(),
+            said.declined,
+        ))
+    });
+    if let Ok(v) = made {
+        return PyErr::from_value(v);
+    }
+    // The package's Python half is missing (the extension imported on its
+    // own): the base class with every attribute set.
     let err = HipObjError::new_err(msg);
     let value = err.value(py);
     // Setting attributes on a fresh exception object cannot fail in practice;
     // if it did, the message still says what happened.
     let _ = value.setattr("code", kind.code());
     let _ = value.setattr("name", kind_name(kind));
+    let _ = value.setattr("status", said.status);
+    let _ = value.setattr("s3_code", said.s3_code);
+    let _ = value.setattr("declined", said.declined);
     err
 }
 
 /// A core error as a Python exception.
 pub(crate) fn core_err(py: Python<'_>, e: &hipobj::Error) -> PyErr {
-    raise(py, e.kind(), e.to_string())
+    raise(py, e.kind(), e.to_string(), S3Said::default())
 }
 
 /// An error of `kind` raised by this module itself.
 pub(crate) fn own_err(py: Python<'_>, kind: hipobj::ErrorKind, msg: impl Into<String>) -> PyErr {
-    raise(py, kind, msg.into())
+    raise(py, kind, msg.into(), S3Said::default())
 }
 
 /// An initialized hipObject: a NIC, its connections, its registrations.
@@ -117,12 +147,13 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
-/// A hipobj-s3 error as a Python exception, with the S3 status when there is one.
+/// A hipobj-s3 error as a Python exception, with the S3 status and code
+/// when there are some.
 pub(crate) fn raise_s3(py: Python<'_>, e: &hipobj_s3::Error) -> PyErr {
-    let err = raise(py, e.kind(), e.to_string());
-    let value = err.value(py);
-    let _ = value.setattr("status", e.status());
-    let _ = value.setattr("s3_code", e.s3_code());
-    let _ = value.setattr("declined", e.is_declined());
-    err
+    let said = S3Said {
+        status: e.status(),
+        s3_code: e.s3_code().map(str::to_owned),
+        declined: e.is_declined(),
+    };
+    raise(py, e.kind(), e.to_string(), said)
 }

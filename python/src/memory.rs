@@ -131,13 +131,14 @@ enum Held {
 
 /// One registered range of memory.
 ///
-/// The memory stays allocated while registered because either
-/// `export` holds the exporter's buffer (the object cannot free or resize
-/// it while exported), or (weak mode, `export` empty) the Python layer
-/// holds a `weakref.finalize` on the exporter that releases this
-/// registration before the exporter's memory is freed, and every transfer
-/// holds a reference to the object it moves bytes into or out of. Raw
-/// pointers are the caller's promise, as in C.
+/// The registration owns a strong reference to the object whose memory it
+/// covers (`owner`), dropped only after the memory is deregistered, so the
+/// exporter cannot be freed while the NIC may touch its memory, whatever
+/// the Python code does with its own references. `export` (when kept)
+/// also holds the exporter's buffer, so the object cannot resize it either.
+/// A raw registration (`raw`) holds the owner it is given (the Python
+/// layer passes the torch storage or the DLPack capsule); an address with
+/// no owner is the caller's promise, as in C.
 #[pyclass(module = "hipobj._native", name = "Registration", frozen)]
 pub(crate) struct Registration {
     client: hipobj::Client,
@@ -147,6 +148,7 @@ pub(crate) struct Registration {
     device: bool,
     held: Mutex<Option<Held>>,
     export: Mutex<Option<Export>>,
+    owner: Mutex<Option<Py<PyAny>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -299,10 +301,9 @@ impl Registration {
         }
         // SAFETY: `addr..addr+len` is the live, contiguous memory of a buffer
         // export. It stays allocated until the registration is dropped:
-        // either `export` below keeps the export (and so the memory) until
-        // `release` has dropped the registration first, or the Python layer
-        // releases this registration from a finalizer that runs before the
-        // exporter frees its memory (see the type's docs). The slice is
+        // `owner` below holds the exporter (and `export`, when kept, the
+        // export itself) until `release` or `Drop` has deregistered the
+        // memory first (see the type's docs). The slice is
         // used only for its address and length: the core reads and writes
         // the memory through the NIC, or through `Registration::bytes_mut`
         // in hipobj-s3's HTTP fallback, while a transfer holds the object.
@@ -311,7 +312,8 @@ impl Registration {
         let client = client.inner.clone();
         let reg = py.allow_threads(|| {
             // SAFETY: as for `slice`: this registration is dropped (by
-            // `release` or the finalizer) before the memory is freed.
+            // `release` or `Drop`) before `owner`, which it holds, lets the
+            // memory go.
             unsafe { client.register_borrowed(slice) }
         });
         let reg = match reg {
@@ -335,14 +337,18 @@ impl Registration {
             device: false,
             held: Mutex::new(Some(Held::Host(reg))),
             export: Mutex::new(export),
+            owner: Mutex::new(Some(obj.clone().unbind())),
         })
     }
 
     /// Registers `len` bytes at `addr`: GPU memory (`device`) goes to the
     /// library's GPU runtime, host memory is registered as host memory.
-    /// The caller promises the memory stays allocated until released.
+    /// `owner` (a torch storage, a DLPack capsule) is held until the memory
+    /// is deregistered; the caller promises that holding it keeps the
+    /// memory allocated (without an owner: that it stays allocated until
+    /// released).
     #[staticmethod]
-    #[pyo3(signature = (client, addr, len, device, readonly=false))]
+    #[pyo3(signature = (client, addr, len, device, readonly=false, owner=None))]
     fn raw(
         py: Python<'_>,
         client: &Client,
@@ -350,6 +356,7 @@ impl Registration {
         len: usize,
         device: bool,
         readonly: bool,
+        owner: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         if addr == 0 || len == 0 {
             return Err(own_err(
@@ -392,6 +399,7 @@ impl Registration {
                 device,
                 held: Mutex::new(Some(Held::Host(reg))),
                 export: Mutex::new(None),
+                owner: Mutex::new(owner),
             });
         }
         // SAFETY: the caller's promise, as above, for GPU memory.
@@ -407,6 +415,7 @@ impl Registration {
             device,
             held: Mutex::new(Some(Held::Raw)),
             export: Mutex::new(None),
+            owner: Mutex::new(owner),
         })
     }
 
@@ -441,6 +450,14 @@ impl Registration {
         if let Some(buf) = lock(&self.export).take() {
             buf.release(py);
         }
+        // The memory is deregistered: its owner may go now.
+        drop(lock(&self.owner).take());
+    }
+
+    /// The object this registration keeps alive (None once released).
+    #[getter]
+    fn owner(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        lock(&self.owner).as_ref().map(|o| o.clone_ref(py))
     }
 
     #[getter]
@@ -479,6 +496,8 @@ impl Drop for Registration {
         }
         drop(held);
         // An export left here is released by its own drop (which takes
-        // the GIL), after the registration above is gone.
+        // the GIL), and the owner by pyo3 (at once with the GIL, else at the
+        // next point it is taken), both after the registration above is
+        // gone: fields drop after this body.
     }
 }

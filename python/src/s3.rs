@@ -6,11 +6,12 @@ use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::config::{
     BehaviorVersion, Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation,
 };
+use aws_sdk_s3::primitives::{ByteStream, DateTime};
 use aws_sdk_s3::types::CompletedMultipartUpload;
 use hipobj::ErrorKind;
 use hipobj_s3::{RdmaS3Client, Span, Transfer};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBytes, PyDict, PyList};
 
 use crate::memory::Registration;
 use crate::{Client, own_err, raise_s3};
@@ -32,6 +33,34 @@ fn result<'py>(py: Python<'py>, t: &Transfer) -> PyResult<Bound<'py, PyDict>> {
     d.set_item("object_size", t.object_size)?;
     d.set_item("status", t.status)?;
     Ok(d)
+}
+
+/// Seconds since the epoch of an S3 time stamp.
+fn epoch(t: Option<&DateTime>) -> Option<f64> {
+    t.map(|t| t.secs() as f64 + f64::from(t.subsec_nanos()) / 1e9)
+}
+
+/// One entry of a listing: `{"key", "size", "etag", "mtime"}`.
+fn object_entry<'py>(py: Python<'py>, o: &aws_sdk_s3::types::Object) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("key", o.key())?;
+    d.set_item("size", o.size().unwrap_or(0))?;
+    d.set_item("etag", o.e_tag())?;
+    d.set_item("mtime", epoch(o.last_modified()))?;
+    Ok(d)
+}
+
+impl S3Client {
+    /// Runs one SDK call on the client's runtime with the GIL released.
+    fn call<T: Send, F>(&self, py: Python<'_>, f: impl FnOnce(aws_sdk_s3::Client) -> F + Send) -> PyResult<T>
+    where
+        F: std::future::Future<Output = Result<T, hipobj_s3::Error>> + Send,
+    {
+        let s3 = self.inner.s3().clone();
+        let rt = self.inner.runtime().clone();
+        py.allow_threads(|| rt.block_on(f(s3)))
+            .map_err(|e| raise_s3(py, &e))
+    }
 }
 
 #[pymethods]
@@ -145,6 +174,173 @@ impl S3Client {
             self.inner.upload_part(r, at, bucket, key, upload_id, number)
         })?;
         result(py, &out.map_err(|e| raise_s3(py, &e))?)
+    }
+
+    /// HeadObject: `{"size", "etag", "mtime"}`; a missing key is `NoSuchKey`.
+    fn head_object<'py>(&self, py: Python<'py>, bucket: &str, key: &str) -> PyResult<Bound<'py, PyDict>> {
+        let (b, k) = (bucket.to_owned(), key.to_owned());
+        let out = self.call(py, move |s3| async move {
+            s3.head_object()
+                .bucket(b)
+                .key(k)
+                .send()
+                .await
+                .map_err(|e| hipobj_s3::Error::from_sdk("HeadObject", &e))
+        })?;
+        let d = PyDict::new(py);
+        d.set_item("size", out.content_length().unwrap_or(0))?;
+        d.set_item("etag", out.e_tag())?;
+        d.set_item("mtime", epoch(out.last_modified()))?;
+        Ok(d)
+    }
+
+    /// ListObjectsV2 of `prefix` (every page): `(objects, common prefixes)`;
+    /// with `delimiter` (`"/"`) the keys below the next delimiter are
+    /// folded into common prefixes.
+    #[pyo3(signature = (bucket, prefix="", delimiter=None))]
+    fn list_objects<'py>(
+        &self,
+        py: Python<'py>,
+        bucket: &str,
+        prefix: &str,
+        delimiter: Option<&str>,
+    ) -> PyResult<(Bound<'py, PyList>, Vec<String>)> {
+        let objects = PyList::empty(py);
+        let mut prefixes = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let (b, p, d, t) = (
+                bucket.to_owned(),
+                prefix.to_owned(),
+                delimiter.map(str::to_owned),
+                token.take(),
+            );
+            let page = self.call(py, move |s3| async move {
+                s3.list_objects_v2()
+                    .bucket(b)
+                    .prefix(p)
+                    .set_delimiter(d)
+                    .set_continuation_token(t)
+                    .send()
+                    .await
+                    .map_err(|e| hipobj_s3::Error::from_sdk("ListObjectsV2", &e))
+            })?;
+            for o in page.contents() {
+                objects.append(object_entry(py, o)?)?;
+            }
+            prefixes.extend(
+                page.common_prefixes()
+                    .iter()
+                    .filter_map(|c| c.prefix().map(str::to_owned)),
+            );
+            match page.next_continuation_token() {
+                Some(t) if page.is_truncated() == Some(true) => token = Some(t.to_owned()),
+                _ => break,
+            }
+        }
+        Ok((objects, prefixes))
+    }
+
+    /// DeleteObject.
+    fn delete_object(&self, py: Python<'_>, bucket: &str, key: &str) -> PyResult<()> {
+        let (b, k) = (bucket.to_owned(), key.to_owned());
+        self.call(py, move |s3| async move {
+            s3.delete_object()
+                .bucket(b)
+                .key(k)
+                .send()
+                .await
+                .map(drop)
+                .map_err(|e| hipobj_s3::Error::from_sdk("DeleteObject", &e))
+        })
+    }
+
+    /// CopyObject inside the server.
+    fn copy_object(
+        &self,
+        py: Python<'_>,
+        bucket: &str,
+        key: &str,
+        src_bucket: &str,
+        src_key: &str,
+    ) -> PyResult<()> {
+        let (b, k, src) = (
+            bucket.to_owned(),
+            key.to_owned(),
+            format!("{src_bucket}/{src_key}"),
+        );
+        self.call(py, move |s3| async move {
+            s3.copy_object()
+                .bucket(b)
+                .key(k)
+                .copy_source(src)
+                .send()
+                .await
+                .map(drop)
+                .map_err(|e| hipobj_s3::Error::from_sdk("CopyObject", &e))
+        })
+    }
+
+    /// PutObject of `data` in the HTTP body (for empty and small objects,
+    /// which RDMA cannot or need not carry).
+    fn put_bytes(&self, py: Python<'_>, bucket: &str, key: &str, data: Vec<u8>) -> PyResult<()> {
+        let (b, k) = (bucket.to_owned(), key.to_owned());
+        self.call(py, move |s3| async move {
+            s3.put_object()
+                .bucket(b)
+                .key(k)
+                .body(ByteStream::from(data))
+                .send()
+                .await
+                .map(drop)
+                .map_err(|e| hipobj_s3::Error::from_sdk("PutObject", &e))
+        })
+    }
+
+    /// GetObject of the whole object (or `range`) in the HTTP body.
+    #[pyo3(signature = (bucket, key, range=None))]
+    fn get_bytes<'py>(
+        &self,
+        py: Python<'py>,
+        bucket: &str,
+        key: &str,
+        range: Option<&str>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let (b, k, r) = (bucket.to_owned(), key.to_owned(), range.map(str::to_owned));
+        let data = self.call(py, move |s3| async move {
+            let out = s3
+                .get_object()
+                .bucket(b)
+                .key(k)
+                .set_range(r)
+                .send()
+                .await
+                .map_err(|e| hipobj_s3::Error::from_sdk("GetObject", &e))?;
+            out.body
+                .collect()
+                .await
+                .map(|d| d.into_bytes().to_vec())
+                .map_err(|e| {
+                    hipobj_s3::Error::new(
+                        ErrorKind::S3Error,
+                        format!("GetObject: reading the body failed: {e}"),
+                    )
+                })
+        })?;
+        Ok(PyBytes::new(py, &data))
+    }
+
+    /// CreateBucket.
+    fn create_bucket(&self, py: Python<'_>, bucket: &str) -> PyResult<()> {
+        let b = bucket.to_owned();
+        self.call(py, move |s3| async move {
+            s3.create_bucket()
+                .bucket(b)
+                .send()
+                .await
+                .map(drop)
+                .map_err(|e| hipobj_s3::Error::from_sdk("CreateBucket", &e))
+        })
     }
 
     /// CreateMultipartUpload; returns the upload id.

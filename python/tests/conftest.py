@@ -113,3 +113,53 @@ def plain_bucket(plain_server):
     b = boto3_client(plain_server.endpoint)
     b.create_bucket(Bucket="plain")
     return "plain"
+
+
+def metrics(server) -> dict:
+    """The server's counters (GET /.hipobj/metrics, Prometheus text)."""
+    import urllib.request
+
+    with urllib.request.urlopen(server.endpoint + "/.hipobj/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = int(float(value))
+    return out
+
+
+class Counted:
+    """The change in the server's counters over a block:
+    ``plain`` is requests without a token (metadata, listings, small bodies)."""
+
+    def __init__(self, server):
+        self.server = server
+
+    def __enter__(self):
+        self.before = metrics(self.server)
+        return self
+
+    def __exit__(self, *exc):
+        after = metrics(self.server)
+        self.d = {k: after.get(k, 0) - self.before.get(k, 0) for k in after}
+        return False
+
+    def __getitem__(self, k):
+        return self.d["hipobj_" + k]
+
+    @property
+    def plain(self) -> int:
+        # Less the GET of /.hipobj/metrics that read the counters at the end
+        # (the server counts it before it answers).
+        return self["http_requests_total"] - self["rdma_requests_total"] - 1
+
+
+@pytest.fixture
+def counted(rdma_server):
+    return lambda: Counted(rdma_server)
+
+
+def torch_conn_kw(server) -> dict:
+    """The endpoint arguments hipobj.torch and the fsspec filesystem take."""
+    return dict(endpoint_url=server.endpoint, aws_access_key_id=AK, aws_secret_access_key=SK, nic_hint="softroce0", fallback=False)

@@ -77,7 +77,10 @@ def test_the_stream_is_synchronized_before_the_token(op, client, rdma_server, bu
         assert np.array_equal(buf, src)
     assert native == [0x5000]
     assert log[0] == ("synchronize_stream", 0x5000), log
-    assert log[1][1] is True, "the first request after the synchronize carries the token"
+    # Nothing that carries a token comes before it (a GET into a buffer of
+    # unknown fit asks HeadObject for the size after the synchronize).
+    tokens = [i for i, (_, signed) in enumerate(log) if signed is True]
+    assert tokens and tokens[0] > 0, log
 
 
 def test_a_stream_that_cannot_be_synchronized_fails_before_any_io(client, rdma_server, bucket):

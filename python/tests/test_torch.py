@@ -86,3 +86,97 @@ def test_torch_inputs_refused_before_any_io(client, fronts, bucket):
                 call(t, bucket, "never")
             assert e.value.name == "hipObjInvalidValue", t
     assert client.cache.registrations == regs
+
+
+RESIZE_ATTACK = r"""
+import asyncio, sys, threading, time
+import torch, hipobj
+endpoint, ak, sk, bucket = sys.argv[1:5]
+client = hipobj.Client(nic_hint="softroce0")
+s3 = hipobj.S3(client, endpoint, ak, sk, fallback=False)
+n = 64 << 20
+src = torch.arange(n // 4, dtype=torch.int32)
+s3.put_from(src, bucket, "resize-victim")
+dst = torch.zeros(n // 4, dtype=torch.int32)
+st = dst.untyped_storage()
+
+async def main():
+    task = asyncio.ensure_future(s3.get_into_async(dst, bucket, "resize-victim", nbytes=n))
+    # Wait until the transfer holds the storage, then free its memory.
+    for _ in range(20000):
+        if hipobj._memory.STORAGE_LOCKS.address(st._cdata) is not None:
+            break
+        await asyncio.sleep(0.0005)
+    else:
+        print("NEVER-IN-FLIGHT")
+    try:
+        st.resize_(0)
+        print("RESIZED")
+    except RuntimeError as e:
+        print("REFUSED", e)
+    got = await task
+    print("GOT", got, bool(torch.equal(dst, src)))
+    st.resize_(0)  # after the transfer: the program's own business again
+    print("FREED-AFTER", st.nbytes())
+
+asyncio.run(main())
+"""
+
+
+def test_resizing_a_storage_during_an_async_get_is_refused_not_a_crash(rdma_server, bucket, tmp_path):
+    """Before: the interpreter died (SIGSEGV) when the NIC wrote into the
+    freed storage. Now the resize raises while the transfer runs."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "attack.py"
+    script.write_text(RESIZE_ATTACK)
+    p = subprocess.run([sys.executable, str(script), rdma_server.endpoint, AK, SK, bucket], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, f"rc {p.returncode}: {p.stdout} {p.stderr[-2000:]}"
+    assert "REFUSED" in p.stdout and "in an RDMA transfer" in p.stdout, p.stdout
+    assert f"GOT {64 << 20} True" in p.stdout, p.stdout
+    assert "FREED-AFTER 0" in p.stdout, p.stdout
+
+
+def test_fresh_state_dict_views_hit_the_cache(client, fronts, bucket):
+    """state_dict() detaches afresh on every call; the registration is
+    the storage's, so the second load registers nothing."""
+    f = fronts[0]
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Linear(256, 64))
+    for name, t in model.state_dict().items():
+        f.put_from(t, bucket, f"sd/{name}")
+    loaded = []
+    for _ in range(3):
+        before = client.cache.registrations
+        sd = model.state_dict()
+        for name, t in sd.items():
+            f.get_into(t, bucket, f"sd/{name}", nbytes=t.numel() * t.element_size())
+        loaded.append(client.cache.registrations - before)
+        del sd
+        gc.collect()
+    assert loaded[0] <= 4 and loaded[1] == 0 and loaded[2] == 0, loaded
+
+
+def test_register_module_registers_each_storage_once(client, fronts, bucket):
+    f = fronts[0]
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.LayerNorm(64))
+    n = client.register_module(model)
+    assert n == 4
+    before = client.cache.registrations
+    for name, t in model.state_dict().items():
+        f.put_from(t, bucket, f"rm/{name}")
+        f.get_into(t, bucket, f"rm/{name}", nbytes=t.numel() * t.element_size())
+    assert client.cache.registrations == before
+
+
+def test_a_registration_holds_its_storage(client, fronts, bucket):
+    """issue 24: the registration keeps the memory's owner alive."""
+    t = torch.ones(1 << 16)
+    client.register(t)
+    st = t.untyped_storage()
+    key = (st.data_ptr(), st.nbytes(), False)
+    e = client.cache._entries[key]
+    assert e.reg.owner is st
+    assert torch._C._storage_Use_Count(st._cdata) >= 2
+    client.release(t)
+    assert e.reg.owner is None
