@@ -16,6 +16,7 @@
 
 pub mod config;
 pub mod conn;
+pub mod cpu;
 pub mod logging;
 pub mod metrics;
 pub mod rdma;

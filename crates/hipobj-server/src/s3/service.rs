@@ -58,7 +58,8 @@ impl Front {
             let text = match req.uri().path() {
                 "/.hipobj/metrics" => Some(
                     self.metrics
-                        .render(self.rdma.as_ref().map(|r| r.target().stats().bindings)),
+                        .render(self.rdma.as_ref().map(|r| r.target().stats().bindings))
+                        + &crate::cpu::render(&crate::cpu::read().await),
                 ),
                 "/.hipobj/health" => Some("ok\n".to_owned()),
                 _ => None,
