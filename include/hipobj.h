@@ -362,11 +362,13 @@ HIPOBJ_API hipObjError_t hipObjBufDeregister(void *devPtr);
  * No GPU work may read or write the range while this runs. On
  * hipObjSuccess the data is in the buffer: the server's reply named the
  * server queue pair bound to the connection and counted exactly @p size
- * bytes, and the server's RDMA WRITE WITH IMMEDIATE carrying the token's key
- * reached the connection (docs/protocol.md). A reply counting fewer bytes
+ * bytes, and the server's RDMA WRITEs WITH IMMEDIATE reached the connection
+ * and, by the byte counts the NIC reported, landed exactly @p size bytes
+ * (docs/protocol.md section 2). A reply counting fewer bytes
  * (the object or range is shorter than @p size) returns hipObjS3Error; a
  * success without that proof (a bare "200", "ok", "204" or "206", another
- * queue pair, a count above @p size, no WRITE WITH IMMEDIATE) returns
+ * queue pair, a count above @p size, WRITEs that land fewer bytes or leave
+ * a gap, an access the NIC refused during the call) returns
  * hipObjRdmaError. Either way the connection is destroyed, so nothing the
  * server sends later lands in the buffer.
  *
@@ -469,7 +471,8 @@ HIPOBJ_API hipObjError_t hipObjBufSync(void *devPtr, size_t size, off_t offset, 
  * a failed reply, the buffer's deregistration or the next
  * hipObjGetRdmaToken() (which revokes this token). The reply handler,
  * hipObjHandleRdmaReply, checks a success against the latest token (a GET's
- * WRITE WITH IMMEDIATE carries the token's key; the count must be @p size).
+ * WRITEs WITH IMMEDIATE must land exactly @p size bytes; the count must be
+ * @p size).
  *
  * Returns hipObjBusy while a timed-out staging copy of the buffer still runs
  * (see hipObjBufSync()).
@@ -543,6 +546,31 @@ HIPOBJ_API hipObjError_t hipObjParseRdmaReply(const char *reply, size_t replyLen
  * @ingroup io
  */
 HIPOBJ_API hipObjError_t hipObjHandleRdmaReply(const char *reply, size_t replyLen, int *httpCode);
+
+/*!
+ * @brief Name the server that this process's requests go to
+ *
+ * hipObject added this function; cuObject has none like it. A reply that
+ * asks the client to bind (409), or a hipobj-rc-v2 PREPARE answer, names
+ * the server queue pair the client then connects to. A party on the HTTP
+ * path could name one on its own NIC. After this call, such a reply may
+ * only name an address of @p host (a host name, an IPv4 address or an
+ * IPv6 address, resolved now), or one listed in the environment variable
+ * HIPOBJ_ALLOW_PEER_GID (for servers behind NAT or whose RDMA NIC has
+ * another address; "any" turns the check off). Any other is refused with
+ * hipObjRdmaError before a queue pair is touched. It holds for
+ * hipObjGet(), hipObjPut(), hipObjHandleRdmaReply() and the hipObjRcV2*
+ * sessions begun afterwards, until the next call or hipObjShutdown(). NULL
+ * turns the check off again (the default: docs/protocol.md section 8 says
+ * what that leaves open).
+ *
+ * Returns hipObjInvalidValue when @p host is not UTF-8 or does not
+ * resolve (nothing changes then).
+ *
+ * @param host  The endpoint's host, as in its URL, or NULL
+ * @ingroup io
+ */
+HIPOBJ_API hipObjError_t hipObjSetServerAddress(const char *host);
 
 /*!
  * @brief The client NIC's IPv4 address inside a token

@@ -10,4 +10,4 @@ rustup component add --toolchain nightly miri rust-src >/dev/null 2>&1 || true
 export MIRIFLAGS="-Zmiri-disable-isolation -Zmiri-ignore-leaks"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target/miri}
 cargo +nightly miri test -p hipobj-proto -p hipobj-platform --lib
-cargo +nightly miri test -p hipobj --lib --test lifecycle --test buffers --test transfers
+cargo +nightly miri test -p hipobj --lib --test lifecycle --test buffers --test transfers --test client

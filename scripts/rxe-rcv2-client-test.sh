@@ -71,6 +71,17 @@ export AWS_ACCESS_KEY_ID=any AWS_SECRET_ACCESS_KEY=any AWS_REGION=us-east-1
 rdma=(--endpoint-url http://127.0.0.1:9000 --nic-hint rxe0 --require-rdma)
 transfers=0
 
+# The server's HTTP endpoint is 127.0.0.1 and its RDMA NIC 192.0.2.1: the
+# client accepts a PREPARE answer's GID only at the endpoint's host, so it
+# refuses this one until the address is named (docs/protocol.md section 8).
+head -c 4096 /dev/urandom >$S/in.peer
+if env -u HIPOBJ_ALLOW_PEER_GID $H put "${rdma[@]}" $S/in.peer s3://bkt/peer 2>$S/peer.err; then
+    fail "a PREPARE answer naming 192.0.2.1 is refused for endpoint 127.0.0.1"
+else
+    check "a PREPARE answer naming 192.0.2.1 is refused for endpoint 127.0.0.1" grep -q HIPOBJ_ALLOW_PEER_GID $S/peer.err
+fi
+export HIPOBJ_ALLOW_PEER_GID=192.0.2.1
+
 for size in $SIZES; do
     head -c "$size" /dev/urandom >$S/in.$size
     t0=$(date +%s.%N)

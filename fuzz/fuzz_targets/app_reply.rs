@@ -167,7 +167,8 @@ fn run(input: &mut Input<'_>) {
                         .copied()
                         .unwrap_or(0)
                 };
-                let landed = p.verbs.deliver_write_with_imm(qpn, imm, 0);
+                // One WRITE WITH IMMEDIATE of the token's whole range.
+                let landed = p.verbs.deliver_write_with_imm(qpn, imm, l.token.len as u32);
                 debug(format_args!("proof qpn {qpn:#x} imm {imm:#x}: {landed}"));
                 if landed && qpn == l.token.qpn && imm == l.token.rkey {
                     l.proofs += 1;

@@ -1111,7 +1111,6 @@ fn client(input: &mut Input<'_>, mw: bool) {
         ];
         if input.u8() & 1 != 0 {
             headers.push(h(v2::ETAG_HEADER, "\"abc\""));
-            headers.push(h(v2::CHECKSUM_CRC64NVME_HEADER, "AAAAAAAAAAA="));
         }
         mutate(input, &mut headers);
         let parsed = ReadyResponse::from_headers(pairs(&headers));

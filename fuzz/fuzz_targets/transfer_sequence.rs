@@ -108,8 +108,11 @@ impl S3<'_, '_> {
         }
     }
 
+    /// One WRITE WITH IMMEDIATE of the whole current token's range (the
+    /// client counts its byte count, docs/protocol.md §2).
     fn prove(&mut self, qpn: u32, imm: u32) {
-        if self.verbs.deliver_write_with_imm(qpn, imm, 0) {
+        let len = self.tokens.last().map_or(0, |t| t.len as u32);
+        if self.verbs.deliver_write_with_imm(qpn, imm, len) {
             self.round_proofs.push((qpn, imm));
         }
     }

@@ -309,7 +309,11 @@ impl Registration {
         let slice: &'static mut [u8] =
             unsafe { std::slice::from_raw_parts_mut(std::ptr::with_exposed_provenance_mut(addr), len) };
         let client = client.inner.clone();
-        let reg = py.allow_threads(|| client.register(slice));
+        let reg = py.allow_threads(|| {
+            // SAFETY: as for `slice`: this registration is dropped (by
+            // `release` or the finalizer) before the memory is freed.
+            unsafe { client.register_borrowed(slice) }
+        });
         let reg = match reg {
             Ok(r) => r,
             Err(e) => {
@@ -374,7 +378,11 @@ impl Registration {
             let slice: &'static mut [u8] =
                 unsafe { std::slice::from_raw_parts_mut(std::ptr::with_exposed_provenance_mut(addr), len) };
             let reg = py
-                .allow_threads(|| client.register(slice))
+                .allow_threads(|| {
+                    // SAFETY: as for `slice`: the registration is dropped
+                    // before the producer's storage is let go.
+                    unsafe { client.register_borrowed(slice) }
+                })
                 .map_err(|e| core_err(py, &e))?;
             return Ok(Self {
                 client,

@@ -104,6 +104,8 @@ int main(void) {
     EXPECT("handle reply uninit", hipObjHandleRdmaReply("200", 3, &code).opError, hipObjNotInitialized);
     EXPECT("handle reply NULL", hipObjHandleRdmaReply(NULL, 3, &code).opError, hipObjInvalidValue);
     EXPECT("handle reply NULL code", hipObjHandleRdmaReply("200", 3, NULL).opError, hipObjInvalidValue);
+    EXPECT("server address uninit", hipObjSetServerAddress("127.0.0.1").opError, hipObjNotInitialized);
+    EXPECT("server address not UTF-8", hipObjSetServerAddress("\xff").opError, hipObjInvalidValue);
 
     /* Argument checks come before the initialization check. */
     EXPECT("register NULL", hipObjBufRegisterHost(NULL, 16).opError, hipObjInvalidValue);
@@ -174,6 +176,9 @@ int main(void) {
         EXPECT("handle malformed", hipObjHandleRdmaReply("2000", 4, &code).opError, hipObjInvalidValue);
         EXPECT("handle unbound success", hipObjHandleRdmaReply("200", 3, &code).opError, hipObjRdmaError);
         EXPECT("handle decline", hipObjHandleRdmaReply("501", 3, &code).opError, hipObjS3Error);
+        EXPECT("server address", hipObjSetServerAddress("127.0.0.1").opError, hipObjSuccess);
+        EXPECT("server address v6", hipObjSetServerAddress("[::1]").opError, hipObjSuccess);
+        EXPECT("server address off", hipObjSetServerAddress(NULL).opError, hipObjSuccess);
         EXPECT("put token", hipObjPutRdmaToken(token).opError, hipObjSuccess);
         EXPECT("put token twice", hipObjPutRdmaToken(token).opError, hipObjInvalidValue);
         EXPECT("token too long", hipObjGetRdmaToken(buf, sizeof buf + 1, 1, &token).opError, hipObjInvalidValue);

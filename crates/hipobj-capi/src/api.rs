@@ -488,6 +488,29 @@ pub unsafe extern "C" fn hipObjHandleRdmaReply(
     })
 }
 
+/// `hipObjSetServerAddress`.
+///
+/// # Safety
+/// `host` must be NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipObjSetServerAddress(host: *const c_char) -> HipObjError {
+    guard(|| {
+        // SAFETY: the caller promises NULL or a NUL-terminated string.
+        let host = match unsafe { c_str(host) } {
+            Ok(h) => h,
+            Err(e) => return e,
+        };
+        let addrs = match host.map(hipobj::resolve_host) {
+            Some(a) if a.is_empty() => return invalid(),
+            a => a,
+        };
+        with_instance(|i| {
+            i.set_server_addrs(addrs);
+            Ok(())
+        })
+    })
+}
+
 // ---------------------------------------------------------------------------
 // hipobj-rc-v2 sessions
 // ---------------------------------------------------------------------------

@@ -34,8 +34,9 @@ use crate::types::{
 use crate::*;
 
 /// Functions the header marks as hipObject's own addition to the spec.
-const ADDITIVE: [&str; 9] = [
+const ADDITIVE: [&str; 10] = [
     "hipObjHandleRdmaReply",
+    "hipObjSetServerAddress",
     "hipObjRcV2Begin",
     "hipObjRcV2PrepareHeaders",
     "hipObjRcV2HandlePrepare",
@@ -184,6 +185,7 @@ fn functions() -> Vec<Signature> {
         hipObjPutRdmaToken: fn(*mut c_char) -> HipObjError;
         hipObjParseRdmaReply: fn(*const c_char, usize, *mut c_int) -> HipObjError;
         hipObjHandleRdmaReply: fn(*const c_char, usize, *mut c_int) -> HipObjError;
+        hipObjSetServerAddress: fn(*const c_char) -> HipObjError;
         hipObjTokenClientNic: fn(*const c_char, *mut c_char, usize) -> HipObjError;
         hipObjRcV2Begin: fn(*const c_void, usize, libc::off_t, c_int, *mut *mut HipObjRcV2Session) -> HipObjError;
         hipObjRcV2PrepareHeaders: fn(*mut HipObjRcV2Session, *const c_char, *const c_char, u64, *mut c_char, *mut usize) -> HipObjError;

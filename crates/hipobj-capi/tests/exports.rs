@@ -26,8 +26,8 @@ fn exports_are_exactly_the_header_functions() {
     let declared = header_functions();
     assert_eq!(
         declared.len(),
-        24,
-        "the header should declare the spec's 15 functions, hipObjHandleRdmaReply and the eight hipObjRcV2* calls: {declared:?}"
+        25,
+        "the header should declare the spec's 15 functions, hipObjHandleRdmaReply, hipObjSetServerAddress and the eight hipObjRcV2* calls: {declared:?}"
     );
     assert_eq!(
         exported, declared,

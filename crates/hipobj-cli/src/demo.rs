@@ -84,8 +84,19 @@ pub fn run(args: &Args) -> CliResult {
         hipobj_system::SOFTROCE_DEFAULT_NAME
     );
 
+    // The server's soft NIC has a loopback address of its own, not the
+    // endpoint's: accept its GID as a multi-homed server's users would
+    // (docs/protocol.md §8).
+    let mut options = hipobj::Options::from_env();
+    if let (hipobj::AllowPeer::Listed(extra), Some(ip)) = (
+        &mut options.allow_peer,
+        server.rdma().and_then(|r| r.target().selection().gid.to_ipv4()),
+    ) {
+        extra.push(ip.into());
+    }
     let hipobj = hipobj::Client::builder(hipobj_system::platform())
         .nic_hint(hipobj_system::SOFTROCE_DEFAULT_NAME)
+        .options(options)
         .build()
         .map_err(|e| fail("hipObject did not initialize", e))?;
     let dev = hipobj.instance().device();
@@ -114,15 +125,15 @@ pub fn run(args: &Args) -> CliResult {
         })?;
     let client = RdmaS3Client::new(s3, hipobj.clone(), rt.handle().clone()).fallback(false);
 
-    let mut src: Vec<u8> = (0..size)
+    let src: Vec<u8> = (0..size)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 7) as u8)
         .collect();
-    let mut dst = vec![0u8; size];
+    let dst = vec![0u8; size];
     let src_reg = hipobj
-        .register(&mut src)
+        .register(src)
         .map_err(|e| fail("cannot register the source buffer", e))?;
     let mut dst_reg = hipobj
-        .register(&mut dst)
+        .register(dst)
         .map_err(|e| fail("cannot register the target buffer", e))?;
     println!("3. Registered two {} host buffers with the NIC", human(args.size));
 

@@ -79,6 +79,10 @@ pub struct Conn {
     /// Fail instead of falling back to plain HTTP when RDMA cannot be used.
     #[arg(long)]
     pub require_rdma: bool,
+    /// PEM file of the CA certificates an https endpoint's certificate must chain to, trusted
+    /// instead of the system's (as the AWS CLI's --ca-bundle).
+    #[arg(long, env = "AWS_CA_BUNDLE", value_name = "FILE")]
+    pub ca_bundle: Option<PathBuf>,
 }
 
 /// The RDMA side of a session: the library's client and, over it, one
@@ -341,7 +345,13 @@ async fn s3_clients(conn: &Conn, endpoints: &[String]) -> CliResult<Vec<aws_sdk_
         )
         .or_else("profile", profile_creds.build()),
     );
+    // The flag, else AWS_CA_BUNDLE (clap reads it; an empty value is none).
+    let given = conn.ca_bundle.as_deref().filter(|p| !p.as_os_str().is_empty());
+    let http = hipobj_s3::tls::CaBundle::resolve(given)
+        .and_then(|ca| hipobj_s3::tls::http_client(ca.as_ref()))
+        .map_err(|e| CliError::plain(e.to_string()))?;
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .http_client(http)
         .region(region)
         .credentials_provider(creds.clone())
         .timeout_config(
@@ -620,7 +630,7 @@ pub fn get(session: &Session, url: &S3Url, target: &str, range: Option<&str>, pa
             // Registered memory is only ever copied out, never lent out
             // (a server may write it while registered).
             let mut out = vec![0u8; chunk_usize];
-            let mut reg = client.client.register(&mut buf)?;
+            let mut reg = client.client.register(std::mem::take(&mut buf))?;
             let mut at = first;
             while at < first + len {
                 let n = chunk.min(first + len - at);
@@ -832,7 +842,7 @@ pub fn put(session: &Session, src: &str, url: &S3Url, part_size: u64) -> CliResu
         source.read_at(0, &mut buf)?;
         return match &session.rdma {
             Ok(c) => {
-                let reg = c.client.register(&mut buf)?;
+                let reg = c.client.register(std::mem::take(&mut buf))?;
                 let t = session.rdma_call(c, |g| {
                     g.put_object(&reg, Span::whole(size as usize), &url.bucket, &url.key)
                 })?;
@@ -926,7 +936,7 @@ fn upload_parts(
         Ok(c) => {
             // Filled by copy: registered memory is never lent out.
             let mut staging = vec![0u8; buf.len()];
-            let mut reg = c.client.register(buf)?;
+            let mut reg = c.client.register(vec![0u8; buf.len()])?;
             while at < size {
                 let n = chunk.min(size - at);
                 number += 1;

@@ -78,6 +78,17 @@ impl Env {
         c.env("AWS_ACCESS_KEY_ID", AK)
             .env("AWS_SECRET_ACCESS_KEY", SK)
             .env("AWS_ENDPOINT_URL", self.endpoint());
+        // The server's soft NIC has a loopback address of its own, not the
+        // endpoint's 127.0.0.1: name it, as a multi-homed server's users
+        // would (docs/protocol.md §8).
+        if let Some(ip) = self
+            .server
+            .as_ref()
+            .and_then(|s| s.rdma())
+            .and_then(|r| r.target().selection().gid.to_ipv4())
+        {
+            c.env("HIPOBJ_ALLOW_PEER_GID", ip.to_string());
+        }
         c
     }
 }

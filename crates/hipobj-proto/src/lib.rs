@@ -16,6 +16,8 @@
 //!   `NNN:<token>:<count>` success reply that names the server queue pair
 //!   and the bytes it moved.
 //!
+//! - [`landed`]: the GET proof's arithmetic: the granule of a transfer,
+//!   the immediate value each WRITE carries, and the client's [`landed::Tally`].
 //! - [`rc_v2`]: the headers, values and messages of the `hipobj-rc-v2`
 //!   control protocol (PREPARE / READY / CANCEL on `/.hipobj-rc/`).
 //!
@@ -51,6 +53,8 @@
 //! # Ok::<(), hipobj_proto::ReplyError>(())
 //! ```
 
+pub mod landed;
+mod checksum;
 pub mod rc_v2;
 pub mod reply;
 pub mod token;

@@ -129,8 +129,14 @@ pub const BYTES_HEADER: &str = crate::BYTES_HEADER;
 pub const ETAG_HEADER: &str = "x-amz-rdma-etag";
 /// READY response to a PUT, optional: the stored object's version id.
 pub const VERSION_ID_HEADER: &str = "x-amz-rdma-version-id";
-/// READY response, optional: the CRC-64/NVME of the bytes, base64.
+/// READY response, optional: the CRC-64/NVME of the bytes, base64 (the
+/// Ceph RGW fork's form; [`Crc64Nvme::from_base64`]).
 pub const CHECKSUM_CRC64NVME_HEADER: &str = "x-amz-rdma-checksum-crc64nvme";
+/// READY response, optional: `CRC64NVME <base64>`, the same checksum in the
+/// form of hipObject upstream and versitygw ([`Crc64Nvme::from_field`]).
+pub const CHECKSUM_HEADER: &str = "x-amz-rdma-checksum";
+
+pub use crate::checksum::Crc64Nvme;
 
 /// The largest [`Size`] of one transfer: 2^31 - 1 bytes.
 pub const MAX_SIZE: u32 = 0x7fff_ffff;
@@ -820,8 +826,10 @@ pub struct ReadyResponse {
     pub etag: Option<String>,
     /// The stored object's version id (PUT), where the server versions.
     pub version_id: Option<String>,
-    /// The CRC-64/NVME of the bytes, base64, where the server sends it.
-    pub checksum_crc64nvme: Option<String>,
+    /// The CRC-64/NVME of the bytes, where the server sends it: written in
+    /// both header forms, read from either (both, when both come, must
+    /// agree).
+    pub checksum_crc64nvme: Option<Crc64Nvme>,
 }
 
 impl ReadyResponse {
@@ -832,14 +840,14 @@ impl ReadyResponse {
             (COOKIE_HEADER, self.cookie.to_string()),
             (BYTES_HEADER, self.bytes.to_string()),
         ];
-        for (name, value) in [
-            (ETAG_HEADER, &self.etag),
-            (VERSION_ID_HEADER, &self.version_id),
-            (CHECKSUM_CRC64NVME_HEADER, &self.checksum_crc64nvme),
-        ] {
+        for (name, value) in [(ETAG_HEADER, &self.etag), (VERSION_ID_HEADER, &self.version_id)] {
             if let Some(v) = value {
                 h.push((name, v.clone()));
             }
+        }
+        if let Some(crc) = self.checksum_crc64nvme {
+            h.push((CHECKSUM_HEADER, crc.to_field()));
+            h.push((CHECKSUM_CRC64NVME_HEADER, crc.to_base64()));
         }
         h
     }
@@ -857,6 +865,7 @@ impl ReadyResponse {
                 ETAG_HEADER,
                 VERSION_ID_HEADER,
                 CHECKSUM_CRC64NVME_HEADER,
+                CHECKSUM_HEADER,
             ],
         )?;
         f.check_protocol()?;
@@ -872,7 +881,7 @@ impl ReadyResponse {
             bytes,
             etag: f.optional(ETAG_HEADER, text)?,
             version_id: f.optional(VERSION_ID_HEADER, text)?,
-            checksum_crc64nvme: f.optional(CHECKSUM_CRC64NVME_HEADER, text)?,
+            checksum_crc64nvme: f.checksum()?,
         })
     }
 }
@@ -971,6 +980,16 @@ impl<'v> Fields<'v> {
         self.get(name)
             .map(|v| f(v).ok_or(V2Error::Malformed(name)))
             .transpose()
+    }
+
+    /// The checksum of either form; both, when both come, must agree.
+    fn checksum(&self) -> Result<Option<Crc64Nvme>, V2Error> {
+        let field = self.optional(CHECKSUM_HEADER, Crc64Nvme::from_field)?;
+        let plain = self.optional(CHECKSUM_CRC64NVME_HEADER, Crc64Nvme::from_base64)?;
+        match (field, plain) {
+            (Some(a), Some(b)) if a != b => Err(V2Error::Malformed(CHECKSUM_HEADER)),
+            (a, b) => Ok(a.or(b)),
+        }
     }
 
     fn client_mr_all_or_none(&self) -> Result<Option<(RemoteMr, Qpn)>, V2Error> {
@@ -1316,6 +1335,69 @@ mod tests {
             CancelRequest::from_headers(h(&base[1..2])),
             Err(V2Error::Unsupported)
         );
+    }
+
+    #[test]
+    fn ready_answers_carry_the_checksum_in_both_forms_and_read_either() {
+        let crc = Crc64Nvme(0xae8b_1486_0a79_9888);
+        let answer = ReadyResponse {
+            cookie: Cookie::new(7).expect("non-zero"),
+            bytes: 9,
+            etag: None,
+            version_id: None,
+            checksum_crc64nvme: Some(crc),
+        };
+        let sent = answer.to_headers();
+        let value = |name: &str| sent.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str());
+        assert_eq!(value(CHECKSUM_HEADER), Some("CRC64NVME rosUhgp5mIg="));
+        assert_eq!(value(CHECKSUM_CRC64NVME_HEADER), Some("rosUhgp5mIg="));
+        let base = [
+            (PROTOCOL_HEADER, PROTOCOL),
+            (COOKIE_HEADER, "00000007"),
+            (BYTES_HEADER, "9"),
+        ];
+        let read = |extra: &[(&'static str, &'static str)]| {
+            let all: Vec<(&str, &str)> = base.iter().chain(extra).copied().collect();
+            ReadyResponse::from_headers(h(&all)).map(|r| r.checksum_crc64nvme)
+        };
+        assert_eq!(read(&[]), Ok(None));
+        assert_eq!(
+            read(&[("X-Amz-Rdma-Checksum", "CRC64NVME rosUhgp5mIg=")]),
+            Ok(Some(crc))
+        );
+        assert_eq!(
+            read(&[("X-Amz-Rdma-Checksum-Crc64nvme", "rosUhgp5mIg=")]),
+            Ok(Some(crc))
+        );
+        assert_eq!(
+            read(&[
+                (CHECKSUM_HEADER, "CRC64NVME rosUhgp5mIg="),
+                (CHECKSUM_CRC64NVME_HEADER, "rosUhgp5mIg=")
+            ]),
+            Ok(Some(crc))
+        );
+        // Two forms that disagree, and malformed values of each, fail.
+        assert_eq!(
+            read(&[
+                (CHECKSUM_HEADER, "CRC64NVME rosUhgp5mIg="),
+                (CHECKSUM_CRC64NVME_HEADER, "AAAAAAAAAAA=")
+            ]),
+            Err(V2Error::Malformed(CHECKSUM_HEADER))
+        );
+        for bad in ["rosUhgp5mIg=", "CRC64NVME rosUhgp5mIh=", "CRC32C AAAAAA==", ""] {
+            assert_eq!(
+                read(&[(CHECKSUM_HEADER, bad)]),
+                Err(V2Error::Malformed(CHECKSUM_HEADER)),
+                "{bad:?}"
+            );
+        }
+        for bad in ["CRC64NVME rosUhgp5mIg=", "rosUhgp5mIh=", "rosUhgp5mIg", "x"] {
+            assert_eq!(
+                read(&[(CHECKSUM_CRC64NVME_HEADER, bad)]),
+                Err(V2Error::Malformed(CHECKSUM_CRC64NVME_HEADER)),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

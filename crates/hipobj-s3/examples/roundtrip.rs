@@ -37,8 +37,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = RdmaS3Client::new(s3, hipobj.clone(), rt.handle().clone());
 
     let len = 1 << 20;
-    let mut data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
-    let reg = hipobj.register(&mut data)?;
+    let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+    let reg = hipobj.register(data.clone())?;
     let put = client.put_object(&reg, Span::whole(len), &bucket, "roundtrip")?;
     println!("PUT {} bytes, etag {:?}, rdma {}", put.bytes, put.etag, put.rdma);
     if let Some(why) = &put.declined {
@@ -46,8 +46,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     drop(reg);
 
-    let mut back = vec![0u8; len];
-    let mut reg = hipobj.register(&mut back)?;
+    let mut reg = hipobj.register(vec![0u8; len])?;
     let got = client.get_object(&mut reg, Span::whole(len), &bucket, "roundtrip", None)?;
     println!("GET {} bytes, etag {:?}, rdma {}", got.bytes, got.etag, got.rdma);
     let same = reg.to_vec() == data.as_slice();

@@ -3,7 +3,9 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use aws_sdk_s3::config::interceptors::BeforeDeserializationInterceptorContextRef;
+use aws_sdk_s3::config::interceptors::{
+    BeforeDeserializationInterceptorContextRef, BeforeTransmitInterceptorContextRef,
+};
 use aws_sdk_s3::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_s3::error::BoxError;
 use bytes::Bytes;
@@ -35,9 +37,21 @@ pub(crate) struct Exchange {
     /// Every `x-amz-rdma-*` response header, name lowercase (hipobj-rc-v2
     /// answers are read from these).
     pub rdma: Vec<(String, Vec<u8>)>,
+    /// The host the request was sent to (after the SDK resolved the
+    /// endpoint): the server whose addresses a reply may name.
+    pub host: Option<String>,
 }
 
 impl Exchange {
+    /// Whether the answer was a binding round (a 409 reply naming a server
+    /// QP).
+    pub fn is_bind(&self) -> bool {
+        self.reply
+            .as_deref()
+            .and_then(|r| hipobj_proto::parse_reply(r.as_bytes()).ok())
+            .is_some_and(|r| matches!(r, hipobj_proto::Reply::Bind { .. }))
+    }
+
     /// Why RDMA was declined, when it was: reply `501`, HTTP 501 without a
     /// reply, or a success without a reply header (a server that does not
     /// know the protocol).
@@ -136,6 +150,22 @@ impl Capture {
 impl Intercept for Capture {
     fn name(&self) -> &'static str {
         "hipobj-rdma-reply"
+    }
+
+    fn read_before_transmit(
+        &self,
+        ctx: &BeforeTransmitInterceptorContextRef<'_>,
+        _rc: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let host = ctx
+            .request()
+            .uri()
+            .parse::<http::Uri>()
+            .ok()
+            .and_then(|u| u.host().map(str::to_owned));
+        self.lock().host = host;
+        Ok(())
     }
 
     fn read_before_deserialization(

@@ -45,16 +45,17 @@
 //!     .nic_hint("softroce0")
 //!     .build()?;
 //! let client = RdmaS3Client::new(s3, hipobj.clone(), rt.handle().clone());
-//! let mut buf = vec![0u8; 1 << 20];
-//! let mut reg = hipobj.register(&mut buf)?;
+//! let mut reg = hipobj.register(vec![0u8; 1 << 20])?;
 //! let got = client.get_object(&mut reg, Span::whole(1 << 20), "bucket", "key", None)?;
 //! println!("{} bytes, over RDMA: {}", got.bytes, got.rdma);
 //! # Ok(()) }
 //! ```
 
 mod capture;
+mod endpoint;
 mod error;
 mod failover;
+pub mod tls;
 mod v2;
 
 use std::sync::Arc;
@@ -114,6 +115,7 @@ pub struct RdmaS3Client {
     rt: tokio::runtime::Handle,
     fallback: bool,
     protocol: v2::Memory,
+    servers: endpoint::EndpointAddrs,
 }
 
 /// The S3 request a transfer drives.
@@ -144,7 +146,16 @@ impl RdmaS3Client {
             rt,
             fallback: true,
             protocol: v2::Memory::default(),
+            servers: endpoint::EndpointAddrs::default(),
         }
+    }
+
+    /// The addresses of `host`, the host a request went to: the only ones
+    /// a binding reply or a PREPARE answer to it may name the server QP at
+    /// (docs/protocol.md §8; `HIPOBJ_ALLOW_PEER_GID` adds more, or turns
+    /// the check off). Resolved once per host.
+    pub fn server_addrs(&self, host: &str) -> Vec<std::net::IpAddr> {
+        self.servers.resolve(host)
     }
 
     /// Which RDMA protocol the endpoint was found to speak (shared by the
@@ -437,6 +448,9 @@ impl RdmaS3Client {
                 // fallback: the caller tries v2 before giving up.
                 Some(why) if self.fallback || last.unsupported() => Ok(Err((why, Some(last)))),
                 Some(why) => Err(Error::declined(op.name(), why)),
+                // A binding round the library refused (a server token it
+                // will not connect to): its reason, not the 409's.
+                None if last.is_bind() => Err(Error::from(e)),
                 None => Err(last.error(op.name()).unwrap_or_else(|| Error::from(e))),
             };
         }
@@ -742,6 +756,11 @@ impl Control for Exchanger<'_> {
         })?;
         dst.copy_from_slice(value.as_bytes());
         Ok(value.len())
+    }
+
+    fn server_addrs(&self) -> Option<Vec<std::net::IpAddr>> {
+        let host = self.last.as_ref()?.host.as_deref()?;
+        Some(self.client.server_addrs(host))
     }
 }
 

@@ -175,6 +175,9 @@ impl RdmaS3Client {
                 "the server pointed to hipobj-rc-v2, but answered its PREPARE with HTTP {status}"
             )));
         }
+        if let Some(host) = &ex.host {
+            s.expect_server(self.server_addrs(host));
+        }
         s.prepared_from(status, ex.rdma_headers())
             .map_err(|e| with_status(e, "PREPARE", status))?;
         let ready = s.ready_request()?.to_headers();

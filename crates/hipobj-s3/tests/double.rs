@@ -12,7 +12,7 @@ use hipobj::ErrorKind;
 use hipobj_platform::fake::{FakePlatform, FakeVerbs};
 use hipobj_proto::Reply;
 use hipobj_s3::{RdmaS3Client, Span};
-use support::{Req, Resp, runtime, sdk, server_token, start};
+use support::{Req, Resp, runtime, sdk, server_token, server_token_at, start};
 
 fn client(rt: &tokio::runtime::Runtime, endpoint: &str, p: &FakePlatform) -> RdmaS3Client {
     let h = hipobj::Client::builder(p.platform())
@@ -40,7 +40,7 @@ fn success(req: &Req, status: u16, verbs: &FakeVerbs) -> String {
         .mr_access(t.rkey)
         .is_some_and(|a| a.contains(hipobj_platform::AccessFlags::REMOTE_WRITE));
     if get {
-        assert!(verbs.deliver_write_with_imm(t.qpn, t.rkey, 0));
+        assert!(verbs.deliver_write_with_imm(t.qpn, t.rkey, t.len as u32));
     }
     Reply::Done {
         status,
@@ -95,7 +95,7 @@ fn get_binds_on_409_then_reads_the_success_reply() {
     );
     let c = client(&rt, &d.endpoint(), &p);
     let mut buf = vec![0u8; 64];
-    let mut reg = c.hipobj().register(&mut buf).unwrap();
+    let mut reg = c.hipobj().register(std::mem::take(&mut buf)).unwrap();
     let t = c
         .get_object(&mut reg, Span::whole(64), "bkt", "obj", None)
         .unwrap();
@@ -130,7 +130,7 @@ fn a_ranged_get_sends_the_range_and_counts_from_content_range() {
     );
     let c = client(&rt, &d.endpoint(), &p);
     let mut buf = vec![0u8; 10];
-    let mut reg = c.hipobj().register(&mut buf).unwrap();
+    let mut reg = c.hipobj().register(std::mem::take(&mut buf)).unwrap();
     let t = c
         .get_object(&mut reg, Span::whole(10), "bkt", "obj", Some("bytes=10-19"))
         .unwrap();
@@ -157,7 +157,7 @@ fn put_and_upload_part_send_no_body_and_sign_unsigned_payload() {
     );
     let c = client(&rt, &d.endpoint(), &p);
     let mut buf = vec![7u8; 8192];
-    let reg = c.hipobj().register(&mut buf).unwrap();
+    let reg = c.hipobj().register(std::mem::take(&mut buf)).unwrap();
     let t = c
         .put_object(
             &reg,
@@ -203,7 +203,7 @@ fn reply_501_falls_back_to_http_and_says_so() {
     let p = FakePlatform::host_only();
     let c = client(&rt, &d.endpoint(), &p);
     let mut buf = vec![0u8; 4096];
-    let mut reg = c.hipobj().register(&mut buf).unwrap();
+    let mut reg = c.hipobj().register(std::mem::take(&mut buf)).unwrap();
     let t = c
         .get_object(&mut reg, Span::whole(4096), "bkt", "obj", None)
         .unwrap();
@@ -236,7 +236,7 @@ fn http_501_without_a_reply_falls_back_for_put() {
     let p = FakePlatform::host_only();
     let c = client(&rt, &d.endpoint(), &p);
     let mut buf = plain_object();
-    let reg = c.hipobj().register(&mut buf).unwrap();
+    let reg = c.hipobj().register(std::mem::take(&mut buf)).unwrap();
     let t = c
         .put_object(&reg, Span { offset: 10, len: 990 }, "bkt", "obj")
         .unwrap();
@@ -256,7 +256,7 @@ fn a_server_that_ignores_the_token_is_a_decline_and_its_body_is_used() {
     let p = FakePlatform::host_only();
     let c = client(&rt, &d.endpoint(), &p);
     let mut buf = vec![0u8; 1000];
-    let mut reg = c.hipobj().register(&mut buf).unwrap();
+    let mut reg = c.hipobj().register(std::mem::take(&mut buf)).unwrap();
     let t = c
         .get_object(&mut reg, Span::whole(1000), "bkt", "obj", None)
         .unwrap();
@@ -275,7 +275,7 @@ fn s3_errors_and_unreachable_servers_are_errors_with_their_code() {
     let p = FakePlatform::host_only();
     let c = client(&rt, &d.endpoint(), &p);
     let mut buf = vec![0u8; 16];
-    let mut reg = c.hipobj().register(&mut buf).unwrap();
+    let mut reg = c.hipobj().register(std::mem::take(&mut buf)).unwrap();
     let e = c
         .get_object(&mut reg, Span::whole(16), "bkt", "nope", None)
         .unwrap_err();
@@ -290,12 +290,72 @@ fn s3_errors_and_unreachable_servers_are_errors_with_their_code() {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead = format!("http://{}", l.local_addr().unwrap());
     drop(l);
-    drop(reg);
+    buf = reg.into_inner();
     let c = RdmaS3Client::new(sdk(&dead), c.hipobj().clone(), rt.handle().clone());
-    let mut reg = c.hipobj().register(&mut buf).unwrap();
+    let mut reg = c.hipobj().register(std::mem::take(&mut buf)).unwrap();
     let e = c
         .get_object(&mut reg, Span::whole(16), "bkt", "obj", None)
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::S3Error, "{e}");
     assert!(e.to_string().contains("could not be reached"), "{e}");
+}
+
+/// Issue 24, finding 2: a party on the HTTP path answers the first request
+/// with a 409 naming a QP on its own NIC (127.0.0.2; the endpoint is
+/// 127.0.0.1). The client refuses to bind: the call fails with an RDMA
+/// error before any QP is connected and nothing is sent again. Naming that
+/// address in the switch (`AllowPeer`, `HIPOBJ_ALLOW_PEER_GID`) makes the
+/// same exchange bind and complete.
+#[test]
+fn a_bind_naming_a_qp_off_the_endpoints_host_is_refused_unless_listed() {
+    let rt = runtime();
+    let party = std::net::Ipv4Addr::new(127, 0, 0, 2);
+    let answer = move |verbs: std::sync::Arc<FakeVerbs>| {
+        move |req: &Req, i: usize| {
+            let t = hipobj_proto::Token::decode(req.token().unwrap().as_bytes()).unwrap();
+            if i == 0 {
+                let bind = Reply::Bind {
+                    token: server_token_at(party),
+                    psn: 0x123,
+                };
+                return Resp::error(409, "RDMABindRequired")
+                    .header(hipobj_proto::REPLY_HEADER, bind.to_string());
+            }
+            assert!(verbs.deliver_write_with_imm(t.qpn, t.rkey, 0));
+            let done = Reply::Done {
+                status: 200,
+                token: server_token_at(party),
+                bytes: t.len,
+            };
+            Resp::new(200)
+                .header(hipobj_proto::REPLY_HEADER, done.to_string())
+                .header(hipobj_proto::BYTES_HEADER, t.len.to_string())
+        }
+    };
+    for allow in [None, Some(hipobj::AllowPeer::Listed(vec![party.into()]))] {
+        let p = FakePlatform::host_only();
+        let d = start(&rt, answer(p.verbs.clone()));
+        let mut options = hipobj::Options::default();
+        if let Some(a) = &allow {
+            options.allow_peer = a.clone();
+        }
+        let h = hipobj::Client::builder(p.platform())
+            .nic_hint("fake0")
+            .options(options)
+            .build()
+            .unwrap();
+        let c = RdmaS3Client::new(sdk(&d.endpoint()), h, rt.handle().clone()).fallback(false);
+        let mut reg = c.hipobj().register(vec![0u8; 64]).unwrap();
+        let got = c.get_object(&mut reg, Span::whole(64), "bkt", "obj", None);
+        if allow.is_none() {
+            let e = got.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::RdmaError, "{e}");
+            assert!(e.to_string().contains("HIPOBJ_ALLOW_PEER_GID"), "{e}");
+            assert_eq!(d.requests().len(), 1, "refused at the 409: nothing sent again");
+        } else {
+            let t = got.unwrap();
+            assert!(t.rdma && t.bytes == 64, "{t:?}");
+            assert_eq!(d.requests().len(), 2);
+        }
+    }
 }

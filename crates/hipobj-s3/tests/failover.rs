@@ -82,7 +82,7 @@ fn a_dead_or_dropping_endpoint_moves_the_call_on_and_the_client_stays_there() {
     let live = gateway(&rt);
     let fo = failover(&rt, &h, &[dead(), dropper(&rt), live.endpoint()]);
     let mut buf = vec![0u8; 4096];
-    let mut reg = h.register(&mut buf).unwrap();
+    let mut reg = h.register(std::mem::take(&mut buf)).unwrap();
 
     let s = fo
         .get_object(&mut reg, Span::whole(4096), "bkt", "obj", None)
@@ -120,7 +120,7 @@ fn the_requests_own_errors_are_returned_at_once() {
     let (a, b) = (gateway(&rt), gateway(&rt));
     let fo = failover(&rt, &h, &[a.endpoint(), b.endpoint()]);
     let mut buf = vec![0u8; 16];
-    let mut reg = h.register(&mut buf).unwrap();
+    let mut reg = h.register(std::mem::take(&mut buf)).unwrap();
     let e = fo
         .get_object(&mut reg, Span::whole(16), "bkt", "missing", None)
         .unwrap_err();
@@ -139,7 +139,7 @@ fn busy_gateways_fail_over_and_the_attempt_limit_holds() {
     let live = gateway(&rt);
     let fo = failover(&rt, &h, &[busy.endpoint(), live.endpoint()]);
     let mut buf = vec![0u8; 4096];
-    let mut reg = h.register(&mut buf).unwrap();
+    let mut reg = h.register(std::mem::take(&mut buf)).unwrap();
     let s = fo
         .get_object(&mut reg, Span::whole(4096), "bkt", "obj", None)
         .unwrap();

@@ -26,7 +26,10 @@ fn soft(name: &str) -> Arc<SoftVerbs> {
     }))
 }
 
-fn hipobj_client(name: &str) -> hipobj::Client {
+/// A client on its own soft NIC that accepts server QPs at `server_ip`: the
+/// servers' soft NICs have loopback addresses of their own, not the HTTP
+/// endpoint's 127.0.0.1 (a multi-homed server, docs/protocol.md §8).
+fn hipobj_client(name: &str, server_ip: std::net::Ipv4Addr) -> hipobj::Client {
     let platform = Platform {
         verbs: soft(name),
         gpu: Arc::new(NoGpu::new("test")),
@@ -36,6 +39,7 @@ fn hipobj_client(name: &str) -> hipobj::Client {
         .nic_hint(name)
         .options(hipobj::Options {
             max_transfers: 2,
+            allow_peer: hipobj::AllowPeer::Listed(vec![server_ip.into()]),
             ..hipobj::Options::default()
         })
         .build()
@@ -114,7 +118,7 @@ fn v2_world(rdma_off: bool, client_nic: &str, server_nic: &str) -> V2World {
     let rt = runtime();
     let client = RdmaS3Client::new(
         sdk(&double.endpoint()),
-        hipobj_client(client_nic),
+        hipobj_client(client_nic, server_verbs.device().unwrap().ip()),
         rt.handle().clone(),
     );
     V2World {
@@ -133,7 +137,7 @@ fn a_v2_only_server_gets_and_puts_over_rdma_after_one_declined_token() {
     assert_eq!(c.protocol(), Protocol::Unknown);
     let data = pattern(3 << 20, 5);
     let mut src = data.clone();
-    let reg = c.hipobj().register(&mut src).unwrap();
+    let reg = c.hipobj().register(std::mem::take(&mut src)).unwrap();
     let t = c.put_object(&reg, Span::whole(data.len()), "bkt", "obj").unwrap();
     assert!(t.rdma && t.declined.is_none(), "{t:?}");
     assert_eq!(t.bytes, data.len() as u64);
@@ -142,7 +146,7 @@ fn a_v2_only_server_gets_and_puts_over_rdma_after_one_declined_token() {
     drop(reg);
 
     let mut out = vec![0u8; data.len()];
-    let mut reg = c.hipobj().register(&mut out).unwrap();
+    let mut reg = c.hipobj().register(std::mem::take(&mut out)).unwrap();
     let t = c
         .get_object(&mut reg, Span::whole(data.len()), "bkt", "obj", None)
         .unwrap();
@@ -198,7 +202,7 @@ fn an_rdma_off_server_is_reached_over_plain_http_said_out_loud_or_refused() {
     let c = &w.client;
     let data = pattern(100_000, 9);
     let mut src = data.clone();
-    let reg = c.hipobj().register(&mut src).unwrap();
+    let reg = c.hipobj().register(std::mem::take(&mut src)).unwrap();
     let t = c.put_object(&reg, Span::whole(data.len()), "bkt", "obj").unwrap();
     assert!(!t.rdma, "{t:?}");
     assert!(t.declined.as_deref().unwrap().contains("hipobj-rc-v2"), "{t:?}");
@@ -206,7 +210,7 @@ fn an_rdma_off_server_is_reached_over_plain_http_said_out_loud_or_refused() {
     assert!(w.server.objects.lock().unwrap()["obj"] == data);
     drop(reg);
     let mut out = vec![0u8; data.len()];
-    let mut reg = c.hipobj().register(&mut out).unwrap();
+    let mut reg = c.hipobj().register(std::mem::take(&mut out)).unwrap();
     let t = c
         .get_object(&mut reg, Span::whole(data.len()), "bkt", "obj", None)
         .unwrap();
@@ -231,12 +235,12 @@ fn an_rdma_off_server_is_reached_over_plain_http_said_out_loud_or_refused() {
     // With fallback off (--require-rdma), a fresh client fails and says why.
     let strict = RdmaS3Client::new(
         sdk(&w.double.endpoint()),
-        hipobj_client("softroce-n2d"),
+        hipobj_client("softroce-n2d", std::net::Ipv4Addr::LOCALHOST),
         w.rt.handle().clone(),
     )
     .fallback(false);
     let mut out = vec![0u8; data.len()];
-    let mut reg = strict.hipobj().register(&mut out).unwrap();
+    let mut reg = strict.hipobj().register(std::mem::take(&mut out)).unwrap();
     let e = strict
         .get_object(&mut reg, Span::whole(data.len()), "bkt", "obj", None)
         .unwrap_err();
@@ -256,7 +260,7 @@ fn a_v2_get_whose_write_carries_another_immediate_fails_and_leaves_no_session() 
         .insert("obj".into(), pattern(4096, 1));
     w.server.misbehave.lock().unwrap().wrong_imm = true;
     let mut out = vec![0u8; 4096];
-    let mut reg = c.hipobj().register(&mut out).unwrap();
+    let mut reg = c.hipobj().register(std::mem::take(&mut out)).unwrap();
     let e = c
         .get_object(&mut reg, Span::whole(4096), "bkt", "obj", Some("bytes=0-4095"))
         .unwrap_err();
@@ -291,16 +295,20 @@ fn a_binding_server_keeps_the_binding_exchange_and_never_sees_v2() {
     let h = rt.block_on(hipobj_server::Server::start(config)).unwrap();
     let s3 = sdk(&h.endpoint());
     rt.block_on(s3.create_bucket().bucket("bkt").send()).unwrap();
-    let c = RdmaS3Client::new(s3, hipobj_client("softroce-n4c"), rt.handle().clone());
+    let server_ip = h
+        .rdma()
+        .and_then(|r| r.target().selection().gid.to_ipv4())
+        .unwrap();
+    let c = RdmaS3Client::new(s3, hipobj_client("softroce-n4c", server_ip), rt.handle().clone());
     let data = pattern(1 << 20, 3);
     let mut src = data.clone();
-    let reg = c.hipobj().register(&mut src).unwrap();
+    let reg = c.hipobj().register(std::mem::take(&mut src)).unwrap();
     let t = c.put_object(&reg, Span::whole(data.len()), "bkt", "obj").unwrap();
     assert!(t.rdma, "{t:?}");
     assert_eq!(c.protocol(), Protocol::Binding);
     drop(reg);
     let mut out = vec![0u8; data.len()];
-    let mut reg = c.hipobj().register(&mut out).unwrap();
+    let mut reg = c.hipobj().register(std::mem::take(&mut out)).unwrap();
     let t = c
         .get_object(&mut reg, Span::whole(data.len()), "bkt", "obj", None)
         .unwrap();

@@ -61,7 +61,7 @@ fn rdma_off_declines_and_everything_falls_back_with_the_right_bytes() {
 
     let data = pattern(12 << 20);
     let mut buf = data.clone();
-    let reg = c.hipobj().register(&mut buf).unwrap();
+    let reg = c.hipobj().register(std::mem::take(&mut buf)).unwrap();
     let t = c.put_object(&reg, Span::whole(1 << 20), "bkt", "one").unwrap();
     assert!(!t.rdma && t.declined.as_deref().unwrap().contains("501"), "{t:?}");
     assert_eq!(t.bytes, 1 << 20);
@@ -114,7 +114,7 @@ fn rdma_off_declines_and_everything_falls_back_with_the_right_bytes() {
     drop(reg);
 
     let mut out = vec![0u8; 12 << 20];
-    let mut reg = c.hipobj().register(&mut out).unwrap();
+    let mut reg = c.hipobj().register(std::mem::take(&mut out)).unwrap();
     let t = c
         .get_object(&mut reg, Span::whole(12 << 20), "bkt", "mp", None)
         .unwrap();

@@ -27,6 +27,8 @@ pub struct Config {
     pub http: HttpConfig,
     /// The RDMA side (docs/protocol.md §4).
     pub rdma: RdmaConfig,
+    /// TLS on the listener (off unless a certificate and key are set).
+    pub tls: TlsConfig,
     /// How long shutdown waits for requests in flight, in seconds.
     pub shutdown_grace_secs: u64,
     /// Log the transfer counters this often, in seconds (0: never).
@@ -50,6 +52,7 @@ impl Default for Config {
             limits: Limits::default(),
             http: HttpConfig::default(),
             rdma: RdmaConfig::default(),
+            tls: TlsConfig::default(),
             shutdown_grace_secs: 30,
             metrics_log_secs: 60,
             metrics_endpoint: true,
@@ -201,8 +204,12 @@ impl Default for Limits {
 #[serde(default, deny_unknown_fields)]
 pub struct HttpConfig {
     /// Most connections open at once; more wait in the listen backlog
-    /// until one closes.
+    /// until one closes (or an idle one is closed to make room).
     pub max_connections: usize,
+    /// Most connections open at once from one client address (the
+    /// address's share of `max_connections`). A connection beyond it
+    /// closes that address's longest-idle connection, or is refused.
+    pub max_connections_per_address: usize,
     /// A request head (request line and headers) must arrive within this
     /// many seconds of its first byte.
     pub header_read_timeout_secs: u64,
@@ -212,15 +219,30 @@ pub struct HttpConfig {
     pub idle_timeout_secs: u64,
     /// TCP keep-alive probes start after this many idle seconds (0: off).
     pub tcp_keepalive_secs: u64,
+    /// A request body must arrive at this many bytes per second at least,
+    /// measured over `body_rate_window_secs` of waiting for it; slower, the
+    /// connection is cut and the partial object discarded (0: off).
+    pub body_min_rate: u64,
+    /// The window of `body_min_rate`, in seconds.
+    pub body_rate_window_secs: u64,
+    /// Most body bytes read of a request that carries no signature (no
+    /// `Authorization`, no presigned query, and for a POST form none of
+    /// the form's signature fields in these first bytes) while anonymous
+    /// access is off.
+    pub unauthenticated_body_limit: u64,
 }
 
 impl Default for HttpConfig {
     fn default() -> Self {
         Self {
             max_connections: 4096,
+            max_connections_per_address: 64,
             header_read_timeout_secs: 30,
             idle_timeout_secs: 120,
             tcp_keepalive_secs: 60,
+            body_min_rate: 1024,
+            body_rate_window_secs: 20,
+            unauthenticated_body_limit: 64 << 10,
         }
     }
 }
@@ -267,8 +289,17 @@ pub struct RdmaConfig {
     /// came from (or, from loopback, not an address of this host). Turn it
     /// off only when clients reach the server through NAT.
     pub check_peer_address: bool,
-    /// hipobj-rc-v2: sessions open at once (503 beyond).
+    /// hipobj-rc-v2: sessions open at once, all keys together (503
+    /// beyond).
     pub v2_max_sessions: usize,
+    /// hipobj-rc-v2: sessions one access key may hold open (503 beyond).
+    pub v2_max_sessions_per_key: usize,
+    /// hipobj-rc-v2: staging bytes all sessions may hold at once (503
+    /// beyond).
+    pub v2_memory_budget: usize,
+    /// hipobj-rc-v2: staging bytes one access key's sessions may hold
+    /// (503 beyond).
+    pub v2_memory_per_key: usize,
     /// hipobj-rc-v2: the largest staging buffer, in bytes: the largest PUT
     /// (413 above) and a GET's chunk.
     pub v2_staging_max: usize,
@@ -293,6 +324,9 @@ impl Default for RdmaConfig {
             pipeline_depth: 4,
             check_peer_address: true,
             v2_max_sessions: 64,
+            v2_max_sessions_per_key: 16,
+            v2_memory_budget: 1 << 30,
+            v2_memory_per_key: 256 << 20,
             v2_staging_max: 64 << 20,
             v2_prepare_timeout_ms: 10_000,
             v2_transfer_timeout_ms: 30_000,
@@ -305,6 +339,9 @@ impl RdmaConfig {
     pub fn v2_config(&self) -> hipobj_target::rc_v2::V2Config {
         hipobj_target::rc_v2::V2Config {
             max_sessions: self.v2_max_sessions.max(1),
+            max_sessions_per_key: self.v2_max_sessions_per_key.max(1),
+            memory_budget: self.v2_memory_budget,
+            memory_per_key: self.v2_memory_per_key,
             staging_max: self.v2_staging_max.max(4096),
             prepare_timeout: Duration::from_millis(self.v2_prepare_timeout_ms.max(1)),
             transfer_timeout: Duration::from_millis(self.v2_transfer_timeout_ms.max(1)),
@@ -324,6 +361,30 @@ impl RdmaConfig {
             completion_timeout: Duration::from_secs(self.completion_timeout_secs.max(1)),
             max_concurrent: self.max_concurrent.max(1),
             check_peer_address: self.check_peer_address,
+        }
+    }
+}
+
+/// TLS on the listener (docs/server.md, "TLS").
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM certificate chain, the server's certificate first (flag
+    /// `--tls-cert`). With `key`, the listener serves HTTPS only.
+    pub cert: Option<PathBuf>,
+    /// PEM private key of that certificate (flag `--tls-key`).
+    pub key: Option<PathBuf>,
+    /// Look at both files this often, in seconds, and serve the new pair to
+    /// new connections once they changed (0: only on SIGHUP).
+    pub reload_check_secs: u64,
+}
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        Self {
+            cert: None,
+            key: None,
+            reload_check_secs: 60,
         }
     }
 }
@@ -357,11 +418,17 @@ impl Config {
         if self.limits.max_object_size == 0 {
             return bad("limits.max_object_size must be above 0");
         }
-        if self.http.max_connections == 0 {
-            return bad("http.max_connections must be above 0");
+        if self.http.max_connections == 0 || self.http.max_connections_per_address == 0 {
+            return bad("http.max_connections and http.max_connections_per_address must be above 0");
+        }
+        if self.http.body_min_rate > 0 && self.http.body_rate_window_secs == 0 {
+            return bad("http.body_rate_window_secs must be above 0 when http.body_min_rate is");
         }
         if self.http.header_read_timeout_secs == 0 || self.http.idle_timeout_secs == 0 {
             return bad("http.header_read_timeout_secs and http.idle_timeout_secs must be above 0");
+        }
+        if self.tls.cert.is_some() != self.tls.key.is_some() {
+            return bad("tls.cert and tls.key go together: set both or neither");
         }
         if self.rdma.enabled && self.rdma.max_transfer == 0 {
             return bad("rdma.max_transfer must be above 0");

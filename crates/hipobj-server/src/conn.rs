@@ -18,12 +18,17 @@
 //!   client that stopped reading).
 //!
 //! While a request is being served (the handler runs, an RDMA transfer
-//! included) nothing times out here: the handler has its own limits.
+//! included) nothing times out here: the request body has its own timer
+//! (`crate::body`), and the handler has its own limits.
+//!
+//! A connection can also be closed from outside ([`ConnState::close`]): the
+//! per-address shares (`crate::shares`) close idle connections to make room,
+//! and a body that broke a limit closes its connection.
 
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -49,6 +54,11 @@ pub fn tune(stream: &TcpStream, http: &HttpConfig) -> io::Result<()> {
     Ok(())
 }
 
+/// The connection a request came on, in its extensions: what a body that
+/// breaks a limit closes.
+#[derive(Clone, Debug)]
+pub struct ConnHandle(pub Arc<ConnState>);
+
 /// What the service and the socket wrapper share about one connection.
 #[derive(Debug)]
 pub struct ConnState {
@@ -62,7 +72,13 @@ pub struct ConnState {
     head_ms: AtomicU64,
     /// The reader that found a request in flight and armed no timer: woken
     /// when the request ends, so that its next poll arms the idle timer.
+    /// Every pending read registers here, so that [`ConnState::close`]
+    /// reaches it.
     reader: AtomicWaker,
+    /// The writer waiting for the client, woken by [`ConnState::close`].
+    writer: AtomicWaker,
+    /// Set by [`ConnState::close`]: every read and write fails from now on.
+    closed: AtomicBool,
 }
 
 impl ConnState {
@@ -74,7 +90,37 @@ impl ConnState {
             last_ms: AtomicU64::new(0),
             head_ms: AtomicU64::new(0),
             reader: AtomicWaker::new(),
+            writer: AtomicWaker::new(),
+            closed: AtomicBool::new(false),
         })
+    }
+
+    /// Closes the connection: its pending and later reads and writes fail,
+    /// which ends hyper's connection task.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.reader.wake();
+        self.writer.wake();
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Whether no request is being served; an idle connection may be
+    /// closed to make room for another.
+    pub fn is_between_requests(&self) -> bool {
+        self.in_flight.load(Ordering::Relaxed) == 0
+    }
+
+    /// When what the connection is doing now began: the first byte of a
+    /// request head still arriving, or else its last activity. The
+    /// earliest is the first to close for room.
+    pub fn waiting_since(&self) -> Instant {
+        match self.head_ms.load(Ordering::Relaxed) {
+            0 => self.at(self.last_ms.load(Ordering::Relaxed)),
+            h => self.at(h - 1),
+        }
     }
 
     fn now_ms(&self) -> u64 {
@@ -162,6 +208,9 @@ impl<IO> Guarded<IO> {
 impl<IO: AsyncRead + Unpin> AsyncRead for Guarded<IO> {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if this.state.is_closed() {
+            return Poll::Ready(Err(closed()));
+        }
         let before = buf.filled().len();
         match Pin::new(&mut this.io).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
@@ -175,16 +224,22 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Guarded<IO> {
                 Poll::Ready(Ok(()))
             }
             Poll::Pending => match this.read_deadline() {
-                Some((deadline, why)) => match this.expired(cx, deadline, why) {
-                    Poll::Ready(e) => Poll::Ready(Err(e)),
-                    Poll::Pending => Poll::Pending,
-                },
+                Some((deadline, why)) => {
+                    this.state.reader.register(cx.waker());
+                    if this.state.is_closed() {
+                        return Poll::Ready(Err(closed()));
+                    }
+                    match this.expired(cx, deadline, why) {
+                        Poll::Ready(e) => Poll::Ready(Err(e)),
+                        Poll::Pending => Poll::Pending,
+                    }
+                }
                 None => {
                     // No deadline while a request is served; the request's
                     // end wakes this read, whose next poll arms the timer
                     // (else an idle keep-alive connection could stay open).
                     this.state.reader.register(cx.waker());
-                    if this.read_deadline().is_some() {
+                    if this.read_deadline().is_some() || this.state.is_closed() {
                         cx.waker().wake_by_ref();
                     }
                     Poll::Pending
@@ -198,6 +253,9 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Guarded<IO> {
 impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        if this.state.is_closed() {
+            return Poll::Ready(Err(closed()));
+        }
         match Pin::new(&mut this.io).poll_write(cx, data) {
             Poll::Ready(r) => {
                 this.state.touch();
@@ -213,6 +271,9 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        if this.state.is_closed() {
+            return Poll::Ready(Err(closed()));
+        }
         match Pin::new(&mut this.io).poll_write_vectored(cx, bufs) {
             Poll::Ready(r) => {
                 this.state.touch();
@@ -239,10 +300,18 @@ impl<IO> Guarded<IO> {
     /// A write that cannot proceed: the client is not reading. Gives up
     /// `idle` after the last progress.
     fn write_stalled<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        self.state.writer.register(cx.waker());
+        if self.state.is_closed() {
+            return Poll::Ready(Err(closed()));
+        }
         let deadline = self.state.at(self.state.last_ms.load(Ordering::Relaxed)) + self.idle;
         match self.expired(cx, deadline, "the client stopped reading") {
             Poll::Ready(e) => Poll::Ready(Err(e)),
             Poll::Pending => Poll::Pending,
         }
     }
+}
+
+fn closed() -> io::Error {
+    io::Error::new(io::ErrorKind::ConnectionAborted, "closed by the server's limits")
 }

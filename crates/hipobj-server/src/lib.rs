@@ -14,6 +14,7 @@
 //! [`Server::start`] runs it in-process and returns a [`Handle`]; the
 //! `hipobj-server` binary is a thin command line over the same call.
 
+pub mod body;
 pub mod config;
 pub mod conn;
 pub mod cpu;
@@ -22,7 +23,9 @@ pub mod metrics;
 pub mod rdma;
 pub mod s3;
 mod server;
+pub mod shares;
 pub mod storage;
+pub mod tls;
 
 pub use config::Config;
 pub use server::{Handle, Server};
@@ -39,6 +42,9 @@ pub enum Error {
     /// The RDMA device could not be opened.
     #[error("RDMA: {0}")]
     Rdma(String),
+    /// The TLS certificate or key is unusable.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
     /// A socket or file operation failed.
     #[error("{0}: {1}")]
     Io(String, #[source] std::io::Error),

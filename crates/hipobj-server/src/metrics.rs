@@ -31,6 +31,23 @@ pub struct Metrics {
     pub rdma_v2_sessions: AtomicU64,
     /// hipobj-rc-v2 control requests refused or failed (not counting 501).
     pub rdma_v2_errors: AtomicU64,
+    /// Limits (docs/server.md, "Limits"): hipobj-rc-v2 requests answered
+    /// 503 for want of a session or staging memory (the key's or the
+    /// server's).
+    pub rdma_v2_busy: AtomicU64,
+    /// HTTP connections open now.
+    pub http_connections: AtomicI64,
+    /// Connections refused: their address held its share, none idle.
+    pub http_connections_refused: AtomicU64,
+    /// Idle connections closed to make room (an address at its share, or
+    /// the server at its cap).
+    pub http_connections_closed_for_room: AtomicU64,
+    /// Request bodies cut for arriving slower than `http.body_min_rate`.
+    pub http_bodies_too_slow: AtomicU64,
+    /// Unsigned request bodies cut at `http.unauthenticated_body_limit`.
+    pub http_unauthenticated_bodies_cut: AtomicU64,
+    /// aws-chunked bodies refused for ending without the zero-length chunk.
+    pub http_chunked_bodies_unterminated: AtomicU64,
 }
 
 /// Adds one to a counter.
@@ -103,11 +120,52 @@ impl Metrics {
                 "RDMA transfers running",
                 self.rdma_in_flight.load(Ordering::Relaxed),
             ),
+            (
+                "hipobj_rdma_v2_busy_total",
+                "hipobj-rc-v2 requests answered 503 (session or staging quota)",
+                g(&self.rdma_v2_busy),
+            ),
+            (
+                "hipobj_http_connections",
+                "HTTP connections open",
+                self.http_connections.load(Ordering::Relaxed),
+            ),
+            (
+                "hipobj_http_connections_refused_total",
+                "connections refused: their address held its share",
+                g(&self.http_connections_refused),
+            ),
+            (
+                "hipobj_http_connections_closed_for_room_total",
+                "idle connections closed to make room",
+                g(&self.http_connections_closed_for_room),
+            ),
+            (
+                "hipobj_http_bodies_too_slow_total",
+                "request bodies cut below http.body_min_rate",
+                g(&self.http_bodies_too_slow),
+            ),
+            (
+                "hipobj_http_unauthenticated_bodies_cut_total",
+                "unsigned request bodies cut at http.unauthenticated_body_limit",
+                g(&self.http_unauthenticated_bodies_cut),
+            ),
+            (
+                "hipobj_http_chunked_bodies_unterminated_total",
+                "aws-chunked bodies refused without their final chunk",
+                g(&self.http_chunked_bodies_unterminated),
+            ),
         ]
     }
 
     /// The Prometheus text exposition.
     pub fn render(&self, bindings: Option<usize>) -> String {
+        self.render_with(bindings, None)
+    }
+
+    /// The Prometheus text exposition, with the hipobj-rc-v2 gauges
+    /// (sessions open, staging bytes held) when RDMA is on.
+    pub fn render_with(&self, bindings: Option<usize>, v2: Option<(usize, usize)>) -> String {
         let mut s = String::new();
         let mut all = self.snapshot();
         if let Some(b) = bindings {
@@ -115,6 +173,19 @@ impl Metrics {
                 "hipobj_rdma_bindings",
                 "client QPs bound now",
                 i64::try_from(b).unwrap_or(i64::MAX),
+            ));
+        }
+        if let Some((sessions, staging)) = v2 {
+            let n = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
+            all.push((
+                "hipobj_rdma_v2_open_sessions",
+                "hipobj-rc-v2 sessions open now",
+                n(sessions),
+            ));
+            all.push((
+                "hipobj_rdma_v2_staging_bytes",
+                "hipobj-rc-v2 staging bytes held now",
+                n(staging),
             ));
         }
         for (name, help, v) in all {

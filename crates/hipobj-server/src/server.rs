@@ -13,10 +13,11 @@ use tokio::task::JoinHandle;
 
 use crate::Error;
 use crate::config::{Config, HttpConfig};
-use crate::conn::{ConnState, Guarded, tune};
+use crate::conn::{ConnHandle, ConnState, Guarded, tune};
 use crate::metrics::Metrics;
 use crate::rdma::{Rdma, RdmaS3, VerbsProvider};
 use crate::s3::service::{Front, s3_service};
+use crate::shares::Shares;
 
 /// The server, as a library.
 #[derive(Debug)]
@@ -31,6 +32,7 @@ pub struct Handle {
     metrics: Arc<Metrics>,
     rdma: Option<Arc<Rdma>>,
     v2: Option<Arc<hipobj_target::rc_v2::V2Sessions>>,
+    tls: Option<Arc<crate::tls::Certs>>,
 }
 
 impl Server {
@@ -89,7 +91,9 @@ impl Server {
             rdma: rdma.clone(),
             endpoints: config.metrics_endpoint,
             v2,
+            bodies: crate::body::BodyLimits::new(&config.http, config.anonymous),
         };
+        let tls = crate::tls::Tls::from_config(&config.tls)?;
         let listener = TcpListener::bind(config.address)
             .await
             .map_err(|e| Error::Io(format!("binding {}", config.address), e))?;
@@ -97,7 +101,17 @@ impl Server {
             .local_addr()
             .map_err(|e| Error::Io("reading the bound address".into(), e))?;
         let (stop, stopped) = watch::channel(false);
-        tracing::info!(%addr, rdma = rdma.is_some(), storage = ?config.storage, "hipobj-server listening");
+        tracing::info!(%addr, rdma = rdma.is_some(), tls = tls.is_some(), storage = ?config.storage, "hipobj-server listening");
+        let certs = tls.as_ref().map(|t| t.certs().clone());
+        if let Some(c) = &certs
+            && config.tls.reload_check_secs > 0
+        {
+            tokio::spawn(crate::tls::watch(
+                c.clone(),
+                Duration::from_secs(config.tls.reload_check_secs),
+                stopped.clone(),
+            ));
+        }
         if config.metrics_log_secs > 0 {
             tokio::spawn(log_metrics(
                 metrics.clone(),
@@ -109,7 +123,24 @@ impl Server {
             tokio::spawn(reap_v2(s, stopped.clone()));
         }
         let grace = Duration::from_secs(config.shutdown_grace_secs);
-        let task = tokio::spawn(serve(listener, front, stopped, grace, config.http.clone()));
+        let shares = Shares::new(
+            config
+                .http
+                .max_connections_per_address
+                .min(config.http.max_connections),
+            metrics.clone(),
+        );
+        let task = tokio::spawn(serve(
+            listener,
+            front,
+            Limits {
+                stopped,
+                grace,
+                http: config.http.clone(),
+                shares,
+                tls,
+            },
+        ));
         Ok(Handle {
             addr,
             stop,
@@ -117,6 +148,7 @@ impl Server {
             metrics,
             rdma,
             v2: sessions,
+            tls: certs,
         })
     }
 }
@@ -127,9 +159,26 @@ impl Handle {
         self.addr
     }
 
-    /// `http://<addr>`.
+    /// `http://<addr>`, or `https://<addr>` when the listener serves TLS.
     pub fn endpoint(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// The served TLS certificates, when the listener serves TLS.
+    pub fn tls(&self) -> Option<&Arc<crate::tls::Certs>> {
+        self.tls.as_ref()
+    }
+
+    /// Reads the TLS certificate and key files again (what SIGHUP does to
+    /// the `hipobj-server` command) and serves the new pair to the
+    /// connections that open from now on. On an error the pair in service
+    /// stays; without TLS this does nothing.
+    pub fn reload_tls(&self) -> Result<(), Error> {
+        match &self.tls {
+            Some(c) => Ok(c.reload()?),
+            None => Ok(()),
+        }
     }
 
     /// The counters.
@@ -182,27 +231,77 @@ async fn stop_requested(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await;
 }
 
-async fn serve(
-    listener: TcpListener,
-    front: Front,
-    mut stopped: watch::Receiver<bool>,
+/// What the accept loop holds its connections to.
+struct Limits {
+    stopped: watch::Receiver<bool>,
     grace: Duration,
     http: HttpConfig,
-) {
+    shares: Arc<Shares>,
+    tls: Option<crate::tls::Tls>,
+}
+
+/// Counts a connection in the `hipobj_http_connections` gauge while alive.
+struct Open(Arc<Metrics>);
+
+impl Open {
+    fn new(m: &Arc<Metrics>) -> Self {
+        m.http_connections
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self(m.clone())
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0
+            .http_connections
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+async fn serve(listener: TcpListener, front: Front, limits: Limits) {
+    let Limits {
+        mut stopped,
+        grace,
+        http,
+        shares,
+        tls,
+    } = limits;
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(http.max_connections));
     let mut at_cap = false;
     loop {
-        // A slot first, then accept: past the cap, new connections wait in
-        // the kernel's listen backlog rather than costing a descriptor here.
+        let (stream, peer) = tokio::select! {
+            () = stop_requested(&mut stopped) => break,
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off.
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        // The address's share first: past it, the address's own idle
+        // connection makes room, or this one is refused.
+        let state = ConnState::new();
+        let Some(ticket) = shares.admit(peer.ip(), state.clone()) else {
+            tracing::debug!(%peer, "connection refused: its address holds its share");
+            drop(stream);
+            continue;
+        };
+        // Then a slot. At the cap, the address holding the most connections
+        // gives up an idle one; with none idle anywhere this connection
+        // waits (and later ones in the listen backlog) until one closes.
         let slot = match slots.clone().try_acquire_owned() {
             Ok(s) => s,
             Err(_) => {
-                if !at_cap {
+                if !shares.close_one_for_room() && !at_cap {
                     at_cap = true;
                     tracing::warn!(
                         max_connections = http.max_connections,
-                        "connection limit reached: new connections wait in the listen backlog until one closes"
+                        "connection limit reached and no connection is idle: new connections wait until one closes"
                     );
                 }
                 tokio::select! {
@@ -218,44 +317,34 @@ async fn serve(
             at_cap = false;
             tracing::info!("below the connection limit again");
         }
-        tokio::select! {
-            () = stop_requested(&mut stopped) => break,
-            r = listener.accept() => {
-                let (stream, peer) = match r {
-                    Ok(c) => c,
-                    Err(e) => {
-                        // Out of file descriptors and the like: back off.
-                        tracing::warn!("accept failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                if let Err(e) = tune(&stream, &http) {
-                    tracing::debug!(%peer, "setting socket options: {e}");
-                }
-                let state = ConnState::new();
-                let f = front.clone();
-                let marks = state.clone();
-                let service = hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
-                    req.extensions_mut().insert(crate::rdma::ClientAddr(peer));
-                    let f = f.clone();
-                    let serving = marks.serving();
-                    async move {
-                        let _serving = serving;
-                        f.call(req).await
-                    }
-                });
-                let io = TokioIo::new(Guarded::new(stream, state, &http));
-                let conn = hyper::server::conn::http1::Builder::new().serve_connection(io, service);
-                let conn = graceful.watch(conn);
-                tokio::spawn(async move {
-                    if let Err(e) = conn.await {
-                        tracing::debug!(%peer, "connection ended: {e}");
-                    }
-                    drop(slot);
-                });
-            }
+        if let Err(e) = tune(&stream, &http) {
+            tracing::debug!(%peer, "setting socket options: {e}");
         }
+        let f = front.clone();
+        let marks = state.clone();
+        let service = hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
+            req.extensions_mut().insert(crate::rdma::ClientAddr(peer));
+            req.extensions_mut().insert(ConnHandle(marks.clone()));
+            let f = f.clone();
+            let serving = marks.serving();
+            async move {
+                let _serving = serving;
+                f.call(req).await
+            }
+        });
+        let io = TokioIo::new(crate::tls::stream(
+            Guarded::new(stream, state, &http),
+            tls.as_ref(),
+        ));
+        let conn = hyper::server::conn::http1::Builder::new().serve_connection(io, service);
+        let conn = graceful.watch(conn);
+        let open = Open::new(&front.metrics);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, "connection ended: {e}");
+            }
+            drop((slot, ticket, open));
+        });
     }
     drop(listener);
     tracing::info!("shutting down: waiting for requests in flight");

@@ -188,7 +188,7 @@ fn server_killed_mid_transfers_fails_every_call_and_restarts_whole() {
             .map(|(i, buf)| {
                 let (h, s3, c, done, want) = (&h, &s3, &c, &done, &gets[i]);
                 sc.spawn(move || {
-                    let mut reg = c.register(buf).unwrap();
+                    let mut reg = c.register(std::mem::take(buf)).unwrap();
                     // Bounded: the kill comes after a few transfers.
                     for ok in 0..100_000 {
                         reg.fill(UNWRITTEN);
@@ -223,7 +223,7 @@ fn server_killed_mid_transfers_fails_every_call_and_restarts_whole() {
                     for round in 1..100_000usize {
                         let which = round % 2;
                         let mut src = v[which].clone();
-                        let reg = c.register(&mut src).unwrap();
+                        let reg = c.register(std::mem::take(&mut src)).unwrap();
                         let mut ctl = S3Control::new(h, s3, BUCKET, Op::put(format!("put-{i}")));
                         let r = c.put(&reg, 0, PUT_LEN, &mut ctl);
                         assert!(
@@ -250,7 +250,7 @@ fn server_killed_mid_transfers_fails_every_call_and_restarts_whole() {
                 let mut ok = Vec::new();
                 for n in 1..10_000i32 {
                     let mut src = pattern(PART_LEN, n as u8);
-                    let reg = c.register(&mut src).unwrap();
+                    let reg = c.register(std::mem::take(&mut src)).unwrap();
                     let mut ctl = S3Control::new(
                         h,
                         s3,
@@ -397,7 +397,7 @@ fn server_killed_mid_transfers_fails_every_call_and_restarts_whole() {
 
     // The next transfers on the same client succeed (stale bindings rebind).
     let mut dst = vec![UNWRITTEN; GET_LEN];
-    let mut reg = c.register(&mut dst).unwrap();
+    let mut reg = c.register(std::mem::take(&mut dst)).unwrap();
     let mut ctl = S3Control::new(&h, &s3, BUCKET, Op::get("get-0"));
     c.get(&mut reg, 0, GET_LEN, &mut ctl)
         .unwrap_or_else(|e| panic!("GET after restart: {e} {:?}", ctl.seen));
@@ -405,7 +405,7 @@ fn server_killed_mid_transfers_fails_every_call_and_restarts_whole() {
     drop(reg);
     let fresh = pattern(PUT_LEN, 99);
     let mut src = fresh.clone();
-    let reg = c.register(&mut src).unwrap();
+    let reg = c.register(std::mem::take(&mut src)).unwrap();
     let mut ctl = S3Control::new(&h, &s3, BUCKET, Op::put("put-0"));
     c.put(&reg, 0, PUT_LEN, &mut ctl)
         .unwrap_or_else(|e| panic!("PUT after restart: {e} {:?}", ctl.seen));
@@ -439,7 +439,7 @@ fn crash_client_child(endpoint: &str) {
     let s3 = support::client_for(endpoint, support::AK, support::SK);
     let c = client();
     let mut buf = vec![0u8; 64 << 20];
-    let mut reg = c.register(&mut buf).unwrap();
+    let mut reg = c.register(std::mem::take(&mut buf)).unwrap();
     for i in 0..100_000 {
         let mut ctl = S3Control::new(&h, &s3, BUCKET, Op::get("big"));
         c.get(&mut reg, 0, 64 << 20, &mut ctl).unwrap();
@@ -528,7 +528,7 @@ fn client_killed_mid_transfer_frees_its_binding() {
     let h = rt.handle().clone();
     let c = client();
     let mut dst = vec![0u8; 64 << 20];
-    let mut reg = c.register(&mut dst).unwrap();
+    let mut reg = c.register(std::mem::take(&mut dst)).unwrap();
     let mut ctl = S3Control::new(&h, &s3, BUCKET, Op::get("big"));
     c.get(&mut reg, 0, 64 << 20, &mut ctl)
         .unwrap_or_else(|e| panic!("GET after the client died: {e} {:?}", ctl.seen));

@@ -21,7 +21,9 @@
 //! `failover_over_hipobj_fs`, which runs with every `cargo test`; and
 //! moto in `failover_over_moto`, ignored unless `HIPOBJ_MOTO_ENDPOINT`
 //! names a running moto server (`scripts/s3-clients.sh` starts one and runs
-//! it).
+//! it); and SeaweedFS, a real distributed store, in `failover_over_seaweedfs`,
+//! ignored unless `HIPOBJ_SEAWEEDFS_ENDPOINT` names its S3 API
+//! (`scripts/seaweedfs.sh` starts a cluster and runs it).
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -149,6 +151,19 @@ fn failover_over_moto() {
     scenario(dir.path(), &endpoint, "moto", "moto", false);
 }
 
+#[test]
+#[ignore = "needs SeaweedFS: HIPOBJ_SEAWEEDFS_ENDPOINT and HIPOBJ_SEAWEEDFS_KEYS=KEY:SECRET (scripts/seaweedfs.sh runs it)"]
+fn failover_over_seaweedfs() {
+    let endpoint = std::env::var("HIPOBJ_SEAWEEDFS_ENDPOINT")
+        .expect("HIPOBJ_SEAWEEDFS_ENDPOINT names SeaweedFS's S3 API");
+    let keys = std::env::var("HIPOBJ_SEAWEEDFS_KEYS").expect("HIPOBJ_SEAWEEDFS_KEYS is KEY:SECRET");
+    let (ak, sk) = keys.split_once(':').expect("HIPOBJ_SEAWEEDFS_KEYS is KEY:SECRET");
+    let dir = tempfile::tempdir().unwrap();
+    // SeaweedFS takes concurrent PUTs of one key (the last one wins), so the
+    // shared keys are written by every client, as over the fs store.
+    scenario(dir.path(), &endpoint, ak, sk, true);
+}
+
 #[allow(clippy::too_many_lines)]
 fn scenario(dir: &std::path::Path, backend: &str, bak: &str, bsk: &str, with_shared: bool) {
     let t0 = Instant::now();
@@ -178,6 +193,10 @@ fn scenario(dir: &std::path::Path, backend: &str, bak: &str, bsk: &str, with_sha
     .nic_hint(hipobj_softroce::DEFAULT_NAME)
     .options(hipobj::Options {
         max_transfers: 16,
+        // The gateways' soft NICs have loopback addresses of their own
+        // (the HTTP endpoints are 127.0.0.1): this test is about failover,
+        // not about which server a reply may name (docs/protocol.md §8).
+        allow_peer: hipobj::AllowPeer::Any,
         ..hipobj::Options::default()
     })
     .build()
@@ -230,7 +249,7 @@ fn scenario(dir: &std::path::Path, backend: &str, bak: &str, bsk: &str, with_sha
                     let okey = format!("own-{c}");
                     {
                         src.copy_from_slice(&v);
-                        let reg = hipobj.register(&mut src).unwrap();
+                        let reg = hipobj.register(std::mem::take(&mut src)).unwrap();
                         let s = fo
                             .put_object(&reg, Span::whole(LEN), BUCKET, &okey)
                             .unwrap_or_else(|e| panic!("client {c} PUT {okey}: {e}"));
@@ -240,10 +259,11 @@ fn scenario(dir: &std::path::Path, backend: &str, bak: &str, bsk: &str, with_sha
                         );
                         assert!(s.value.rdma && s.value.bytes == LEN as u64);
                         note(c, &s);
+                        src = reg.into_inner();
                     }
                     own.lock().unwrap().insert(c, (c, round));
                     {
-                        let mut reg = hipobj.register(&mut dst).unwrap();
+                        let mut reg = hipobj.register(std::mem::take(&mut dst)).unwrap();
                         reg.fill(0);
                         let s = fo
                             .get_object(&mut reg, Span::whole(LEN), BUCKET, &okey, None)
@@ -254,6 +274,7 @@ fn scenario(dir: &std::path::Path, backend: &str, bak: &str, bsk: &str, with_sha
                             "client {c}: {okey} is not round {round}'s bytes"
                         );
                         note(c, &s);
+                        dst = reg.into_inner();
                     }
                     round += 1;
                     rounds[c].store(round, Ordering::Relaxed);
@@ -272,23 +293,25 @@ fn scenario(dir: &std::path::Path, backend: &str, bak: &str, bsk: &str, with_sha
                         .insert((c, 1000 + round));
                     {
                         src.copy_from_slice(&v);
-                        let reg = hipobj.register(&mut src).unwrap();
+                        let reg = hipobj.register(std::mem::take(&mut src)).unwrap();
                         let s = fo
                             .put_object(&reg, Span::whole(LEN), BUCKET, &skey)
                             .unwrap_or_else(|e| panic!("client {c} PUT {skey}: {e}"));
                         note(c, &s);
+                        src = reg.into_inner();
                     }
                     {
-                        let mut reg = hipobj.register(&mut dst).unwrap();
+                        let mut reg = hipobj.register(std::mem::take(&mut dst)).unwrap();
                         let s = fo
                             .get_object(&mut reg, Span::whole(LEN), BUCKET, &skey, None)
                             .unwrap_or_else(|e| panic!("client {c} GET {skey}: {e}"));
                         note(c, &s);
-                        let got = reg.to_vec();
+                        let got = reg.into_inner();
                         let ok = shared.lock().unwrap()[&skey]
                             .iter()
                             .any(|&(w, r)| got == version(w, r));
                         assert!(ok, "client {c}: {skey} is none of the versions written");
+                        dst = got;
                     }
                 }
             });

@@ -326,6 +326,17 @@ async fn a_get_through_the_server_moves_the_objects_bytes_in_chunks_and_counts_a
     assert_eq!(code, 200, "{resp}");
     assert_eq!(header(&resp, rc_v2::BYTES_HEADER), Some("10000"));
     assert_eq!(header(&resp, rc_v2::COOKIE_HEADER), Some("1a2b3c4d"));
+    // Issue 24, finding 6: the CRC-64/NVME of the bytes sent (summed over
+    // the chunks in order), in both of the field's header forms.
+    let crc = rc_v2::Crc64Nvme(crc_fast::checksum(crc_fast::CrcAlgorithm::Crc64Nvme, &want));
+    assert_eq!(
+        header(&resp, rc_v2::CHECKSUM_HEADER),
+        Some(crc.to_field().as_str())
+    );
+    assert_eq!(
+        header(&resp, rc_v2::CHECKSUM_CRC64NVME_HEADER),
+        Some(crc.to_base64().as_str())
+    );
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut wc = [WorkCompletion::EMPTY; 1];
     while cq.poll(&mut wc).unwrap() == 0 {

@@ -119,7 +119,7 @@ fn another_client_cannot_ride_a_victims_binding() {
     let c = victim("softroce-atk-victim");
     let secret = support::pattern(64 << 10, 0x5e);
     let mut src = secret.clone();
-    let reg = c.register(&mut src).unwrap();
+    let reg = c.register(std::mem::take(&mut src)).unwrap();
     let handle = rt.handle().clone();
     let mut ctl = S3Control::new(&handle, &s3, BUCKET, Op::put("mine"));
     c.put(&reg, 0, secret.len(), &mut ctl).unwrap();
@@ -179,12 +179,12 @@ fn no_token_or_authorization_reaches_the_log_at_trace() {
     let c = victim("softroce-log-cli");
     let data = support::pattern(10_000, 3);
     let mut src = data.clone();
-    let reg = c.register(&mut src).unwrap();
+    let reg = c.register(std::mem::take(&mut src)).unwrap();
     let handle = rt.handle().clone();
     let mut ctl = S3Control::new(&handle, &s3, BUCKET, Op::put("obj"));
     c.put(&reg, 0, data.len(), &mut ctl).unwrap();
     let mut dst = vec![0u8; data.len()];
-    let mut dreg = c.register(&mut dst).unwrap();
+    let mut dreg = c.register(std::mem::take(&mut dst)).unwrap();
     let mut gctl = S3Control::new(&handle, &s3, BUCKET, Op::get("obj"));
     c.get(&mut dreg, 0, data.len(), &mut gctl).unwrap();
     assert!(dreg.to_vec() == data);

@@ -103,7 +103,7 @@ fn client(dev: &str, max_transfers: u32) -> Client {
 /// checks bytes, the ETag, the reply forms and the byte counts.
 fn put_get(rt: &tokio::runtime::Handle, s3: &aws_sdk_s3::Client, c: &Client, key: &str, data: &[u8]) {
     let mut src = data.to_vec();
-    let reg = c.register(&mut src).unwrap();
+    let reg = c.register(std::mem::take(&mut src)).unwrap();
     let mut ctl = S3Control::new(rt, s3, BUCKET, Op::Put { key: key.into() });
     c.put(&reg, 0, data.len(), &mut ctl)
         .unwrap_or_else(|e| panic!("PUT {key}: {e} {:?}", ctl.seen));
@@ -122,7 +122,7 @@ fn put_get(rt: &tokio::runtime::Handle, s3: &aws_sdk_s3::Client, c: &Client, key
     drop(reg);
 
     let mut dst = vec![0u8; data.len()];
-    let mut reg = c.register(&mut dst).unwrap();
+    let mut reg = c.register(std::mem::take(&mut dst)).unwrap();
     let mut ctl = S3Control::new(
         rt,
         s3,
@@ -202,7 +202,7 @@ fn scenario(dev: &str, big: usize) {
     // A ranged GET: the range lands at the token's address, reply 206.
     let whole = pattern(1 << 20, 0);
     let mut dst = vec![0u8; 1000];
-    let mut reg = c.register(&mut dst).unwrap();
+    let mut reg = c.register(std::mem::take(&mut dst)).unwrap();
     let mut ctl = S3Control::new(
         &h,
         &s3,
@@ -231,7 +231,7 @@ fn scenario(dev: &str, big: usize) {
     let big_data = pattern(big, big as u8);
     let (from, len) = (777usize, ((5 << 20) + 12345).min(big - 778));
     let mut dst = vec![0u8; len];
-    let mut reg = c.register(&mut dst).unwrap();
+    let mut reg = c.register(std::mem::take(&mut dst)).unwrap();
     let mut ctl = S3Control::new(
         &h,
         &s3,
@@ -251,7 +251,7 @@ fn scenario(dev: &str, big: usize) {
     );
     drop(reg);
     let mut dst = vec![0u8; 1000];
-    let mut reg = c.register(&mut dst).unwrap();
+    let mut reg = c.register(std::mem::take(&mut dst)).unwrap();
     // A buffer smaller than the object: refused, nothing written.
     reg.fill(0xAA);
     let mut ctl = S3Control::new(
@@ -281,7 +281,7 @@ fn scenario(dev: &str, big: usize) {
     for (i, p) in parts.iter().enumerate() {
         let n = i as i32 + 1;
         let mut src = p.clone();
-        let reg = c.register(&mut src).unwrap();
+        let reg = c.register(std::mem::take(&mut src)).unwrap();
         let mut ctl = S3Control::new(
             &h,
             &s3,
@@ -311,7 +311,7 @@ fn scenario(dev: &str, big: usize) {
     assert_eq!(r.e_tag(), Some(format!("\"{}-3\"", md5_hex(&cat)).as_str()));
     let all = parts.concat();
     let mut dst = vec![0u8; all.len()];
-    let mut reg = c.register(&mut dst).unwrap();
+    let mut reg = c.register(std::mem::take(&mut dst)).unwrap();
     let mut ctl = S3Control::new(
         &h,
         &s3,
@@ -340,7 +340,7 @@ fn scenario(dev: &str, big: usize) {
     stop_server(server);
     let server = start_server(&dev, &data_dir, port);
     let mut dst = vec![0u8; 1 << 20];
-    let mut reg = c.register(&mut dst).unwrap();
+    let mut reg = c.register(std::mem::take(&mut dst)).unwrap();
     let mut ctl = S3Control::new(
         &h,
         &s3,

@@ -213,9 +213,9 @@ fn soak_small_and_1mib_transfers_on_the_soft_nic() {
                         failures.lock().unwrap().push(what);
                     };
                     let mut sbuf = vec![0u8; 4096];
-                    let mut sreg = c.register(&mut sbuf).unwrap();
+                    let mut sreg = c.register(std::mem::take(&mut sbuf)).unwrap();
                     let mut lbuf = vec![0u8; 1 << 20];
-                    let mut lreg = c.register(&mut lbuf).unwrap();
+                    let mut lreg = c.register(std::mem::take(&mut lbuf)).unwrap();
                     let mut n = 0usize;
                     loop {
                         if deadline.is_some_and(|d| Instant::now() >= d) {

@@ -46,17 +46,90 @@ impl LocalAddresses for LoopbackOnly {
     }
 }
 
-/// Why a token may not name its GID, or `None` when it may: an IPv4-mapped
-/// GID must be the caller's address, or, for a caller on loopback, an
-/// address of this host. Other GIDs (IPv6, link-local) and callers of
-/// unknown address are not checked.
-pub(crate) fn gid_mismatch(caller: &Caller, gid: Gid, local: &dyn LocalAddresses) -> Option<String> {
-    let claimed = gid.to_ipv4()?;
+/// The highest port number a token may name: ports are 1-based and 255 is
+/// the verbs' "no port" value, so 1..=254 whatever the NIC.
+pub const MAX_PORT: u8 = 254;
+
+/// Why no client could own `gid` as the address of its QP, or `None` when
+/// one could: a unicast address a host can have. IPv4-mapped GIDs must not
+/// map `0.0.0.0/8`, multicast (`224.0.0.0/4`), the reserved `240.0.0.0/4`
+/// (the broadcast address included) or a documentation range; other GIDs
+/// must be global unicast (`2000::/3`, not the documentation prefixes),
+/// unique local (`fc00::/7`) or link-local (`fe80::/10`), which leaves out
+/// `::`, `::1`, the IPv4-compatible `::a.b.c.d`, and multicast `ff00::/8`.
+pub(crate) fn unowned_gid(gid: Gid) -> Option<String> {
+    if let Some(v4) = gid.to_ipv4() {
+        let [a, b, c, _] = v4.octets();
+        let why = match (a, b, c) {
+            (0, _, _) => Some("an unspecified (\"this network\") address"),
+            (224..=239, _, _) => Some("a multicast address"),
+            (240..=255, _, _) => Some("a reserved or broadcast address"),
+            (192, 0, 2) | (198, 51, 100) | (203, 0, 113) => Some("a documentation address"),
+            _ => None,
+        };
+        return why.map(|w| format!("the token's GID {gid} maps {v4}, {w}: no client QP has it"));
+    }
+    let g = &gid.0;
+    let global = (g[0] & 0xe0) == 0x20;
+    let documentation = (g[..4] == [0x20, 0x01, 0x0d, 0xb8]) || (g[0] == 0x3f && g[1] == 0xff && g[2] < 0x10);
+    let unique_local = (g[0] & 0xfe) == 0xfc;
+    let ok = (global && !documentation) || unique_local || gid.is_link_local();
+    (!ok).then(|| {
+        format!(
+            "the token's GID {gid} is not a unicast address a client can own \
+             (global, unique-local or link-local; not ::, loopback, IPv4-compatible, multicast, \
+             documentation or reserved)"
+        )
+    })
+}
+
+/// Why a token may not name `port`, or `None` when it may: 1 to
+/// [`MAX_PORT`], and for a caller on this host (loopback), at most `nic_ports`
+/// (the NIC it shares with us has no more).
+pub(crate) fn bad_port(caller: &Caller, port: u8, nic_ports: u8) -> Option<String> {
+    if port == 0 || port > MAX_PORT {
+        return Some(format!(
+            "the token's port {port} is not a port number (1 to {MAX_PORT})"
+        ));
+    }
+    let here = caller.address.is_some_and(|a| a.to_canonical().is_loopback());
+    (here && port > nic_ports.max(1)).then(|| {
+        format!(
+            "the token names port {port}, but this host's NIC has {} port(s)",
+            nic_ports.max(1)
+        )
+    })
+}
+
+/// Why a token may not name its GID, or `None` when it may. An IPv4-mapped
+/// GID must be the caller's address or, for a caller on loopback, an
+/// address of this host (`local`). Any other GID (IPv6, link-local) must be
+/// the caller's IPv6 address or, for a caller on loopback, one of this
+/// host's GIDs (`ours`). Callers of unknown address are not checked.
+pub(crate) fn gid_mismatch(
+    caller: &Caller,
+    gid: Gid,
+    local: &dyn LocalAddresses,
+    ours: &dyn Fn(Gid) -> bool,
+) -> Option<String> {
     let from = caller.address?.to_canonical();
-    let ok = match from {
-        IpAddr::V4(a) if a == claimed => true,
-        a if a.is_loopback() => local.is_local(claimed),
-        _ => false,
+    let (ok, claimed) = match gid.to_ipv4() {
+        Some(claimed) => (
+            match from {
+                IpAddr::V4(a) if a == claimed => true,
+                a if a.is_loopback() => local.is_local(claimed),
+                _ => false,
+            },
+            claimed.to_string(),
+        ),
+        None => (
+            match from {
+                IpAddr::V6(a) if a.octets() == gid.0 => true,
+                a if a.is_loopback() => ours(gid),
+                _ => false,
+            },
+            gid.to_string(),
+        ),
     };
     (!ok).then(|| {
         format!("the token names a QP at {claimed}, but the request came from {from}: a token may only name the sender's own QPs")
@@ -77,21 +150,94 @@ mod tests {
     #[test]
     fn an_ipv4_mapped_gid_must_be_the_callers_address() {
         let gid = Gid::from_ipv4(Ipv4Addr::new(10, 0, 0, 7));
-        assert_eq!(gid_mismatch(&caller("10.0.0.7"), gid, &LoopbackOnly), None);
-        assert_eq!(gid_mismatch(&caller("::ffff:10.0.0.7"), gid, &LoopbackOnly), None);
-        assert!(gid_mismatch(&caller("10.0.0.8"), gid, &LoopbackOnly).is_some());
-        assert!(gid_mismatch(&caller("fd00::1"), gid, &LoopbackOnly).is_some());
+        let none = |_: Gid| false;
+        let m = |c: &Caller, g: Gid| gid_mismatch(c, g, &LoopbackOnly, &none);
+        assert_eq!(m(&caller("10.0.0.7"), gid), None);
+        assert_eq!(m(&caller("::ffff:10.0.0.7"), gid), None);
+        assert!(m(&caller("10.0.0.8"), gid).is_some());
+        assert!(m(&caller("fd00::1"), gid).is_some());
         // From loopback: the GID must be an address of this host.
-        assert!(gid_mismatch(&caller("127.0.0.1"), gid, &LoopbackOnly).is_some());
+        assert!(m(&caller("127.0.0.1"), gid).is_some());
         let lo = Gid::from_ipv4(Ipv4Addr::new(127, 4, 5, 6));
-        assert_eq!(gid_mismatch(&caller("127.0.0.1"), lo, &LoopbackOnly), None);
-        assert_eq!(gid_mismatch(&caller("::1"), lo, &LoopbackOnly), None);
-        // Unknown sender, or a GID that is not IPv4-mapped: not checked.
-        assert_eq!(gid_mismatch(&Caller::key("k"), gid, &LoopbackOnly), None);
-        let mut v6 = [0u8; 16];
-        v6[0] = 0xfe;
-        v6[1] = 0x80;
-        v6[15] = 1;
-        assert_eq!(gid_mismatch(&caller("10.0.0.8"), Gid(v6), &LoopbackOnly), None);
+        assert_eq!(m(&caller("127.0.0.1"), lo), None);
+        assert_eq!(m(&caller("::1"), lo), None);
+        // Unknown sender: not checked.
+        assert_eq!(m(&Caller::key("k"), gid), None);
+    }
+
+    fn gid(s: &str) -> Gid {
+        Gid(s.parse::<std::net::Ipv6Addr>().expect("an IPv6 address").octets())
+    }
+
+    /// Issue 25, finding 4: addresses `bind` accepts but no client QP can
+    /// have passed as "local" from loopback.
+    #[test]
+    fn only_unicast_addresses_a_client_could_own_are_tokens_gids() {
+        for bad in [
+            "::ffff:224.0.0.1",
+            "::ffff:239.1.2.3",
+            "::ffff:255.255.255.255",
+            "::ffff:0.0.0.0",
+            "::ffff:0.1.2.3",
+            "::ffff:240.0.0.1",
+            "::ffff:192.0.2.1",
+            "2001:db8::1",
+            "::a01:203",
+            "::",
+            "::1",
+            "ff02::1",
+            "ff0e::1234",
+            "4000::1",
+        ] {
+            assert!(unowned_gid(gid(bad)).is_some(), "{bad} passed as a client's GID");
+        }
+        for good in [
+            "::ffff:127.0.0.1",
+            "::ffff:10.1.2.3",
+            "::ffff:169.254.1.1",
+            "2a00:1450::1",
+            "fd12:3456::1",
+            "fe80::1234",
+        ] {
+            assert_eq!(unowned_gid(gid(good)), None, "{good} refused");
+        }
+    }
+
+    /// Issue 25, finding 4: GIDs that are not IPv4-mapped skipped the
+    /// address check entirely.
+    #[test]
+    fn a_gid_that_is_not_ipv4_mapped_must_be_the_callers_too() {
+        let ours = |g: Gid| g == gid("fe80::aa:bbff:fecc:dd01");
+        let m = |c: &str, g: &str| gid_mismatch(&caller(c), gid(g), &LoopbackOnly, &ours);
+        // Not the sender's: refused, link-local included.
+        assert!(m("10.0.0.8", "fe80::1").is_some());
+        assert!(m("127.0.0.1", "fe80::1234").is_some());
+        assert!(m("::1", "2a00:1450::1").is_some());
+        assert!(m("2a00:1450::2", "2a00:1450::1").is_some());
+        // The sender's own IPv6 address, or one of this host's GIDs for a
+        // sender on this host.
+        assert_eq!(m("2a00:1450::1", "2a00:1450::1"), None);
+        assert_eq!(m("fe80::1", "fe80::1"), None);
+        assert_eq!(m("127.0.0.1", "fe80::aa:bbff:fecc:dd01"), None);
+        assert_eq!(m("::1", "fe80::aa:bbff:fecc:dd01"), None);
+    }
+
+    /// Issue 25, finding 4: tokens naming port 0 or 255 were bound.
+    #[test]
+    fn a_port_outside_the_protocol_or_the_nic_is_refused() {
+        let lo = caller("127.0.0.1");
+        assert!(bad_port(&lo, 0, 1).is_some());
+        assert!(bad_port(&lo, 255, 1).is_some());
+        assert!(bad_port(&lo, 2, 1).is_some(), "a port this host's NIC lacks");
+        assert_eq!(bad_port(&lo, 1, 1), None);
+        assert_eq!(bad_port(&lo, 2, 2), None);
+        let remote = caller("10.0.0.8");
+        assert!(bad_port(&remote, 0, 1).is_some());
+        assert!(bad_port(&remote, 255, 1).is_some());
+        assert_eq!(
+            bad_port(&remote, 2, 1),
+            None,
+            "another host's NIC may have more ports"
+        );
     }
 }

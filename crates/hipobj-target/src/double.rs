@@ -2,13 +2,114 @@
 //! each request answered exactly as the S3 server answers it (the reply
 //! header, or an S3 error code with none). The client's tests, its
 //! control-path bench and the GPU check all talk to this one double.
+//!
+//! [`ObjectServer::hostile`] makes it a malicious server instead: its GETs
+//! move the bytes as a [`Cheat`] says, and it answers the full success
+//! reply with the count the client asked for, whatever moved. The client
+//! must refuse every one of them (docs/protocol.md §8).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use hipobj_proto::Token;
 
-use crate::{Answer, Caller, Request, Selected, Sink, Source, Target, TargetError, lock};
+use crate::bindings::Binding;
+use crate::{
+    Answer, Caller, MoveError, Request, Selected, Sink, Source, Target, TargetError, lock, pipeline,
+};
+
+/// How a malicious server moves a GET's bytes. Each then claims the whole
+/// selection in its success reply.
+#[derive(Debug)]
+pub enum Cheat {
+    /// Moves nothing: one zero-length WRITE WITH IMMEDIATE whose immediate
+    /// is the token's key (a value the token hands the server).
+    KeyAlone,
+    /// Writes only the first `n` bytes, as an honest server writes them.
+    Part(u64),
+    /// Writes every chunk but the one of index `i` (chunks as an honest
+    /// server cuts them), each as an honest server writes it.
+    SkipChunk(u64),
+    /// Honest until [armed](Cheat::arm), then once: WRITEs one byte just
+    /// past the token's range (the client's NIC refuses it, the binding
+    /// fails, and the server binds afresh with a 409), then, on the new
+    /// binding, moves the whole selection honestly.
+    PastTheEnd(AtomicBool),
+}
+
+impl Cheat {
+    /// [`Cheat::PastTheEnd`], not armed.
+    pub fn past_the_end() -> Self {
+        Self::PastTheEnd(AtomicBool::new(false))
+    }
+
+    /// Arms a [`Cheat::PastTheEnd`] for the next GET that finds a binding.
+    pub fn arm(&self) {
+        if let Self::PastTheEnd(armed) = self {
+            armed.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+/// A GET of `total` bytes moved as `cheat` says; returns the count it
+/// claims (always `total`).
+pub(crate) fn cheat_get<E>(
+    target: &Target,
+    binding: &Binding,
+    token: &Token,
+    src: &mut dyn Source<Error = E>,
+    total: u64,
+    cheat: &Cheat,
+) -> Result<u64, MoveError<E>> {
+    match cheat {
+        Cheat::KeyAlone => target.run(
+            binding,
+            token.addr,
+            token.rkey,
+            0,
+            4096,
+            pipeline::Direction::Counted {
+                fill: &mut |_, _| Ok(()),
+                key: token.rkey,
+                total: 0,
+                base: 0,
+            },
+        )?,
+        Cheat::Part(n) => target.write_range(binding, token, total, 0, (*n).min(total), src)?,
+        Cheat::SkipChunk(i) => {
+            let chunk = target.write_chunk(total);
+            let skip = i.saturating_mul(chunk).min(total);
+            target.write_range(binding, token, total, 0, skip, src)?;
+            let resume = skip.saturating_add(chunk);
+            if resume < total {
+                target.write_range(binding, token, total, resume, total, src)?;
+            }
+        }
+        Cheat::PastTheEnd(armed) => {
+            if armed.swap(false, Ordering::SeqCst) {
+                target.run(
+                    binding,
+                    token.addr.wrapping_add(token.len),
+                    token.rkey,
+                    1,
+                    4096,
+                    pipeline::Direction::Counted {
+                        fill: &mut |_, data| {
+                            data.fill(0xee);
+                            Ok(())
+                        },
+                        key: token.rkey,
+                        total: token.len,
+                        base: token.len,
+                    },
+                )?;
+            }
+            target.write_range(binding, token, total, 0, total, src)?;
+        }
+    }
+    Ok(total)
+}
 
 /// What one request asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,6 +128,7 @@ pub struct ObjectServer {
     /// The objects, by key.
     pub objects: Mutex<HashMap<String, Vec<u8>>>,
     caller: Caller,
+    cheat: Option<Cheat>,
 }
 
 struct Object<'a>(Option<&'a [u8]>);
@@ -79,7 +181,22 @@ impl ObjectServer {
             target: Arc::new(target),
             objects: Mutex::new(HashMap::new()),
             caller: Caller::key("double"),
+            cheat: None,
         }
+    }
+
+    /// A malicious server: every GET moves its bytes as `cheat` says and
+    /// claims the whole selection.
+    pub fn hostile(target: Target, cheat: Cheat) -> Self {
+        Self {
+            cheat: Some(cheat),
+            ..Self::new(target)
+        }
+    }
+
+    /// How this server cheats, if it does.
+    pub fn cheat(&self) -> Option<&Cheat> {
+        self.cheat.as_ref()
     }
 
     /// Serves one request carrying the hex `token`: `Ok` with the
@@ -95,8 +212,12 @@ impl ObjectServer {
         let answer = match op {
             Op::Get(key) => {
                 let data = lock(&self.objects).get(key).cloned();
-                self.target
-                    .serve(&self.caller, token, Request::Get(&mut Object(data.as_deref())))
+                self.target.serve_as(
+                    &self.caller,
+                    token,
+                    Request::Get(&mut Object(data.as_deref())),
+                    self.cheat.as_ref(),
+                )
             }
             Op::Put(key) => {
                 let mut body = Body::default();

@@ -19,6 +19,7 @@ mod bindings;
 mod caller;
 pub mod double;
 mod pipeline;
+mod quota;
 pub mod rc_v2;
 pub mod sigv4;
 
@@ -247,7 +248,7 @@ impl Drop for Slot<'_> {
 /// dropped), the store failed while the QP could not be brought back to
 /// idle (the binding is dropped, the store's error reported), or anything
 /// else (the binding stays: every work request so far completed).
-enum MoveError<E> {
+pub(crate) enum MoveError<E> {
     Rdma(String),
     Local(VerbsError),
     Broken(TargetError<E>),
@@ -258,6 +259,15 @@ impl<E> From<VerbsError> for MoveError<E> {
     fn from(e: VerbsError) -> Self {
         Self::Local(e)
     }
+}
+
+/// Why a client address in a token was refused.
+#[derive(Debug)]
+pub(crate) enum AddressProblem {
+    /// No client can have it (400).
+    Invalid(String),
+    /// It is not the caller's (403).
+    NotTheCallers(String),
 }
 
 /// The target: a device, its bindings, and its bounce buffers.
@@ -272,6 +282,8 @@ pub struct Target {
     selection: Selection,
     vendor: VendorProfile,
     limits: QpLimits,
+    /// The device's port count (a caller on this host has no more).
+    ports: u8,
     local: Arc<dyn LocalAddresses>,
     slots: Slots,
     config: TargetConfig,
@@ -334,6 +346,7 @@ impl Target {
             selection,
             vendor,
             limits: QpLimits::new(&attr, &port),
+            ports: attr.phys_port_cnt,
             local: Arc::new(LoopbackOnly),
             slots: Slots {
                 free: Mutex::new(config.max_concurrent.max(1)),
@@ -386,6 +399,18 @@ impl Target {
         token: &Token,
         request: Request<'_, E>,
     ) -> Result<Answer, TargetError<E>> {
+        self.serve_as(caller, token, request, None)
+    }
+
+    /// [`Target::serve`], with a GET moved as `cheat` says instead of
+    /// honestly: the malicious-server double's way in ([`double`]).
+    pub(crate) fn serve_as<E>(
+        &self,
+        caller: &Caller,
+        token: &Token,
+        request: Request<'_, E>,
+        cheat: Option<&double::Cheat>,
+    ) -> Result<Answer, TargetError<E>> {
         self.check(caller, token)?;
         let key = BindingKey {
             access_key: caller.access_key.clone(),
@@ -407,7 +432,7 @@ impl Target {
         let moved = {
             let _slot = self.slots.take();
             let r = match request {
-                Request::Get(src) => self.get(&binding, token, src),
+                Request::Get(src) => self.get(&binding, token, src, cheat),
                 Request::Put(sink) => self.put(&binding, token, sink),
             };
             *lock(&binding.last_used) = Instant::now();
@@ -477,15 +502,45 @@ impl Target {
         if !(2..=0x00ff_ffff).contains(&token.qpn) {
             return invalid(format!("the token's QPN {:#x} is not a client QP's", token.qpn));
         }
-        if token.gid == [0; 16] || token.gid[0] == 0xff {
-            return invalid("the token's GID is zero or multicast".into());
+        match self.check_client_address(caller, Gid(token.gid), token.port) {
+            Ok(()) => Ok(()),
+            Err(AddressProblem::Invalid(why)) => invalid(why),
+            Err(AddressProblem::NotTheCallers(why)) => Err(TargetError::NotTheCallers(why)),
+        }
+    }
+
+    /// Whether `caller` may name a client QP at `gid`, port `port`: a
+    /// unicast address a client can own and a port the protocol allows
+    /// (always), the caller's own address (unless `check_peer_address` is
+    /// off, behind NAT). The binding exchange and PREPARE both ask this.
+    pub(crate) fn check_client_address(
+        &self,
+        caller: &Caller,
+        gid: Gid,
+        port: u8,
+    ) -> Result<(), AddressProblem> {
+        if let Some(why) = caller::unowned_gid(gid) {
+            return Err(AddressProblem::Invalid(why));
+        }
+        if let Some(why) = caller::bad_port(caller, port, self.ports) {
+            return Err(AddressProblem::Invalid(why));
         }
         if self.config.check_peer_address
-            && let Some(why) = caller::gid_mismatch(caller, Gid(token.gid), self.local.as_ref())
+            && let Some(why) = caller::gid_mismatch(caller, gid, self.local.as_ref(), &|g| self.owns_gid(g))
         {
-            return Err(TargetError::NotTheCallers(why));
+            return Err(AddressProblem::NotTheCallers(why));
         }
         Ok(())
+    }
+
+    /// Whether `gid` is in one of this device's GID tables (a caller on
+    /// loopback shares them).
+    fn owns_gid(&self, gid: Gid) -> bool {
+        (1..=self.ports.max(1)).any(|port| {
+            (0..256u32)
+                .map_while(|i| self.device.query_gid(port, i).ok())
+                .any(|g| g == gid)
+        })
     }
 
     /// Makes a binding for `key` (room is reserved): a server QP in RTS
@@ -569,31 +624,41 @@ impl Target {
         }
     }
 
-    fn take_buffer(&self) -> Result<RegisteredBuffer, VerbsError> {
-        if let Some(b) = lock(&self.buffers).pop() {
+    /// A bounce buffer of at least `size` bytes: a pooled one of the
+    /// configured chunk, or (a GET whose granule is larger than that chunk)
+    /// one made for this transfer.
+    fn take_buffer(&self, size: usize) -> Result<RegisteredBuffer, VerbsError> {
+        if size <= self.config.chunk
+            && let Some(b) = lock(&self.buffers).pop()
+        {
             return Ok(b);
         }
-        RegisteredBuffer::new(self.pd.as_ref(), self.config.chunk, AccessFlags::LOCAL_WRITE)
+        RegisteredBuffer::new(
+            self.pd.as_ref(),
+            size.max(self.config.chunk),
+            AccessFlags::LOCAL_WRITE,
+        )
     }
 
     fn return_buffer(&self, b: RegisteredBuffer) {
         let mut pool = lock(&self.buffers);
-        if pool.len() < self.config.pooled_buffers {
+        if pool.len() < self.config.pooled_buffers && b.len() == self.config.chunk {
             pool.push(b);
         }
     }
 
     /// GET: opens the source, refuses a selection larger than the buffer,
-    /// and RDMA WRITEs the selection at the token's address, the last WRITE
-    /// with the token's key as immediate data. The count reported is the
-    /// selection's length: min(selection, token length), since a larger
-    /// selection is refused; the client fails a count short of what it
-    /// asked for.
+    /// and RDMA WRITEs the selection at the token's address, every chunk a
+    /// WRITE WITH IMMEDIATE naming its place (`hipobj_proto::landed`). The
+    /// count reported is the selection's length: min(selection, token
+    /// length), since a larger selection is refused; the client fails a
+    /// count short of what it asked for.
     fn get<E>(
         &self,
         binding: &Binding,
         token: &Token,
         src: &mut dyn Source<Error = E>,
+        cheat: Option<&double::Cheat>,
     ) -> Result<(u16, u64), MoveError<E>> {
         let sel = src.open().map_err(|e| MoveError::Other(TargetError::Store(e)))?;
         if sel.len > token.len {
@@ -602,16 +667,62 @@ impl Target {
                 want: sel.len,
             }));
         }
-        let n = self.run(
+        let status = if sel.partial { 206 } else { 200 };
+        if let Some(cheat) = cheat {
+            return double::cheat_get(self, binding, token, src, sel.len, cheat).map(|n| (status, n));
+        }
+        self.write_range(binding, token, sel.len, 0, sel.len, src)?;
+        Ok((status, sel.len))
+    }
+
+    /// The bytes of each WRITE of a GET of `total` bytes: the configured
+    /// chunk rounded down to whole granules of `total`, or one granule if
+    /// the chunk is smaller (docs/protocol.md §2).
+    pub(crate) fn write_chunk(&self, total: u64) -> u64 {
+        let granule = hipobj_proto::landed::granule(total);
+        let chunk = self.config.chunk.max(1) as u64;
+        if chunk >= granule {
+            chunk - chunk % granule
+        } else {
+            granule
+        }
+    }
+
+    /// RDMA WRITEs bytes `from..to` of a GET of `total` bytes from `src` to
+    /// the token's address plus `from`: chunks of whole granules of `total`
+    /// (the configured chunk rounded down to whole granules, or one granule
+    /// if the chunk is smaller), each a WRITE WITH IMMEDIATE naming its
+    /// place. `from` must be on a granule boundary. An empty GET is one
+    /// empty WRITE WITH IMMEDIATE.
+    pub(crate) fn write_range<E>(
+        &self,
+        binding: &Binding,
+        token: &Token,
+        total: u64,
+        from: u64,
+        to: u64,
+        src: &mut dyn Source<Error = E>,
+    ) -> Result<(), MoveError<E>> {
+        let chunk = usize::try_from(self.write_chunk(total)).map_err(|_| {
+            MoveError::Local(VerbsError::new(
+                "post_send",
+                hipobj_platform::VerbsErrorKind::InvalidArgument,
+                "a chunk larger than the address space",
+            ))
+        })?;
+        self.run(
             binding,
-            token,
-            sel.len,
-            pipeline::Direction::Write {
-                fill: &mut |off, data| src.fill(off, data),
-                imm: token.rkey,
+            token.addr.wrapping_add(from),
+            token.rkey,
+            to - from,
+            chunk,
+            pipeline::Direction::Counted {
+                fill: &mut |off, data| src.fill(from + off, data),
+                key: token.rkey,
+                total,
+                base: from,
             },
-        )?;
-        Ok((if sel.partial { 206 } else { 200 }, n))
+        )
     }
 
     /// PUT: RDMA READs exactly the token's length into the sink, then has
@@ -624,38 +735,42 @@ impl Target {
     ) -> Result<(u16, u64), MoveError<E>> {
         let store = |e: E| MoveError::Other(TargetError::Store(e));
         sink.open(token.len).map_err(store)?;
-        let n = self.run(
+        self.run(
             binding,
-            token,
+            token.addr,
+            token.rkey,
             token.len,
+            self.config.chunk.max(1),
             pipeline::Direction::Read {
                 drain: &mut |off, data| sink.drain(off, data),
             },
         )?;
         sink.commit().map_err(store)?;
-        Ok((200, n))
+        Ok((200, token.len))
     }
 
-    /// Moves `len` bytes on the bound QP through a ring of bounce buffers
-    /// from the pool, one per work request in flight, at most
-    /// `pipeline_depth` of them (fewer for a short transfer): the mover in
-    /// `pipeline` overlaps the store's side of one chunk with the wire's
+    /// Moves `len` bytes between the client's memory at `remote_addr` (key
+    /// `rkey`) and the bound QP, in chunks of `chunk` bytes, through a ring
+    /// of bounce buffers from the pool, one per work request in flight, at
+    /// most `pipeline_depth` of them (fewer for a short transfer): the mover
+    /// in `pipeline` overlaps the store's side of one chunk with the wire's
     /// side of the others. The buffers go back to the pool only when no
     /// work request of this transfer is outstanding on them.
-    fn run<E>(
+    pub(crate) fn run<E>(
         &self,
         binding: &Binding,
-        token: &Token,
+        remote_addr: u64,
+        rkey: u32,
         len: u64,
+        chunk: usize,
         dir: pipeline::Direction<'_, E>,
-    ) -> Result<u64, MoveError<E>> {
+    ) -> Result<(), MoveError<E>> {
         let mut conn = lock(&binding.conn);
-        let chunk = self.config.chunk.max(1);
         let chunks = len.div_ceil(chunk as u64).max(1);
         let depth = u64::try_from(self.depth()).unwrap_or(1).min(chunks) as usize;
         let mut ring = Vec::with_capacity(depth);
         for _ in 0..depth {
-            match self.take_buffer() {
+            match self.take_buffer(chunk) {
                 Ok(b) => ring.push(b),
                 Err(e) => {
                     for b in ring {
@@ -676,8 +791,8 @@ impl Target {
             },
             pipeline::Ring::per_buffer(&mut ring, chunk),
             dir,
-            token.addr,
-            token.rkey,
+            remote_addr,
+            rkey,
             len,
         );
         self.peak_in_flight
@@ -690,7 +805,7 @@ impl Target {
         // Otherwise the buffers are dropped here, deregistered: the QP is
         // in ERROR (see `pipeline`), so nothing can reach them any more.
         match out.result {
-            Ok(()) => Ok(len),
+            Ok(()) => Ok(()),
             Err(pipeline::Failure::Store(e)) if out.qp_usable => Err(MoveError::Other(TargetError::Store(e))),
             Err(pipeline::Failure::Store(e)) => Err(MoveError::Broken(TargetError::Store(e))),
             Err(pipeline::Failure::Rdma(why) | pipeline::Failure::Timeout(why)) => Err(MoveError::Rdma(why)),

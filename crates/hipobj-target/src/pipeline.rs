@@ -4,7 +4,9 @@
 //!
 //! - GET: the source fills a free slot in place (no scratch copy) while the
 //!   WRITEs of earlier slots are on the wire; each slot is posted as soon as
-//!   it is full, the last as WRITE WITH IMMEDIATE carrying the proof.
+//!   it is full, as a WRITE WITH IMMEDIATE whose immediate value names its
+//!   place in the transfer (`hipobj_proto::landed`), so the client counts
+//!   every byte that lands.
 //! - PUT: a READ is posted into every free slot; as each completes, in
 //!   order, the sink takes the slot's bytes in place while the later READs
 //!   run, and the slot is posted again for the next chunk.
@@ -81,8 +83,19 @@ pub(crate) type Drain<'a, E> = dyn FnMut(u64, &[u8]) -> Result<(), E> + 'a;
 
 /// Which way the bytes go, and the caller's half of each chunk.
 pub(crate) enum Direction<'a, E> {
-    /// RDMA WRITE from the source; the last WRITE carries `imm`.
+    /// RDMA WRITE from the source, the last WRITE a WRITE WITH IMMEDIATE
+    /// carrying `imm` (hipobj-rc-v2's GET).
     Write { fill: &'a mut Fill<'a, E>, imm: u32 },
+    /// RDMA WRITE WITH IMMEDIATE from the source, every chunk (the binding
+    /// protocol's GET): these bytes are bytes `base..` of a GET of `total`
+    /// bytes granted under `key`, and each chunk's immediate value is
+    /// `landed::imm(key, total, base + off)`.
+    Counted {
+        fill: &'a mut Fill<'a, E>,
+        key: u32,
+        total: u64,
+        base: u64,
+    },
     /// RDMA READ into the sink.
     Read { drain: &'a mut Drain<'a, E> },
 }
@@ -183,10 +196,9 @@ impl<E> Mover<'_, '_, '_, E> {
                 "a transfer needs at least one bounce slot",
             )));
         }
-        let write = matches!(self.dir, Direction::Write { .. });
+        let write = matches!(self.dir, Direction::Write { .. } | Direction::Counted { .. });
         let mut next = 0u64;
-        // A GET's last WRITE carries the proof, so one of zero bytes still
-        // sends one, empty.
+        // A GET of zero bytes still sends one WRITE WITH IMMEDIATE, empty.
         let mut proof_due = write;
         let mut wcs = vec![WorkCompletion::EMPTY; self.ring.slots.len()];
         let mut last_progress = Instant::now();
@@ -195,7 +207,7 @@ impl<E> Mover<'_, '_, '_, E> {
                 let Some(slot) = self.free.pop() else { break };
                 let n = (self.len - next).min(self.ring.chunk as u64) as usize;
                 let last = next + n as u64 == self.len;
-                self.post(slot, next, n, last)?;
+                self.post(slot, next, n)?;
                 if write && last {
                     proof_due = false;
                 }
@@ -223,10 +235,10 @@ impl<E> Mover<'_, '_, '_, E> {
     /// Fills (GET) and posts one work request for `n` bytes at offset
     /// `off` from `slot`.
     #[allow(unsafe_code)]
-    fn post(&mut self, slot: usize, off: u64, n: usize, last: bool) -> Result<(), Failure<E>> {
+    fn post(&mut self, slot: usize, off: u64, n: usize) -> Result<(), Failure<E>> {
         let (b, at) = self.ring.slots[slot];
         let buf = &mut self.ring.buffers[b];
-        if let Direction::Write { fill, .. } = &mut self.dir
+        if let Direction::Write { fill, .. } | Direction::Counted { fill, .. } = &mut self.dir
             && n > 0
         {
             // SAFETY: `slot` came from the free list, where a slot goes
@@ -239,6 +251,7 @@ impl<E> Mover<'_, '_, '_, E> {
         let sge = buf.sge(at, n as u32).ok_or_else(|| Failure::Local(outside()))?;
         let remote_addr = self.remote_addr.wrapping_add(off);
         let rkey = self.rkey;
+        let last = off + n as u64 == self.len;
         let op = match &self.dir {
             // The proof may be posted while earlier WRITEs are still in
             // flight: an RC responder executes one QP's requests in PSN
@@ -252,6 +265,17 @@ impl<E> Mover<'_, '_, '_, E> {
                 imm: *imm,
             },
             Direction::Write { .. } => SendOp::Write { remote_addr, rkey },
+            // Every chunk is a WRITE WITH IMMEDIATE naming its place: the
+            // client's receive completion reports the bytes its NIC placed
+            // for it, and the client adds them up (docs/protocol.md §2). An
+            // RC responder executes one QP's requests in PSN order, so the
+            // completions reach the client in transfer order; if a WRITE
+            // fails, the QPs go to ERROR and the later ones are flushed.
+            Direction::Counted { key, total, base, .. } => SendOp::WriteWithImm {
+                remote_addr,
+                rkey,
+                imm: hipobj_proto::landed::imm(*key, *total, base + off),
+            },
             Direction::Read { .. } => SendOp::Read { remote_addr, rkey },
         };
         let wr_id = *self.wire.next_wr;

@@ -27,7 +27,6 @@
 //!   before it is there).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -43,14 +42,23 @@ use hipobj_proto::rc_v2::{
 };
 use hipobj_proto::{Token, Transport};
 
+use crate::quota::{Charge, Limits, Quotas};
 use crate::{Caller, Request, Target, lock, random_psn};
 
 /// Limits and timeouts of the v2 sessions.
 #[derive(Clone, Debug)]
 pub struct V2Config {
-    /// Sessions open at once (prepared or transferring); PREPARE beyond
-    /// this gets 503.
+    /// Sessions open at once (prepared or transferring), all keys
+    /// together; PREPARE beyond this gets 503.
     pub max_sessions: usize,
+    /// Sessions one access key may hold open at once (503 beyond).
+    pub max_sessions_per_key: usize,
+    /// Staging bytes all sessions may hold at once: a PUT's buffer from
+    /// PREPARE, a GET's from READY (503 beyond).
+    pub memory_budget: usize,
+    /// Staging bytes one access key's sessions may hold at once (503
+    /// beyond).
+    pub memory_per_key: usize,
     /// Largest staging buffer: the largest PUT (413 above), and the
     /// largest chunk of a GET (whose chunk is otherwise the target's).
     pub staging_max: usize,
@@ -64,6 +72,9 @@ impl Default for V2Config {
     fn default() -> Self {
         Self {
             max_sessions: 64,
+            max_sessions_per_key: 16,
+            memory_budget: 1 << 30,
+            memory_per_key: 256 << 20,
             staging_max: 64 << 20,
             prepare_timeout: Duration::from_secs(10),
             transfer_timeout: Duration::from_secs(30),
@@ -88,23 +99,15 @@ impl<E> V2Failure<E> {
     }
 }
 
-/// Counts open sessions; one lives in each session.
-#[derive(Debug)]
-struct Count(Arc<AtomicUsize>);
-
-impl Drop for Count {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 /// One session's verbs objects. Field order is drop order: the QP (moved
-/// to ERROR first, in `Drop`), then the buffer's MR, the CQ, the PD.
+/// to ERROR first, in `Drop`), then the buffer's MR, the CQ, the PD. A
+/// PUT's staging buffer is made at PREPARE (its address and key are the
+/// answer); a GET's only at READY, when it is used.
 struct Resources {
     qp: Box<dyn QueuePair>,
-    staging: RegisteredBuffer,
+    staging: Option<RegisteredBuffer>,
     cq: Arc<dyn CompletionQueue>,
-    _pd: Arc<dyn ProtectionDomain>,
+    pd: Arc<dyn ProtectionDomain>,
 }
 
 impl Drop for Resources {
@@ -143,7 +146,8 @@ pub struct Session {
     sgid_index: u8,
     deadline: Instant,
     res: Resources,
-    _count: Count,
+    /// Given back when the session drops, after its resources.
+    charge: Charge,
 }
 
 impl Session {
@@ -179,7 +183,7 @@ pub struct V2Sessions {
     target: Arc<Target>,
     config: V2Config,
     sessions: Mutex<HashMap<SessionId, Session>>,
-    open: Arc<AtomicUsize>,
+    quotas: Arc<Quotas>,
 }
 
 /// What READY found: the session, taken out of the table (a second READY
@@ -203,9 +207,14 @@ impl V2Sessions {
     pub fn new(target: Arc<Target>, config: V2Config) -> Self {
         Self {
             target,
-            config,
             sessions: Mutex::new(HashMap::new()),
-            open: Arc::new(AtomicUsize::new(0)),
+            quotas: Quotas::new(Limits {
+                sessions: config.max_sessions.max(1),
+                sessions_per_key: config.max_sessions_per_key.max(1),
+                memory: config.memory_budget,
+                memory_per_key: config.memory_per_key,
+            }),
+            config,
         }
     }
 
@@ -216,7 +225,12 @@ impl V2Sessions {
 
     /// Sessions open now (prepared or transferring).
     pub fn open_sessions(&self) -> usize {
-        self.open.load(Ordering::Acquire)
+        self.quotas.usage().0
+    }
+
+    /// Staging bytes the sessions hold now.
+    pub fn staging_bytes(&self) -> usize {
+        self.quotas.usage().1
     }
 
     /// Drops every prepared session whose READY did not come in time;
@@ -254,13 +268,12 @@ impl V2Sessions {
             )));
         }
         let gid = Gid(token.gid);
-        if gid.is_zero() || token.gid[0] == 0xff {
-            return Err(bad("the token's GID is zero or multicast".into()));
-        }
-        if self.target.config.check_peer_address
-            && let Some(why) = crate::caller::gid_mismatch(caller, gid, self.target.local.as_ref())
-        {
-            return Err(V2Failure::new(Status::Forbidden, why));
+        match self.target.check_client_address(caller, gid, token.port) {
+            Ok(()) => {}
+            Err(crate::AddressProblem::Invalid(why)) => return Err(bad(why)),
+            Err(crate::AddressProblem::NotTheCallers(why)) => {
+                return Err(V2Failure::new(Status::Forbidden, why));
+            }
         }
         let size = req.size.get();
         let staging_len = match req.op {
@@ -285,18 +298,12 @@ impl V2Sessions {
                 "offset + size overflows",
             ));
         }
-        // Room first: the count is the limit, whatever races.
-        if self.open.fetch_add(1, Ordering::AcqRel) >= self.config.max_sessions {
-            self.open.fetch_sub(1, Ordering::AcqRel);
-            return Err(V2Failure::new(
-                Status::Busy,
-                format!(
-                    "all {} hipobj-rc-v2 sessions are in use",
-                    self.config.max_sessions
-                ),
-            ));
+        // Room first: the counts are the limits, whatever races.
+        let busy = |why: String| V2Failure::new(Status::Busy, why);
+        let mut charge = self.quotas.session(&caller.access_key).map_err(busy)?;
+        if req.op == Op::Put {
+            charge.memory(staging_len).map_err(busy)?;
         }
-        let count = Count(self.open.clone());
         let internal = |e: VerbsError| V2Failure::new(Status::Internal, format!("RDMA setup failed: {e}"));
         let (sgid_index, sgid) = self.source_gid(gid).map_err(internal)?;
         let server_psn = loop {
@@ -308,13 +315,16 @@ impl V2Sessions {
         getrandom::fill(&mut id)
             .map_err(|e| V2Failure::new(Status::Internal, format!("no random session id: {e}")))?;
         let res = self.resources(req.op, staging_len).map_err(internal)?;
+        // Only a PUT's client needs our buffer's address and key (its one
+        // WRITE names them); a GET's answer names no server memory.
+        let (addr, rkey) = res.staging.as_ref().map_or((0, 0), |b| (b.addr(), b.mr().rkey()));
         let response = PrepareResponse {
             token: Token {
                 transport: Transport::Rc,
                 qpn: res.qp.qp_num(),
                 gid: sgid.0,
-                rkey: res.staging.mr().rkey(),
-                addr: res.staging.addr(),
+                rkey,
+                addr,
                 len: u64::from(size),
                 port: self.target.selection.port,
                 lid: 0,
@@ -336,7 +346,7 @@ impl V2Sessions {
             sgid_index,
             deadline: Instant::now() + self.config.prepare_timeout,
             res,
-            _count: count,
+            charge,
         };
         lock(&self.sessions).insert(SessionId(id), session);
         Ok(response)
@@ -373,17 +383,20 @@ impl V2Sessions {
         Ok(chosen)
     }
 
-    /// A PD, CQ and QP (in INIT) of the session's own, and its staging
-    /// buffer: remote-writable for a PUT, local for a GET.
+    /// A PD, CQ and QP (in INIT) of the session's own, and for a PUT its
+    /// remote-writable staging buffer (a GET's is made by READY).
     fn resources(&self, op: Op, staging_len: usize) -> Result<Resources, VerbsError> {
         let t = &self.target;
         let pd = t.device.alloc_pd()?;
         let cq = t.device.create_cq(16)?;
-        let access = match op {
-            Op::Put => AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-            Op::Get => AccessFlags::LOCAL_WRITE,
+        let staging = match op {
+            Op::Put => Some(RegisteredBuffer::new(
+                pd.as_ref(),
+                staging_len,
+                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+            )?),
+            Op::Get => None,
         };
-        let staging = RegisteredBuffer::new(pd.as_ref(), staging_len, access)?;
         let qp = pd.create_qp(&QpInitAttr {
             send_cq: cq.clone(),
             recv_cq: cq.clone(),
@@ -398,12 +411,7 @@ impl V2Sessions {
             Op::Get => AccessFlags::default(),
         };
         rc::to_init(qp.as_ref(), t.selection.port, qp_access).map_err(|(_, e)| e)?;
-        Ok(Resources {
-            qp,
-            staging,
-            cq,
-            _pd: pd,
-        })
+        Ok(Resources { qp, staging, cq, pd })
     }
 
     /// READY by `caller`: takes the session out of the table (so it runs
@@ -511,13 +519,16 @@ impl V2Sessions {
                 };
                 s.res.qp.modify(&attr, QpAttrMask::STATE).map_err(local)?;
                 sink.open(size).map_err(V2Failure::Store)?;
+                let Some(staging) = s.res.staging.as_ref() else {
+                    return Err(V2Failure::new(Status::Internal, "the PUT has no staging buffer"));
+                };
                 let chunk = (4usize << 20).min(s.size as usize).max(1);
                 let mut data = vec![0u8; chunk];
                 let mut off = 0u64;
                 while off < size {
                     let n = (size - off).min(chunk as u64) as usize;
                     let piece = &mut data[..n];
-                    if !s.res.staging.read_at(off as usize, piece) {
+                    if !staging.read_at(off as usize, piece) {
                         return Err(V2Failure::new(Status::Internal, "the staging buffer is short"));
                     }
                     sink.drain(off, piece).map_err(V2Failure::Store)?;
@@ -536,9 +547,21 @@ impl V2Sessions {
                         ),
                     ));
                 }
-                self.connect(&s).map_err(local)?;
                 let (slots, chunk) = self.get_ring(s.size);
+                // The staging memory now, when it is used, within the
+                // budgets (503 when there is no room).
+                s.charge
+                    .memory(slots * chunk)
+                    .map_err(|why| V2Failure::new(Status::Busy, why))?;
+                let buffer =
+                    RegisteredBuffer::new(s.res.pd.as_ref(), slots * chunk, AccessFlags::LOCAL_WRITE)
+                        .map_err(local)?;
+                s.res.staging = Some(buffer);
+                self.connect(&s).map_err(local)?;
                 let res = &mut s.res;
+                let Some(staging) = res.staging.as_mut() else {
+                    return Err(V2Failure::new(Status::Internal, "the GET has no staging buffer"));
+                };
                 let mut next_wr = 1u64;
                 let out = crate::pipeline::transfer(
                     crate::pipeline::Wire {
@@ -548,7 +571,7 @@ impl V2Sessions {
                         idle_timeout: self.config.transfer_timeout,
                         deadline: Some(deadline),
                     },
-                    crate::pipeline::Ring::split(std::slice::from_mut(&mut res.staging), slots, chunk),
+                    crate::pipeline::Ring::split(std::slice::from_mut(staging), slots, chunk),
                     crate::pipeline::Direction::Write {
                         fill: &mut |off, data| source.fill(off, data),
                         imm: s.cookie.get(),

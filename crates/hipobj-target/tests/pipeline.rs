@@ -31,6 +31,7 @@ use hipobj_platform::{
     ProtectionDomain, QpAttr, QpAttrMask, QpInitAttr, QpState, QueuePair, RecvWr, SendOp, SendWr, Verbs,
     VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
+use hipobj_proto::landed::Tally;
 use hipobj_proto::{Reply, Token};
 use hipobj_softroce::SoftVerbs;
 use hipobj_target::{Answer, Caller, Request, Selected, Sink, Source, Target, TargetConfig, TargetError};
@@ -336,11 +337,12 @@ impl Rig {
     /// alike, so clients are told apart by key).
     fn client(&self, name: &str, len: usize) -> Client {
         let c = Client {
-            inner: ClientQp::with_access(
+            inner: ClientQp::with_receives(
                 soft(name),
                 name,
                 len,
                 AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+                hipobj_proto::landed::MAX_WRITES,
             ),
             caller: Caller::key(name),
         };
@@ -390,18 +392,39 @@ impl Client {
         support::completion(self, wait)
     }
 
-    /// The GET's proof, and the receive posted again for the next one.
-    fn proof(&self) -> WorkCompletion {
-        let wc = self
-            .completion(Duration::from_secs(10))
-            .expect("the GET's proof on the client QP");
-        self.qp
-            .post_recv(&RecvWr {
-                wr_id: 7,
-                sg_list: &[],
-            })
-            .unwrap();
-        wc
+    /// What a GET of `len` bytes landed, as the client counts it: every
+    /// completion on the client QP (each must be a successful WRITE WITH
+    /// IMMEDIATE) fed to the client's tally, the receives posted again.
+    /// Returns the tally and how many WRITEs it counted.
+    fn tally(&self, len: u64) -> (Tally, u32) {
+        let mut tally = Tally::new(self.buf.mr().rkey(), len);
+        let mut writes = 0;
+        while let Some(wc) = self.completion(Duration::from_millis(if writes == 0 { 2000 } else { 50 })) {
+            assert_eq!(
+                (wc.status, wc.opcode),
+                (WcStatus::Success, WcOpcode::RecvRdmaWithImm),
+                "{wc:?}"
+            );
+            tally
+                .add(wc.imm_data.unwrap(), wc.byte_len)
+                .unwrap_or_else(|r| panic!("WRITE {writes}: {r}"));
+            writes += 1;
+            self.qp
+                .post_recv(&RecvWr {
+                    wr_id: 7,
+                    sg_list: &[],
+                })
+                .unwrap();
+        }
+        (tally, writes)
+    }
+
+    /// The GET's proof: the WRITEs WITH IMMEDIATE of a GET of `len` bytes
+    /// tile it exactly; returns how many there were.
+    fn landed(&self, len: u64) -> u32 {
+        let (tally, writes) = self.tally(len);
+        tally.finish().unwrap_or_else(|r| panic!("{r} of {len}"));
+        writes
     }
 }
 
@@ -546,16 +569,10 @@ fn a_large_get_keeps_depth_writes_in_flight_in_depth_times_chunk_of_bounce_memor
     );
     assert_eq!(src.largest, CHUNK, "the source filled more than a chunk at once");
     assert_eq!(src.calls, (BIG / CHUNK) as u64);
-    let wc = c.proof();
     assert_eq!(
-        (wc.status, wc.opcode, wc.imm_data, wc.byte_len),
-        (
-            WcStatus::Success,
-            WcOpcode::RecvRdmaWithImm,
-            Some(c.buf.mr().rkey()),
-            CHUNK as u32
-        ),
-        "the proof is the last chunk's WRITE WITH IMMEDIATE"
+        c.landed(BIG as u64),
+        (BIG / CHUNK) as u32,
+        "every chunk is a WRITE WITH IMMEDIATE the client counts"
     );
     check_client(&c, 0, BIG);
 }
@@ -606,7 +623,7 @@ fn transfers_reuse_the_pooled_ring() {
         ),
         (200, len)
     );
-    c.proof();
+    c.landed(len);
     let after_first = rig.counts.registered.load(Ordering::SeqCst);
     rig.counts.reset_peaks();
     for _ in 0..2 {
@@ -617,7 +634,7 @@ fn transfers_reuse_the_pooled_ring() {
             ),
             (200, len)
         );
-        c.proof();
+        c.landed(len);
         let mut sink = Checker::default();
         fill_client(&c, len as usize);
         assert_eq!(
@@ -648,9 +665,11 @@ fn a_store_read_error_mid_get_fails_the_call_with_nothing_outstanding() {
         0,
         "WRITEs left outstanding after a store error"
     );
+    let (tally, _) = c.tally(len);
     assert!(
-        c.completion(Duration::from_millis(50)).is_none(),
-        "a failed GET sent its proof"
+        !tally.complete(),
+        "a failed GET's WRITEs tile the range: {} bytes",
+        tally.proven()
     );
     // Every WRITE before the failure completed: the binding carries the
     // next GET, proof and all.
@@ -660,7 +679,7 @@ fn a_store_read_error_mid_get_fails_the_call_with_nothing_outstanding() {
         done(rig.target.serve(&c.caller, &c.token(len), Request::Get(&mut src))),
         (200, len)
     );
-    assert_eq!(c.proof().imm_data, Some(c.buf.mr().rkey()));
+    c.landed(len);
     check_client(&c, 0, len as usize);
 }
 
@@ -734,16 +753,16 @@ fn a_work_request_failing_mid_pipeline_fails_the_call_with_nothing_outstanding()
                 "the source was read to the end after the failure"
             );
         }
-        // No proof: the client's QP sees only its flushed receive, if
-        // anything.
-        if let Some(wc) = c.completion(Duration::from_millis(100)) {
-            assert_ne!(
-                wc.opcode,
-                WcOpcode::RecvRdmaWithImm,
-                "put={put}: a proof after a failed WRITE"
-            );
-            assert_ne!(wc.status, WcStatus::Success, "put={put}: {wc:?}");
+        // No proof: the WRITEs before the failed one landed and counted,
+        // the rest were flushed, so what landed does not tile the range.
+        let mut tally = Tally::new(c.buf.mr().rkey(), len);
+        while let Some(wc) = c.completion(Duration::from_millis(100)) {
+            if wc.status == WcStatus::Success && wc.opcode == WcOpcode::RecvRdmaWithImm {
+                assert!(!put, "a PUT's READs landed a WRITE WITH IMMEDIATE");
+                tally.add(wc.imm_data.unwrap(), wc.byte_len).unwrap();
+            }
         }
+        assert!(!tally.complete(), "put={put}: a proof after a failed WRITE");
     }
     // A fresh client QP, a fresh binding: the whole object moves.
     let c = rig.client("pipe-wrerr-cli-next", len as usize);
@@ -754,7 +773,7 @@ fn a_work_request_failing_mid_pipeline_fails_the_call_with_nothing_outstanding()
         ),
         (200, len)
     );
-    assert_eq!(c.proof().imm_data, Some(c.buf.mr().rkey()));
+    c.landed(len);
     check_client(&c, 0, len as usize);
     fill_client(&c, len as usize);
     let mut sink = Checker::default();
@@ -785,30 +804,16 @@ fn ranged_and_zero_byte_gets_carry_their_proof() {
         .target
         .serve(&c.caller, &c.token(4 << 20), Request::Get(&mut src));
     assert_eq!(done(a), (206, len));
-    let wc = c.proof();
-    assert_eq!(
-        (wc.status, wc.opcode, wc.imm_data, wc.byte_len),
-        (
-            WcStatus::Success,
-            WcOpcode::RecvRdmaWithImm,
-            Some(c.buf.mr().rkey()),
-            (len % CHUNK as u64) as u32
-        )
-    );
+    assert_eq!(c.landed(len), len.div_ceil(CHUNK as u64) as u32);
     check_client(&c, 777, len as usize);
     let a = rig
         .target
         .serve(&c.caller, &c.token(4 << 20), Request::Get(&mut Pattern::new(0)));
     assert_eq!(done(a), (200, 0));
-    let wc = c.proof();
     assert_eq!(
-        (wc.status, wc.opcode, wc.imm_data, wc.byte_len),
-        (
-            WcStatus::Success,
-            WcOpcode::RecvRdmaWithImm,
-            Some(c.buf.mr().rkey()),
-            0
-        )
+        c.landed(0),
+        1,
+        "a GET of zero bytes is one empty WRITE WITH IMMEDIATE"
     );
     assert_eq!(rig.outstanding(), 0);
 }
@@ -894,6 +899,6 @@ fn a_client_vanishing_mid_pipeline_times_out_with_nothing_outstanding() {
         ),
         (200, len)
     );
-    assert_eq!(c.proof().imm_data, Some(c.buf.mr().rkey()));
+    c.landed(len);
     check_client(&c, 0, len as usize);
 }

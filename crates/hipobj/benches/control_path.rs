@@ -5,13 +5,18 @@
 //!   mint and encode the token, call the S3 side, parse its reply, check the
 //!   CQ without waiting, return the lease), with an S3 side that answers at
 //!   once, so no RDMA and no server time is in it. It is a PUT: a GET's
-//!   success needs the server's WRITE WITH IMMEDIATE on the CQ, which only a
-//!   real RDMA WRITE makes;
+//!   success needs the server's WRITEs WITH IMMEDIATE on the CQ, which only
+//!   real RDMA WRITEs make;
 //! * `get_4k_round_trip`: a whole 4 KiB GET, the server's RDMA WRITE over
 //!   loopback UDP included;
 //! * `window_bind_invalidate`: the fence alone, which `control_path`
-//!   includes: bind the connection's memory window over 4 KiB, wait for the
-//!   bind's completion, invalidate it, wait for that completion.
+//!   includes: take a window and a fresh key from the device's pool, bind
+//!   it over 4 KiB, wait for the bind's completion, invalidate it, wait for
+//!   that completion, give the window back;
+//! * `landed_tally_1`, `landed_tally_1024`: the GET proof's own arithmetic
+//!   (docs/protocol.md §2), which a GET adds to its CQ poll: the client's
+//!   tally of one WRITE WITH IMMEDIATE (a 4 KiB GET) and of 1024 (the most
+//!   a GET may take), without the NIC.
 //!
 //! `cargo bench -p hipobj --bench control_path`
 //!
@@ -139,12 +144,32 @@ fn benches(c: &mut Criterion) {
         };
         c.bench_function("window_bind_invalidate", |b| {
             b.iter(|| {
-                let rkey = conn.next_rkey(0);
+                let rkey = conn.next_rkey(0).unwrap();
                 conn.open_grant(&grant(rkey)).unwrap();
                 conn.close_grant().unwrap();
             })
         });
     }
+    c.bench_function("landed_tally_1", |b| {
+        b.iter(|| {
+            let mut t = hipobj_proto::landed::Tally::new(std::hint::black_box(0x1234_5678), 4096);
+            t.add(std::hint::black_box(0x1234_5678), 4096).unwrap();
+            t.finish().unwrap()
+        })
+    });
+    c.bench_function("landed_tally_1024", |b| {
+        let len = 4u64 << 30;
+        let g = hipobj_proto::landed::granule(len);
+        b.iter(|| {
+            let key = std::hint::black_box(0x1234_5678);
+            let mut t = hipobj_proto::landed::Tally::new(key, len);
+            for i in 0..1024u64 {
+                t.add(hipobj_proto::landed::imm(key, len, i * g), g as u32)
+                    .unwrap();
+            }
+            t.finish().unwrap()
+        })
+    });
     c.bench_function("get_4k_round_trip", |b| {
         b.iter(|| {
             inst.transfer(Direction::Get, buf.addr(), 4096, 0, &mut get)

@@ -1,18 +1,59 @@
 //! The safe Rust API: a [`Client`] owns one initialized instance, and a
-//! [`Registration`] borrows the memory it registers, deregistering it when
-//! dropped.
+//! [`Registration`] keeps memory registered with its NIC.
+//!
+//! No safe code can leave memory registered past its owner's lifetime,
+//! `mem::forget` included (docs/architecture.md, "Where unsafe lives"):
+//!
+//! - [`Client::register`] takes the buffer: the registration owns it, and
+//!   [`Registration::into_inner`] gives it back after deregistering. A
+//!   forgotten registration leaks its buffer with it, so the NIC can only
+//!   ever reach memory that nothing else will use again.
+//! - [`Client::with_registration`] lends borrowed memory to a closure: the
+//!   scope's end deregisters it however the closure ends (a panic too), and
+//!   the registration it hands out cannot leave the closure.
+//! - [`Client::register_borrowed`] is `unsafe`: its caller promises to drop
+//!   the registration before the borrow ends.
 //!
 //! ```no_run
 //! # fn demo(s3: &mut dyn hipobj::Control, platform: hipobj_platform::Platform) -> hipobj::Result<()> {
 //! // `platform`: `hipobj_system::platform()`, the real backends.
 //! let client = hipobj::Client::builder(platform).nic_hint("softroce0").build()?;
-//! let mut buf = vec![0u8; 1 << 20];
-//! let mut reg = client.register(&mut buf)?;
-//! client.get(&mut reg, 0, 1 << 20, s3)?; // the server WRITEs the object into buf
-//! let object = reg.to_vec(); // a copy: registered memory is never lent out
-//! drop(reg);
+//! let mut reg = client.register(vec![0u8; 1 << 20])?;
+//! client.get(&mut reg, 0, 1 << 20, s3)?; // the server WRITEs the object into the buffer
+//! let object = reg.into_inner(); // deregistered, and the buffer is ours again
 //! assert_eq!(object.len(), 1 << 20);
+//!
+//! // Memory the program keeps: registered for the closure's run only.
+//! let mut mine = vec![0u8; 4096];
+//! client.with_registration(&mut mine, |reg| client.get(reg, 0, 4096, s3))??;
 //! # Ok(()) }
+//! ```
+//!
+//! The registration a scope hands out cannot escape it, so the old way of
+//! keeping memory registered after its borrow no longer compiles:
+//!
+//! ```compile_fail,E0521
+//! # fn demo(client: &hipobj::Client) {
+//! let mut buf = vec![0u8; 64];
+//! let mut kept = None;
+//! client.with_registration(&mut buf, |reg| kept = Some(reg)).unwrap();
+//! # }
+//! ```
+//!
+//! nor does registering borrowed memory without `unsafe`:
+//!
+//! ```compile_fail,E0308
+//! # fn demo(client: &hipobj::Client) {
+//! let mut buf = vec![0u8; 64];
+//! std::mem::forget(client.register(&mut buf));
+//! # }
+//! ```
+//!
+//! ```compile_fail,E0133
+//! # fn demo(client: &hipobj::Client) {
+//! let mut buf = vec![0u8; 64];
+//! std::mem::forget(client.register_borrowed(&mut buf));
+//! # }
 //! ```
 //!
 //! Unlike the C API, which keeps one process-wide instance, each `Client`
@@ -90,13 +131,26 @@ pub struct Client {
 
 /// Host memory registered with a [`Client`]'s NIC, for as long as this lives.
 ///
-/// It borrows the memory mutably, so nothing else can touch it while the NIC
-/// may; dropping it deregisters the memory.
+/// Either it owns its buffer ([`Client::register`], `'s` is `'static`), or
+/// it stands for borrowed memory ([`Client::with_registration`], whose `'s`
+/// is a lifetime of the scope alone, or the `unsafe`
+/// [`Client::register_borrowed`]). Dropping it deregisters the memory
+/// before anything else may use it. No `&[u8]` of registered memory is ever
+/// handed out: copy in and out with [`Registration::write_from`] and
+/// [`Registration::read_into`].
+///
+/// `'s` is invariant, so a scope's registration can be neither swapped for
+/// another one nor kept past the scope.
 #[derive(Debug)]
-pub struct Registration<'a> {
+pub struct Registration<'s> {
     instance: Arc<Instance>,
     region: MemRegion,
-    _borrow: PhantomData<&'a mut [u8]>,
+    /// The registration owns the memory at `region`: a `Box<[u8]>` turned
+    /// into a raw allocation, freed after deregistration.
+    owned: bool,
+    /// Not yet deregistered.
+    registered: bool,
+    _brand: PhantomData<fn(&'s ()) -> &'s ()>,
 }
 
 impl Client {
@@ -116,17 +170,73 @@ impl Client {
         &self.instance
     }
 
-    /// Registers host memory.
-    pub fn register<'a>(&self, buf: &'a mut [u8]) -> Result<Registration<'a>> {
-        // SAFETY: `buf` stays mutably borrowed by the returned registration,
-        // whose drop deregisters it (removing every MR over it) before the
-        // borrow ends, so the memory outlives its registration.
-        let region = unsafe { MemRegion::new(buf.as_mut_ptr() as usize, buf.len()) };
+    /// Registers host memory that the registration owns from now on; get it
+    /// back with [`Registration::into_inner`]. The buffer must hold at least
+    /// a byte. If the registration is leaked, the buffer leaks with it.
+    pub fn register(&self, buf: Vec<u8>) -> Result<Registration<'static>> {
+        if buf.is_empty() {
+            return Err(Error::invalid("the buffer size is 0"));
+        }
+        let raw: *mut [u8] = Box::into_raw(buf.into_boxed_slice());
+        let (ptr, len) = (raw.cast::<u8>(), raw.len());
+        // SAFETY: `raw` is a live allocation that nothing but the returned
+        // registration can reach; its drop deregisters (removing every MR
+        // over it) before freeing it, and leaking it leaks the allocation,
+        // so the memory outlives its registration either way.
+        let region = unsafe { MemRegion::new(ptr.expose_provenance(), len) };
+        if let Err(e) = self.instance.register_host(region) {
+            // SAFETY: nothing registered the allocation: it is still the
+            // box's alone.
+            drop(unsafe { Box::from_raw(raw) });
+            return Err(e);
+        }
+        Ok(Registration {
+            instance: self.instance.clone(),
+            region,
+            owned: true,
+            registered: true,
+            _brand: PhantomData,
+        })
+    }
+
+    /// Registers `buf` for the run of `f`, which gets the registration, and
+    /// deregisters it when `f` returns or panics. The registration cannot
+    /// leave `f`: its lifetime is one that only this call knows. Fails
+    /// without running `f` if the memory cannot be registered.
+    pub fn with_registration<R>(
+        &self,
+        buf: &mut [u8],
+        f: impl for<'s> FnOnce(&mut Registration<'s>) -> R,
+    ) -> Result<R> {
+        // SAFETY: the registration stays in this frame, and `f` can neither
+        // keep nor swap it (its lifetime is `f`'s own, and invariant), so it
+        // is dropped, deregistering `buf`, before this call returns or
+        // unwinds, while `buf` is still borrowed.
+        let mut reg = unsafe { self.register_borrowed(buf) }?;
+        Ok(f(&mut reg))
+    }
+
+    /// Registers borrowed host memory.
+    ///
+    /// # Safety
+    ///
+    /// The returned registration must be dropped before `'a` ends: it must
+    /// not be leaked (`mem::forget`, a reference cycle, a process-long
+    /// static), or the NIC could write memory that the program has handed
+    /// back or lent out again. While it lives, `buf` may be written at any
+    /// moment by a server holding a token for it.
+    pub unsafe fn register_borrowed<'a>(&self, buf: &'a mut [u8]) -> Result<Registration<'a>> {
+        // SAFETY: `buf` is live memory borrowed mutably for 'a, and the
+        // caller promises to drop the registration (which deregisters it,
+        // removing every MR over it) before 'a ends.
+        let region = unsafe { MemRegion::new(buf.as_mut_ptr().expose_provenance(), buf.len()) };
         self.instance.register_host(region)?;
         Ok(Registration {
             instance: self.instance.clone(),
             region,
-            _borrow: PhantomData,
+            owned: false,
+            registered: true,
+            _brand: PhantomData,
         })
     }
 
@@ -234,8 +344,8 @@ impl Registration<'_> {
     /// transfer delivered.
     pub fn read_into(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         self.check_range(offset, out.len())?;
-        // SAFETY: the range lies inside the registration, whose memory this
-        // registration borrows mutably for 'a, so it is allocated. No
+        // SAFETY: the range lies inside the registration, whose memory it
+        // owns or borrows mutably while it lives, so it is allocated. No
         // reference to it is formed: the bytes are copied through raw
         // pointers, as from memory a device writes, into `out`, which the
         // NIC cannot reach (it is not registered through this object).
@@ -297,17 +407,64 @@ impl Registration<'_> {
     }
 }
 
+impl Registration<'_> {
+    /// Deregisters, waiting for calls of the low-level [`Instance`] API that
+    /// still use the memory to return, and hands back the owned buffer once
+    /// the NIC can no longer reach it. `None` for a borrowed registration,
+    /// and for an owned one that something leaked still holds (an
+    /// [`RcV2Session`] passed to `mem::forget`): that memory stays
+    /// registered and is leaked, never handed back.
+    fn release(&mut self) -> Option<Box<[u8]>> {
+        if !self.registered {
+            return None;
+        }
+        let mut waits = 0u32;
+        while let Err(e) = self.instance.deregister(self.region.addr()) {
+            if e.kind() != crate::ErrorKind::Busy {
+                break;
+            }
+            // An owned buffer can be leaked instead of waited for: after a
+            // second of Busy, something that holds it was leaked.
+            if self.owned && waits >= 1000 {
+                self.registered = false;
+                return None;
+            }
+            waits = waits.saturating_add(1);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        self.registered = false;
+        if !self.owned {
+            return None;
+        }
+        let raw = std::ptr::slice_from_raw_parts_mut(
+            std::ptr::with_exposed_provenance_mut::<u8>(self.region.addr()),
+            self.region.len(),
+        );
+        // SAFETY: `register` made this allocation with `Box::into_raw` and
+        // exposed its address; it is no longer registered, and this
+        // registration (whose `registered` is now false, so nothing frees it
+        // twice) was its only owner.
+        Some(unsafe { Box::from_raw(raw) })
+    }
+
+    /// Deregisters the memory and gives back the buffer the registration
+    /// owned ([`Client::register`]); a borrowed registration gives an empty
+    /// one. If something leaked still holds the registration (a session
+    /// passed to `mem::forget`), the memory stays registered and is leaked,
+    /// and this gives a copy of it.
+    pub fn into_inner(mut self) -> Vec<u8> {
+        match self.release() {
+            Some(buf) => buf.into_vec(),
+            // Leaked, so still allocated: a copy is all that can be had.
+            None if self.owned => self.to_vec(),
+            None => Vec::new(),
+        }
+    }
+}
+
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
-        // The memory must not be handed back while an MR covers it. Host
-        // registrations have no staging copies, so the only thing that can
-        // make this Busy is a call through the low-level `Instance` API that
-        // is still running on this address: wait for it to return.
-        loop {
-            match self.instance.deregister(self.region.addr()) {
-                Err(e) if e.kind() == crate::ErrorKind::Busy => std::thread::yield_now(),
-                _ => break,
-            }
-        }
+        // The memory must not be handed back while an MR covers it.
+        drop(self.release());
     }
 }

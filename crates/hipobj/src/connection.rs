@@ -1,15 +1,18 @@
 //! An RC connection: one queue pair and the completion queue it reports to.
 //!
 //! The client's QPs only ever respond: the server WRITEs into (GET) or READs
-//! from (PUT) the client's memory. Each connection keeps one empty receive
-//! posted. A GET's last WRITE carries an immediate value, which consumes that
-//! receive: its completion is the client's proof that the server's WRITEs
-//! reached this QP ([`Connection::take_write_proof`]), and the receive is
-//! posted again. Otherwise a receive completion means the QP went to the
-//! error state (it flushes the receive), which a non-blocking poll notices.
+//! from (PUT) the client's memory. Each connection keeps empty receives
+//! posted: one at least, and before a GET as many as the GET may take
+//! WRITEs (`hipobj_proto::landed::max_writes`). Every WRITE of a GET carries
+//! an immediate value naming its place, which consumes a receive: the
+//! completions, with the byte counts the NIC reports, are the client's proof
+//! of what landed ([`Connection::take_landed`]), and the receives are posted
+//! again. Otherwise a receive completion means the QP went to the error
+//! state (it flushes the receives), which a non-blocking poll notices.
 //!
 //! What a server may touch is fenced per transfer ([`Grant`]): on a device
-//! with type-2 memory windows, the connection's window is bound over exactly
+//! with type-2 memory windows, a window taken from the device's pool
+//! (`crate::windows`) is bound over exactly
 //! the transfer's range with only its right, under the key the token
 //! carries, and invalidated before the call returns; without windows, the
 //! QP's remote access flags are opened to the transfer's right by an
@@ -77,9 +80,18 @@ pub struct Connection {
     /// The grant in force: the window's key while bound, or the right the
     /// QP's access flags grant.
     open: Option<(u32, AccessFlags)>,
+    /// Receives posted and not yet completed.
+    posted: u32,
+    /// Receives to keep posted: the most a transfer on it has needed.
+    depth: u32,
 }
 
-/// The `wr_id` of the sentinel receive.
+/// Receives a connection can hold: the most WRITEs a GET may take.
+const MAX_RECVS: u32 = hipobj_proto::landed::MAX_WRITES;
+/// Completions polled at once while counting a GET's WRITEs.
+const POLL_BATCH: usize = 32;
+
+/// The `wr_id` of every receive the connection posts.
 const SENTINEL: u64 = 0x6869_706f_626a_0001;
 /// The `wr_id` of window binds.
 const BIND: u64 = 0x6869_706f_626a_0002;
@@ -89,23 +101,6 @@ const INVALIDATE: u64 = 0x6869_706f_626a_0003;
 const WRITE: u64 = 0x6869_706f_626a_0004;
 /// How long a window bind or invalidate may take to complete.
 const WINDOW_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A key byte other than `not`, hard to guess: SipHash under the process's
-/// random keys (std's `RandomState`) over a counter.
-fn fresh_key_byte(not: u8) -> u8 {
-    use std::hash::{BuildHasher, Hasher};
-    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    static STATE: std::sync::OnceLock<std::collections::hash_map::RandomState> = std::sync::OnceLock::new();
-    let state = STATE.get_or_init(std::collections::hash_map::RandomState::new);
-    loop {
-        let mut h = state.build_hasher();
-        h.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-        let b = h.finish() as u8;
-        if b != not {
-            return b;
-        }
-    }
-}
 
 /// A failed grant or wait, with the status of the completion that showed
 /// it, if one did.
@@ -132,9 +127,11 @@ impl Connection {
     /// Creates a QP and CQ on `device` and moves the QP to INIT, where it
     /// waits for a peer.
     pub fn new(device: Arc<RdmaDevice>) -> Result<Self> {
+        // Room for every receive (a QP in ERR flushes them all) and the
+        // window operations.
         let cq = device
             .device()
-            .create_cq(16)
+            .create_cq(MAX_RECVS + 16)
             .map_err(|e| rdma("creating a completion queue", &e))?;
         let qp = device
             .pd()
@@ -142,41 +139,33 @@ impl Connection {
                 send_cq: cq.clone(),
                 recv_cq: cq.clone(),
                 max_send_wr: 8,
-                max_recv_wr: 8,
+                max_recv_wr: MAX_RECVS,
                 max_send_sge: 1,
                 max_recv_sge: 1,
                 sq_sig_all: false,
             })
             .map_err(|e| rdma("creating a queue pair", &e))?;
-        let mw = if device.windows() {
-            Some(
-                device
-                    .pd()
-                    .alloc_mw()
-                    .map_err(|e| rdma("allocating a memory window", &e))?,
-            )
-        } else {
-            None
-        };
-        let conn = Self {
+        let mut conn = Self {
             qp,
-            mw,
+            mw: None,
             cq,
             device,
             peer: None,
             broken: false,
             found_dead: false,
             open: None,
+            posted: 0,
+            depth: 1,
         };
-        conn.to_init()?;
+        conn.enter_init()?;
         Ok(conn)
     }
 
-    fn to_init(&self) -> Result<()> {
+    fn enter_init(&mut self) -> Result<()> {
         // With windows the window's rights are what a peer gets (and the QP's
         // flags must allow them); without, the QP grants nothing until a
         // transfer opens the one right it needs.
-        let access = if self.mw.is_some() {
+        let access = if self.device.windows() {
             AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ
         } else {
             AccessFlags::LOCAL_WRITE
@@ -192,16 +181,38 @@ impl Connection {
         self.qp
             .modify(&attr, mask)
             .map_err(|e| rdma("moving a queue pair to INIT", &e))?;
-        self.post_sentinel()
+        // A reset dropped every receive.
+        self.posted = 0;
+        self.post_receives()
     }
 
-    fn post_sentinel(&self) -> Result<()> {
-        self.qp
-            .post_recv(&RecvWr {
-                wr_id: SENTINEL,
-                sg_list: &[],
-            })
-            .map_err(|e| rdma("posting the sentinel receive", &e))
+    /// Posts receives until `depth` are posted.
+    fn post_receives(&mut self) -> Result<()> {
+        while self.posted < self.depth {
+            self.qp
+                .post_recv(&RecvWr {
+                    wr_id: SENTINEL,
+                    sg_list: &[],
+                })
+                .map_err(|e| rdma("posting a receive", &e))?;
+            self.posted += 1;
+        }
+        Ok(())
+    }
+
+    /// Makes sure a GET of `len` bytes finds a receive for every WRITE it
+    /// may take (`hipobj_proto::landed::max_writes`): the receive queue
+    /// only grows, and stays that deep. Called before the token leaves. A
+    /// failure marks the connection broken.
+    pub fn ready_for_get(&mut self, len: u64) -> Result<()> {
+        self.depth = self
+            .depth
+            .max(hipobj_proto::landed::max_writes(len).min(MAX_RECVS));
+        let r = self.post_receives();
+        if r.is_err() {
+            self.broken = true;
+        }
+        r
     }
 
     /// The QP number tokens carry.
@@ -256,13 +267,24 @@ impl Connection {
 
     fn connect_inner(&mut self, peer: Peer, psn: u32, sq_psn: u32) -> Result<()> {
         if self.peer.is_some() {
+            // A bound QP is rebound during a transfer: anything it saw since
+            // the transfer began (an access its NIC refused, which moved it
+            // to ERR and flushed its receives) fails the transfer, and the
+            // reset below must not wipe that out.
+            self.check()?;
+            if matches!(self.qp.state(), Ok(QpState::Err)) {
+                return Err(Error::new(
+                    crate::ErrorKind::RdmaError,
+                    "the connection went to the error state during the transfer (its NIC refused an access by the server)",
+                ));
+            }
             // Nothing granted survives the move to another server. A QP the
             // server's failed RDMA left in ERR cannot invalidate (the work
             // request flushes), and a reset keeps the QP and its number, so
             // the window could outlive the rebind: it goes instead, which
             // ends every key it had, and a fresh one takes its place.
-            if self.close_grant().is_err() {
-                self.replace_window()?;
+            if self.end_grant().is_err() {
+                self.discard_window();
                 self.broken = false;
             }
             self.peer = None;
@@ -273,8 +295,9 @@ impl Connection {
             self.qp
                 .modify(&reset, QpAttrMask::STATE)
                 .map_err(|e| rdma("resetting a queue pair", &e))?;
+            self.posted = 0;
             self.drain();
-            self.to_init()?;
+            self.enter_init()?;
         }
         let d = &self.device;
         let path = RcPath {
@@ -296,7 +319,7 @@ impl Connection {
 
     /// Readies a connection taken from the pool for a transfer. A QP that
     /// failed while idle (a late or stray access by the server moved it to
-    /// ERR, which flushed the sentinel) goes back to INIT and forgets its
+    /// ERR, which flushed the receives) goes back to INIT and forgets its
     /// server, so the transfer binds afresh in its first round.
     pub fn refresh(&mut self) -> Result<()> {
         let mut wc = [WorkCompletion::EMPTY; 1];
@@ -325,8 +348,9 @@ impl Connection {
             .modify(&reset, QpAttrMask::STATE)
             .map_err(|e| rdma("resetting a queue pair", &e))
             .and_then(|()| {
+                self.posted = 0;
                 self.drain();
-                self.to_init()
+                self.enter_init()
             });
         if r.is_err() {
             self.broken = true;
@@ -335,27 +359,37 @@ impl Connection {
     }
 
     /// The key a token for `mr_rkey`'s registration carries: in window mode
-    /// a fresh key of this connection's window (bound under it by
-    /// [`Connection::open_grant`]); else the registration's own key.
-    pub fn next_rkey(&self, mr_rkey: u32) -> u32 {
-        match &self.mw {
-            Some(mw) => {
-                let k = mw.rkey();
-                (k & !0xff) | u32::from(fresh_key_byte(k as u8))
-            }
-            None => mr_rkey,
+    /// the key of a window taken at random from the device's pool, with a
+    /// fresh key byte (`crate::windows`), which [`Connection::open_grant`]
+    /// binds it under; else the registration's own key. A window this
+    /// connection held unbound goes back to the pool first.
+    pub fn next_rkey(&mut self, mr_rkey: u32) -> Result<u32> {
+        let Some(pool) = self.device.window_pool() else {
+            return Ok(mr_rkey);
+        };
+        if self.open.is_some() {
+            return Err(Error::new(
+                crate::ErrorKind::InternalError,
+                "a new key was asked of a connection whose grant is still open",
+            ));
         }
+        if let Some(w) = self.mw.take() {
+            pool.give_back(w);
+        }
+        let (w, key) = pool
+            .take(self.device.pd().as_ref())
+            .map_err(|e| rdma("allocating a memory window", &e))?;
+        self.mw = Some(w);
+        Ok(key)
     }
 
-    /// Whether a grant under `rkey` can be bound on this connection's
-    /// window (the key names this window); always true without one.
+    /// Whether a grant under `rkey` can be bound on the window this
+    /// connection holds (the key names it); always true without windows.
     pub fn window_takes(&self, rkey: u32) -> bool {
-        self.mw.as_ref().is_none_or(|mw| mw.rkey() >> 8 == rkey >> 8)
-    }
-
-    /// Whether this connection fences with a memory window.
-    pub fn has_window(&self) -> bool {
-        self.mw.is_some()
+        if !self.device.windows() {
+            return true;
+        }
+        self.mw.as_ref().is_some_and(|mw| mw.rkey() >> 8 == rkey >> 8)
     }
 
     /// Grants `g` to the bound server: binds the window under `g.rkey` over
@@ -396,6 +430,11 @@ impl Connection {
     }
 
     fn open_inner(&mut self, g: &Grant<'_>) -> std::result::Result<(), GrantError> {
+        if !self.device.windows() {
+            self.set_access(g.access)?;
+            self.open = Some((g.rkey, g.access));
+            return Ok(());
+        }
         match (&self.mw, g.mr) {
             (Some(mw), Some(mr)) => {
                 let key = self
@@ -424,11 +463,11 @@ impl Connection {
                 }
                 Ok(())
             }
-            (None, _) => {
-                self.set_access(g.access)?;
-                self.open = Some((g.rkey, g.access));
-                Ok(())
-            }
+            (None, _) => Err(Error::new(
+                crate::ErrorKind::InternalError,
+                "a grant on a connection that holds no window",
+            )
+            .into()),
             (Some(_), None) => Err(Error::new(
                 crate::ErrorKind::RdmaError,
                 "a buffer registered without MW_BIND on a connection that fences with windows",
@@ -443,11 +482,23 @@ impl Connection {
     /// connection is marked broken and the pool destroys the QP, which ends
     /// the window's binding as surely (a type-2 window's key works only
     /// through the QP that bound it), and drops the window.
+    ///
+    /// The window, its grant ended, goes back to the device's pool.
     pub fn close_grant(&mut self) -> Result<()> {
+        self.end_grant()?;
+        if let (Some(pool), Some(w)) = (self.device.window_pool(), self.mw.take()) {
+            pool.give_back(w);
+        }
+        Ok(())
+    }
+
+    /// [`Connection::close_grant`], keeping the window: a rebind grants
+    /// again under the key the token already carries.
+    fn end_grant(&mut self) -> Result<()> {
         let Some((key, _)) = self.open.take() else {
             return Ok(());
         };
-        let r = if self.mw.is_some() {
+        let r = if self.device.windows() {
             self.qp
                 .post_send(&SendWr {
                     wr_id: INVALIDATE,
@@ -474,18 +525,10 @@ impl Connection {
         r
     }
 
-    /// Deallocates the window (its keys find nothing from then on) and
-    /// allocates a new one.
-    fn replace_window(&mut self) -> Result<()> {
-        if self.mw.take().is_some() {
-            let mw = self
-                .device
-                .pd()
-                .alloc_mw()
-                .map_err(|e| rdma("allocating a memory window", &e))?;
-            self.mw = Some(mw);
-        }
-        Ok(())
+    /// Deallocates the window this connection holds (its keys find nothing
+    /// from then on); the next key comes from another.
+    fn discard_window(&mut self) {
+        drop(self.mw.take());
     }
 
     /// Posts one signaled RDMA WRITE WITH IMMEDIATE of `sge` to
@@ -556,7 +599,7 @@ impl Connection {
     }
 
     /// Waits for the successful completion of the send work request
-    /// `wr_id`. Any other completion (its own failure, or the sentinel's
+    /// `wr_id`. Any other completion (its own failure, or a receive's
     /// flush) means the QP failed; the error says which status came first.
     fn wait_op(
         &self,
@@ -610,47 +653,77 @@ impl Connection {
         while matches!(self.cq.poll(&mut wc), Ok(n) if n > 0) {}
     }
 
-    /// The proof that a GET's bytes reached this QP: the completion of the
-    /// sentinel receive consumed by the server's RDMA WRITE WITH IMMEDIATE,
-    /// successful, with the immediate value `imm` (the token's rkey).
-    /// Polls without waiting: the server replies only after its WRITE
-    /// completed, and RC ordering puts our receive completion on the CQ
-    /// before the reply can arrive, so an empty CQ means no proof. Reposts
-    /// the receive, then checks that nothing else completed. Any failure
-    /// marks the connection broken.
-    pub fn take_write_proof(&mut self, imm: u32) -> Result<()> {
-        match self.take_write_imm()? {
-            Some(got) if got == imm => Ok(()),
-            Some(got) => {
-                self.broken = true;
-                Err(Error::new(
-                    crate::ErrorKind::RdmaError,
-                    format!(
-                        "the server's WRITE WITH IMMEDIATE carried {got:#x}, not this transfer's key {imm:#x}"
-                    ),
-                ))
+    /// The proof that a GET of `len` bytes granted under `key` landed: the
+    /// receive completions of the server's WRITEs WITH IMMEDIATE, each
+    /// successful, in the order the NIC reports them, tiling `[0, len)`
+    /// exactly by the immediate values (each WRITE's place) and the byte
+    /// counts this QP's NIC reports (`hipobj_proto::landed::Tally`): no
+    /// gap, no overlap, no repeat, nothing short. Polls without waiting
+    /// until the CQ is empty: the server replies only after its WRITEs
+    /// completed, and an RC responder completes a receive before it
+    /// acknowledges the WRITE that consumed it, so every completion is on
+    /// the CQ before the reply can exist. Posts the consumed receives again.
+    /// Any failure marks the connection broken.
+    pub fn take_landed(&mut self, key: u32, len: u64) -> Result<()> {
+        let r = self.take_landed_inner(key, len);
+        if r.is_err() {
+            self.broken = true;
+        }
+        r
+    }
+
+    fn take_landed_inner(&mut self, key: u32, len: u64) -> Result<()> {
+        let mut tally = hipobj_proto::landed::Tally::new(key, len);
+        let mut wc = [WorkCompletion::EMPTY; POLL_BATCH];
+        let refused = |why: String| {
+            Error::new(
+                crate::ErrorKind::RdmaError,
+                format!("the server reported success, but what landed does not prove it: {why}"),
+            )
+        };
+        loop {
+            let n = self
+                .cq
+                .poll(&mut wc)
+                .map_err(|e| rdma("polling the completion queue", &e))?;
+            for c in &wc[..n] {
+                let imm = match c.imm_data {
+                    Some(imm)
+                        if c.wr_id == SENTINEL
+                            && c.status == WcStatus::Success
+                            && c.opcode == WcOpcode::RecvRdmaWithImm =>
+                    {
+                        imm
+                    }
+                    _ => {
+                        return Err(Error::new(
+                            crate::ErrorKind::RdmaError,
+                            format!(
+                                "the connection completed something other than the server's WRITE WITH IMMEDIATE (status {:?}, opcode {:?}, vendor error {:#x})",
+                                c.status, c.opcode, c.vendor_err
+                            ),
+                        ));
+                    }
+                };
+                self.posted = self.posted.saturating_sub(1);
+                tally.add(imm, c.byte_len).map_err(|r| refused(r.to_string()))?;
             }
-            None => {
-                self.broken = true;
-                Err(Error::new(
-                    crate::ErrorKind::RdmaError,
-                    "the server reported success, but no RDMA WRITE WITH IMMEDIATE reached the connection: nothing proves that the bytes moved",
-                ))
+            if n < wc.len() {
+                break;
             }
         }
+        tally
+            .finish()
+            .map_err(|r| refused(format!("{r} of the {len} asked for")))?;
+        self.post_receives()
     }
 
     /// Polls once without waiting for the completion of a WRITE WITH
-    /// IMMEDIATE: `None` if the CQ is empty, its immediate value if the
-    /// sentinel receive completed that way (the receive is then posted
+    /// IMMEDIATE: `None` if the CQ is empty, its immediate value and byte
+    /// count (the length of the WRITE WITH IMMEDIATE that consumed the
+    /// receive) if a receive completed that way (the receive is then posted
     /// again, and nothing else may have completed). Any other completion is
     /// an error and marks the connection broken.
-    pub fn take_write_imm(&mut self) -> Result<Option<u32>> {
-        self.take_write_imm_len().map(|o| o.map(|(imm, _)| imm))
-    }
-
-    /// [`Connection::take_write_imm`] with the completion's byte count: the
-    /// length of the WRITE WITH IMMEDIATE that consumed the receive.
     pub fn take_write_imm_len(&mut self) -> Result<Option<(u32, u32)>> {
         let result = self.take_write_imm_inner();
         if result.is_err() {
@@ -687,14 +760,15 @@ impl Connection {
                 ));
             }
         };
-        self.post_sentinel()?;
+        self.posted = self.posted.saturating_sub(1);
+        self.post_receives()?;
         self.check()?;
         Ok(Some((imm, c.byte_len)))
     }
 
     /// Checks, without waiting, that the QP has not gone to the error state.
     /// Any completion at all means it has, or that a peer sent something
-    /// nobody asked for: outside a GET's proof, the sentinel receive
+    /// nobody asked for: outside a GET's proof, a receive
     /// completes only when flushed (or when a peer SENDs to us, or WRITEs
     /// with an immediate outside a transfer).
     pub fn check(&mut self) -> Result<()> {

@@ -22,4 +22,14 @@ pub trait Control {
     /// Writes the response's `x-amz-rdma-reply` value into `reply` and says
     /// how many bytes it wrote.
     fn recv_reply(&mut self, reply: &mut [u8]) -> Result<usize, ControlError>;
+
+    /// The addresses of the server that the latest request went to (its
+    /// host, resolved), where the application knows them; asked after each
+    /// reply. A binding reply may then only name a server QP at one of them
+    /// (docs/protocol.md §8, `crate::AllowPeer` for NAT and multi-homed
+    /// servers). The default, `None`, falls back to
+    /// [`crate::Instance::set_server_addrs`].
+    fn server_addrs(&self) -> Option<Vec<std::net::IpAddr>> {
+        None
+    }
 }

@@ -8,11 +8,14 @@ use hipobj_platform::vendor::{QpLimits, VendorProfile};
 use hipobj_platform::{Device, Gid, Mtu, ProtectionDomain};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::windows::Windows;
 
 /// An open device with the port and GID chosen for it.
 #[derive(Debug)]
 pub struct RdmaDevice {
-    // Field order is drop order: the PD goes before the context.
+    // Field order is drop order: the windows before the PD, the PD before
+    // the context.
+    window_pool: Option<Windows>,
     pd: Arc<dyn ProtectionDomain>,
     dev: Arc<dyn Device>,
     port: u8,
@@ -77,7 +80,17 @@ impl RdmaDevice {
                 ),
             )
         })?;
+        let windows = FenceMode::of(&attr) == FenceMode::Windows;
+        let window_pool = if windows {
+            Some(
+                Windows::new(pd.as_ref())
+                    .map_err(|e| Error::rdma(&format!("allocating memory windows on {name}"), &e))?,
+            )
+        } else {
+            None
+        };
         Ok(Self {
+            window_pool,
             pd,
             port: selection.port,
             gid_index,
@@ -85,7 +98,7 @@ impl RdmaDevice {
             mtu: selection.mtu,
             vendor: VendorProfile::for_device_vendor(attr.vendor_id),
             limits: QpLimits::new(&attr, &port_attr),
-            windows: FenceMode::of(&attr) == FenceMode::Windows,
+            windows,
             dev,
         })
     }
@@ -129,6 +142,12 @@ impl RdmaDevice {
     /// access-flag fallback).
     pub fn windows(&self) -> bool {
         self.windows
+    }
+
+    /// The pool of unbound windows transfers take their keys from (window
+    /// mode only).
+    pub fn window_pool(&self) -> Option<&Windows> {
+        self.window_pool.as_ref()
     }
 
     /// The device's and port's limits on QP attributes.

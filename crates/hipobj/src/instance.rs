@@ -5,6 +5,7 @@
 //! instance needs none. Calls hold an `Arc<Instance>` for their whole run, so
 //! an instance outlives a shutdown until the last call using it returns.
 
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use hipobj_platform::{MemRegion, Platform, PointerKind};
@@ -18,6 +19,7 @@ use crate::device::RdmaDevice;
 use crate::error::{Error, ErrorKind, Result};
 use crate::nic::{self, Chosen};
 use crate::options::Options;
+use crate::peer::{AllowPeer, Servers};
 use crate::pool::{ConnectionPool, Lease};
 
 /// What `init` is asked for.
@@ -85,6 +87,10 @@ pub struct Instance {
     chosen: Chosen,
     options: Options,
     platform: Platform,
+    /// The server's addresses, as the application gave them
+    /// (`hipObjSetServerAddress`), for transfers whose `Control` does not
+    /// say.
+    server_addrs: Mutex<Option<Vec<IpAddr>>>,
 }
 
 impl Instance {
@@ -118,12 +124,39 @@ impl Instance {
             chosen,
             options,
             platform,
+            server_addrs: Mutex::new(None),
         })
     }
 
     /// The settings in force.
     pub fn options(&self) -> &Options {
         &self.options
+    }
+
+    /// Sets the addresses of the server that this instance's requests go
+    /// to, for the transfers whose [`Control`] does not name them (the C
+    /// API's, the application-driven tokens', hipobj-rc-v2 sessions
+    /// without [`crate::RcV2Session::expect_server`]): a server token may
+    /// then only name a GID among them, or among `HIPOBJ_ALLOW_PEER_GID`'s
+    /// (docs/protocol.md §8). `None` (the default) checks nothing.
+    pub fn set_server_addrs(&self, addrs: Option<Vec<IpAddr>>) {
+        *self.server_addrs.lock().unwrap_or_else(PoisonError::into_inner) = addrs;
+    }
+
+    /// What [`Instance::set_server_addrs`] set.
+    pub fn server_addrs(&self) -> Option<Vec<IpAddr>> {
+        self.server_addrs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The check of a server token against `endpoint` and the switch.
+    pub(crate) fn servers<'a>(&'a self, endpoint: Option<&'a [IpAddr]>) -> Servers<'a> {
+        Servers {
+            endpoint,
+            allow: &self.options.allow_peer,
+        }
     }
 
     /// The platform it runs on.
@@ -429,11 +462,13 @@ impl Instance {
     /// `hipObjGetRdmaToken`: a token for the first `size` bytes of a
     /// registered buffer, naming the token connection, that lets the server
     /// do what a transfer in direction `dir` needs and nothing else: with
-    /// memory windows, the connection's window over exactly those bytes with
-    /// only that right, until [`Instance::release_token`], a failed reply,
-    /// the buffer's deregistration, or the next token (one window per token
-    /// connection: a new token revokes the previous one, and a reply is
-    /// checked against the latest token only).
+    /// memory windows, a window over exactly those bytes with only that
+    /// right, bound on the token connection, until
+    /// [`Instance::release_token`], a failed reply, the buffer's
+    /// deregistration, or the next token (one grant per token connection: a
+    /// new token revokes the previous one, and a reply is checked against
+    /// the latest token only). A GET token's connection has a receive
+    /// posted for each WRITE the GET may take (docs/protocol.md §2).
     pub fn rdma_token(&self, addr: usize, size: usize, dir: Direction) -> Result<hipobj_proto::HexToken> {
         let entry = self.find_usable(addr)?;
         if size == 0 {
@@ -456,11 +491,23 @@ impl Instance {
             .conn
             .as_mut()
             .ok_or_else(|| Error::new(ErrorKind::RdmaError, "the token connection could not be rebuilt"))?;
-        let rkey = conn.next_rkey(entry.rkey(dir));
-        if let Err(e) = conn.open_grant(&grant_of(&entry, dir, 0, size, rkey)) {
+        if dir == Direction::Get
+            && let Err(e) = conn.ready_for_get(size as u64)
+        {
             let _ = self.replace_token_conn(&mut tc);
             return Err(e);
         }
+        let granted = conn.next_rkey(entry.rkey(dir)).and_then(|rkey| {
+            conn.open_grant(&grant_of(&entry, dir, 0, size, rkey))
+                .map(|()| rkey)
+        });
+        let rkey = match granted {
+            Ok(rkey) => rkey,
+            Err(e) => {
+                let _ = self.replace_token_conn(&mut tc);
+                return Err(e);
+            }
+        };
         let token = self.mint(conn.qp_num(), &entry, 0, size, rkey).encode();
         tc.grant = Some(TokenGrant {
             entry,
@@ -528,8 +575,8 @@ impl Instance {
     /// its full form, checked as a transfer's is (docs/protocol.md §3)
     /// against the latest token (the only one that grants anything): it
     /// names the server QP the token connection is bound to, its byte count
-    /// is that token's length, and for a GET token a WRITE WITH IMMEDIATE
-    /// carrying the token's key completed on the connection (for a PUT
+    /// is that token's length, and for a GET token WRITEs WITH IMMEDIATE
+    /// that tile the token's range completed on the connection (for a PUT
     /// token, nothing did). Any other reply, or a failed check, is an error:
     /// the grant ends and the token connection is replaced, so the server's
     /// binding to it can never write the buffer later.
@@ -540,8 +587,10 @@ impl Instance {
                 String::from_utf8_lossy(reply)
             ))
         })?;
+        let endpoint = self.server_addrs();
+        let servers = self.servers(endpoint.as_deref());
         let mut tc = self.lock_token_conn();
-        let outcome = check_token_reply(&mut tc, &reply);
+        let outcome = check_token_reply(&mut tc, &reply, servers);
         match outcome {
             Ok(()) => {
                 // After a completed transfer the next exchange may bind once.
@@ -595,7 +644,13 @@ impl Instance {
         loop {
             let mut lease = self.acquire_idle()?;
             let conn = lease.conn();
-            let token = mint(conn.qp_num(), conn.next_rkey(ask.entry.rkey(ask.dir)));
+            if let Err(e) = ask.ready(conn) {
+                return Ok((lease, Err(e)));
+            }
+            let token = match conn.next_rkey(ask.entry.rkey(ask.dir)) {
+                Ok(rkey) => mint(conn.qp_num(), rkey),
+                Err(e) => return Ok((lease, Err(e))),
+            };
             match conn.open_grant(&ask.grant(token.rkey)) {
                 Ok(()) => return Ok((lease, Ok(token))),
                 Err(_) if conn.found_dead() && tries > 0 => tries -= 1,
@@ -633,6 +688,8 @@ impl Instance {
             dir,
             offset,
             size,
+            fallback_servers: self.server_addrs(),
+            allow_peer: &self.options.allow_peer,
         };
         let mint = |qpn, rkey| self.mint(qpn, &entry, offset, size, rkey);
         // Until `note_success`, the lease destroys its connection when
@@ -686,7 +743,7 @@ struct TokenConn {
 
 /// Checks a reply to a request that carried the latest token, and acts on
 /// a binding round (see [`Instance::handle_token_reply`]).
-fn check_token_reply(tc: &mut TokenConn, reply: &Reply) -> Result<()> {
+fn check_token_reply(tc: &mut TokenConn, reply: &Reply, servers: Servers<'_>) -> Result<()> {
     let may_bind = std::mem::replace(&mut tc.may_bind, false);
     let TokenConn { conn, grant, .. } = tc;
     let conn = conn.as_mut().ok_or_else(|| {
@@ -703,7 +760,7 @@ fn check_token_reply(tc: &mut TokenConn, reply: &Reply) -> Result<()> {
                     "the server asked to bind the token connection again: one binding round per token",
                 ));
             }
-            conn.connect(peer_of(&token)?, psn)?;
+            conn.connect(peer_of(&token, servers)?, psn)?;
             // Bound now: grant what the outstanding token names, under the
             // key it already carries, before the application sends it again.
             match grant.as_ref() {
@@ -712,7 +769,7 @@ fn check_token_reply(tc: &mut TokenConn, reply: &Reply) -> Result<()> {
             }
         }
         r if r.is_success() => {
-            let (_, bytes) = proven_reply(conn, &r)?;
+            let (_, bytes) = proven_reply(conn, &r, servers)?;
             let Some(g) = grant.as_ref() else {
                 return Err(Error::new(
                     ErrorKind::RdmaError,
@@ -722,11 +779,12 @@ fn check_token_reply(tc: &mut TokenConn, reply: &Reply) -> Result<()> {
             // A GET proves itself by its WRITE WITH IMMEDIATE carrying the
             // token's key; a PUT by a count equal to the token's length, with
             // nothing on the CQ.
+            // The server's count first: a short object is an S3 error.
+            check_count(bytes, g.size as u64)?;
             match g.dir {
-                Direction::Get => conn.take_write_proof(g.rkey)?,
-                Direction::Put => conn.check()?,
+                Direction::Get => conn.take_landed(g.rkey, g.size as u64),
+                Direction::Put => conn.check(),
             }
-            check_count(bytes, g.size as u64)
         }
         r => Err(Error::new(
             ErrorKind::S3Error,
@@ -781,9 +839,9 @@ fn exchange(control: &mut dyn Control, token: &str) -> Result<Reply> {
 /// The server end a server token names, after checking that it can be one:
 /// an RC QP number in 2..2^24 (0 and 1 are special QPs), a unicast GID that
 /// is not `::` (nor an IPv4-mapped unspecified, multicast or broadcast
-/// address), and a port of at least 1. Anything else fails the call before
-/// any QP is touched.
-fn peer_of(token: &Token) -> Result<Peer> {
+/// address), and a port of at least 1, on a server `servers` accepts
+/// (crate::peer). Anything else fails the call before any QP is touched.
+fn peer_of(token: &Token, servers: Servers<'_>) -> Result<Peer> {
     let bad = |why: String| {
         Err(Error::new(
             ErrorKind::S3Error,
@@ -811,6 +869,7 @@ fn peer_of(token: &Token) -> Result<Peer> {
     if token.port == 0 {
         return bad("its port is 0".into());
     }
+    servers.check(gid)?;
     Ok(Peer { gid, qpn: token.qpn })
 }
 
@@ -818,7 +877,7 @@ fn peer_of(token: &Token) -> Result<Peer> {
 /// full form (`NNN:<token>:<count>`, docs/protocol.md §2), on a connection
 /// that is bound, naming the server QP it is bound to. Returns that server
 /// end and the count.
-fn proven_reply(conn: &Connection, reply: &Reply) -> Result<(Peer, u64)> {
+fn proven_reply(conn: &Connection, reply: &Reply, servers: Servers<'_>) -> Result<(Peer, u64)> {
     let Reply::Done { token, bytes, .. } = *reply else {
         return Err(Error::new(
             ErrorKind::RdmaError,
@@ -833,7 +892,7 @@ fn proven_reply(conn: &Connection, reply: &Reply) -> Result<(Peer, u64)> {
             "the server reported success, but the connection was never bound to it, so no RDMA can have happened",
         )
     })?;
-    if peer_of(&token)? != bound {
+    if peer_of(&token, servers)? != bound {
         return Err(Error::new(
             ErrorKind::RdmaError,
             "the server answered from a different queue pair than the connection is bound to",
@@ -863,17 +922,36 @@ fn check_count(bytes: u64, asked: u64) -> Result<()> {
     Ok(())
 }
 
-/// One transfer's range and direction: what its grant covers.
+/// One transfer's range and direction: what its grant covers; and which
+/// servers its replies may name.
 struct Ask<'a> {
     entry: &'a BufEntry,
     dir: Direction,
     offset: usize,
     size: usize,
+    /// The instance's server addresses, for a `Control` that names none.
+    fallback_servers: Option<Vec<IpAddr>>,
+    allow_peer: &'a AllowPeer,
 }
 
 impl Ask<'_> {
     fn grant(&self, rkey: u32) -> Grant<'_> {
         grant_of(self.entry, self.dir, self.offset, self.size, rkey)
+    }
+
+    /// Readies `conn` to prove this transfer: a GET needs a receive posted
+    /// for every WRITE it may take.
+    fn ready(&self, conn: &mut Connection) -> Result<()> {
+        match self.dir {
+            Direction::Get => conn.ready_for_get(self.size as u64),
+            Direction::Put => Ok(()),
+        }
+    }
+
+    /// The servers a reply that just came back through `control` may name:
+    /// those of the request it answers, as the control knows them.
+    fn servers(&self, control: &dyn Control) -> Option<Vec<IpAddr>> {
+        control.server_addrs().or_else(|| self.fallback_servers.clone())
     }
 }
 
@@ -892,8 +970,9 @@ impl Ask<'_> {
 /// - A 409 for an unbound connection, or one bound to that server, binds it
 ///   and grants: at most once per transfer.
 /// - A success must be the full form, from the bound server QP, with the
-///   token's length as its count; a GET's WRITE WITH IMMEDIATE with the
-///   token's key must have completed on the connection.
+///   token's length as its count; a GET's WRITEs WITH IMMEDIATE must have
+///   landed exactly the token's range on the connection (docs/protocol.md
+///   §2).
 ///
 /// The caller ends the grant, whatever this returns. Returns the server end
 /// that completed it.
@@ -904,12 +983,20 @@ fn run_exchange(
     mint: &dyn Fn(u32, u32) -> Token,
     control: &mut dyn Control,
 ) -> Result<Peer> {
-    let fresh = |conn: &Connection| mint(conn.qp_num(), conn.next_rkey(ask.entry.rkey(ask.dir)));
+    let fresh = |conn: &mut Connection| -> Result<Token> {
+        let rkey = conn.next_rkey(ask.entry.rkey(ask.dir))?;
+        Ok(mint(conn.qp_num(), rkey))
+    };
     let mut reply = exchange(control, token.encode().as_str())?;
     let mut swapped = false;
     let mut bound_once = false;
     while let Reply::Bind { token: server, psn } = reply {
-        let peer = peer_of(&server)?;
+        let endpoint = ask.servers(control);
+        let servers = Servers {
+            endpoint: endpoint.as_deref(),
+            allow: ask.allow_peer,
+        };
+        let peer = peer_of(&server, servers)?;
         let current = lease.conn().peer();
         let elsewhere = current.is_some_and(|p| p.gid != peer.gid);
         if elsewhere && !swapped {
@@ -924,7 +1011,8 @@ fn run_exchange(
             // WITH IMMEDIATE its server sent then) must not pass for this
             // GET's proof. Such a connection is destroyed with the lease.
             lease.conn().check()?;
-            token = fresh(lease.conn());
+            ask.ready(lease.conn())?;
+            token = fresh(lease.conn())?;
             lease.conn().open_grant(&ask.grant(token.rkey))?;
         } else if bound_once {
             return Err(Error::new(
@@ -937,7 +1025,7 @@ fn run_exchange(
             // reconnect had to replace the window (a QP the server's failed
             // RDMA left in ERR): the old key's window is gone.
             if !lease.conn().window_takes(token.rkey) {
-                token = fresh(lease.conn());
+                token = fresh(lease.conn())?;
             }
             lease.conn().open_grant(&ask.grant(token.rkey))?;
             bound_once = true;
@@ -954,10 +1042,15 @@ fn run_exchange(
         return Err(Error::new(ErrorKind::S3Error, why));
     }
     let conn = lease.conn();
-    let (bound, bytes) = proven_reply(conn, &reply)?;
+    let endpoint = ask.servers(control);
+    let servers = Servers {
+        endpoint: endpoint.as_deref(),
+        allow: ask.allow_peer,
+    };
+    let (bound, bytes) = proven_reply(conn, &reply, servers)?;
     check_count(bytes, token.len)?;
     match ask.dir {
-        Direction::Get => conn.take_write_proof(token.rkey)?,
+        Direction::Get => conn.take_landed(token.rkey, token.len)?,
         Direction::Put => conn.check()?,
     }
     Ok(bound)

@@ -20,6 +20,7 @@
 
 mod abandoned;
 mod buffers;
+mod checksum;
 mod client;
 mod connection;
 mod control;
@@ -29,8 +30,10 @@ mod instance;
 mod library;
 mod nic;
 mod options;
+mod peer;
 mod pool;
 mod rcv2;
+mod windows;
 
 // The public API: what programs built on the core (the C skin, the CLI, the
 // aws-sdk-s3 integration) use. The platform they run on comes from the
@@ -47,4 +50,5 @@ pub use instance::{Config, Direction, Instance, SyncDirection};
 pub use library::Library;
 pub use nic::{Chosen, choose as choose_nic};
 pub use options::{ENV_VARS, Options};
+pub use peer::{AllowPeer, resolve_host};
 pub use rcv2::{RC_V2_MAX_SIZE, RcV2Session};

@@ -5,14 +5,17 @@
 
 use std::time::Duration;
 
+use crate::peer::AllowPeer;
+
 /// The environment variables the library reads.
-pub const ENV_VARS: [&str; 6] = [
+pub const ENV_VARS: [&str; 7] = [
     "HIPOBJ_MAX_TRANSFERS",
     "HIPOBJ_STAGE_TIMEOUT_MS",
     "HIPOBJ_DMABUF",
     "HIPOBJ_REQUIRE_GPU_DIRECT",
     "HIPOBJ_RDMA_DEBUG",
     "HIPOBJ_REQUIRE_MW",
+    "HIPOBJ_ALLOW_PEER_GID",
 ];
 
 /// The library's settings.
@@ -31,6 +34,10 @@ pub struct Options {
     /// Whether a device without type-2 memory windows is refused at init
     /// rather than used with the per-lease access-flag fallback (default off).
     pub require_mw: bool,
+    /// Server GIDs accepted beyond the endpoint's addresses, or none of the
+    /// check (`HIPOBJ_ALLOW_PEER_GID`: a comma-separated address list, or
+    /// `any`; default: none beyond the endpoint's).
+    pub allow_peer: AllowPeer,
 }
 
 impl Default for Options {
@@ -42,6 +49,7 @@ impl Default for Options {
             require_gpu_direct: false,
             rdma_debug: false,
             require_mw: false,
+            allow_peer: AllowPeer::default(),
         }
     }
 }
@@ -101,6 +109,9 @@ impl Options {
         }
         if let Some(v) = get("HIPOBJ_REQUIRE_MW") {
             o.require_mw = !says_no(&v);
+        }
+        if let Some(v) = get("HIPOBJ_ALLOW_PEER_GID") {
+            o.allow_peer = AllowPeer::parse(&v);
         }
         o
     }
@@ -175,5 +186,9 @@ mod tests {
         let g = |v: &str| with(&[("HIPOBJ_RDMA_DEBUG", v)]).rdma_debug;
         assert!(g("1") && g("n") && g("yes"));
         assert!(!g("0") && !g("00") && !g(""));
+        let a = |v: &str| with(&[("HIPOBJ_ALLOW_PEER_GID", v)]).allow_peer;
+        assert_eq!(a("any"), AllowPeer::Any);
+        assert_eq!(a("10.0.0.1"), AllowPeer::Listed(vec![[10, 0, 0, 1].into()]));
+        assert_eq!(Options::default().allow_peer, AllowPeer::Listed(Vec::new()));
     }
 }

@@ -31,13 +31,14 @@
 //! [`RcV2Session::cancel_id`] says whether a CANCEL is owed: from the
 //! moment the server named a session until a READY answer ended it.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hipobj_platform::{Gid, Sge};
 use hipobj_proto::rc_v2::{
-    CancelRequest, Cookie, Op, PrepareRequest, PrepareResponse, Psn, Qpn, ReadyRequest, ReadyResponse,
-    RemoteMr, SessionId, Size, Target,
+    CancelRequest, Cookie, Crc64Nvme, Op, PrepareRequest, PrepareResponse, Psn, Qpn, ReadyRequest,
+    ReadyResponse, RemoteMr, SessionId, Size, Target,
 };
 use hipobj_proto::{Token, Transport};
 
@@ -45,6 +46,7 @@ use crate::buffers::{BufEntry, BufKind};
 use crate::connection::{Grant, Peer};
 use crate::error::{Error, ErrorKind, Result};
 use crate::instance::{Direction, Instance, SyncDirection};
+use crate::peer::Servers;
 use crate::pool::Lease;
 
 /// The protocol's largest transfer, in bytes (2^31 - 1).
@@ -105,6 +107,8 @@ pub struct RcV2Session {
     stage: Stage,
     session: Option<SessionId>,
     staging: Option<RemoteMr>,
+    /// The addresses the PREPARE answer's GID must be among (crate::peer).
+    server_addrs: Option<Vec<IpAddr>>,
 }
 
 /// A random non-zero value below `limit` (a power of two), from SipHash
@@ -163,7 +167,7 @@ impl Instance {
         let conn = lease.conn();
         let qpn = conn.qp_num();
         let rkey = match dir {
-            Direction::Get => conn.next_rkey(entry.rkey(Direction::Get)),
+            Direction::Get => conn.next_rkey(entry.rkey(Direction::Get))?,
             Direction::Put => 0,
         };
         let addr = entry.token_addr().wrapping_add(offset as u64);
@@ -182,6 +186,7 @@ impl Instance {
             stage: Stage::New,
             session: None,
             staging: None,
+            server_addrs: self.server_addrs(),
         })
     }
 }
@@ -360,6 +365,14 @@ impl RcV2Session {
         self.entry = None;
     }
 
+    /// The addresses of the server PREPARE goes to (its endpoint's host,
+    /// resolved): the answer's GID must be one of them, or one that
+    /// `HIPOBJ_ALLOW_PEER_GID` lists (docs/protocol.md §8). Without this
+    /// call, those of [`Instance::set_server_addrs`], if any.
+    pub fn expect_server(&mut self, addrs: Vec<IpAddr>) {
+        self.server_addrs = Some(addrs);
+    }
+
     /// Consumes the answer to PREPARE: status `status` with the values of
     /// `answer` (`None` when the headers were missing or malformed). On
     /// success the QP is connected to the server's and, for a GET, the
@@ -387,7 +400,8 @@ impl RcV2Session {
         })?;
         // From here on the server holds a session: a failure owes a CANCEL.
         self.session = Some(a.session);
-        let peer = check_server(a, self.dir, self.size as u64)?;
+        let servers = self.instance.servers(self.server_addrs.as_deref());
+        let peer = check_server(a, self.dir, self.size as u64, servers)?;
         let (psn, dir) = (a.psn.get(), self.dir);
         let sq_psn = self.psn;
         self.staging = (dir == Direction::Put).then(|| a.staging());
@@ -626,6 +640,9 @@ impl RcV2Session {
         }
         conn.close_grant()?;
         conn.check()?;
+        if let Some(want) = a.checksum_crc64nvme {
+            self.check_checksum(want)?;
+        }
         if matches!(self.entry()?.kind(), BufKind::Device { .. }) {
             self.instance
                 .platform()
@@ -634,6 +651,36 @@ impl RcV2Session {
                 .map_err(|e| Error::gpu(ErrorKind::RdmaError, "synchronizing the GPU", &e))?;
         }
         Ok(size)
+    }
+
+    /// Checks the READY answer's CRC-64/NVME against the session's bytes in
+    /// host memory: what landed (GET) or what was written (PUT), in the
+    /// buffer itself or in a staged buffer's host copy. GPU memory that the
+    /// NIC reaches directly has no host copy, and is not checked.
+    fn check_checksum(&self, want: Crc64Nvme) -> Result<()> {
+        let entry = self.entry()?;
+        let base = match entry.kind() {
+            BufKind::Host => entry.addr(),
+            BufKind::Staged => match entry.staging_addr() {
+                Some(a) => a,
+                None => return Ok(()),
+            },
+            BufKind::Device { .. } => return Ok(()),
+        };
+        // The entry is held for the call, and the grant has ended: nothing
+        // frees or (through this session) writes the range meanwhile.
+        let got = crate::checksum::crc64nvme_at(base + self.offset, self.size);
+        if got != want {
+            let what = match self.dir {
+                Direction::Get => "the bytes that landed",
+                Direction::Put => "the bytes the client wrote",
+            };
+            return Err(failed(
+                ErrorKind::RdmaError,
+                format!("checksum mismatch: the server's CRC64NVME is {want}, but {what} have {got}"),
+            ));
+        }
+        Ok(())
     }
 
     /// Ends the session without a READY answer (the application gave up, or
@@ -661,9 +708,9 @@ impl Drop for RcV2Session {
 /// Checks the server's PREPARE answer before anything is connected, beyond
 /// what parsing it checked (an RC token agreeing with `X-Amz-Rdma-Qpn` and
 /// the staging headers, a non-zero GID and PSN): a QP number that can be an
-/// RC QP, a unicast GID, a port, and (PUT) a staging buffer that holds
-/// `size` bytes.
-fn check_server(a: &PrepareResponse, dir: Direction, size: u64) -> Result<Peer> {
+/// RC QP, a unicast GID, a port, (PUT) a staging buffer that holds `size`
+/// bytes, and a GID on a server `servers` accepts (crate::peer).
+fn check_server(a: &PrepareResponse, dir: Direction, size: u64, servers: Servers<'_>) -> Result<Peer> {
     let bad = |why: String| {
         Err(failed(
             ErrorKind::S3Error,
@@ -696,5 +743,6 @@ fn check_server(a: &PrepareResponse, dir: Direction, size: u64) -> Result<Peer> 
             t.len
         ));
     }
+    servers.check(gid)?;
     Ok(Peer { gid, qpn: t.qpn })
 }

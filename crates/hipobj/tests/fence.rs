@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use hipobj::{Direction, Library, Options};
 use hipobj_platform::AccessFlags;
-use hipobj_platform::fake::{FakeDeviceSpec, FakeMwEnd};
+use hipobj_platform::fake::{FakeDeviceSpec, FakeMwEnd, FakePlatform};
 use hipobj_proto::{Reply, Token};
 
 use support::{Script, config, deliver_get_proof, done, fake, host_buf, server_token, started, windows};
@@ -310,4 +310,59 @@ fn a_revoked_or_released_tokens_write_with_immediate_proves_nothing() {
     assert!(deliver_get_proof(&p.verbs, &g));
     let e = inst.handle_token_reply(done(1024).as_bytes()).unwrap_err();
     assert_eq!(e.kind(), hipobj::ErrorKind::RdmaError, "{e}");
+}
+
+/// The keys of `n` GETs on one connection (a pool of one), as their tokens
+/// carry them.
+fn keys_of_gets(p: &FakePlatform, n: usize) -> Vec<u32> {
+    let lib = started(p, 1);
+    let inst = lib.instance().unwrap();
+    let buf = host_buf(512);
+    inst.register_host(buf).unwrap();
+    let mut keys = Vec::with_capacity(n);
+    let mut first = Script::serving(p, &[&bind_reply(), &done(512)]);
+    inst.transfer(Direction::Get, buf.addr(), 512, 0, &mut first)
+        .unwrap();
+    keys.push(Token::decode(first.tokens[0].as_bytes()).unwrap().rkey);
+    let qpn = Token::decode(first.tokens[0].as_bytes()).unwrap().qpn;
+    for i in 1..n {
+        let mut s = Script::serving(p, &[&done(512)]);
+        inst.transfer(Direction::Get, buf.addr(), 512, 0, &mut s)
+            .unwrap_or_else(|e| panic!("GET {i}: {e}"));
+        let t = Token::decode(s.tokens[0].as_bytes()).unwrap();
+        assert_eq!(t.qpn, qpn, "GET {i} left the one connection");
+        keys.push(t.rkey);
+    }
+    keys
+}
+
+/// Issue 24 finding 4: over 5000 GETs on one connection no key comes back
+/// within 4096 transfers, and the keys spread over the device's pool of
+/// windows (their index, the key's upper 24 bits, varies) as well as over
+/// key bytes. Before, the connection's one window kept its index and only
+/// its key byte varied: 249 distinct keys in 1000 transfers.
+#[test]
+fn window_keys_do_not_come_back_within_4096_transfers_on_one_connection() {
+    let p = fake(0, windows(true));
+    let keys = keys_of_gets(&p, 5000);
+    let mut last_seen = std::collections::HashMap::new();
+    for (i, k) in keys.iter().enumerate() {
+        if let Some(j) = last_seen.insert(*k, i) {
+            assert!(
+                i - j > 4096,
+                "key {k:#x} of transfer {i} came back from transfer {j}, {} transfers on",
+                i - j
+            );
+        }
+    }
+    let distinct: std::collections::HashSet<u32> = keys.iter().copied().collect();
+    let windows: std::collections::HashSet<u32> = keys.iter().map(|k| k >> 8).collect();
+    let bytes: std::collections::HashSet<u8> = keys.iter().map(|k| *k as u8).collect();
+    assert!(distinct.len() >= 4990, "{} distinct keys in 5000", distinct.len());
+    assert!(
+        windows.len() >= 400,
+        "only {} windows of the pool were drawn",
+        windows.len()
+    );
+    assert!(bytes.len() >= 250, "only {} key bytes were drawn", bytes.len());
 }

@@ -172,6 +172,42 @@ fn hostile(m: Misbehave) -> (hipobj::Error, Vec<u8>) {
     (r.unwrap_err(), read(dst))
 }
 
+/// Issue 24, finding 6: READY's CRC-64/NVME (sent in both header forms)
+/// is checked against the bytes that landed: the right one passes, one bit
+/// off fails the GET, and a PUT's is checked against what the client wrote.
+#[test]
+fn a_get_whose_checksum_differs_from_what_landed_fails() {
+    let (e, _) = hostile(Misbehave {
+        wrong_checksum: true,
+        ..Misbehave::default()
+    });
+    assert_eq!(e.kind(), ErrorKind::RdmaError, "{e}");
+    assert!(e.to_string().contains("checksum mismatch"), "{e}");
+
+    let (lib, server) = pair();
+    let inst = lib.instance().unwrap();
+    server
+        .objects
+        .lock()
+        .unwrap()
+        .insert("o".into(), pattern(4096, 9));
+    server.misbehave.lock().unwrap().checksum = true;
+    let dst = host_buf(4096);
+    inst.register_host(dst).unwrap();
+    let (r, s) = drive(&inst, &server, Direction::Get, dst.addr(), 4096, 0, "o", 0);
+    assert_eq!(r.unwrap(), 4096);
+    assert!(s.is_done());
+    assert_eq!(read(dst), pattern(4096, 9));
+    let src = host_buf(4096);
+    fill(src, &pattern(4096, 3));
+    inst.register_host(src).unwrap();
+    let (r, _) = drive(&inst, &server, Direction::Put, src.addr(), 4096, 0, "p", 0);
+    assert_eq!(r.unwrap(), 4096);
+    server.misbehave.lock().unwrap().wrong_checksum = true;
+    let (r, _) = drive(&inst, &server, Direction::Put, src.addr(), 4096, 0, "p", 0);
+    assert!(r.unwrap_err().to_string().contains("checksum mismatch"));
+}
+
 #[test]
 fn a_get_whose_immediate_is_not_the_cookie_fails() {
     let (e, _) = hostile(Misbehave {

@@ -109,6 +109,79 @@ fn put_and_get_on_rxe() {
     lib.shutdown();
 }
 
+/// Issue 24 on the kernel's rxe: a multi-chunk GET is proven by what
+/// landed (rxe reports each WRITE WITH IMMEDIATE's byte count, and the
+/// client tiles the range with them), and a GET whose server skips a chunk
+/// fails, leaving that chunk's old bytes.
+#[test]
+#[ignore = "needs an rxe device: run inside scripts/rxe-vm.sh (scripts/rxe-test.sh does)"]
+fn rxe_a_get_whose_server_skips_a_chunk_fails() {
+    use hipobj::{Direction, ErrorKind};
+    use hipobj_target::double::{Cheat, ObjectServer};
+    const LEN: usize = 1 << 20;
+    let dev = std::env::var("HIPOBJ_RXE_DEVICE").unwrap_or_else(|_| "rxe0".into());
+    let verbs = Arc::new(IbVerbs::load().unwrap());
+    let topology = Arc::new(SysfsTopology::system());
+    let platform = Platform {
+        verbs: verbs.clone(),
+        gpu: Arc::new(NoGpu::new("the rxe VM has no GPU")),
+        topology: topology.clone(),
+    };
+    let lib = Library::new();
+    let cfg = Config {
+        flags: 0,
+        gpu_device: -1,
+        nic_hint: Some(dev.clone()),
+    };
+    lib.init(&cfg, || Ok(platform), Options::default).unwrap();
+    let inst = lib.instance().unwrap();
+    let open = || {
+        Target::open(
+            verbs.as_ref(),
+            topology.as_ref(),
+            Some(&dev),
+            TargetConfig {
+                chunk: 256 << 10,
+                ..TargetConfig::default()
+            },
+        )
+        .unwrap()
+    };
+    let pattern: Vec<u8> = (0..LEN).map(|i| (i * 13 + 5) as u8).collect();
+    let buf = support::host_buf(LEN);
+    inst.register_host(buf).unwrap();
+
+    // Honest: four WRITEs WITH IMMEDIATE of 256 KiB, counted by rxe.
+    let honest = Server::new(open());
+    honest.objects.lock().unwrap().insert("k".into(), pattern.clone());
+    let mut req = honest.request(support::server::Op::Get("k".into()));
+    inst.transfer(Direction::Get, buf.addr(), LEN, 0, &mut req)
+        .unwrap();
+    assert_eq!(support::read(buf), pattern);
+    println!("rxe e2e: a GET of four chunks, proven by rxe's byte counts, passed");
+
+    // Hostile: the second chunk never written, the whole range claimed.
+    support::fill(buf, &vec![0x11; LEN]);
+    let skipper = Server::wrap(ObjectServer::hostile(open(), Cheat::SkipChunk(1)));
+    skipper
+        .objects
+        .lock()
+        .unwrap()
+        .insert("k".into(), pattern.clone());
+    let mut req = skipper.request(support::server::Op::Get("k".into()));
+    let e = inst
+        .transfer(Direction::Get, buf.addr(), LEN, 0, &mut req)
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::RdmaError, "{e}");
+    let after = support::read(buf);
+    assert!(
+        after[256 << 10..512 << 10].iter().all(|&b| b == 0x11),
+        "the skipped chunk changed"
+    );
+    println!("rxe e2e: a GET whose server skipped a chunk failed: {e}");
+    lib.shutdown();
+}
+
 /// Passes a request through and remembers its token.
 struct Keeper<'a, C: hipobj::Control> {
     inner: &'a mut C,

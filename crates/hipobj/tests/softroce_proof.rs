@@ -13,6 +13,7 @@ use hipobj::{Control, ControlError, Direction, ErrorKind, Instance, Library, Opt
 use hipobj_platform::{NoGpu, NoTopology, Platform, Verbs};
 use hipobj_proto::{Reply, parse_reply};
 use hipobj_softroce::{SoftConfig, SoftVerbs};
+use hipobj_target::double::{Cheat, ObjectServer};
 use hipobj_target::{Target, TargetConfig};
 
 use support::server::{Op, Server};
@@ -346,4 +347,174 @@ fn alternating_servers_bind_each_once() {
         rounds[4..].iter().all(|&r| r == 1),
         "once both are bound every GET takes one request: {rounds:?}"
     );
+}
+
+/// A malicious server of issue 24 on its own soft NIC: every GET moves its
+/// bytes as `cheat` says and claims the whole selection. Chunks of 16 KiB,
+/// so a 64 KiB GET takes four WRITEs.
+fn hostile(name: &str, cheat: Cheat) -> Server {
+    hostile_chunked(name, cheat, 16 << 10)
+}
+
+/// [`hostile`] with WRITEs of `chunk` bytes.
+fn hostile_chunked(name: &str, cheat: Cheat, chunk: usize) -> Server {
+    let verbs = soft(name);
+    Server::wrap(ObjectServer::hostile(
+        Target::open(
+            verbs.as_ref() as &dyn Verbs,
+            &NoTopology,
+            Some(name),
+            TargetConfig {
+                chunk,
+                ..TargetConfig::default()
+            },
+        )
+        .unwrap(),
+        cheat,
+    ))
+}
+
+/// Runs a GET of 64 KiB of `0x5a` from `srv` into a buffer holding `0x11`
+/// (with a guard byte after the range), and returns the outcome and the
+/// buffer afterwards.
+fn get_64k(inst: &Instance, srv: &Server) -> (hipobj::Result<()>, Vec<u8>) {
+    const LEN: usize = 64 << 10;
+    srv.objects.lock().unwrap().insert("k".into(), vec![0x5a; LEN]);
+    let buf = host_buf(LEN + 1);
+    fill(buf, &vec![0x11; LEN + 1]);
+    inst.register_host(buf).unwrap();
+    let mut req = srv.request(Op::Get("k".into()));
+    let r = inst.transfer(Direction::Get, buf.addr(), LEN, 0, &mut req);
+    let after = read(buf);
+    inst.deregister(buf.addr()).unwrap();
+    (r, after)
+}
+
+/// Issue 24 finding 1: a server that proves with the token's key alone (one
+/// zero-length WRITE WITH IMMEDIATE carrying it, then
+/// `200:<server token>:<65536>`) moved no byte, and the GET fails.
+#[test]
+fn a_server_proving_with_the_key_alone_fails_the_get() {
+    let lib = client("proof-keyalone-c", 1);
+    let inst = lib.instance().unwrap();
+    let srv = hostile("proof-keyalone-s", Cheat::KeyAlone);
+    let (r, after) = get_64k(&inst, &srv);
+    let e = r.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::RdmaError, "{e}");
+    assert!(after.iter().all(|&b| b == 0x11), "bytes moved");
+}
+
+/// Issue 24 finding 1: a server that writes 4 KiB of the 64 KiB asked for
+/// and claims the whole range leaves 61440 stale bytes: the GET fails.
+#[test]
+fn a_server_writing_part_of_the_range_fails_the_get() {
+    let lib = client("proof-part-c", 1);
+    let inst = lib.instance().unwrap();
+    let srv = hostile("proof-part-s", Cheat::Part(4096));
+    let (r, after) = get_64k(&inst, &srv);
+    let e = r.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::RdmaError, "{e}");
+    assert!(e.to_string().contains("only 4096 bytes landed"), "{e}");
+    assert!(after[..4096].iter().all(|&b| b == 0x5a));
+    assert!(after[4096..].iter().all(|&b| b == 0x11));
+}
+
+/// Issue 24 finding 1: a server that writes every chunk but the second
+/// (each WRITE as an honest server sends it) and claims the whole range:
+/// the client sees a gap and fails the GET.
+#[test]
+fn a_server_skipping_a_chunk_fails_the_get() {
+    let lib = client("proof-skip-c", 1);
+    let inst = lib.instance().unwrap();
+    let srv = hostile("proof-skip-s", Cheat::SkipChunk(1));
+    let (r, after) = get_64k(&inst, &srv);
+    let e = r.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::RdmaError, "{e}");
+    assert!(e.to_string().contains("never did"), "{e}");
+    assert!(
+        after[16 << 10..32 << 10].iter().all(|&b| b == 0x11),
+        "the skipped chunk"
+    );
+}
+
+/// Issue 24 finding 5: on a bound connection, a server WRITE one byte past
+/// the range is refused by the client's NIC (nothing lands, the client QP
+/// goes to ERR); the server then binds afresh (409) and moves the whole
+/// range with a valid proof and success reply. The refused access fails
+/// the GET all the same.
+#[test]
+fn a_refused_access_fails_the_get_even_when_a_proof_follows() {
+    let lib = client("proof-past-c", 1);
+    let inst = lib.instance().unwrap();
+    // One WRITE per GET, so only the refused access tells this GET apart
+    // from an honest one.
+    let srv = hostile_chunked("proof-past-s", Cheat::past_the_end(), 1 << 20);
+    let (r, _) = get_64k(&inst, &srv);
+    r.expect("an honest GET binds the connection");
+    srv.cheat().unwrap().arm();
+    let (r, after) = get_64k(&inst, &srv);
+    let e = r.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::RdmaError, "{e}");
+    assert_eq!(after[64 << 10], 0x11, "the byte past the range changed");
+}
+
+/// Issue 24 finding 1, the application-driven path: `handle_token_reply`
+/// refuses a success whose GET moved no byte (the key-alone server), and one
+/// that moved part of the range.
+#[test]
+fn an_application_driven_get_succeeds_only_when_its_bytes_landed() {
+    for (tag, cheat) in [("keyalone", Cheat::KeyAlone), ("part", Cheat::Part(4096))] {
+        let lib = client(&format!("proof-app-{tag}-c"), 1);
+        let inst = lib.instance().unwrap();
+        let srv = hostile(&format!("proof-app-{tag}-s"), cheat);
+        srv.objects.lock().unwrap().insert("k".into(), vec![0x5a; 8192]);
+        let dst = host_buf(8192);
+        inst.register_host(dst).unwrap();
+        let token = inst.rdma_token(dst.addr(), 8192, Direction::Get).unwrap();
+        let mut request = srv.request(Op::Get("k".into()));
+        let mut outcome = Ok(409);
+        for _ in 0..2 {
+            request.send_request(token.as_str()).unwrap();
+            let mut reply = [0u8; 512];
+            let n = request.recv_reply(&mut reply).unwrap();
+            outcome = inst.handle_token_reply(&reply[..n]);
+            if !matches!(outcome, Ok(409)) {
+                break;
+            }
+        }
+        let e = outcome.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::RdmaError, "{tag}: {e}");
+    }
+}
+
+/// The honest side of the rule: GETs of many chunks, of lengths that are
+/// and are not whole granules, with a chunk that is not a whole number of
+/// granules, each proven by the byte counts of its WRITEs and every byte
+/// right.
+#[test]
+fn a_multi_chunk_get_is_proven_by_what_landed() {
+    let lib = client("proof-multi-c", 1);
+    let inst = lib.instance().unwrap();
+    let verbs = soft("proof-multi-s");
+    let srv = Server::new(
+        Target::open(
+            verbs.as_ref() as &dyn Verbs,
+            &NoTopology,
+            Some("proof-multi-s"),
+            TargetConfig {
+                chunk: 10_000,
+                ..TargetConfig::default()
+            },
+        )
+        .unwrap(),
+    );
+    for len in [1usize, 4096, 8192 + 17, 100_000, 1 << 20, (5 << 20) + 3] {
+        let pattern: Vec<u8> = (0..len).map(|i| (i * 31 + len) as u8).collect();
+        srv.objects.lock().unwrap().insert("k".into(), pattern.clone());
+        let buf = host_buf(len);
+        inst.register_host(buf).unwrap();
+        get(&inst, &srv, "k", buf).unwrap_or_else(|e| panic!("{len}: {e}"));
+        assert!(read(buf) == pattern, "{len}: wrong bytes");
+        inst.deregister(buf.addr()).unwrap();
+    }
 }

@@ -658,13 +658,13 @@ pub fn run(args: &Args) -> CliResult {
                         };
                         let c = client.filter(|_| rdma);
                         // The buffers are registered before the row's clock starts.
-                        let mut bufs: Vec<Vec<u8>> = match c {
+                        let bufs: Vec<Vec<u8>> = match c {
                             Some(_) => (0..conc).map(|_| vec![0x5a; n]).collect(),
                             None => Vec::new(),
                         };
                         let mut regs = Vec::with_capacity(bufs.len());
                         if let Some(c) = c {
-                            for b in &mut bufs {
+                            for b in bufs {
                                 regs.push(c.hipobj().register(b).map_err(|e| {
                                     CliError::coded(
                                         e.kind(),

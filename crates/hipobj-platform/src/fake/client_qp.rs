@@ -45,18 +45,30 @@ impl ClientQp {
     /// As [`new`](Self::new), the QP and buffer granting `remote` (remote
     /// write for a GET's target, remote read for a PUT's source) besides
     /// local write.
-    #[allow(clippy::expect_used)]
     pub fn with_access(verbs: Arc<dyn Verbs>, name: &str, len: usize, remote: AccessFlags) -> Self {
+        Self::with_receives(verbs, name, len, remote, 1)
+    }
+
+    /// As [`with_access`](Self::with_access), with `receives` receives
+    /// posted (a GET of many WRITEs WITH IMMEDIATE consumes one each).
+    #[allow(clippy::expect_used)]
+    pub fn with_receives(
+        verbs: Arc<dyn Verbs>,
+        name: &str,
+        len: usize,
+        remote: AccessFlags,
+        receives: u32,
+    ) -> Self {
         let (device, sel) = selection::select(verbs.as_ref(), &NoTopology, None, Some(name))
             .expect("selecting the client's device");
         let pd = device.alloc_pd().expect("a protection domain");
-        let cq = device.create_cq(16).expect("a completion queue");
+        let cq = device.create_cq(receives + 16).expect("a completion queue");
         let qp = pd
             .create_qp(&QpInitAttr {
                 send_cq: cq.clone(),
                 recv_cq: cq.clone(),
                 max_send_wr: 4,
-                max_recv_wr: 4,
+                max_recv_wr: receives.max(4),
                 max_send_sge: 1,
                 max_recv_sge: 1,
                 sq_sig_all: false,
@@ -65,11 +77,13 @@ impl ClientQp {
         rc::to_init(qp.as_ref(), sel.port, AccessFlags::LOCAL_WRITE | remote)
             .map_err(|(_, e)| e)
             .expect("the queue pair in INIT");
-        qp.post_recv(&RecvWr {
-            wr_id: 7,
-            sg_list: &[],
-        })
-        .expect("the receive for a WRITE WITH IMMEDIATE");
+        for _ in 0..receives {
+            qp.post_recv(&RecvWr {
+                wr_id: 7,
+                sg_list: &[],
+            })
+            .expect("the receive for a WRITE WITH IMMEDIATE");
+        }
         let buf = RegisteredBuffer::new(pd.as_ref(), len, AccessFlags::LOCAL_WRITE | remote)
             .expect("a registered buffer");
         Self {

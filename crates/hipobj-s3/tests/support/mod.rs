@@ -195,12 +195,18 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// A server token (QP 0x99 at ::ffff:127.9.9.9).
+/// A server token: QP 0x99 at ::ffff:127.0.0.1, the address the double
+/// listens on (a client refuses a QP on any other host).
 pub fn server_token() -> hipobj_proto::Token {
+    server_token_at(std::net::Ipv4Addr::LOCALHOST)
+}
+
+/// A server token for QP 0x99 at `ip`.
+pub fn server_token_at(ip: std::net::Ipv4Addr) -> hipobj_proto::Token {
     hipobj_proto::Token {
         transport: hipobj_proto::Transport::Rc,
         qpn: 0x99,
-        gid: hipobj_platform::Gid::from_ipv4(std::net::Ipv4Addr::new(127, 9, 9, 9)).0,
+        gid: hipobj_platform::Gid::from_ipv4(ip).0,
         rkey: 0,
         addr: 0,
         len: 0,

@@ -8,6 +8,7 @@
 //! else passes through to the store untouched.
 
 mod bridge;
+mod checksum;
 mod layer;
 pub mod sigv4;
 pub mod v2;

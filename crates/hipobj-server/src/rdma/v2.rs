@@ -20,6 +20,7 @@ use s3s::{Body, S3, S3Error, S3ErrorCode, S3Request, dto};
 use tokio::runtime::Handle;
 
 use super::ClientAddr;
+use super::checksum::Summed;
 use super::layer::{StoreSink, StoreSource};
 use crate::metrics::{Metrics, inc};
 use crate::s3::owners::Owners;
@@ -47,6 +48,9 @@ impl std::fmt::Debug for V2 {
     }
 }
 
+/// What a 503 (over a quota) tells the client to wait, in seconds.
+const RETRY_AFTER_SECS: &str = "1";
+
 /// A control response: status, headers, and a short text body saying why.
 fn respond(status: Status, headers: Vec<(&'static str, String)>, why: &str) -> http::Response<Body> {
     let mut resp = http::Response::new(if why.is_empty() {
@@ -69,6 +73,14 @@ fn respond(status: Status, headers: Vec<(&'static str, String)>, why: &str) -> h
         h.insert(
             rc_v2::PROTOCOL_STATUS_HEADER,
             http::HeaderValue::from_static(rc_v2::PROTOCOL_STATUS_UNSUPPORTED),
+        );
+    }
+    if status == Status::Busy {
+        // Over a session or memory quota: sessions end within the prepare
+        // and transfer timeouts, so a retry soon may find room.
+        h.insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from_static(RETRY_AFTER_SECS),
         );
     }
     for (n, v) in headers {
@@ -131,6 +143,9 @@ impl V2 {
         let (parts, _body) = req.into_parts();
         let r = self.serve(&parts).await;
         let status = r.status().as_u16();
+        if status == 503 {
+            inc(&self.metrics.rdma_v2_busy);
+        }
         if status >= 400 && status != 501 {
             inc(&self.metrics.rdma_v2_errors);
             tracing::info!(path = parts.uri.path(), status, "hipobj-rc-v2 request refused");
@@ -268,14 +283,20 @@ impl V2 {
                 let Ok(input) = b.build() else {
                     return fail(Status::Internal, "building the store request failed");
                 };
-                let mut src = StoreSource::new(
+                let mut src = Summed::new(StoreSource::new(
                     rt,
                     self.store.clone(),
                     self.store_request(input, http::Method::GET, &caller.access_key),
-                );
-                let moved =
-                    tokio::task::spawn_blocking(move || sessions.run(claimed, Request::Get(&mut src))).await;
-                (moved, None, None)
+                ));
+                let ran = tokio::task::spawn_blocking(move || {
+                    let m = sessions.run(claimed, Request::Get(&mut src));
+                    (m, src.sum())
+                })
+                .await;
+                match ran {
+                    Ok((m, crc)) => (Ok(m), None, crc),
+                    Err(e) => (Err(e), None, None),
+                }
             }
             Op::Put => {
                 let store = self.store.clone();
@@ -286,11 +307,11 @@ impl V2 {
                     return fail(Status::Internal, "building the store request failed");
                 };
                 let mut req = self.store_request(input, http::Method::PUT, &caller.access_key);
-                let mut sink = StoreSink::new(rt, move |body, len| {
+                let mut sink = Summed::new(StoreSink::new(rt, move |body, len| {
                     req.input.body = Some(body);
                     req.input.content_length = Some(len);
                     async move { store.put_object(req).await }
-                });
+                }));
                 let (moved, mut sink) = match tokio::task::spawn_blocking(move || {
                     let m = sessions.run(claimed, Request::Put(&mut sink));
                     (m, sink)
@@ -300,17 +321,19 @@ impl V2 {
                     Ok(x) => x,
                     Err(e) => return fail(Status::Internal, &format!("the transfer task failed: {e}")),
                 };
-                let stored = sink.finish().await;
+                let crc = sink.sum();
+                let stored = sink.inner_mut().finish().await;
                 let moved = match moved {
                     Err(V2Failure::Store(e)) => Err(V2Failure::Store(stored.unwrap_or(e))),
                     m => m,
                 };
-                let out = sink.take_response().map(|r| r.output);
+                let out = sink.inner_mut().take_response().map(|r| r.output);
                 let etag = out
                     .as_ref()
                     .and_then(|o| o.e_tag.as_ref())
                     .map(|e| format!("\"{}\"", e.value()));
-                let crc = out.and_then(|o| o.checksum_crc64nvme);
+                // The checksum of the bytes the server took from the
+                // staging buffer, which the store stored.
                 (Ok(moved), etag, crc)
             }
         };

@@ -42,6 +42,8 @@ pub struct Front {
     pub endpoints: bool,
     /// The `hipobj-rc-v2` control path, `/.hipobj-rc/*`.
     pub v2: crate::rdma::v2::V2,
+    /// What every request body is held to (`crate::body`).
+    pub bodies: crate::body::BodyLimits,
 }
 
 impl Front {
@@ -57,9 +59,13 @@ impl Front {
         if self.endpoints && req.method() == http::Method::GET {
             let text = match req.uri().path() {
                 "/.hipobj/metrics" => Some(
-                    self.metrics
-                        .render(self.rdma.as_ref().map(|r| r.target().stats().bindings))
-                        + &crate::cpu::render(&crate::cpu::read().await),
+                    self.metrics.render_with(
+                        self.rdma.as_ref().map(|r| r.target().stats().bindings),
+                        self.v2
+                            .sessions
+                            .as_ref()
+                            .map(|s| (s.open_sessions(), s.staging_bytes())),
+                    ) + &crate::cpu::render(&crate::cpu::read().await),
                 ),
                 "/.hipobj/health" => Some("ok\n".to_owned()),
                 _ => None,
@@ -85,7 +91,14 @@ impl Front {
         let mut req = req;
         let uri = req.uri().clone();
         super::access::date_for_sigv4(req.headers_mut(), &uri);
-        let resp = self.s3.call(req.map(Body::from)).await;
+        let conn = req
+            .extensions()
+            .get::<crate::conn::ConnHandle>()
+            .map(|c| c.0.clone());
+        let (parts, body) = req.into_parts();
+        let body = crate::body::Checked::new(&parts, body, self.bodies, conn, self.metrics.clone());
+        let req = http::Request::from_parts(parts, Body::http_body(body));
+        let resp = self.s3.call(req).await;
         match &resp {
             Ok(r) => tracing::debug!(%method, %path, status = r.status().as_u16(), "request"),
             Err(_) => tracing::debug!(%method, %path, "request failed before a response"),

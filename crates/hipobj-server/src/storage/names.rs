@@ -8,9 +8,17 @@ use s3s::{S3Error, S3ErrorCode};
 /// Longest key S3 allows, in bytes.
 pub const MAX_KEY_LEN: usize = 1024;
 
-/// Checks a bucket name against S3's rules for new buckets: 3 to 63
-/// characters of lowercase letters, digits, `.` and `-`, starting and
-/// ending with a letter or digit, no `..`, and not an IPv4 address.
+/// Prefixes AWS reserves: a bucket name may not start with one.
+const RESERVED_PREFIXES: [&str; 3] = ["xn--", "sthree-", "amzn-s3-demo-"];
+
+/// Suffixes AWS reserves (access point aliases, Object Lambda, directory
+/// buckets, table buckets, Multi-Region Access Points).
+const RESERVED_SUFFIXES: [&str; 5] = ["-s3alias", "--ol-s3", "--x-s3", "--table-s3", ".mrap"];
+
+/// Checks a bucket name against AWS's rules for general purpose buckets:
+/// 3 to 63 characters of lowercase letters, digits, `.` and `-`, starting
+/// and ending with a letter or digit, no `..`, `.-` or `-.`, not formatted
+/// as an IPv4 address, none of AWS's reserved prefixes and suffixes.
 pub fn check_bucket(name: &str) -> Result<(), S3Error> {
     let bad = |why: &str| {
         Err(S3Error::with_message(
@@ -34,8 +42,22 @@ pub fn check_bucket(name: &str) -> Result<(), S3Error> {
     if name.contains("..") {
         return bad("must not contain '..'");
     }
-    if name.parse::<std::net::Ipv4Addr>().is_ok() {
-        return bad("must not be an IP address");
+    if name.contains(".-") || name.contains("-.") {
+        return bad("must not have '.' next to '-'");
+    }
+    let groups: Vec<&str> = name.split('.').collect();
+    if groups.len() == 4
+        && groups
+            .iter()
+            .all(|g| !g.is_empty() && g.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return bad("must not be formatted as an IP address");
+    }
+    if let Some(p) = RESERVED_PREFIXES.iter().find(|p| name.starts_with(*p)) {
+        return bad(&format!("the prefix {p:?} is reserved"));
+    }
+    if let Some(x) = RESERVED_SUFFIXES.iter().find(|x| name.ends_with(*x)) {
+        return bad(&format!("the suffix {x:?} is reserved"));
     }
     Ok(())
 }
@@ -76,7 +98,18 @@ mod tests {
 
     #[test]
     fn buckets() {
-        for ok in ["abc", "my-bucket.1", "a1b", &"a".repeat(63)] {
+        for ok in [
+            "abc",
+            "my-bucket.1",
+            "a1b",
+            &"a".repeat(63),
+            "xn-ab",
+            "sthree",
+            "a-s3alias-b",
+            "1.2.3",
+            "1.2.3.4.5",
+            "1.2.3.a",
+        ] {
             assert!(check_bucket(ok).is_ok(), "{ok}");
         }
         for bad in [
@@ -94,6 +127,29 @@ mod tests {
             "a\0b",
         ] {
             assert!(check_bucket(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    /// Issue 25, finding 5: names AWS reserves were created.
+    #[test]
+    fn aws_reserved_bucket_names_are_refused() {
+        for bad in [
+            "sthree-x",
+            "sthree-configurator",
+            "amzn-s3-demo-bucket",
+            "xn--bcher-kva",
+            "abc-s3alias",
+            "abc--ol-s3",
+            "abc--x-s3",
+            "abc--table-s3",
+            "abc.mrap",
+            "a.-b",
+            "a-.b",
+            "192.168.5.4",
+            "01.02.03.04",
+            "999.1.1.1",
+        ] {
+            assert!(check_bucket(bad).is_err(), "{bad:?} was accepted");
         }
     }
 

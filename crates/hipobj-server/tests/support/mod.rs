@@ -3,6 +3,8 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod rdma;
+pub mod sigv4;
+pub mod wire;
 
 use aws_sdk_s3::config::{
     BehaviorVersion, Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation,

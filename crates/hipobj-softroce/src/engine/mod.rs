@@ -21,6 +21,7 @@
 
 mod ahead;
 mod cq;
+mod loss;
 mod mw;
 mod qp;
 mod requester;

@@ -105,11 +105,13 @@ pub fn is_get_token(verbs: &FakeVerbs, token: &hipobj_proto::Token) -> bool {
     }
 }
 
-/// What the client's QP sees of a GET's last RDMA WRITE, on the fake NIC
-/// (which moves no bytes): the receive completion of a WRITE WITH IMMEDIATE
-/// carrying the token's key.
+/// What the client's QP sees of a GET's RDMA WRITEs, on the fake NIC
+/// (which moves no bytes): the receive completion of one WRITE WITH
+/// IMMEDIATE of the whole range, its immediate naming offset 0 under the
+/// token's key (docs/protocol.md §2).
 pub fn deliver_get_proof(verbs: &FakeVerbs, token: &hipobj_proto::Token) -> bool {
-    verbs.deliver_write_with_imm(token.qpn, token.rkey, 0)
+    let imm = hipobj_proto::landed::imm(token.rkey, token.len, 0);
+    verbs.deliver_write_with_imm(token.qpn, imm, token.len as u32)
 }
 
 /// The S3 side of a test: answers each request with the next scripted reply.

@@ -38,6 +38,10 @@ impl Server {
         }
     }
 
+    pub fn wrap(inner: ObjectServer) -> Self {
+        Self { inner }
+    }
+
     pub fn request(&self, op: Op) -> Request<'_> {
         Request {
             server: self,

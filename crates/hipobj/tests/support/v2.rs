@@ -38,6 +38,10 @@ pub struct Misbehave {
     pub overcount: bool,
     /// GET: answers READY 200 without writing anything.
     pub no_write: bool,
+    /// READY: carries the CRC-64/NVME of the staging buffer's bytes.
+    pub checksum: bool,
+    /// READY: carries a checksum one bit off the bytes'.
+    pub wrong_checksum: bool,
 }
 
 struct Session {
@@ -332,16 +336,19 @@ impl V2Server {
             moved = s.size - 1;
         }
         let _ = s.offset;
+        let crc = crc_fast::checksum(crc_fast::CrcAlgorithm::Crc64Nvme, &s.staging[..s.size as usize]);
         if let Some((addr, rkey)) = buf {
             *self.last.lock().unwrap() = Some((s.qp, s.cq, s.mr, addr, rkey));
         }
-        (
-            200,
-            Some(answer(
-                if m.wrong_echo { s.cookie ^ 1 } else { s.cookie },
-                if m.overcount { moved + 1 } else { moved },
-            )),
-        )
+        let mut a = answer(
+            if m.wrong_echo { s.cookie ^ 1 } else { s.cookie },
+            if m.overcount { moved + 1 } else { moved },
+        );
+        if m.checksum || m.wrong_checksum {
+            let bit = u64::from(m.wrong_checksum);
+            a.checksum_crc64nvme = Some(hipobj_proto::rc_v2::Crc64Nvme(crc ^ bit));
+        }
+        (200, Some(a))
     }
 
     /// CANCEL: always 204.

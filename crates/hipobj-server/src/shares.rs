@@ -1,0 +1,196 @@
+//! Each client address's share of the connection slots (docs/server.md,
+//! "Connections"): one address holds at most `max_connections_per_address`
+//! connections, so that sockets from one place that never send a byte
+//! cannot take the slots every other client needs (issue 25, finding 1).
+//!
+//! IPv6 clients are counted by their /64 (one host commonly has a whole
+//! /64), IPv4 ones by their address. A connection beyond its address's
+//! share closes that address's connection that has waited longest between
+//! requests, or, when every one of them is serving a request, is refused.
+//! When the server is at its global cap, the address holding the most
+//! connections gives up its longest-waiting idle one first.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use crate::conn::ConnState;
+use crate::metrics::{Metrics, inc};
+
+/// What connections are counted by: an IPv4 address, or an IPv6 /64.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Source(IpAddr);
+
+impl Source {
+    /// The source `ip` counts against.
+    pub fn of(ip: IpAddr) -> Self {
+        match ip.to_canonical() {
+            IpAddr::V6(v6) => {
+                let mut o = v6.octets();
+                o[8..].fill(0);
+                Self(IpAddr::from(o))
+            }
+            v4 => Self(v4),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Entry {
+    id: u64,
+    state: Arc<ConnState>,
+}
+
+/// The connections open now, by source.
+#[derive(Debug)]
+pub struct Shares {
+    per_source: usize,
+    open: Mutex<HashMap<Source, Vec<Entry>>>,
+    next_id: AtomicU64,
+    metrics: Arc<Metrics>,
+}
+
+/// One admitted connection's place in its share; dropping it gives the
+/// place back.
+#[derive(Debug)]
+pub struct Ticket {
+    shares: Arc<Shares>,
+    source: Source,
+    id: u64,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut open = self.shares.lock();
+        if let Some(v) = open.get_mut(&self.source) {
+            v.retain(|e| e.id != self.id);
+            if v.is_empty() {
+                open.remove(&self.source);
+            }
+        }
+    }
+}
+
+/// The entry of `v` to close for room: one between requests whose current
+/// wait began first.
+fn victim(v: &[Entry]) -> Option<usize> {
+    v.iter()
+        .enumerate()
+        .filter(|(_, e)| e.state.is_between_requests())
+        .min_by_key(|(_, e)| e.state.waiting_since())
+        .map(|(i, _)| i)
+}
+
+impl Shares {
+    /// Shares of `per_source` connections each.
+    pub fn new(per_source: usize, metrics: Arc<Metrics>) -> Arc<Self> {
+        Arc::new(Self {
+            per_source: per_source.max(1),
+            open: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            metrics,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<Source, Vec<Entry>>> {
+        self.open.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Connections open now from `ip`'s source.
+    pub fn open_from(&self, ip: IpAddr) -> usize {
+        self.lock().get(&Source::of(ip)).map_or(0, Vec::len)
+    }
+
+    /// Admits a connection from `ip` whose state is `state`. At the
+    /// source's share, its longest-waiting idle connection is closed to
+    /// make room; with none idle, `None`: the caller drops the connection.
+    pub fn admit(self: &Arc<Self>, ip: IpAddr, state: Arc<ConnState>) -> Option<Ticket> {
+        let source = Source::of(ip);
+        let mut open = self.lock();
+        let v = open.entry(source).or_default();
+        if v.len() >= self.per_source {
+            match victim(v) {
+                Some(i) => {
+                    v.swap_remove(i).state.close();
+                    inc(&self.metrics.http_connections_closed_for_room);
+                }
+                None => {
+                    inc(&self.metrics.http_connections_refused);
+                    return None;
+                }
+            }
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        v.push(Entry { id, state });
+        Some(Ticket {
+            shares: self.clone(),
+            source,
+            id,
+        })
+    }
+
+    /// At the global cap: closes the longest-waiting idle connection of the
+    /// source holding the most connections (the next source if that one
+    /// has none idle). Whether one was closed.
+    pub fn close_one_for_room(&self) -> bool {
+        let mut open = self.lock();
+        let mut sources: Vec<(usize, Source)> = open.iter().map(|(s, v)| (v.len(), *s)).collect();
+        sources.sort_by(|a, b| b.0.cmp(&a.0));
+        for (_, source) in sources {
+            let Some(v) = open.get_mut(&source) else {
+                continue;
+            };
+            if let Some(i) = victim(v) {
+                v.swap_remove(i).state.close();
+                inc(&self.metrics.http_connections_closed_for_room);
+                return true;
+            }
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipv6_clients_count_by_their_64() {
+        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().expect("an address");
+        let b: IpAddr = "2001:db8:1:2:bbbb::2".parse().expect("an address");
+        let c: IpAddr = "2001:db8:1:3::1".parse().expect("an address");
+        assert_eq!(Source::of(a), Source::of(b));
+        assert_ne!(Source::of(a), Source::of(c));
+        let m: IpAddr = "::ffff:10.0.0.1".parse().expect("an address");
+        assert_eq!(Source::of(m), Source::of(IpAddr::from([10, 0, 0, 1])));
+        assert_ne!(
+            Source::of(IpAddr::from([10, 0, 0, 1])),
+            Source::of(IpAddr::from([10, 0, 0, 2]))
+        );
+    }
+
+    #[test]
+    fn a_source_at_its_share_gives_up_an_idle_connection_or_is_refused() {
+        let shares = Shares::new(2, Arc::new(Metrics::default()));
+        let ip = IpAddr::from([127, 0, 0, 2]);
+        let (a, b) = (ConnState::new(), ConnState::new());
+        let ta = shares.admit(ip, a.clone());
+        let tb = shares.admit(ip, b.clone());
+        assert!(ta.is_some() && tb.is_some());
+        // Both serving: a third is refused.
+        let (_sa, _sb) = (a.serving(), b.serving());
+        assert!(shares.admit(ip, ConnState::new()).is_none());
+        // Another address is not affected.
+        let other = shares.admit(IpAddr::from([127, 0, 0, 3]), ConnState::new());
+        assert!(other.is_some());
+        drop(_sa);
+        // `a` is idle now: the next one from `ip` closes it.
+        let tc = shares.admit(ip, ConnState::new());
+        assert!(tc.is_some());
+        assert!(a.is_closed() && !b.is_closed());
+        assert_eq!(shares.open_from(ip), 2);
+        drop((ta, tb, tc));
+        assert_eq!(shares.open_from(ip), 0);
+    }
+}
