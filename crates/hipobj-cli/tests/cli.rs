@@ -30,7 +30,10 @@ impl Env {
     }
 
     fn start(rdma: bool) -> Self {
-        let rt = tokio::runtime::Builder::new_multi_thread()
+        // Named as the server binary names them, so that the server's CPU
+        // figures count their time as request work.
+        let mut rt = tokio::runtime::Builder::new_multi_thread();
+        let rt = hipobj_server::cpu::name_threads(&mut rt)
             .worker_threads(2)
             .enable_all()
             .build()
@@ -415,6 +418,11 @@ fn bench_sweeps_concurrency_and_drivers_over_rdma_and_http() {
             "nic_cpu_seconds",
             "nic_cpu_seconds_per_gib",
             "cpu_seconds_by_thread",
+            "server_cpu_seconds",
+            "server_cpu_seconds_per_gib",
+            "server_nic_cpu_seconds_per_gib",
+            "server_cpu_ms_per_op",
+            "own_cpu_ms_per_op",
         ] {
             assert!(r.get(field).is_some(), "no {field} in {r}");
         }
@@ -440,7 +448,15 @@ fn bench_sweeps_concurrency_and_drivers_over_rdma_and_http() {
             nic >= 0.0 && (app - (total - nic).max(0.0)).abs() < 1e-9,
             "app is all but the NIC: {r}"
         );
+        // The server (in this process, shared with the other tests) reports
+        // its CPU time; its request threads worked in every row, its mover
+        // and its soft NIC in every RDMA row.
+        let srv = &r["server_cpu_seconds"];
+        assert!(srv["s3"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["own_cpu_ms_per_op"].as_f64().unwrap() > 0.0, "{r}");
         if r["mode"] == "rdma" {
+            assert!(srv["rdma"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(srv["nic"].as_f64().unwrap() > 0.0, "{r}");
             assert!(r["client_connections"].as_u64().unwrap() >= 16, "{r}");
         } else {
             assert!(r["client_connections"].is_null(), "{r}");
@@ -473,6 +489,48 @@ fn bench_sweeps_concurrency_and_drivers_over_rdma_and_http() {
     );
     for label in ["4 KiB GET rdma threads", "4 KiB PUT http async"] {
         assert!(svg.contains(label), "no {label} line in the plot");
+    }
+}
+
+/// A bench whose transfers fail says so: it exits non-zero and names the
+/// first failure, after printing the rows (here nothing listens at all).
+#[test]
+fn bench_fails_naming_the_first_error_when_nothing_listens() {
+    let home = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let o = run(bare(home.path())
+        .env("AWS_ACCESS_KEY_ID", AK)
+        .env("AWS_SECRET_ACCESS_KEY", SK)
+        .args([
+            "bench",
+            "s3://bkt/nothing/",
+            "--endpoint-url",
+            &format!("http://127.0.0.1:{port}"),
+            "--sizes",
+            "4KiB",
+            "--ops",
+            "3",
+            "--json",
+        ]));
+    fails_with(&o, "6 of 6 transfers failed; the first in the 4 KiB PUT http row");
+    let err = stderr(&o);
+    assert!(
+        err.to_lowercase().contains("connect"),
+        "the reason is named: {err}"
+    );
+    // The rows are still printed, each with its errors.
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for r in v["results"].as_array().unwrap() {
+        assert_eq!(
+            (r["errors"].as_u64(), r["completed"].as_u64()),
+            (Some(3), Some(0)),
+            "{r}"
+        );
+        assert!(r["server_cpu_seconds"].is_null(), "{r}");
     }
 }
 

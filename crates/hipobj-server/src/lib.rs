@@ -17,6 +17,7 @@
 pub mod body;
 pub mod config;
 pub mod conn;
+pub mod cpu;
 pub mod logging;
 pub mod metrics;
 pub mod rdma;

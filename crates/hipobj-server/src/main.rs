@@ -193,7 +193,11 @@ fn main() -> ExitCode {
         println!("{config:#?}");
         return ExitCode::SUCCESS;
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    let rt = match hipobj_server::cpu::name_threads(&mut builder)
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("hipobj-server: cannot start the runtime: {e}");

@@ -315,7 +315,10 @@ impl RdmaS3 {
             resp: None,
         };
         let (answer, src) = tokio::task::spawn_blocking(move || {
-            let a = rdma.target.serve(&caller, &token, Request::Get(&mut src));
+            let a = crate::cpu::mover(|| {
+                let src = &mut crate::cpu::StoreSide(&mut src);
+                rdma.target.serve(&caller, &token, Request::Get(src))
+            });
             (a, src)
         })
         .await
@@ -364,7 +367,10 @@ impl RdmaS3 {
             resp: None,
         };
         let (answer, mut sink) = tokio::task::spawn_blocking(move || {
-            let a = rdma.target.serve(&caller, &token, Request::Put(&mut sink));
+            let a = crate::cpu::mover(|| {
+                let sink = &mut crate::cpu::StoreSide(&mut sink);
+                rdma.target.serve(&caller, &token, Request::Put(sink))
+            });
             (a, sink)
         })
         .await

@@ -65,7 +65,7 @@ impl Front {
                             .sessions
                             .as_ref()
                             .map(|s| (s.open_sessions(), s.staging_bytes())),
-                    ),
+                    ) + &crate::cpu::render(&crate::cpu::read().await),
                 ),
                 "/.hipobj/health" => Some("ok\n".to_owned()),
                 _ => None,

@@ -20,6 +20,15 @@
 //!
 //! CPU time is split by thread (see `cpu.rs`): the soft NIC's workers apart
 //! from everything else, because a hardware NIC would not spend host CPU.
+//! The server's CPU time, split the same way by the server itself, is read
+//! from its metrics before and after each row (`server_cpu.rs`).
+//!
+//! A row in which any transfer failed makes the command fail, after the
+//! results are printed, with the first failure's reason.
+
+mod calibrate;
+mod report;
+mod server_cpu;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -32,6 +41,7 @@ use hipobj::Registration;
 use hipobj_s3::{RdmaS3Client, Span};
 use serde_json::json;
 
+use self::report::{summary, summary_text, svg, table};
 use crate::cpu::{self, Split};
 use crate::error::{CliError, CliResult};
 use crate::s3::{self, Conn, S3Url, Session, human, parse_size};
@@ -73,9 +83,20 @@ pub struct Args {
     /// Print the results as JSON.
     #[arg(long)]
     json: bool,
+    /// Also write the JSON results to this file (whatever `--json` says).
+    #[arg(long)]
+    json_file: Option<String>,
     /// Also write a chart of throughput by concurrency to this SVG file.
     #[arg(long)]
     plot: Option<String>,
+    /// Where the server's CPU time is read before and after each row
+    /// (`hipobj_server_cpu_seconds_total`): default the endpoint's
+    /// `/.hipobj/metrics` when it is http://; `none` not to read it.
+    #[arg(long)]
+    server_metrics: Option<String>,
+    /// Measure the machine first: loopback TCP and memcpy bandwidth.
+    #[arg(long)]
+    calibrate: bool,
     #[command(flatten)]
     conn: Conn,
 }
@@ -115,6 +136,8 @@ struct Row {
     /// RDMA rows: the client's connections (transfers beyond wait for one).
     connections: Option<usize>,
     skipped: Option<String>,
+    /// The server's CPU seconds in the row, by role, when it reports them.
+    server: Option<server_cpu::Reading>,
 }
 
 impl Row {
@@ -139,6 +162,16 @@ impl Row {
     fn per_gib(&self, secs: f64) -> f64 {
         secs / self.gib().max(1e-12)
     }
+    /// Milliseconds of CPU per completed transfer.
+    fn ms_per_op(&self, secs: f64) -> f64 {
+        1e3 * secs / self.done().max(1) as f64
+    }
+    /// The CPU both sides' own code spent per transfer, in ms: the client's
+    /// application threads and the server's threads, the soft NICs' workers
+    /// excluded on both.
+    fn own_ms_per_op(&self) -> Option<f64> {
+        self.server.map(|s| self.ms_per_op(self.cpu.app() + s.own()))
+    }
 
     fn json(&self) -> serde_json::Value {
         let c = &self.cpu;
@@ -156,6 +189,13 @@ impl Row {
                 "bench": c.bench, "runtime": c.runtime, "other": c.other,
                 "exited": c.exited, "nic": c.nic,
             },
+            "server_cpu_seconds": self.server.map(|s| json!({
+                "s3": s.of("s3"), "rdma": s.of("rdma"), "nic": s.of("nic"), "other": s.of("other"),
+            })),
+            "server_cpu_seconds_per_gib": self.server.map(|s| self.per_gib(s.own())),
+            "server_nic_cpu_seconds_per_gib": self.server.map(|s| self.per_gib(s.of("nic"))),
+            "server_cpu_ms_per_op": self.server.map(|s| self.ms_per_op(s.own())),
+            "own_cpu_ms_per_op": self.own_ms_per_op(),
         })
     }
 }
@@ -526,6 +566,16 @@ pub fn run(args: &Args) -> CliResult {
             ));
         }
     }
+    let metrics = match args.server_metrics.as_deref() {
+        Some("none") => None,
+        Some(u) => Some(u.to_owned()),
+        None => args
+            .conn
+            .endpoint_url
+            .first()
+            .and_then(|e| server_cpu::metrics_url(e)),
+    };
+    let calibration = args.calibrate.then(calibrate::run);
     let max_conc = args.concurrency.iter().copied().max().unwrap_or(1);
     let session = Session::open_with(&args.conn, Some(pool_options(max_conc)))?;
     session.warn_no_rdma();
@@ -584,6 +634,7 @@ pub fn run(args: &Args) -> CliResult {
                             cpu: Split::default(),
                             connections: if rdma { connections } else { None },
                             skipped: None,
+                            server: None,
                         };
                         if !fits(size, conc) {
                             row.skipped = Some(format!(
@@ -622,10 +673,13 @@ pub fn run(args: &Args) -> CliResult {
                                 })?);
                             }
                         }
+                        let before = server_reading(metrics.as_deref(), &bar);
                         let (tally, secs, split) = match driver {
                             Driver::Threads => threads_row(&session, c, &mut regs, &w, &bar),
                             Driver::Async => async_row(&session, c, &mut regs, &w, &bar),
                         };
+                        let after = server_reading(metrics.as_deref(), &bar);
+                        row.server = before.zip(after).map(|(a, b)| a.until(&b));
                         drop(regs);
                         row.errors = row.ops.saturating_sub(tally.lat_ms.len());
                         row.first_error = tally.first_error;
@@ -640,283 +694,57 @@ pub fn run(args: &Args) -> CliResult {
         }
     }
     bar.finish_and_clear();
-    let (scaling, cpu_ratio) = summary(&rows);
+    let goals = summary(&rows);
+    let text = summary_text(&goals);
+    let v: Vec<_> = rows.iter().map(Row::json).collect();
+    let mut out = json!({ "results": v, "calibration": calibration.map(|c| c.json()) });
+    goals.add_to(&mut out);
+    if let Some(path) = &args.json_file {
+        std::fs::write(path, format!("{out:#}\n"))
+            .map_err(|e| CliError::plain(format!("cannot write {path}: {}", s3::io_reason(&e))))?;
+    }
     if args.json {
-        let v: Vec<_> = rows.iter().map(Row::json).collect();
-        println!(
-            "{:#}",
-            json!({ "results": v, "scaling": scaling, "app_cpu_rdma_over_http": cpu_ratio })
-        );
+        println!("{out:#}");
     } else {
+        if let Some(c) = &calibration {
+            println!("{}", c.text());
+        }
         print!("{}", table(&rows));
-        print!("{}", summary_text(&scaling, &cpu_ratio));
+        print!("{text}");
     }
     if let Some(path) = &args.plot {
         std::fs::write(path, svg(&rows, &args.concurrency))
             .map_err(|e| CliError::plain(format!("cannot write {path}: {}", s3::io_reason(&e))))?;
     }
-    Ok(())
+    first_failure(&rows)
 }
 
-/// What the issue's goals ask of a sweep: for each size, operation, mode
-/// and driver, the peak throughput and the drop from it at the largest
-/// concurrency; for each size, operation, driver and concurrency, RDMA's
-/// application CPU per GiB as a fraction of plain HTTP's.
-fn summary(rows: &[Row]) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
-    let ran: Vec<&Row> = rows
-        .iter()
-        .filter(|r| r.skipped.is_none() && r.done() > 0)
-        .collect();
-    let mut scaling = Vec::new();
-    let mut seen = Vec::new();
-    for r in &ran {
-        let k = (r.size, r.op, r.mode, r.driver);
-        if seen.contains(&k) {
-            continue;
-        }
-        seen.push(k);
-        let line: Vec<&&Row> = ran
-            .iter()
-            .filter(|x| (x.size, x.op, x.mode, x.driver) == k)
-            .collect();
-        let (Some(peak), Some(last)) = (
-            line.iter().max_by(|a, b| a.mib_s().total_cmp(&b.mib_s())),
-            line.iter().max_by_key(|x| x.concurrency),
-        ) else {
-            continue;
-        };
-        scaling.push(json!({
-            "size": r.size, "op": r.op, "mode": r.mode, "driver": r.driver.name(),
-            "peak_mib_per_s": peak.mib_s(), "peak_concurrency": peak.concurrency,
-            "largest_concurrency": last.concurrency, "mib_per_s_there": last.mib_s(),
-            "drop_from_peak": 1.0 - last.mib_s() / peak.mib_s().max(1e-12),
-        }));
-    }
-    let mut ratio = Vec::new();
-    for r in ran.iter().filter(|r| r.mode == "rdma") {
-        if let Some(h) = ran.iter().find(|h| {
-            h.mode == "http"
-                && (h.size, h.op, h.driver, h.concurrency) == (r.size, r.op, r.driver, r.concurrency)
-        }) {
-            let (a, b) = (r.per_gib(r.cpu.app()), h.per_gib(h.cpu.app()));
-            let share = (b > 0.0).then(|| a / b);
-            ratio.push(json!({
-                "size": r.size, "op": r.op, "driver": r.driver.name(), "concurrency": r.concurrency,
-                "rdma_app_cpu_seconds_per_gib": a, "http_app_cpu_seconds_per_gib": b,
-                "ratio": share,
-            }));
-        }
-    }
-    (scaling, ratio)
+/// The server's CPU reading now, or `None` (said once on the progress bar's
+/// line) when it cannot be had.
+fn server_reading(url: Option<&str>, bar: &indicatif::ProgressBar) -> Option<server_cpu::Reading> {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    let url = url?;
+    server_cpu::scrape(url)
+        .map_err(|e| WARNED.call_once(|| bar.println(format!("hipobj: no server CPU figures: {e}"))))
+        .ok()
 }
 
-fn summary_text(scaling: &[serde_json::Value], ratio: &[serde_json::Value]) -> String {
-    let mut out = String::new();
-    let size = |v: &serde_json::Value| human(v["size"].as_u64().unwrap_or(0));
-    let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(0.0);
-    if scaling
-        .iter()
-        .any(|v| v["largest_concurrency"] != v["peak_concurrency"] || f(v, "drop_from_peak") > 0.0)
-    {
-        out.push_str("\nThroughput at the largest concurrency against the peak (goal: at most 10% below):\n");
-        for v in scaling {
-            out.push_str(&format!(
-                "{:>9} {:>4} {:>5} {:>7}: peak {:.1} MiB/s at {}, {:.1} at {} ({:+.0}%)\n",
-                size(v),
-                v["op"].as_str().unwrap_or(""),
-                v["mode"].as_str().unwrap_or(""),
-                v["driver"].as_str().unwrap_or(""),
-                f(v, "peak_mib_per_s"),
-                v["peak_concurrency"],
-                f(v, "mib_per_s_there"),
-                v["largest_concurrency"],
-                -100.0 * f(v, "drop_from_peak"),
-            ));
-        }
-    }
-    if !ratio.is_empty() {
-        out.push_str("\nApplication CPU per GiB, RDMA as a share of plain HTTP (goal: at most 5%):\n");
-        for v in ratio {
-            let share = v["ratio"].as_f64().map_or_else(
-                || "n/a (HTTP row took no measurable CPU)".to_owned(),
-                |x| format!("{:.0}%", 100.0 * x),
-            );
-            out.push_str(&format!(
-                "{:>9} {:>4} {:>7} x{:<4}: {:.3} / {:.3} s/GiB = {share}\n",
-                size(v),
-                v["op"].as_str().unwrap_or(""),
-                v["driver"].as_str().unwrap_or(""),
-                v["concurrency"],
-                f(v, "rdma_app_cpu_seconds_per_gib"),
-                f(v, "http_app_cpu_seconds_per_gib"),
-            ));
-        }
-    }
-    out
-}
-
-/// The rows as a text table, one line each.
-fn table(rows: &[Row]) -> String {
-    let mut out = format!(
-        "{:>9} {:>4} {:>5} {:>7} {:>5} {:>5} {:>10} {:>9} {:>9} {:>11} {:>11}  note\n",
-        "size", "op", "mode", "driver", "conc", "ops", "MiB/s", "p50 ms", "p99 ms", "app s/GiB", "NIC s/GiB"
-    );
-    for r in rows {
-        let mut note = Vec::new();
-        if let Some(why) = &r.skipped {
-            note.push(format!("skipped: {why}"));
-        }
-        if r.declined > 0 {
-            note.push(format!("{} declined: moved over HTTP", r.declined));
-        }
-        if r.errors > 0 {
-            note.push(format!(
-                "{} failed: {}",
-                r.errors,
-                r.first_error.as_deref().unwrap_or("?")
-            ));
-        }
-        if let Some(c) = r.connections
-            && r.concurrency > c
-        {
-            note.push(format!("{c} connections: the rest queue in the client"));
-        }
-        out.push_str(&format!(
-            "{:>9} {:>4} {:>5} {:>7} {:>5} {:>5} {:>10.1} {:>9.2} {:>9.2} {:>11.3} {:>11.3}  {}\n",
-            human(r.size),
-            r.op,
-            r.mode,
-            r.driver.name(),
-            r.concurrency,
-            r.ops,
-            r.mib_s(),
-            r.pct(0.5),
-            r.pct(0.99),
-            r.per_gib(r.cpu.app()),
-            r.per_gib(r.cpu.nic),
-            note.join("; ")
-        ));
-    }
-    out.push_str(
-        "CPU is user+system time at 10 ms resolution: NIC is the soft NIC's worker threads \
-         (a hardware NIC spends none), app every other thread of this process.\n",
-    );
-    out
-}
-
-/// A line chart of throughput (log scale) by concurrency, one line per
-/// size, operation, mode and driver.
-fn svg(rows: &[Row], concs: &[usize]) -> String {
-    let (w, h, left, bottom, top, right) = (860.0, 480.0, 70.0, 50.0, 30.0, 250.0);
-    let measured: Vec<&Row> = rows
-        .iter()
-        .filter(|r| r.skipped.is_none() && r.mib_s() > 0.0)
-        .collect();
-    let hi = measured
-        .iter()
-        .map(|r| r.mib_s())
-        .fold(1.0, f64::max)
-        .log10()
-        .ceil();
-    let lo = measured
-        .iter()
-        .map(|r| r.mib_s())
-        .fold(f64::INFINITY, f64::min)
-        .min(hi.powi(10))
-        .log10()
-        .floor()
-        .min(hi - 1.0);
-    let lo = if lo.is_finite() { lo } else { hi - 1.0 };
-    let mut xs: Vec<usize> = concs.to_vec();
-    xs.sort_unstable();
-    xs.dedup();
-    let x = |c: usize| {
-        let i = xs.iter().position(|&v| v == c).unwrap_or(0);
-        left + (w - left - right) * (i as f64 + 0.5) / xs.len().max(1) as f64
+/// The command's outcome: an error naming the first failed transfer when
+/// any transfer of any row failed (the figures of such a row describe
+/// fewer transfers than it was asked for).
+fn first_failure(rows: &[Row]) -> CliResult {
+    let failed: usize = rows.iter().map(|r| r.errors).sum();
+    let asked: usize = rows.iter().map(|r| r.ops).sum();
+    let Some(r) = rows.iter().find(|r| r.errors > 0) else {
+        return Ok(());
     };
-    let y = |v: f64| h - bottom - (h - bottom - top) * (v.max(1e-9).log10() - lo) / (hi - lo).max(1e-9);
-    let mut out = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{}\" y=\"18\" text-anchor=\"middle\" font-size=\"14\">hipobj bench: throughput (MiB/s, log scale) by transfers in flight</text>\n\
-         <line x1=\"{left}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n<line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{}\" stroke=\"black\"/>\n",
-        (w - right + left) / 2.0,
-        h - bottom,
-        w - right,
-        h - bottom,
-        h - bottom
-    );
-    let mut e = lo;
-    while e <= hi {
-        let v = 10f64.powf(e);
-        out.push_str(&format!(
-            "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text><line x1=\"{left}\" y1=\"{:.1}\" x2=\"{}\" y2=\"{:.1}\" stroke=\"#ddd\"/>\n",
-            left - 6.0,
-            y(v) + 4.0,
-            if v >= 1.0 { format!("{v:.0}") } else { format!("{v}") },
-            y(v),
-            w - right,
-            y(v)
-        ));
-        e += 1.0;
-    }
-    for &c in &xs {
-        out.push_str(&format!(
-            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{c}</text>\n",
-            x(c),
-            h - bottom + 18.0
-        ));
-    }
-    out.push_str(&format!(
-        "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">transfers in flight</text>\n",
-        (w - right + left) / 2.0,
-        h - 8.0
-    ));
-    const COLORS: [&str; 10] = [
-        "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-        "#17becf",
-    ];
-    let mut series: Vec<(u64, &str, &str, Driver)> = Vec::new();
-    for r in &measured {
-        let k = (r.size, r.op, r.mode, r.driver);
-        if !series.contains(&k) {
-            series.push(k);
-        }
-    }
-    for (n, (size, op, mode, driver)) in series.iter().enumerate() {
-        let color = COLORS[n % COLORS.len()];
-        let dash = if *driver == Driver::Async {
-            " stroke-dasharray=\"6 3\""
-        } else {
-            ""
-        };
-        let mut pts: Vec<(f64, f64)> = measured
-            .iter()
-            .filter(|r| (r.size, r.op, r.mode, r.driver) == (*size, *op, *mode, *driver))
-            .map(|r| (x(r.concurrency), y(r.mib_s())))
-            .collect();
-        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let line: Vec<String> = pts.iter().map(|(px, py)| format!("{px:.1},{py:.1}")).collect();
-        out.push_str(&format!(
-            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\"{dash} points=\"{}\"/>\n",
-            line.join(" ")
-        ));
-        for (px, py) in &pts {
-            out.push_str(&format!(
-                "<circle cx=\"{px:.1}\" cy=\"{py:.1}\" r=\"3\" fill=\"{color}\"/>\n"
-            ));
-        }
-        let ly = top + 16.0 * n as f64;
-        out.push_str(&format!(
-            "<line x1=\"{}\" y1=\"{ly}\" x2=\"{}\" y2=\"{ly}\" stroke=\"{color}\" stroke-width=\"3\"{dash}/><text x=\"{}\" y=\"{}\">{} {op} {mode} {}</text>\n",
-            w - right + 10.0,
-            w - right + 35.0,
-            w - right + 40.0,
-            ly + 4.0,
-            human(*size),
-            driver.name()
-        ));
-    }
-    out.push_str("</svg>\n");
-    out
+    Err(CliError::plain(format!(
+        "{failed} of {asked} transfers failed; the first in the {} {} {} row ({} x{}): {}",
+        human(r.size),
+        r.op,
+        r.mode,
+        r.driver.name(),
+        r.concurrency,
+        r.first_error.as_deref().unwrap_or("no reason given")
+    )))
 }

@@ -1,0 +1,147 @@
+//! The server's CPU time as `hipobj-server` reports it in
+//! `/.hipobj/metrics` (`hipobj_server_cpu_seconds_total{role=...}`), read
+//! by `hipobj bench` before and after each row.
+//!
+//! The metrics are read with one plain HTTP/1.1 GET over a TCP connection
+//! of their own (a scrape has no body worth a client library, and it must
+//! not share the S3 client's pool with the rows it measures).
+
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+/// The roles the server reports, in its order.
+pub const ROLES: [&str; 4] = ["s3", "rdma", "nic", "other"];
+
+/// Seconds by role at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Reading {
+    /// In [`ROLES`] order.
+    pub by_role: [f64; 4],
+}
+
+impl Reading {
+    /// What was spent from `self` to `later`, by role.
+    pub fn until(&self, later: &Reading) -> Reading {
+        let mut d = Reading::default();
+        for i in 0..ROLES.len() {
+            d.by_role[i] = (later.by_role[i] - self.by_role[i]).max(0.0);
+        }
+        d
+    }
+
+    /// Seconds of one role.
+    pub fn of(&self, role: &str) -> f64 {
+        ROLES
+            .iter()
+            .position(|r| *r == role)
+            .map_or(0.0, |i| self.by_role[i])
+    }
+
+    /// Everything but the soft NIC's workers: what the server's own code
+    /// spent (a hardware NIC would take the NIC's share off the host).
+    pub fn own(&self) -> f64 {
+        self.of("s3") + self.of("rdma") + self.of("other")
+    }
+}
+
+/// The CPU lines of a Prometheus text, or `None` when it has none (a server
+/// that does not report its CPU time).
+pub fn parse(text: &str) -> Option<Reading> {
+    let mut r = Reading::default();
+    let mut seen = false;
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("hipobj_server_cpu_seconds_total{role=\"") else {
+            continue;
+        };
+        let Some((role, value)) = rest.split_once("\"} ") else {
+            continue;
+        };
+        let (Some(i), Ok(v)) = (ROLES.iter().position(|r| *r == role), value.trim().parse::<f64>()) else {
+            continue;
+        };
+        if v.is_finite() && v >= 0.0 {
+            r.by_role[i] = v;
+            seen = true;
+        }
+    }
+    seen.then_some(r)
+}
+
+/// Where the metrics of the server at `endpoint` (`http://host:port`) are.
+pub fn metrics_url(endpoint: &str) -> Option<String> {
+    endpoint
+        .trim_end_matches('/')
+        .starts_with("http://")
+        .then(|| format!("{}/.hipobj/metrics", endpoint.trim_end_matches('/')))
+}
+
+/// Reads `url` (`http://host:port/path`; no TLS) and parses its CPU lines.
+pub fn scrape(url: &str) -> Result<Reading, String> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("{url}: only http:// metrics URLs are read"))?;
+    let (host, path) = rest
+        .split_once('/')
+        .map_or((rest, "/"), |(h, _)| (h, &rest[h.len()..]));
+    let addr = host
+        .to_socket_addrs()
+        .map_err(|e| format!("{url}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{url}: no address"))?;
+    let limit = Duration::from_secs(10);
+    let mut s = TcpStream::connect_timeout(&addr, limit).map_err(|e| format!("{url}: {e}"))?;
+    s.set_read_timeout(Some(limit))
+        .map_err(|e| format!("{url}: {e}"))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| format!("{url}: {e}"))?;
+    let mut body = Vec::new();
+    // The whole answer is a few KiB; more is not a metrics page.
+    s.take(1 << 20)
+        .read_to_end(&mut body)
+        .map_err(|e| format!("{url}: {e}"))?;
+    let text = String::from_utf8_lossy(&body);
+    let status = text.lines().next().unwrap_or("");
+    if !status.starts_with("HTTP/1.1 200") && !status.starts_with("HTTP/1.0 200") {
+        return Err(format!("{url}: {status}"));
+    }
+    parse(&text).ok_or_else(|| format!("{url}: no hipobj_server_cpu_seconds_total in the metrics"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cpu_lines_are_read_and_nothing_else() {
+        let text = "# HELP hipobj_http_requests_total x\nhipobj_http_requests_total 7\n\
+                    # TYPE hipobj_server_cpu_seconds_total counter\n\
+                    hipobj_server_cpu_seconds_total{role=\"s3\"} 1.500000\n\
+                    hipobj_server_cpu_seconds_total{role=\"rdma\"} 0.25\n\
+                    hipobj_server_cpu_seconds_total{role=\"nic\"} 3\n\
+                    hipobj_server_cpu_seconds_total{role=\"gpu\"} 9\n\
+                    hipobj_server_cpu_seconds_total{role=\"other\"} NaN\n";
+        let r = parse(text).expect("CPU lines");
+        assert_eq!(r.by_role, [1.5, 0.25, 3.0, 0.0]);
+        assert_eq!(r.own(), 1.75);
+        assert_eq!(parse("hipobj_http_requests_total 7\n"), None);
+        let later = Reading {
+            by_role: [2.0, 0.25, 2.0, 1.0],
+        };
+        // A counter never goes down; a restarted server reads as nothing spent.
+        assert_eq!(r.until(&later).by_role, [0.5, 0.0, 0.0, 1.0]);
+    }
+
+    #[test]
+    fn only_plain_http_endpoints_have_a_metrics_url() {
+        assert_eq!(
+            metrics_url("http://127.0.0.1:9000/").as_deref(),
+            Some("http://127.0.0.1:9000/.hipobj/metrics")
+        );
+        assert_eq!(metrics_url("https://s3.example"), None);
+        assert!(scrape("https://127.0.0.1:1/x").is_err());
+    }
+}

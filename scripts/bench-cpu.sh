@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Issue 29's figures in one run (docs/performance.md, "What each side's own
+# threads pay"): the machine's calibration, the CPU per GiB and per
+# transfer of the client's application threads and of the server's own
+# threads (both soft NICs apart), at 1 and 256 transfers in flight, then
+# five alternating single-transfer runs of 4 KiB and 64 MiB, RDMA and plain
+# HTTP from the same release hipobj-server on the soft NIC.
+#
+#   scripts/bench-cpu.sh [OUT_DIR]      (default /tmp/hipobj-bench-cpu)
+#
+# Each bench's text (the rows and the goals' summary) goes to OUT_DIR/*.txt
+# and its JSON to OUT_DIR/*.json.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-/tmp/hipobj-bench-cpu}
+rm -rf "$out"
+mkdir -p "$out/data/bench"
+cargo build --release -p hipobj-server -p hipobj-cli
+ulimit -n 20000
+cat > "$out/server.toml" <<T
+address = "127.0.0.1:0"
+metrics_log_secs = 0
+[[credentials]]
+access_key = "bench"
+secret_key = "bench-secret"
+[storage]
+kind = "fs"
+data_dir = "$out/data"
+[limits]
+fsync = false
+[rdma]
+enabled = true
+device = "softroce0"
+backend = "softroce"
+T
+target/release/hipobj-server --config "$out/server.toml" > "$out/server.out" 2> "$out/server.err" &
+server=$!
+trap 'kill $server 2>/dev/null || true' EXIT
+for _ in $(seq 100); do
+    grep -q "listening on" "$out/server.out" 2>/dev/null && break
+    sleep 0.1
+done
+addr=$(sed -n 's/^listening on //p' "$out/server.out")
+export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench-secret AWS_REGION=us-east-1
+bench() {
+    local name=$1
+    shift
+    target/release/hipobj bench s3://bench/cpu/ --endpoint-url "http://$addr" \
+        --nic-hint softroce0 --require-rdma --json-file "$out/$name.json" "$@" | tee "$out/$name.txt"
+}
+# The CPU per transfer at 1 and at 256 in flight, both drivers.
+bench concurrency --calibrate --sizes 4KiB,1MiB --concurrency 1,256 --driver both --ops 512
+# Single transfers, five runs (RDMA and HTTP alternate row by row).
+for i in 1 2 3 4 5; do
+    bench "single-$i" --sizes 4KiB,64MiB --concurrency 1
+done
