@@ -54,6 +54,11 @@ def data(n, seed):
     return bytes(((i * 31 + seed) ^ (i >> 8)) & 0xFF for i in range(n))
 
 
+# Over the S3 back end the answers are the back end's: the checks of the fs
+# store's own S3 semantics (listing pages, conditions, error codes) run only
+# against it. moto and SeaweedFS each differ from AWS in places noted below.
+fs_store = prefix not in ("moto", "seaweedfs")
+
 b = f"{prefix}-bucket"
 s3.create_bucket(Bucket=b)
 check(b in [x["Name"] for x in s3.list_buckets()["Buckets"]], "list_buckets shows the bucket")
@@ -95,7 +100,7 @@ for i, p in enumerate(parts, 1):
     r = s3.upload_part(Bucket=b, Key="mp", UploadId=up["UploadId"], PartNumber=i, Body=p)
     check(r["ETag"] == f'"{hashlib.md5(p).hexdigest()}"', f"part {i} ETag")
     done.append({"PartNumber": i, "ETag": r["ETag"]})
-if prefix != "moto":
+if fs_store:
     # moto 5 answers ListParts with a <ListPartsResponse> root, which
     # aws-sdk-s3 (in the S3 back end) rightly refuses as malformed.
     lp = s3.list_parts(Bucket=b, Key="mp", UploadId=up["UploadId"])
@@ -106,7 +111,7 @@ check(r["ETag"] == f'"{want}"', f"multipart ETag {r['ETag']} != {want}")
 check(s3.get_object(Bucket=b, Key="mp")["Body"].read() == b"".join(parts), "multipart bytes")
 up2 = s3.create_multipart_upload(Bucket=b, Key="aborted")
 s3.abort_multipart_upload(Bucket=b, Key="aborted", UploadId=up2["UploadId"])
-if prefix != "moto":
+if fs_store:
     code = error_code(s3.list_parts, Bucket=b, Key="aborted", UploadId=up2["UploadId"])[0]
     check(code == "NoSuchUpload", f"abort: {code}")
 
@@ -117,14 +122,17 @@ up4 = s3.create_multipart_upload(Bucket=b, Key="pc")
 src_mp = {"Bucket": b, "Key": "mp"}
 cut = 5 << 20
 r1 = s3.upload_part_copy(Bucket=b, Key="pc", UploadId=up4["UploadId"], PartNumber=1, CopySource=src_mp, CopySourceRange=f"bytes=0-{cut - 1}")
-check(r1["CopyPartResult"]["ETag"] == f'"{hashlib.md5(mp_bytes[:cut]).hexdigest()}"', "UploadPartCopy range ETag")
+if prefix != "seaweedfs":
+    # SeaweedFS 4.48 answers a copied part with the ETag of its own chunk
+    # layout ("<md5>-<chunks>"), not the part's MD5; the bytes are right.
+    check(r1["CopyPartResult"]["ETag"] == f'"{hashlib.md5(mp_bytes[:cut]).hexdigest()}"', "UploadPartCopy range ETag")
 r2 = s3.upload_part_copy(Bucket=b, Key="pc", UploadId=up4["UploadId"], PartNumber=2, CopySource=src_mp, CopySourceRange=f"bytes={cut}-{len(mp_bytes) - 1}")
 r3 = s3.upload_part_copy(Bucket=b, Key="pc", UploadId=up4["UploadId"], PartNumber=3, CopySource={"Bucket": b, "Key": "dir/mib"})
 check(r3["CopyPartResult"]["ETag"] == f'"{hashlib.md5(mib).hexdigest()}"', "UploadPartCopy whole ETag")
 pc = [{"PartNumber": i + 1, "ETag": r["CopyPartResult"]["ETag"]} for i, r in enumerate([r1, r2, r3])]
 s3.complete_multipart_upload(Bucket=b, Key="pc", UploadId=up4["UploadId"], MultipartUpload={"Parts": pc})
 check(s3.get_object(Bucket=b, Key="pc")["Body"].read() == mp_bytes + mib, "UploadPartCopy bytes")
-if prefix != "moto":
+if fs_store:
     up5 = s3.create_multipart_upload(Bucket=b, Key="pc2")
     kw = dict(Bucket=b, Key="pc2", UploadId=up5["UploadId"], PartNumber=1, CopySource={"Bucket": b, "Key": "one"})
     check(error_code(s3.upload_part_copy, CopySourceRange="bytes=0-21", **kw) in [("InvalidRange", 416), ("InvalidRange", 400)], "UploadPartCopy past the end")
@@ -133,7 +141,7 @@ if prefix != "moto":
     check(error_code(s3.upload_part_copy, **dict(kw, CopySource={"Bucket": b, "Key": "nope"})) == ("NoSuchKey", 404), "UploadPartCopy missing source")
     s3.abort_multipart_upload(Bucket=b, Key="pc2", UploadId=up5["UploadId"])
 
-if prefix != "moto":
+if fs_store:
     # Pages of one entry with a delimiter: botocore's paginator stops with
     # "same next token received twice" if a page repeats a common prefix.
     for k in ["pg/a/1", "pg/a/2", "pg/b/1", "pg/c"]:
@@ -276,7 +284,8 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 creds = Credentials(ak, sk)
-http = urllib3.PoolManager()
+# Over https, trust what botocore trusts (AWS_CA_BUNDLE), as boto3 above does.
+http = urllib3.PoolManager(ca_certs=os.environ.get("AWS_CA_BUNDLE") or None)
 
 
 def send(req):

@@ -2,7 +2,9 @@
 # Third-party S3 clients against hipobj-server, on 127.0.0.1 only:
 #
 #   1. boto3 (scripts/s3-clients.py) and curl --aws-sigv4 against the
-#      server over its filesystem store;
+#      server over its filesystem store; then the same boto3 checks and
+#      curl over https, with a CA and certificate made here by openssl,
+#      and a client trusting another CA (or none) refused;
 #   2. the same boto3 checks against the server with the S3 back end,
 #      fronting moto_server;
 #   3. scale-out over that moto: three gateways, RDMA on the soft NIC, one
@@ -91,6 +93,58 @@ bad="zz$(printf '%086d' 0)"
 [ "$(c "$ep/.hipobj/metrics")" = 200 ] || fail "curl: metrics"
 grep -q '^hipobj_rdma_declines_total 2$' "$work/body" || fail "curl: metrics count the declines"
 echo "curl: all checks passed against $ep"
+
+# --- 1b. the same over https, with a CA openssl makes here ----------------
+tls="$work/tls"
+mkdir -p "$tls"
+mkca() { # NAME: $tls/NAME.pem and NAME.key, a self-signed CA
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+        -subj "/CN=$1" -addext basicConstraints=critical,CA:TRUE \
+        -addext keyUsage=critical,keyCertSign,cRLSign \
+        -keyout "$tls/$1.key" -out "$tls/$1.pem" 2>/dev/null
+}
+mkca hipobj-script-ca
+mkca someone-else
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=127.0.0.1 \
+    -keyout "$tls/server.key" -out "$tls/server.csr" 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n' >"$tls/ext"
+openssl x509 -req -in "$tls/server.csr" -CA "$tls/hipobj-script-ca.pem" -CAkey "$tls/hipobj-script-ca.key" \
+    -CAcreateserial -days 2 -extfile "$tls/ext" -out "$tls/server.crt" 2>/dev/null
+start_server --data-dir "$work/data-tls" --tls-cert "$tls/server.crt" --tls-key "$tls/server.key"
+eps="https://$addr"
+AWS_CA_BUNDLE="$tls/hipobj-script-ca.pem" "$venv/bin/python" scripts/s3-clients.py "$eps" "$ak" "$sk" tls
+# boto3 with verify= (no AWS_CA_BUNDLE), trusting another CA, or the system's roots only.
+"$venv/bin/python" - "$eps" "$ak" "$sk" "$tls" <<'PY'
+import sys, boto3, botocore.config, botocore.exceptions
+ep, ak, sk, tls = sys.argv[1:5]
+def client(verify):
+    return boto3.client("s3", endpoint_url=ep, aws_access_key_id=ak, aws_secret_access_key=sk,
+                        region_name="us-east-1", verify=verify,
+                        config=botocore.config.Config(retries={"max_attempts": 1}))
+ok = client(f"{tls}/hipobj-script-ca.pem")
+ok.create_bucket(Bucket="verify-bucket")
+assert "verify-bucket" in [b["Name"] for b in ok.list_buckets()["Buckets"]]
+ok.delete_bucket(Bucket="verify-bucket")
+for verify in (f"{tls}/someone-else.pem", None):
+    try:
+        client(verify).list_buckets()
+    except botocore.exceptions.SSLError as e:
+        assert "CERTIFICATE_VERIFY_FAILED" in str(e), e
+    else:
+        raise SystemExit(f"boto3 (verify={verify}) was served by a server whose certificate it does not trust")
+print("boto3: verify= trusts the CA; another CA and the system's roots are refused")
+PY
+[ "$(c --cacert "$tls/hipobj-script-ca.pem" "${sig[@]}" -X PUT "$eps/curl-tls")" = 200 ] || fail "curl https: create bucket"
+[ "$(c --cacert "$tls/hipobj-script-ca.pem" "${sig[@]}" -T "$work/obj" "$eps/curl-tls/obj")" = 200 ] || fail "curl https: PUT"
+[ "$(c --cacert "$tls/hipobj-script-ca.pem" "${sig[@]}" "$eps/curl-tls/obj")" = 200 ] || fail "curl https: GET"
+cmp -s "$work/body" "$work/obj" || fail "curl https: GET bytes differ"
+[ "$(curl -sS -o /dev/null -w '%{http_version}' --cacert "$tls/hipobj-script-ca.pem" "$eps/.hipobj/health")" = 1.1 ] \
+    || fail "curl https: not HTTP/1.1"
+rc=0; curl -sS -o /dev/null --cacert "$tls/someone-else.pem" "$eps/.hipobj/health" 2>/dev/null || rc=$?
+[ "$rc" = 60 ] || fail "curl https: another CA must be refused (exit 60), got $rc"
+rc=0; curl -sS -o /dev/null "http://$addr/.hipobj/health" 2>/dev/null || rc=$?
+[ "$rc" != 0 ] || fail "curl: plain HTTP on the TLS port was answered"
+echo "curl: https checks passed against $eps"
 
 # --- 2. S3 back end in front of moto --------------------------------------
 moto_port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"

@@ -3,7 +3,8 @@
  * registered buffer, and the bytes are written to OUTFILE. hipObjGet
  * succeeds only when the server moved every byte asked for: an object
  * shorter than SIZE fails with hipObjS3Error (a HEAD request tells the size).
- * Credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY. NIC: HIPOBJ_NIC. */
+ * Credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY. NIC: HIPOBJ_NIC.
+ * An https ENDPOINT is verified against AWS_CA_BUNDLE when set. */
 #include "s3-request.h"
 
 int main(int argc, char **argv) {

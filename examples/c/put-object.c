@@ -1,6 +1,7 @@
 /* put-object ENDPOINT BUCKET KEY FILE: uploads FILE with hipObjPut; the
  * server RDMA READs the bytes from the registered buffer.
- * Credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY. NIC: HIPOBJ_NIC. */
+ * Credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY. NIC: HIPOBJ_NIC.
+ * An https ENDPOINT is verified against AWS_CA_BUNDLE when set. */
 #include "s3-request.h"
 
 int main(int argc, char **argv) {

@@ -22,6 +22,7 @@
  * unsupported. Without it, it goes straight to hipobj-rc-v2.
  *
  * Credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY. NIC: HIPOBJ_NIC.
+ * An https ENDPOINT is verified against AWS_CA_BUNDLE when set.
  * RCV2_GIVE_UP=after-prepare makes the program abandon the session once
  * PREPARE succeeded, as an application that is interrupted would: it then
  * sends the CANCEL and fails (the tests use it to see that path). */
@@ -86,6 +87,7 @@ static int control(const struct s3_request *r, const char *endpoint, const char 
     }
     memset(a, 0, sizeof *a);
     curl_easy_setopt(c, CURLOPT_URL, url);
+    s3_tls(c);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
     curl_easy_setopt(c, CURLOPT_POST, 1L);
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, "");

@@ -29,6 +29,29 @@ def _add_token(request: Any, **_: Any) -> None:
         low = h.lower()
         if low.startswith("x-amz-checksum-") or low in ("content-md5", "x-amz-sdk-checksum-algorithm", "x-amz-trailer"):
             del request.headers[h]
+    _no_trailer(request)
+
+
+def _no_trailer(request: Any) -> None:
+    """Over https botocore may send a body aws-chunked with its checksum in
+    a trailer (STREAMING-UNSIGNED-PAYLOAD-TRAILER): with no body to send,
+    the request goes out as a plain empty one, signed UNSIGNED-PAYLOAD."""
+    checksum = request.context.get("checksum", {})
+    algorithm = checksum.get("request_algorithm")
+    if not (isinstance(algorithm, dict) and algorithm.get("in") == "trailer"):
+        return
+    del checksum["request_algorithm"]
+    request.data = b""
+    for h in list(request.headers.keys()):
+        low = h.lower()
+        if low in ("transfer-encoding", "x-amz-decoded-content-length"):
+            del request.headers[h]
+        elif low == "content-encoding":
+            rest = [e for e in request.headers[h].split(",") if e.strip() and e.strip() != "aws-chunked"]
+            del request.headers[h]
+            if rest:
+                request.headers[h] = ",".join(rest)
+    request.headers["Content-Length"] = "0"
 
 
 def install(s3: Any) -> None:

@@ -261,7 +261,9 @@ class S3(_Front):
     plain HTTP through the same memory, with an ``RdmaFallbackWarning``
     (``fallback=False`` makes it a ``HipObjError``). ``put_from`` of more
     than ``multipart_threshold`` bytes is a multipart upload of
-    ``part_size`` parts.
+    ``part_size`` parts. An ``https://`` endpoint's certificate must chain
+    to ``ca_bundle`` (a PEM file) when given, else to ``AWS_CA_BUNDLE``'s,
+    else to the system's roots.
     """
 
     def __init__(
@@ -275,9 +277,10 @@ class S3(_Front):
         fallback: bool = True,
         multipart_threshold: int = MULTIPART_THRESHOLD,
         part_size: int = PART_SIZE,
+        ca_bundle: Optional[str] = None,
     ):
         super().__init__(client, multipart_threshold, part_size)
-        self._s3 = _native.S3Client(client._native, endpoint, access_key, secret_key, region, fallback)
+        self._s3 = _native.S3Client(client._native, endpoint, access_key, secret_key, region, fallback, ca_bundle)
         self.last: Optional[dict] = None
 
     def _get(self, buf, bucket, key, offset, nbytes, range) -> int:

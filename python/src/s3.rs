@@ -37,7 +37,8 @@ fn result<'py>(py: Python<'py>, t: &Transfer) -> PyResult<Bound<'py, PyDict>> {
 #[pymethods]
 impl S3Client {
     #[new]
-    #[pyo3(signature = (client, endpoint, access_key, secret_key, region="us-east-1", fallback=true))]
+    #[pyo3(signature = (client, endpoint, access_key, secret_key, region="us-east-1", fallback=true, ca_bundle=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         client: &Client,
@@ -46,7 +47,12 @@ impl S3Client {
         secret_key: &str,
         region: &str,
         fallback: bool,
+        ca_bundle: Option<std::path::PathBuf>,
     ) -> PyResult<Self> {
+        // The argument, else AWS_CA_BUNDLE, else the system's roots.
+        let http = hipobj_s3::tls::CaBundle::resolve(ca_bundle.as_deref())
+            .and_then(|ca| hipobj_s3::tls::http_client(ca.as_ref()))
+            .map_err(|e| own_err(py, ErrorKind::InvalidValue, e.to_string()))?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -60,6 +66,7 @@ impl S3Client {
             })?;
         let conf = aws_sdk_s3::Config::builder()
             .behavior_version(BehaviorVersion::latest())
+            .http_client(http)
             .endpoint_url(endpoint)
             .region(Region::new(region.to_owned()))
             .credentials_provider(Credentials::new(

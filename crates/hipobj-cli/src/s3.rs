@@ -79,6 +79,10 @@ pub struct Conn {
     /// Fail instead of falling back to plain HTTP when RDMA cannot be used.
     #[arg(long)]
     pub require_rdma: bool,
+    /// PEM file of the CA certificates an https endpoint's certificate must chain to, trusted
+    /// instead of the system's (as the AWS CLI's --ca-bundle).
+    #[arg(long, env = "AWS_CA_BUNDLE", value_name = "FILE")]
+    pub ca_bundle: Option<PathBuf>,
 }
 
 /// The RDMA side of a session: the library's client and, over it, one
@@ -341,7 +345,13 @@ async fn s3_clients(conn: &Conn, endpoints: &[String]) -> CliResult<Vec<aws_sdk_
         )
         .or_else("profile", profile_creds.build()),
     );
+    // The flag, else AWS_CA_BUNDLE (clap reads it; an empty value is none).
+    let given = conn.ca_bundle.as_deref().filter(|p| !p.as_os_str().is_empty());
+    let http = hipobj_s3::tls::CaBundle::resolve(given)
+        .and_then(|ca| hipobj_s3::tls::http_client(ca.as_ref()))
+        .map_err(|e| CliError::plain(e.to_string()))?;
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .http_client(http)
         .region(region)
         .credentials_provider(creds.clone())
         .timeout_config(

@@ -15,6 +15,7 @@ pub struct Error {
     s3_code: Option<String>,
     declined: bool,
     unreachable: bool,
+    untrusted: bool,
     detail: String,
 }
 
@@ -30,6 +31,7 @@ impl Error {
             s3_code: None,
             declined: false,
             unreachable: false,
+            untrusted: false,
             detail: detail.into(),
         }
     }
@@ -72,15 +74,32 @@ impl Error {
                     )
                 }
             }
-            SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => Self {
-                unreachable: true,
-                ..Self::new(
-                    ErrorKind::S3Error,
-                    format!(
-                        "{op}: the S3 server could not be reached: {}",
-                        DisplayErrorContext(e)
-                    ),
-                )
+            SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => match untrusted_certificate(e) {
+                Some((why, wrong_name)) => Self {
+                    unreachable: true,
+                    untrusted: true,
+                    ..Self::new(
+                        ErrorKind::S3Error,
+                        format!(
+                            "{op}: the S3 server's TLS certificate is not trusted ({why}); {}",
+                            if wrong_name {
+                                "the endpoint URL must use a name or address the certificate was issued for"
+                            } else {
+                                "give the CA certificate that signed it as a CA bundle (--ca-bundle FILE or AWS_CA_BUNDLE)"
+                            }
+                        ),
+                    )
+                },
+                None => Self {
+                    unreachable: true,
+                    ..Self::new(
+                        ErrorKind::S3Error,
+                        format!(
+                            "{op}: the S3 server could not be reached: {}",
+                            DisplayErrorContext(e)
+                        ),
+                    )
+                },
             },
             other => Self::new(
                 ErrorKind::S3Error,
@@ -115,6 +134,13 @@ impl Error {
     /// effect; it never reports a success.
     pub fn is_unreachable(&self) -> bool {
         self.unreachable
+    }
+
+    /// Whether the https endpoint's certificate was refused: it does not
+    /// chain to the trusted roots (the CA bundle, or the system's), has
+    /// expired, or does not name the host. Nothing was sent.
+    pub fn is_untrusted(&self) -> bool {
+        self.untrusted
     }
 
     /// Whether the failure is the endpoint's rather than the request's, so
@@ -154,6 +180,34 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// Why a TLS client refused the server's certificate, when it did somewhere
+/// in the chain of `e`'s causes, and whether it was for naming another host. rustls reports it inside `io::Error`s (nested,
+/// whose `source()` skips the error they wrap), so those are opened with
+/// `get_ref`.
+pub(crate) fn untrusted_certificate(e: &(dyn std::error::Error + 'static)) -> Option<(String, bool)> {
+    use rustls::CertificateError::{NotValidForName, NotValidForNameContext};
+    let mut at = Some(e);
+    while let Some(err) = at {
+        if let Some(r) = err.downcast_ref::<rustls::Error>() {
+            return match r {
+                rustls::Error::InvalidCertificate(c) => Some((
+                    r.to_string(),
+                    matches!(c, NotValidForName | NotValidForNameContext { .. }),
+                )),
+                _ => None,
+            };
+        }
+        at = match err
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+        {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => err.source(),
+        };
+    }
+    None
+}
 
 impl From<hipobj::Error> for Error {
     fn from(e: hipobj::Error) -> Self {

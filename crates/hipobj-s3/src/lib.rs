@@ -55,6 +55,7 @@
 mod capture;
 mod error;
 mod failover;
+pub mod tls;
 mod v2;
 
 use std::sync::Arc;

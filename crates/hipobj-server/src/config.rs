@@ -27,6 +27,8 @@ pub struct Config {
     pub http: HttpConfig,
     /// The RDMA side (docs/protocol.md §4).
     pub rdma: RdmaConfig,
+    /// TLS on the listener (off unless a certificate and key are set).
+    pub tls: TlsConfig,
     /// How long shutdown waits for requests in flight, in seconds.
     pub shutdown_grace_secs: u64,
     /// Log the transfer counters this often, in seconds (0: never).
@@ -50,6 +52,7 @@ impl Default for Config {
             limits: Limits::default(),
             http: HttpConfig::default(),
             rdma: RdmaConfig::default(),
+            tls: TlsConfig::default(),
             shutdown_grace_secs: 30,
             metrics_log_secs: 60,
             metrics_endpoint: true,
@@ -362,6 +365,30 @@ impl RdmaConfig {
     }
 }
 
+/// TLS on the listener (docs/server.md, "TLS").
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM certificate chain, the server's certificate first (flag
+    /// `--tls-cert`). With `key`, the listener serves HTTPS only.
+    pub cert: Option<PathBuf>,
+    /// PEM private key of that certificate (flag `--tls-key`).
+    pub key: Option<PathBuf>,
+    /// Look at both files this often, in seconds, and serve the new pair to
+    /// new connections once they changed (0: only on SIGHUP).
+    pub reload_check_secs: u64,
+}
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        Self {
+            cert: None,
+            key: None,
+            reload_check_secs: 60,
+        }
+    }
+}
+
 impl Config {
     /// Reads a TOML file.
     pub fn from_file(path: &Path) -> Result<Self, crate::Error> {
@@ -399,6 +426,9 @@ impl Config {
         }
         if self.http.header_read_timeout_secs == 0 || self.http.idle_timeout_secs == 0 {
             return bad("http.header_read_timeout_secs and http.idle_timeout_secs must be above 0");
+        }
+        if self.tls.cert.is_some() != self.tls.key.is_some() {
+            return bad("tls.cert and tls.key go together: set both or neither");
         }
         if self.rdma.enabled && self.rdma.max_transfer == 0 {
             return bad("rdma.max_transfer must be above 0");

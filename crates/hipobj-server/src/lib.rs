@@ -24,6 +24,7 @@ pub mod s3;
 mod server;
 pub mod shares;
 pub mod storage;
+pub mod tls;
 
 pub use config::Config;
 pub use server::{Handle, Server};
@@ -40,6 +41,9 @@ pub enum Error {
     /// The RDMA device could not be opened.
     #[error("RDMA: {0}")]
     Rdma(String),
+    /// The TLS certificate or key is unusable.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
     /// A socket or file operation failed.
     #[error("{0}: {1}")]
     Io(String, #[source] std::io::Error),

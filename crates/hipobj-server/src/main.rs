@@ -46,6 +46,12 @@ struct Args {
     /// Largest object or part, in bytes.
     #[arg(long)]
     max_object_size: Option<u64>,
+    /// Serve HTTPS with this PEM certificate chain (with --tls-key).
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Print the effective configuration (secrets redacted) and exit.
     #[arg(long)]
     print_config: bool,
@@ -65,6 +71,8 @@ impl std::fmt::Debug for Args {
             .field("rdma", &self.rdma)
             .field("max_transfer", &self.max_transfer)
             .field("max_object_size", &self.max_object_size)
+            .field("tls_cert", &self.tls_cert)
+            .field("tls_key", &self.tls_key)
             .field("print_config", &self.print_config)
             .finish()
     }
@@ -112,6 +120,10 @@ fn config(args: &Args) -> Result<Config, hipobj_server::Error> {
     if let Some(n) = args.max_object_size {
         c.limits.max_object_size = n;
     }
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        c.tls.cert = Some(cert.clone());
+        c.tls.key = Some(key.clone());
+    }
     c.validate()?;
     Ok(c)
 }
@@ -137,6 +149,30 @@ async fn signal() {
     {
         let _ = tokio::signal::ctrl_c().await;
     }
+}
+
+/// Reloads the TLS certificate and key on every SIGHUP.
+fn reload_on_sighup(certs: std::sync::Arc<hipobj_server::tls::Certs>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hup = match signal(SignalKind::hangup()) {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::warn!("cannot watch SIGHUP ({e}); the TLS files are reloaded only when they change");
+                return;
+            }
+        };
+        tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                let c = certs.clone();
+                let done = tokio::task::spawn_blocking(move || c.reload()).await.ok();
+                hipobj_server::tls::log_reload("SIGHUP", &certs, done);
+            }
+        });
+    }
+    #[cfg(not(unix))]
+    drop(certs);
 }
 
 fn main() -> ExitCode {
@@ -172,6 +208,9 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+        if let Some(certs) = handle.tls().cloned() {
+            reload_on_sighup(certs);
+        }
         // Scripts read the address from this line.
         println!("listening on {}", handle.addr());
         signal().await;

@@ -32,6 +32,7 @@ pub struct Handle {
     metrics: Arc<Metrics>,
     rdma: Option<Arc<Rdma>>,
     v2: Option<Arc<hipobj_target::rc_v2::V2Sessions>>,
+    tls: Option<Arc<crate::tls::Certs>>,
 }
 
 impl Server {
@@ -92,6 +93,7 @@ impl Server {
             v2,
             bodies: crate::body::BodyLimits::new(&config.http, config.anonymous),
         };
+        let tls = crate::tls::Tls::from_config(&config.tls)?;
         let listener = TcpListener::bind(config.address)
             .await
             .map_err(|e| Error::Io(format!("binding {}", config.address), e))?;
@@ -99,7 +101,17 @@ impl Server {
             .local_addr()
             .map_err(|e| Error::Io("reading the bound address".into(), e))?;
         let (stop, stopped) = watch::channel(false);
-        tracing::info!(%addr, rdma = rdma.is_some(), storage = ?config.storage, "hipobj-server listening");
+        tracing::info!(%addr, rdma = rdma.is_some(), tls = tls.is_some(), storage = ?config.storage, "hipobj-server listening");
+        let certs = tls.as_ref().map(|t| t.certs().clone());
+        if let Some(c) = &certs
+            && config.tls.reload_check_secs > 0
+        {
+            tokio::spawn(crate::tls::watch(
+                c.clone(),
+                Duration::from_secs(config.tls.reload_check_secs),
+                stopped.clone(),
+            ));
+        }
         if config.metrics_log_secs > 0 {
             tokio::spawn(log_metrics(
                 metrics.clone(),
@@ -126,6 +138,7 @@ impl Server {
                 grace,
                 http: config.http.clone(),
                 shares,
+                tls,
             },
         ));
         Ok(Handle {
@@ -135,6 +148,7 @@ impl Server {
             metrics,
             rdma,
             v2: sessions,
+            tls: certs,
         })
     }
 }
@@ -145,9 +159,26 @@ impl Handle {
         self.addr
     }
 
-    /// `http://<addr>`.
+    /// `http://<addr>`, or `https://<addr>` when the listener serves TLS.
     pub fn endpoint(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// The served TLS certificates, when the listener serves TLS.
+    pub fn tls(&self) -> Option<&Arc<crate::tls::Certs>> {
+        self.tls.as_ref()
+    }
+
+    /// Reads the TLS certificate and key files again (what SIGHUP does to
+    /// the `hipobj-server` command) and serves the new pair to the
+    /// connections that open from now on. On an error the pair in service
+    /// stays; without TLS this does nothing.
+    pub fn reload_tls(&self) -> Result<(), Error> {
+        match &self.tls {
+            Some(c) => Ok(c.reload()?),
+            None => Ok(()),
+        }
     }
 
     /// The counters.
@@ -206,6 +237,7 @@ struct Limits {
     grace: Duration,
     http: HttpConfig,
     shares: Arc<Shares>,
+    tls: Option<crate::tls::Tls>,
 }
 
 /// Counts a connection in the `hipobj_http_connections` gauge while alive.
@@ -233,6 +265,7 @@ async fn serve(listener: TcpListener, front: Front, limits: Limits) {
         grace,
         http,
         shares,
+        tls,
     } = limits;
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(http.max_connections));
@@ -299,7 +332,10 @@ async fn serve(listener: TcpListener, front: Front, limits: Limits) {
                 f.call(req).await
             }
         });
-        let io = TokioIo::new(Guarded::new(stream, state, &http));
+        let io = TokioIo::new(crate::tls::stream(
+            Guarded::new(stream, state, &http),
+            tls.as_ref(),
+        ));
         let conn = hyper::server::conn::http1::Builder::new().serve_connection(io, service);
         let conn = graceful.watch(conn);
         let open = Open::new(&front.metrics);

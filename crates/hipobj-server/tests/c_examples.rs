@@ -4,10 +4,13 @@
 //! (CURLOPT_AWS_SIGV4) with the token from the hipObjOps_t callbacks, and the
 //! bytes move by RDMA. Needs libcurl's headers (Debian: libcurl4-openssl-dev)
 //! and the shared library (`cargo build -p hipobj-capi`, which
-//! scripts/test.sh runs first).
+//! scripts/test.sh runs first). The same programs also run over https,
+//! trusting a test CA through `AWS_CA_BUNDLE` (libcurl's CURLOPT_CAINFO).
 #![allow(clippy::unwrap_used)]
 
 mod support;
+#[path = "support/test_ca.rs"]
+mod test_ca;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -100,10 +103,19 @@ impl CExamples {
 
     /// A hipobj-server with RDMA on the soft NIC.
     fn server(&self) -> (hipobj_server::Handle, tempfile::TempDir) {
+        self.server_with(|_| {})
+    }
+
+    /// The same, with `edit` applied to its config.
+    fn server_with(
+        &self,
+        edit: impl FnOnce(&mut hipobj_server::Config),
+    ) -> (hipobj_server::Handle, tempfile::TempDir) {
         self.rt.block_on(support::start(|c| {
             c.rdma.enabled = true;
             c.rdma.device = Some(hipobj_softroce::DEFAULT_NAME.into());
             c.rdma.backend = VerbsBackend::Softroce;
+            edit(c);
         }))
     }
 
@@ -294,5 +306,115 @@ fn the_c_rcv2_example_puts_and_gets_over_hipobj_rc_v2() {
     assert!(!out.status.success());
     assert!(err.contains("CANCEL sent: HTTP 204"), "{err}");
     assert_eq!(v2.open_sessions(), 0, "the CANCEL did not end the session");
+    rt.block_on(h.shutdown());
+}
+
+/// The three C programs against the server over https: trusting the test
+/// CA through AWS_CA_BUNDLE they PUT and GET by RDMA (the binding exchange
+/// and hipobj-rc-v2) exactly as over http; trusting another CA, libcurl
+/// refuses the server and nothing moves.
+#[test]
+fn the_c_examples_run_over_https_with_the_ca_bundle_and_refuse_another_ca() {
+    let ex = CExamples::build(&["put-object", "get-object", "rcv2-object"]);
+    let libs = ex.dir();
+    let rt = &ex.rt;
+    let ca = test_ca::TestCa::new("C examples test CA");
+    let files = ca.write_server(libs, "server");
+    let bundle = ca.write_bundle(&libs.join("ca.pem"));
+    let other = test_ca::TestCa::new("someone else's CA").write_bundle(&libs.join("other.pem"));
+    let (h, _dir) = ex.server_with(|c| {
+        c.tls.cert = Some(files.cert.clone());
+        c.tls.key = Some(files.key.clone());
+    });
+    let ep = h.endpoint();
+    assert!(ep.starts_with("https://"), "{ep}");
+    let ca_bundle = hipobj_s3::tls::CaBundle::from_file(&bundle).unwrap();
+    let s3 = aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::Config::builder()
+            .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+            .http_client(hipobj_s3::tls::http_client(Some(&ca_bundle)).unwrap())
+            .endpoint_url(&ep)
+            .region(aws_sdk_s3::config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_s3::config::Credentials::new(
+                support::AK,
+                support::SK,
+                None,
+                None,
+                "test",
+            ))
+            .force_path_style(true)
+            .build(),
+    );
+    rt.block_on(s3.create_bucket().bucket("tlsbucket").send())
+        .unwrap();
+    let data = support::pattern((2 << 20) + 5, 17);
+    let src = libs.join("in.bin");
+    std::fs::write(&src, &data).unwrap();
+    let n = data.len().to_string();
+
+    let out = run_ok(
+        ex.cmd("put-object")
+            .env("AWS_CA_BUNDLE", &bundle)
+            .args([&ep, "tlsbucket", "bound"])
+            .arg(&src),
+    );
+    assert!(
+        out.contains(&format!("PUT {n} bytes over RDMA: HTTP 200")),
+        "{out}"
+    );
+    let out = run_ok(
+        ex.cmd("get-object")
+            .env("AWS_CA_BUNDLE", &bundle)
+            .args([&ep, "tlsbucket", "bound", &n])
+            .arg(libs.join("bound.bin")),
+    );
+    assert!(
+        out.contains(&format!("GET {n} bytes over RDMA: HTTP 200")),
+        "{out}"
+    );
+    assert!(std::fs::read(libs.join("bound.bin")).unwrap() == data);
+    let out = run_ok(
+        ex.cmd("rcv2-object")
+            .env_remove("RCV2_GIVE_UP")
+            .env("AWS_CA_BUNDLE", &bundle)
+            .args(["put", &ep, "tlsbucket", "v2"])
+            .arg(&src),
+    );
+    assert!(out.contains(&format!("PUT {n} bytes over hipobj-rc-v2")), "{out}");
+    let out = run_ok(
+        ex.cmd("rcv2-object")
+            .env_remove("RCV2_GIVE_UP")
+            .env("AWS_CA_BUNDLE", &bundle)
+            .args(["get", &ep, "tlsbucket", "v2", &n])
+            .arg(libs.join("v2.bin")),
+    );
+    assert!(out.contains(&format!("GET {n} bytes over hipobj-rc-v2")), "{out}");
+    assert!(std::fs::read(libs.join("v2.bin")).unwrap() == data);
+    assert!(ex.read_back(&s3, "tlsbucket", "v2") == data);
+    assert_eq!(h.rdma().unwrap().target().stats().transfers, 2);
+
+    // Another CA: libcurl refuses the certificate; nothing reaches the
+    // server, nothing is stored.
+    let requests = h
+        .metrics()
+        .http_requests
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let out = ex
+        .cmd("put-object")
+        .env("AWS_CA_BUNDLE", &other)
+        .args([&ep, "tlsbucket", "refused"])
+        .arg(&src)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a PUT to an untrusted server succeeded");
+    assert!(err.contains("request failed: SSL peer certificate"), "{err}");
+    assert_eq!(
+        h.metrics()
+            .http_requests
+            .load(std::sync::atomic::Ordering::Relaxed),
+        requests
+    );
+    assert_eq!(h.rdma().unwrap().target().stats().transfers, 2);
     rt.block_on(h.shutdown());
 }

@@ -21,7 +21,9 @@
 //! `failover_over_hipobj_fs`, which runs with every `cargo test`; and
 //! moto in `failover_over_moto`, ignored unless `HIPOBJ_MOTO_ENDPOINT`
 //! names a running moto server (`scripts/s3-clients.sh` starts one and runs
-//! it).
+//! it); and SeaweedFS, a real distributed store, in `failover_over_seaweedfs`,
+//! ignored unless `HIPOBJ_SEAWEEDFS_ENDPOINT` names its S3 API
+//! (`scripts/seaweedfs.sh` starts a cluster and runs it).
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -147,6 +149,19 @@ fn failover_over_moto() {
     // buffer another is still hashing: HTTP 500), so over moto every key
     // has one writer.
     scenario(dir.path(), &endpoint, "moto", "moto", false);
+}
+
+#[test]
+#[ignore = "needs SeaweedFS: HIPOBJ_SEAWEEDFS_ENDPOINT and HIPOBJ_SEAWEEDFS_KEYS=KEY:SECRET (scripts/seaweedfs.sh runs it)"]
+fn failover_over_seaweedfs() {
+    let endpoint = std::env::var("HIPOBJ_SEAWEEDFS_ENDPOINT")
+        .expect("HIPOBJ_SEAWEEDFS_ENDPOINT names SeaweedFS's S3 API");
+    let keys = std::env::var("HIPOBJ_SEAWEEDFS_KEYS").expect("HIPOBJ_SEAWEEDFS_KEYS is KEY:SECRET");
+    let (ak, sk) = keys.split_once(':').expect("HIPOBJ_SEAWEEDFS_KEYS is KEY:SECRET");
+    let dir = tempfile::tempdir().unwrap();
+    // SeaweedFS takes concurrent PUTs of one key (the last one wins), so the
+    // shared keys are written by every client, as over the fs store.
+    scenario(dir.path(), &endpoint, ak, sk, true);
 }
 
 #[allow(clippy::too_many_lines)]

@@ -1,20 +1,240 @@
-//! The life of multipart uploads in the filesystem store beyond one
-//! upload's own operations: listing them (ListMultipartUploads), finding
-//! the ones that keep a bucket from being deleted, and removing the ones
-//! abandoned for longer than the configured age.
+//! Multipart uploads in the filesystem store: the record of an upload and
+//! its parts, the checks a part and a CompleteMultipartUpload make, the
+//! concatenation of the chosen parts; listing uploads
+//! (ListMultipartUploads), finding the ones that keep a bucket from being
+//! deleted, and removing the ones abandoned for longer than the configured
+//! age.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
+use std::time::{SystemTime, UNIX_EPOCH};
 
+use s3s::crypto::{Checksum as _, Md5};
 use s3s::dto;
-use s3s::{S3Result, s3_error};
+use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
+use serde::{Deserialize, Serialize};
 
-use super::{FsStore, Upload, encode_key, internal, now_ms, timestamp, wants_url};
+use super::checksums::Sums;
+use super::layout::{TempFile, part_file};
+use super::listing::{encode_key, wants_url};
+use super::object::{Attrs, Meta};
+use super::write::CopyErrors;
+use super::{FsStore, etag_of, hex, internal, io_kind, now_ms, strip_quotes, timestamp, unhex};
 
 /// Sweeps run at most this often (milliseconds), from CreateMultipartUpload.
 const SWEEP_EVERY_MS: u64 = 60_000;
 
+/// A multipart upload in progress.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct Upload {
+    pub(super) bucket: String,
+    pub(super) key: String,
+    pub(super) owner: Option<String>,
+    pub(super) attrs: Attrs,
+    pub(super) initiated_ms: u64,
+}
+
+/// UploadPart's and UploadPartCopy's part number: 1 to 10000.
+pub(super) fn check_part_number(n: i32) -> S3Result<()> {
+    if !(1..=10_000).contains(&n) {
+        return Err(s3_error!(InvalidArgument, "part numbers run from 1 to 10000"));
+    }
+    Ok(())
+}
+
+/// UploadPartCopy's `x-amz-copy-source-range`: exactly `bytes=FIRST-LAST`
+/// (both given, FIRST <= LAST; `400 InvalidArgument` otherwise), inside an
+/// object of `size` bytes (`416 InvalidRange` otherwise). Returns the start
+/// and the length.
+pub(super) fn copy_source_range(v: &str, size: u64) -> S3Result<(u64, u64)> {
+    let bad = || {
+        S3Error::with_message(
+            S3ErrorCode::InvalidArgument,
+            "x-amz-copy-source-range must be bytes=FIRST-LAST",
+        )
+    };
+    let (a, b) = v
+        .strip_prefix("bytes=")
+        .and_then(|r| r.split_once('-'))
+        .ok_or_else(bad)?;
+    let digits = |t: &str| !t.is_empty() && t.bytes().all(|c| c.is_ascii_digit());
+    if !digits(a) || !digits(b) {
+        return Err(bad());
+    }
+    let (first, last): (u64, u64) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+    if first > last {
+        return Err(bad());
+    }
+    if last >= size {
+        return Err(S3Error::with_message(
+            S3ErrorCode::InvalidRange,
+            format!("the range ends past the source object's {size} bytes"),
+        ));
+    }
+    Ok((first, last - first + 1))
+}
+
+/// The parts CompleteMultipartUpload makes an object of, each with its
+/// number and record.
+pub(super) type Chosen = Vec<(i32, Meta)>;
+
 impl FsStore {
+    pub(super) async fn load_upload(
+        &self,
+        upload_id: &str,
+        bucket: &str,
+        key: &str,
+        owner: Option<&str>,
+    ) -> S3Result<(PathBuf, Upload)> {
+        let dir = self.upload_dir(upload_id)?;
+        let json = match tokio::fs::read(dir.join("upload.json")).await {
+            Ok(j) => j,
+            Err(e) if io_kind(&e) == std::io::ErrorKind::NotFound => return Err(s3_error!(NoSuchUpload)),
+            Err(e) => return Err(internal("reading an upload", e)),
+        };
+        let up: Upload = serde_json::from_slice(&json).map_err(|e| internal("decoding an upload", e))?;
+        if up.bucket != bucket || up.key != key {
+            return Err(s3_error!(NoSuchUpload, "the upload belongs to another object"));
+        }
+        if up.owner.as_deref() != owner {
+            return Err(s3_error!(AccessDenied, "the upload belongs to another user"));
+        }
+        Ok((dir, up))
+    }
+
+    pub(super) async fn list_parts_in(dir: &Path) -> S3Result<Vec<(i32, Meta, SystemTime)>> {
+        let mut parts = Vec::new();
+        let mut rd = tokio::fs::read_dir(dir)
+            .await
+            .map_err(|e| internal("listing parts", e))?;
+        while let Some(ent) = rd.next_entry().await.map_err(|e| internal("listing parts", e))? {
+            let name = ent.file_name();
+            let Some(n) = name.to_str().and_then(|n| n.strip_prefix("part-")) else {
+                continue;
+            };
+            let Ok(n) = n.parse::<i32>() else { continue };
+            if let Some(mut st) = Self::read_stored(&ent.path()).await? {
+                let modified = st
+                    .file
+                    .metadata()
+                    .await
+                    .and_then(|m| m.modified())
+                    .unwrap_or(UNIX_EPOCH);
+                st.meta.key.clear();
+                parts.push((n, st.meta, modified));
+            }
+        }
+        parts.sort_by_key(|p| p.0);
+        Ok(parts)
+    }
+
+    /// Makes `meta`'s file the part `n` of the upload in `dir`. The upload
+    /// may have been completed or aborted meanwhile: the rename then fails
+    /// and nothing is left behind.
+    pub(super) async fn store_part(&self, tmp: TempFile, meta: &Meta, dir: &Path, n: i32) -> S3Result<()> {
+        self.finish(tmp, meta, &part_file(dir, n))
+            .await
+            .map_err(|_| s3_error!(NoSuchUpload))
+    }
+
+    /// The ETag of the object at `dest` if CompleteMultipartUpload made it
+    /// from `upload_id`: a retry whose first answer was lost finds the
+    /// upload gone because it made the object that is there now.
+    pub(super) async fn completed_etag(dest: &Path, upload_id: &str) -> S3Result<Option<String>> {
+        Ok(Self::read_stored(dest)
+            .await?
+            .filter(|st| st.meta.upload_id.as_deref() == Some(upload_id))
+            .map(|st| st.meta.etag))
+    }
+
+    /// CompleteMultipartUpload's checks of the parts it lists against the
+    /// parts uploaded to `dir`: numbered, in ascending order, uploaded,
+    /// with the ETag given, and every part but the last at least the
+    /// minimum part size.
+    pub(super) async fn chosen_parts(&self, dir: &Path, wanted: &[dto::CompletedPart]) -> S3Result<Chosen> {
+        let stored = Self::list_parts_in(dir).await?;
+        let mut prev = 0;
+        let mut chosen = Vec::with_capacity(wanted.len());
+        for (i, w) in wanted.iter().enumerate() {
+            let n = w
+                .part_number
+                .ok_or_else(|| s3_error!(InvalidPart, "a part has no number"))?;
+            if n <= prev {
+                return Err(s3_error!(InvalidPartOrder));
+            }
+            prev = n;
+            let Some((_, meta, _)) = stored.iter().find(|p| p.0 == n) else {
+                return Err(S3Error::with_message(
+                    S3ErrorCode::InvalidPart,
+                    format!("part {n} was not uploaded"),
+                ));
+            };
+            if let Some(e) = &w.e_tag
+                && strip_quotes(etag_of(e)) != meta.etag
+            {
+                return Err(S3Error::with_message(
+                    S3ErrorCode::InvalidPart,
+                    format!("part {n}: the ETag does not match"),
+                ));
+            }
+            if i + 1 < wanted.len() && meta.size < self.limits.min_part_size {
+                return Err(S3Error::with_message(
+                    S3ErrorCode::EntityTooSmall,
+                    format!(
+                        "part {n} is {} bytes; every part but the last needs {}",
+                        meta.size, self.limits.min_part_size
+                    ),
+                ));
+            }
+            chosen.push((n, meta.clone()));
+        }
+        Ok(chosen)
+    }
+
+    /// Concatenates the chosen parts of the upload in `dir` into a
+    /// temporary file, and the record of the object they make (its ETag:
+    /// the MD5 of the parts' MD5s, a dash, the number of parts).
+    pub(super) async fn assemble(
+        &self,
+        dir: &Path,
+        chosen: &Chosen,
+        up: Upload,
+        upload_id: &str,
+    ) -> S3Result<(TempFile, Meta)> {
+        let total: u64 = chosen.iter().map(|(_, m)| m.size).sum();
+        if total > self.limits.max_object_size.saturating_mul(10_000) {
+            return Err(s3_error!(EntityTooLarge));
+        }
+        let mut tmp = self.temp().await?;
+        let mut etag_md5 = Md5::new();
+        let errors = CopyErrors {
+            reading: "reading a part",
+            writing: "writing an object",
+        };
+        for (n, meta) in chosen {
+            let Some(st) = Self::read_stored(&part_file(dir, *n)).await? else {
+                return Err(S3Error::with_message(
+                    S3ErrorCode::InvalidPart,
+                    format!("part {n} vanished"),
+                ));
+            };
+            let md5 = unhex(&meta.etag).ok_or_else(|| internal("a part's ETag", "not hex"))?;
+            etag_md5.update(&md5);
+            tmp.append_from(st.file, 0, meta.size, &errors, |_| {}).await?;
+        }
+        let meta = Meta {
+            key: up.key,
+            size: total,
+            etag: format!("{}-{}", hex(&etag_md5.finalize()), chosen.len()),
+            modified_ms: now_ms(),
+            attrs: up.attrs,
+            sums: Sums::default(),
+            parts: chosen.iter().map(|(_, m)| m.size).collect(),
+            upload_id: Some(upload_id.to_owned()),
+        };
+        Ok((tmp, meta))
+    }
+
     /// Every upload in progress, with its directory, in no order.
     pub(super) async fn all_uploads(&self) -> S3Result<Vec<(String, PathBuf, Upload)>> {
         let mut out = Vec::new();

@@ -1,0 +1,190 @@
+//! The store on disk: where a bucket, an object or an upload lives, the
+//! temporary files every write goes through, and the trailer that makes an
+//! object file self-describing (sealing it on write, reading it back).
+
+use std::io::SeekFrom;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+
+use s3s::crypto::{Checksum as _, Sha256};
+use s3s::{S3Result, s3_error};
+use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt, BufWriter};
+
+use super::object::Meta;
+use super::{FsStore, hex, internal, io_kind};
+use crate::storage::names::{check_bucket, check_key};
+
+const MAGIC: &[u8; 4] = b"HOB1";
+const TRAILER: u64 = 8;
+/// Keys up to this many bytes are stored under their hex encoding.
+const HEX_KEY_MAX: usize = 100;
+
+/// A file in `.tmp` that is removed unless it is committed.
+pub(super) struct TempFile {
+    path: PathBuf,
+    pub(super) out: BufWriter<tokio::fs::File>,
+    done: bool,
+}
+
+impl TempFile {
+    /// Makes the file visible at `dest`, replacing what is there.
+    pub(super) async fn commit(mut self, dest: &Path, sync: bool) -> std::io::Result<()> {
+        self.out.flush().await?;
+        if sync {
+            self.out.get_ref().sync_data().await?;
+        }
+        tokio::fs::rename(&self.path, dest).await?;
+        self.done = true;
+        Ok(())
+    }
+
+    /// Commits only if nothing is at `dest` yet: a hard link fails
+    /// atomically when the name exists, so two racing creators cannot both
+    /// win.
+    pub(super) async fn commit_new(mut self, dest: &Path, sync: bool) -> std::io::Result<()> {
+        self.out.flush().await?;
+        if sync {
+            self.out.get_ref().sync_data().await?;
+        }
+        tokio::fs::hard_link(&self.path, dest).await?;
+        // Drop removes the temporary name; the object lives on at `dest`.
+        Ok(())
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// What reading an object file found.
+pub(super) struct Stored {
+    pub(super) meta: Meta,
+    pub(super) file: tokio::fs::File,
+}
+
+impl FsStore {
+    pub(super) fn bucket_dir(&self, bucket: &str) -> S3Result<PathBuf> {
+        check_bucket(bucket)?;
+        Ok(self.root.join(bucket))
+    }
+
+    pub(super) fn file_name(key: &str) -> String {
+        if key.len() <= HEX_KEY_MAX {
+            format!("o-{}", hex(key.as_bytes()))
+        } else {
+            format!("h-{}", hex(&Sha256::checksum(key.as_bytes())))
+        }
+    }
+
+    pub(super) async fn existing_bucket(&self, bucket: &str) -> S3Result<PathBuf> {
+        let dir = self.bucket_dir(bucket)?;
+        match tokio::fs::metadata(&dir).await {
+            Ok(m) if m.is_dir() => Ok(dir),
+            Ok(_) => Err(s3_error!(NoSuchBucket)),
+            Err(e) if io_kind(&e) == std::io::ErrorKind::NotFound => Err(s3_error!(NoSuchBucket)),
+            Err(e) => Err(internal("bucket lookup", e)),
+        }
+    }
+
+    pub(super) async fn object_path(&self, bucket: &str, key: &str) -> S3Result<PathBuf> {
+        check_key(key)?;
+        Ok(self.existing_bucket(bucket).await?.join(Self::file_name(key)))
+    }
+
+    pub(super) fn upload_dir(&self, upload_id: &str) -> S3Result<PathBuf> {
+        if upload_id.len() != 32 || !upload_id.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(s3_error!(NoSuchUpload));
+        }
+        Ok(self.root.join(".uploads").join(upload_id))
+    }
+
+    pub(super) async fn temp(&self) -> S3Result<TempFile> {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let path = self
+            .root
+            .join(".tmp")
+            .join(format!("{}-{n}", uuid::Uuid::new_v4().simple()));
+        let file = tokio::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .await
+            .map_err(|e| internal("creating a temporary file", e))?;
+        Ok(TempFile {
+            path,
+            out: BufWriter::with_capacity(1 << 20, file),
+            done: false,
+        })
+    }
+
+    /// Reads an object file's metadata; `None` if there is no such file.
+    pub(super) async fn read_stored(path: &Path) -> S3Result<Option<Stored>> {
+        let mut file = match tokio::fs::File::open(path).await {
+            Ok(f) => f,
+            Err(e) if io_kind(&e) == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(internal("opening an object", e)),
+        };
+        let meta = Self::read_trailer(&mut file)
+            .await
+            .map_err(|e| internal(&format!("reading {}", path.display()), e))?;
+        Ok(Some(Stored { meta, file }))
+    }
+
+    async fn read_trailer(file: &mut tokio::fs::File) -> std::io::Result<Meta> {
+        let bad = |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_owned());
+        let len = file.metadata().await?.len();
+        if len < TRAILER {
+            return Err(bad("shorter than its trailer"));
+        }
+        file.seek(SeekFrom::Start(len - TRAILER)).await?;
+        let mut t = [0u8; 8];
+        file.read_exact(&mut t).await?;
+        if &t[4..] != MAGIC {
+            return Err(bad("no object trailer"));
+        }
+        let jlen = u64::from(u32::from_le_bytes([t[0], t[1], t[2], t[3]]));
+        let data_len = len
+            .checked_sub(TRAILER + jlen)
+            .ok_or_else(|| bad("trailer longer than the file"))?;
+        file.seek(SeekFrom::Start(data_len)).await?;
+        let mut json = vec![0u8; usize::try_from(jlen).map_err(|_| bad("trailer too long"))?];
+        file.read_exact(&mut json).await?;
+        let meta: Meta = serde_json::from_slice(&json).map_err(|e| bad(&e.to_string()))?;
+        if meta.size != data_len {
+            return Err(bad("data length differs from the metadata"));
+        }
+        Ok(meta)
+    }
+
+    /// Appends the trailer (the file is then complete, not yet visible).
+    pub(super) async fn seal(&self, mut tmp: TempFile, meta: &Meta) -> S3Result<TempFile> {
+        let json = serde_json::to_vec(meta).map_err(|e| internal("encoding metadata", e))?;
+        let jlen = u32::try_from(json.len()).map_err(|e| internal("metadata too long", e))?;
+        let mut trailer = json;
+        trailer.extend_from_slice(&jlen.to_le_bytes());
+        trailer.extend_from_slice(MAGIC);
+        tmp.out
+            .write_all(&trailer)
+            .await
+            .map_err(|e| internal("writing metadata", e))?;
+        Ok(tmp)
+    }
+
+    /// Appends the trailer and renames the file into place.
+    pub(super) async fn finish(&self, tmp: TempFile, meta: &Meta, dest: &Path) -> S3Result<()> {
+        self.seal(tmp, meta)
+            .await?
+            .commit(dest, self.limits.sync)
+            .await
+            .map_err(|e| internal("committing an object", e))
+    }
+}
+
+/// The file of part `n` in the upload directory `dir`.
+pub(super) fn part_file(dir: &Path, n: i32) -> PathBuf {
+    dir.join(format!("part-{n:05}"))
+}

@@ -1,0 +1,761 @@
+//! The filesystem store as an S3 service: only `impl S3 for FsStore`,
+//! each operation in the terms of the store's other files.
+
+use std::io::SeekFrom;
+
+use s3s::crypto::{Checksum as _, Md5};
+use s3s::dto::{self, ETag, StreamingBlob, Timestamp};
+use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+
+use super::checksums::{Sums, checksum_enabled, expected_of};
+use super::conditions::{ReadConditions, WriteCondition, read_conditions};
+use super::layout::Stored;
+use super::listing::{BucketPage, ListArgs, encode_key};
+use super::object::{Attrs, Meta, attrs_of, described};
+use super::uploads::{Upload, check_part_number, copy_source_range};
+use super::write::CopyErrors;
+use super::{FsStore, US_EAST_1, hex, i64_of, internal, io_kind, now_ms, timestamp, unhex};
+use crate::storage::names::check_key;
+
+#[async_trait::async_trait]
+impl S3 for FsStore {
+    async fn create_bucket(
+        &self,
+        req: S3Request<dto::CreateBucketInput>,
+    ) -> S3Result<S3Response<dto::CreateBucketOutput>> {
+        let dir = self.bucket_dir(&req.input.bucket)?;
+        let asked = req
+            .input
+            .create_bucket_configuration
+            .as_ref()
+            .and_then(|c| c.location_constraint.as_ref())
+            .map(|l| l.as_str())
+            .filter(|l| !l.is_empty());
+        if let Some(asked) = asked
+            && asked != self.limits.region
+        {
+            // As AWS: a bucket is made in the endpoint's region, never
+            // silently somewhere other than where the client asked.
+            return Err(S3Error::with_message(
+                S3ErrorCode::IllegalLocationConstraintException,
+                format!(
+                    "The {asked} location constraint is incompatible with the region of this server ({})",
+                    self.limits.region
+                ),
+            ));
+        }
+        match tokio::fs::create_dir(&dir).await {
+            Ok(()) => Ok(S3Response::new(dto::CreateBucketOutput {
+                location: Some(format!("/{}", req.input.bucket)),
+            })),
+            // The key that asks owns the bucket (s3::owners refused any
+            // other): as AWS in us-east-1, creating it again succeeds and
+            // changes nothing; in any other region it is
+            // BucketAlreadyOwnedByYou.
+            Err(e) if io_kind(&e) == std::io::ErrorKind::AlreadyExists && self.limits.region != US_EAST_1 => {
+                Err(s3_error!(BucketAlreadyOwnedByYou))
+            }
+            Err(e) if io_kind(&e) == std::io::ErrorKind::AlreadyExists => {
+                Ok(S3Response::new(dto::CreateBucketOutput {
+                    location: Some(format!("/{}", req.input.bucket)),
+                }))
+            }
+            Err(e) => Err(internal("creating a bucket", e)),
+        }
+    }
+
+    async fn delete_bucket(
+        &self,
+        req: S3Request<dto::DeleteBucketInput>,
+    ) -> S3Result<S3Response<dto::DeleteBucketOutput>> {
+        let dir = self.existing_bucket(&req.input.bucket).await?;
+        self.sweep_stale_uploads().await;
+        if self.has_objects(&dir).await? {
+            return Err(s3_error!(BucketNotEmpty));
+        }
+        if self.limits.refuse_delete_with_uploads && self.has_uploads(&req.input.bucket).await? {
+            return Err(s3_error!(
+                BucketNotEmpty,
+                "The bucket you tried to delete has multipart uploads in progress: complete or abort them first"
+            ));
+        }
+        // As AWS: uploads in progress go with their bucket (and their parts
+        // with them), never left behind unlistable.
+        self.abort_uploads_of(&req.input.bucket).await?;
+        match tokio::fs::remove_dir(&dir).await {
+            Ok(()) => Ok(S3Response::new(dto::DeleteBucketOutput {})),
+            Err(e) if io_kind(&e) == std::io::ErrorKind::DirectoryNotEmpty => Err(s3_error!(BucketNotEmpty)),
+            Err(e) if io_kind(&e) == std::io::ErrorKind::NotFound => Err(s3_error!(NoSuchBucket)),
+            Err(e) => Err(internal("deleting a bucket", e)),
+        }
+    }
+
+    async fn head_bucket(
+        &self,
+        req: S3Request<dto::HeadBucketInput>,
+    ) -> S3Result<S3Response<dto::HeadBucketOutput>> {
+        self.existing_bucket(&req.input.bucket).await?;
+        Ok(S3Response::new(dto::HeadBucketOutput::default()))
+    }
+
+    async fn get_bucket_location(
+        &self,
+        req: S3Request<dto::GetBucketLocationInput>,
+    ) -> S3Result<S3Response<dto::GetBucketLocationOutput>> {
+        self.existing_bucket(&req.input.bucket).await?;
+        // AWS answers an empty LocationConstraint for us-east-1.
+        let region = &self.limits.region;
+        Ok(S3Response::new(dto::GetBucketLocationOutput {
+            location_constraint: (region != US_EAST_1).then(|| region.clone().into()),
+        }))
+    }
+
+    async fn list_buckets(
+        &self,
+        req: S3Request<dto::ListBucketsInput>,
+    ) -> S3Result<S3Response<dto::ListBucketsOutput>> {
+        let who = req.credentials.as_ref().map(|c| c.access_key.as_str());
+        let input = req.input;
+        let page = BucketPage::of(&input)?;
+        let (buckets, continuation_token) = self.bucket_page(&page, who).await?;
+        Ok(S3Response::new(dto::ListBucketsOutput {
+            buckets: Some(buckets),
+            continuation_token,
+            prefix: input.prefix,
+            owner: Some(dto::Owner {
+                display_name: Some("hipobj".into()),
+                id: Some("hipobj".into()),
+            }),
+        }))
+    }
+
+    async fn put_object(
+        &self,
+        req: S3Request<dto::PutObjectInput>,
+    ) -> S3Result<S3Response<dto::PutObjectOutput>> {
+        let input = req.input;
+        let dest = self.object_path(&input.bucket, &input.key).await?;
+        let cond = WriteCondition::of(input.if_match.clone(), input.if_none_match.clone())?;
+        let mut expected = expected_of!(input, req);
+        let (tmp, size, md5, computed) = self
+            .receive(
+                input.body,
+                input.content_length,
+                &mut expected,
+                req.trailing_headers,
+            )
+            .await?;
+        let meta = Meta {
+            key: input.key,
+            size,
+            etag: hex(&md5),
+            modified_ms: now_ms(),
+            attrs: attrs_of!(input),
+            sums: computed,
+            parts: Vec::new(),
+            upload_id: None,
+        };
+        self.finish_if(tmp, &meta, &dest, cond).await?;
+        tracing::debug!(bucket = %input.bucket, key = %meta.key, size, etag = %meta.etag, "stored");
+        Ok(S3Response::new(dto::PutObjectOutput {
+            e_tag: Some(ETag::Strong(meta.etag)),
+            size: Some(i64_of(size)),
+            checksum_crc32: meta.sums.crc32,
+            checksum_crc32c: meta.sums.crc32c,
+            checksum_sha1: meta.sums.sha1,
+            checksum_sha256: meta.sums.sha256,
+            checksum_crc64nvme: meta.sums.crc64nvme,
+            ..Default::default()
+        }))
+    }
+
+    async fn get_object(
+        &self,
+        req: S3Request<dto::GetObjectInput>,
+    ) -> S3Result<S3Response<dto::GetObjectOutput>> {
+        let input = req.input;
+        let path = self.object_path(&input.bucket, &input.key).await?;
+        let Stored { meta, mut file } = Self::read_if(&path, read_conditions!(input), false).await?;
+        let size = meta.size;
+        let (range, parts_count) = meta.selection(input.range.as_ref(), input.part_number)?;
+        let (start, len) = range.as_ref().map_or((0, size), |r| (r.start, r.end - r.start));
+        file.seek(SeekFrom::Start(start))
+            .await
+            .map_err(|e| internal("reading an object", e))?;
+        let body = tokio_util::io::ReaderStream::with_capacity(file.take(len), 256 << 10);
+        let whole = len == size;
+        // A Range or a partNumber selects bytes: 206 with Content-Range.
+        let content_range = range.map(|r| format!("bytes {}-{}/{size}", r.start, r.end.saturating_sub(1)));
+        // The whole object's checksums, only for the whole object.
+        let sums = whole && checksum_enabled(input.checksum_mode.as_ref());
+        Ok(S3Response::new(described!(dto::GetObjectOutput, meta, sums, {
+            body: Some(StreamingBlob::wrap(body)),
+            content_length: Some(i64_of(len)),
+            content_range,
+            parts_count,
+        })))
+    }
+
+    async fn head_object(
+        &self,
+        req: S3Request<dto::HeadObjectInput>,
+    ) -> S3Result<S3Response<dto::HeadObjectOutput>> {
+        let input = req.input;
+        let path = self.object_path(&input.bucket, &input.key).await?;
+        let Stored { meta, .. } = Self::read_if(&path, read_conditions!(input), false).await?;
+        let sums = checksum_enabled(input.checksum_mode.as_ref());
+        let parts_count = input
+            .part_number
+            .map(|_| i32::try_from(meta.parts.len().max(1)).unwrap_or(i32::MAX));
+        let size = meta.size;
+        Ok(S3Response::new(described!(dto::HeadObjectOutput, meta, sums, {
+            content_length: Some(i64_of(size)),
+            parts_count,
+        })))
+    }
+
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<dto::GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<dto::GetObjectAttributesOutput>> {
+        let input = req.input;
+        let path = self.object_path(&input.bucket, &input.key).await?;
+        let Stored { meta, .. } = Self::read_if(&path, ReadConditions::default(), false).await?;
+        // SDKs send the list as one header, "ETag, Checksum, ...".
+        let wants = |a: &str| {
+            input
+                .object_attributes
+                .iter()
+                .flat_map(|x| x.as_str().split(','))
+                .any(|x| x.trim() == a)
+        };
+        let object_parts = if wants(dto::ObjectAttributes::OBJECT_PARTS) {
+            meta.parts_page(input.part_number_marker, input.max_parts)?
+        } else {
+            None
+        };
+        let checksum = (wants(dto::ObjectAttributes::CHECKSUM) && meta.sums != Sums::default())
+            .then(|| meta.sums.to_dto());
+        Ok(S3Response::new(dto::GetObjectAttributesOutput {
+            e_tag: wants(dto::ObjectAttributes::ETAG).then(|| ETag::Strong(meta.etag.clone())),
+            object_size: wants(dto::ObjectAttributes::OBJECT_SIZE).then(|| i64_of(meta.size)),
+            storage_class: wants(dto::ObjectAttributes::STORAGE_CLASS)
+                .then(|| dto::StorageClass::from_static(dto::StorageClass::STANDARD)),
+            last_modified: Some(timestamp(meta.modified_ms)),
+            object_parts,
+            checksum,
+            ..Default::default()
+        }))
+    }
+
+    async fn delete_object(
+        &self,
+        req: S3Request<dto::DeleteObjectInput>,
+    ) -> S3Result<S3Response<dto::DeleteObjectOutput>> {
+        let path = self.object_path(&req.input.bucket, &req.input.key).await?;
+        match tokio::fs::remove_file(&path).await {
+            Ok(()) => {}
+            Err(e) if io_kind(&e) == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(internal("deleting an object", e)),
+        }
+        Ok(S3Response::new(dto::DeleteObjectOutput::default()))
+    }
+
+    async fn delete_objects(
+        &self,
+        req: S3Request<dto::DeleteObjectsInput>,
+    ) -> S3Result<S3Response<dto::DeleteObjectsOutput>> {
+        let input = req.input;
+        let dir = self.existing_bucket(&input.bucket).await?;
+        if input.delete.objects.len() > 1000 {
+            return Err(s3_error!(
+                MalformedXML,
+                "DeleteObjects takes at most 1000 keys per request"
+            ));
+        }
+        let mut deleted = Vec::new();
+        let mut errors = Vec::new();
+        for obj in input.delete.objects {
+            let r = match check_key(&obj.key) {
+                Err(e) => Err(e),
+                Ok(()) => match tokio::fs::remove_file(dir.join(Self::file_name(&obj.key))).await {
+                    Ok(()) => Ok(()),
+                    Err(e) if io_kind(&e) == std::io::ErrorKind::NotFound => Ok(()),
+                    Err(e) => Err(internal("deleting an object", e)),
+                },
+            };
+            match r {
+                Ok(()) => deleted.push(dto::DeletedObject {
+                    key: Some(obj.key),
+                    ..Default::default()
+                }),
+                Err(e) => errors.push(dto::Error {
+                    key: Some(obj.key),
+                    code: Some(e.code().as_str().to_owned()),
+                    message: e.message().map(str::to_owned),
+                    ..Default::default()
+                }),
+            }
+        }
+        Ok(S3Response::new(dto::DeleteObjectsOutput {
+            deleted: Some(deleted),
+            errors: (!errors.is_empty()).then_some(errors),
+            ..Default::default()
+        }))
+    }
+
+    async fn list_objects_v2(
+        &self,
+        req: S3Request<dto::ListObjectsV2Input>,
+    ) -> S3Result<S3Response<dto::ListObjectsV2Output>> {
+        let input = req.input;
+        let after_token = match &input.continuation_token {
+            Some(t) => Some(
+                unhex(t)
+                    .and_then(|b| String::from_utf8(b).ok())
+                    .ok_or_else(|| s3_error!(InvalidArgument, "the continuation token is not valid"))?,
+            ),
+            None => None,
+        };
+        let args = ListArgs::of(
+            input.prefix.as_deref(),
+            input.delimiter,
+            input.max_keys,
+            input.encoding_type.as_ref(),
+        )?;
+        let after = after_token.as_deref().or(input.start_after.as_deref());
+        let listing = self.list_page(&input.bucket, &args, after).await?;
+        // The owner only when asked for (fetch-owner=true), as S3 does in v2.
+        let owner = match input.fetch_owner {
+            Some(true) => Some(self.bucket_owner(&input.bucket, &req.credentials).await),
+            _ => None,
+        };
+        let contents = listing.contents(args.url, owner.as_ref());
+        let common_prefixes = listing.common_prefixes(args.url);
+        let count = contents.len() + common_prefixes.as_ref().map_or(0, Vec::len);
+        Ok(S3Response::new(dto::ListObjectsV2Output {
+            name: Some(input.bucket),
+            prefix: args.prefix_out(),
+            delimiter: args.delimiter_out(),
+            max_keys: args.max_keys_out(),
+            key_count: Some(i32::try_from(count).unwrap_or(i32::MAX)),
+            is_truncated: Some(listing.truncated),
+            continuation_token: input.continuation_token,
+            next_continuation_token: listing.next.as_deref().map(|k| hex(k.as_bytes())),
+            start_after: input.start_after,
+            encoding_type: input.encoding_type,
+            contents: Some(contents),
+            common_prefixes,
+            ..Default::default()
+        }))
+    }
+
+    async fn list_objects(
+        &self,
+        req: S3Request<dto::ListObjectsInput>,
+    ) -> S3Result<S3Response<dto::ListObjectsOutput>> {
+        let input = req.input;
+        let args = ListArgs::of(
+            input.prefix.as_deref(),
+            input.delimiter,
+            input.max_keys,
+            input.encoding_type.as_ref(),
+        )?;
+        let marker = input.marker.filter(|m| !m.is_empty());
+        let listing = self.list_page(&input.bucket, &args, marker.as_deref()).await?;
+        // v1 always names each object's owner, as S3 does.
+        let owner = self.bucket_owner(&input.bucket, &req.credentials).await;
+        let url = args.url;
+        Ok(S3Response::new(dto::ListObjectsOutput {
+            name: Some(input.bucket),
+            prefix: args.prefix_out(),
+            delimiter: args.delimiter_out(),
+            // S3 always echoes the marker, empty when none was given.
+            marker: args.marker_out(marker.as_deref()),
+            max_keys: args.max_keys_out(),
+            is_truncated: Some(listing.truncated),
+            // S3 sends NextMarker only with a delimiter; without one the
+            // client continues from the last key.
+            next_marker: listing
+                .next
+                .as_deref()
+                .filter(|_| args.delimiter.is_some())
+                .map(|k| encode_key(k, url)),
+            encoding_type: input.encoding_type,
+            contents: Some(listing.contents(url, Some(&owner))),
+            common_prefixes: listing.common_prefixes(url),
+            ..Default::default()
+        }))
+    }
+
+    async fn copy_object(
+        &self,
+        req: S3Request<dto::CopyObjectInput>,
+    ) -> S3Result<S3Response<dto::CopyObjectOutput>> {
+        let input = req.input;
+        let (src_bucket, src_key) = bucket_key_source(&input.copy_source)?;
+        let src = self.object_path(src_bucket, src_key).await?;
+        let dest = self.object_path(&input.bucket, &input.key).await?;
+        let replace = input
+            .metadata_directive
+            .as_ref()
+            .is_some_and(|d| d.as_str() == dto::MetadataDirective::REPLACE);
+        if src == dest && !replace {
+            return Err(s3_error!(
+                InvalidRequest,
+                "copying an object onto itself needs the REPLACE metadata directive"
+            ));
+        }
+        let Stored { meta, file } = Self::read_if(&src, read_conditions!(copy_source input), true).await?;
+        if meta.size > self.limits.max_object_size {
+            return Err(s3_error!(EntityTooLarge));
+        }
+        let mut tmp = self.temp().await?;
+        let mut md5 = Md5::new();
+        let errors = CopyErrors {
+            reading: "reading the copy source",
+            writing: "writing the copy",
+        };
+        let copied = tmp
+            .append_from(file, 0, meta.size, &errors, |chunk| md5.update(chunk))
+            .await?;
+        if copied != meta.size {
+            return Err(internal("copying", "the source changed during the copy"));
+        }
+        let attrs = if replace { attrs_of!(input) } else { meta.attrs };
+        let new = Meta {
+            key: input.key,
+            size: copied,
+            etag: if meta.parts.is_empty() {
+                meta.etag
+            } else {
+                hex(&md5.finalize())
+            },
+            modified_ms: now_ms(),
+            attrs,
+            sums: meta.sums,
+            parts: Vec::new(),
+            upload_id: None,
+        };
+        self.finish(tmp, &new, &dest).await?;
+        Ok(S3Response::new(dto::CopyObjectOutput {
+            copy_object_result: Some(dto::CopyObjectResult {
+                e_tag: Some(ETag::Strong(new.etag)),
+                last_modified: Some(timestamp(new.modified_ms)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }))
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<dto::CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<dto::CreateMultipartUploadOutput>> {
+        let input = req.input;
+        check_key(&input.key)?;
+        self.existing_bucket(&input.bucket).await?;
+        self.sweep_stale_uploads().await;
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let dir = self.upload_dir(&id)?;
+        tokio::fs::create_dir(&dir)
+            .await
+            .map_err(|e| internal("creating an upload", e))?;
+        let up = Upload {
+            bucket: input.bucket.clone(),
+            key: input.key.clone(),
+            owner: req.credentials.map(|c| c.access_key),
+            attrs: attrs_of!(input),
+            initiated_ms: now_ms(),
+        };
+        let json = serde_json::to_vec(&up).map_err(|e| internal("encoding an upload", e))?;
+        tokio::fs::write(dir.join("upload.json"), json)
+            .await
+            .map_err(|e| internal("writing an upload", e))?;
+        Ok(S3Response::new(dto::CreateMultipartUploadOutput {
+            bucket: Some(input.bucket),
+            key: Some(input.key),
+            upload_id: Some(id),
+            ..Default::default()
+        }))
+    }
+
+    async fn upload_part(
+        &self,
+        req: S3Request<dto::UploadPartInput>,
+    ) -> S3Result<S3Response<dto::UploadPartOutput>> {
+        let input = req.input;
+        check_key(&input.key)?;
+        check_part_number(input.part_number)?;
+        let owner = req.credentials.as_ref().map(|c| c.access_key.as_str());
+        let (dir, _) = self
+            .load_upload(&input.upload_id, &input.bucket, &input.key, owner)
+            .await?;
+        let mut expected = expected_of!(input, req);
+        let (tmp, size, md5, computed) = self
+            .receive(
+                input.body,
+                input.content_length,
+                &mut expected,
+                req.trailing_headers,
+            )
+            .await?;
+        let meta = Meta {
+            key: String::new(),
+            size,
+            etag: hex(&md5),
+            modified_ms: now_ms(),
+            attrs: Attrs::default(),
+            sums: computed,
+            parts: Vec::new(),
+            upload_id: None,
+        };
+        self.store_part(tmp, &meta, &dir, input.part_number).await?;
+        Ok(S3Response::new(dto::UploadPartOutput {
+            e_tag: Some(ETag::Strong(meta.etag)),
+            checksum_crc32: meta.sums.crc32,
+            checksum_crc32c: meta.sums.crc32c,
+            checksum_sha1: meta.sums.sha1,
+            checksum_sha256: meta.sums.sha256,
+            checksum_crc64nvme: meta.sums.crc64nvme,
+            ..Default::default()
+        }))
+    }
+
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<dto::UploadPartCopyInput>,
+    ) -> S3Result<S3Response<dto::UploadPartCopyOutput>> {
+        let input = req.input;
+        check_key(&input.key)?;
+        check_part_number(input.part_number)?;
+        let (src_bucket, src_key) = bucket_key_source(&input.copy_source)?;
+        let owner = req.credentials.as_ref().map(|c| c.access_key.as_str());
+        let (dir, _) = self
+            .load_upload(&input.upload_id, &input.bucket, &input.key, owner)
+            .await?;
+        let src = self.object_path(src_bucket, src_key).await?;
+        let Stored { meta, file } = Self::read_if(&src, read_conditions!(copy_source input), true).await?;
+        let (start, len) = match input.copy_source_range.as_deref() {
+            None => (0, meta.size),
+            Some(r) => copy_source_range(r, meta.size)?,
+        };
+        if len > self.limits.max_object_size {
+            return Err(s3_error!(EntityTooLarge));
+        }
+        let mut tmp = self.temp().await?;
+        let mut md5 = Md5::new();
+        let errors = CopyErrors {
+            reading: "reading the copy source",
+            writing: "writing the part",
+        };
+        let copied = tmp
+            .append_from(file, start, len, &errors, |chunk| md5.update(chunk))
+            .await?;
+        if copied != len {
+            return Err(internal("copying a part", "the source changed during the copy"));
+        }
+        let part = Meta {
+            key: String::new(),
+            size: copied,
+            etag: hex(&md5.finalize()),
+            modified_ms: now_ms(),
+            attrs: Attrs::default(),
+            sums: Sums::default(),
+            parts: Vec::new(),
+            upload_id: None,
+        };
+        self.store_part(tmp, &part, &dir, input.part_number).await?;
+        Ok(S3Response::new(dto::UploadPartCopyOutput {
+            copy_part_result: Some(dto::CopyPartResult {
+                e_tag: Some(ETag::Strong(part.etag)),
+                last_modified: Some(timestamp(part.modified_ms)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }))
+    }
+
+    async fn list_parts(
+        &self,
+        req: S3Request<dto::ListPartsInput>,
+    ) -> S3Result<S3Response<dto::ListPartsOutput>> {
+        let input = req.input;
+        let owner = req.credentials.as_ref().map(|c| c.access_key.as_str());
+        let (dir, _) = self
+            .load_upload(&input.upload_id, &input.bucket, &input.key, owner)
+            .await?;
+        let marker = input.part_number_marker.unwrap_or(0);
+        let max = input
+            .max_parts
+            .map_or(1000, |m| usize::try_from(m).unwrap_or(0).min(1000));
+        let all: Vec<_> = Self::list_parts_in(&dir)
+            .await?
+            .into_iter()
+            .filter(|p| p.0 > marker)
+            .collect();
+        let truncated = all.len() > max;
+        let parts: Vec<dto::Part> = all
+            .into_iter()
+            .take(max)
+            .map(|(n, m, modified)| dto::Part {
+                part_number: Some(n),
+                size: Some(i64_of(m.size)),
+                e_tag: Some(ETag::Strong(m.etag)),
+                last_modified: Some(Timestamp::from(modified)),
+                checksum_crc32: m.sums.crc32,
+                checksum_crc32c: m.sums.crc32c,
+                checksum_sha1: m.sums.sha1,
+                checksum_sha256: m.sums.sha256,
+                checksum_crc64nvme: m.sums.crc64nvme,
+            })
+            .collect();
+        Ok(S3Response::new(dto::ListPartsOutput {
+            bucket: Some(input.bucket),
+            key: Some(input.key),
+            upload_id: Some(input.upload_id),
+            part_number_marker: input.part_number_marker,
+            next_part_number_marker: if truncated {
+                parts.last().and_then(|p| p.part_number)
+            } else {
+                None
+            },
+            max_parts: Some(i32::try_from(max).unwrap_or(1000)),
+            is_truncated: Some(truncated),
+            parts: Some(parts),
+            ..Default::default()
+        }))
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<dto::CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<dto::CompleteMultipartUploadOutput>> {
+        let input = req.input;
+        let owner = req.credentials.as_ref().map(|c| c.access_key.as_str());
+        let dest = self.object_path(&input.bucket, &input.key).await?;
+        let (dir, up) = match self
+            .load_upload(&input.upload_id, &input.bucket, &input.key, owner)
+            .await
+        {
+            Ok(u) => u,
+            Err(e) if *e.code() == S3ErrorCode::NoSuchUpload => {
+                // A retry whose first answer was lost gets that answer.
+                return match Self::completed_etag(&dest, &input.upload_id).await? {
+                    Some(etag) => Ok(S3Response::new(completed(&input.bucket, &input.key, etag))),
+                    None => Err(e),
+                };
+            }
+            Err(e) => return Err(e),
+        };
+        let cond = WriteCondition::of(input.if_match.clone(), input.if_none_match.clone())?;
+        let wanted = input
+            .multipart_upload
+            .and_then(|m| m.parts)
+            .filter(|p| !p.is_empty())
+            .ok_or_else(|| s3_error!(MalformedXML, "the request lists no parts"))?;
+        let chosen = self.chosen_parts(&dir, &wanted).await?;
+        let (tmp, meta) = self.assemble(&dir, &chosen, up, &input.upload_id).await?;
+        self.finish_if(tmp, &meta, &dest, cond).await?;
+        if let Err(e) = tokio::fs::remove_dir_all(&dir).await {
+            tracing::warn!("removing the finished upload {}: {e}", dir.display());
+        }
+        Ok(S3Response::new(completed(&input.bucket, &input.key, meta.etag)))
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<dto::ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<dto::ListMultipartUploadsOutput>> {
+        self.sweep_stale_uploads().await;
+        Ok(S3Response::new(self.list_uploads(req.input).await?))
+    }
+
+    async fn list_object_versions(
+        &self,
+        req: S3Request<dto::ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<dto::ListObjectVersionsOutput>> {
+        // Buckets are not versioned: every object is its only version, the
+        // null version, and there are no delete markers.
+        let input = req.input;
+        let args = ListArgs::of(
+            input.prefix.as_deref(),
+            input.delimiter,
+            input.max_keys,
+            input.encoding_type.as_ref(),
+        )?;
+        let marker = input.key_marker.filter(|m| !m.is_empty());
+        let listing = self.list_page(&input.bucket, &args, marker.as_deref()).await?;
+        let url = args.url;
+        let versions = listing
+            .contents(url, None)
+            .into_iter()
+            .map(|o| dto::ObjectVersion {
+                key: o.key,
+                size: o.size,
+                e_tag: o.e_tag,
+                last_modified: o.last_modified,
+                is_latest: Some(true),
+                version_id: Some("null".into()),
+                storage_class: Some(dto::ObjectVersionStorageClass::from_static(
+                    dto::ObjectVersionStorageClass::STANDARD,
+                )),
+                ..Default::default()
+            })
+            .collect();
+        Ok(S3Response::new(dto::ListObjectVersionsOutput {
+            name: Some(input.bucket),
+            prefix: args.prefix_out(),
+            delimiter: args.delimiter_out(),
+            key_marker: args.marker_out(marker.as_deref()),
+            version_id_marker: Some(input.version_id_marker.unwrap_or_default()),
+            max_keys: args.max_keys_out(),
+            is_truncated: Some(listing.truncated),
+            next_key_marker: listing.next.as_deref().map(|k| encode_key(k, url)),
+            next_version_id_marker: listing.truncated.then(|| "null".to_owned()),
+            encoding_type: input.encoding_type,
+            versions: Some(versions),
+            common_prefixes: listing.common_prefixes(url),
+            ..Default::default()
+        }))
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<dto::AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<dto::AbortMultipartUploadOutput>> {
+        let input = req.input;
+        let owner = req.credentials.as_ref().map(|c| c.access_key.as_str());
+        let (dir, _) = self
+            .load_upload(&input.upload_id, &input.bucket, &input.key, owner)
+            .await?;
+        tokio::fs::remove_dir_all(&dir)
+            .await
+            .map_err(|e| internal("aborting an upload", e))?;
+        Ok(S3Response::new(dto::AbortMultipartUploadOutput::default()))
+    }
+}
+
+/// The bucket and key of a copy source (the only kind this store copies).
+fn bucket_key_source(source: &dto::CopySource) -> S3Result<(&str, &str)> {
+    match source {
+        dto::CopySource::Bucket { bucket, key, .. } => Ok((&**bucket, &**key)),
+        _ => Err(s3_error!(
+            NotImplemented,
+            "only bucket/key copy sources are supported"
+        )),
+    }
+}
+
+/// CompleteMultipartUpload's answer for the object `bucket`/`key` with
+/// `etag`.
+fn completed(bucket: &str, key: &str, etag: String) -> dto::CompleteMultipartUploadOutput {
+    dto::CompleteMultipartUploadOutput {
+        bucket: Some(bucket.to_owned()),
+        key: Some(key.to_owned()),
+        location: Some(format!("/{bucket}/{key}")),
+        e_tag: Some(ETag::Strong(etag)),
+        ..Default::default()
+    }
+}
