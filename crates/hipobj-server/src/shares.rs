@@ -136,7 +136,7 @@ impl Shares {
     pub fn close_one_for_room(&self) -> bool {
         let mut open = self.lock();
         let mut sources: Vec<(usize, Source)> = open.iter().map(|(s, v)| (v.len(), *s)).collect();
-        sources.sort_by(|a, b| b.0.cmp(&a.0));
+        sources.sort_by_key(|s| std::cmp::Reverse(s.0));
         for (_, source) in sources {
             let Some(v) = open.get_mut(&source) else {
                 continue;

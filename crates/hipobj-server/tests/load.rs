@@ -147,7 +147,7 @@ async fn honest(i: u8, to: SocketAddr, until: Instant) -> Honest {
     while Instant::now() < until {
         n += 1;
         let t = Instant::now();
-        let r = if n % 4 == 0 {
+        let r = if n.is_multiple_of(4) {
             // A PREPARE and its CANCEL, with the honest key.
             let p = control(rc_v2::PREPARE_PATH, &prepare(Op::Get, "obj", 4096, n), HONEST_KEY);
             match one(&mut conn, from, to, &p).await {
