@@ -297,7 +297,9 @@ async fn serve(listener: TcpListener, front: Front, limits: Limits) {
         let slot = match slots.clone().try_acquire_owned() {
             Ok(s) => s,
             Err(_) => {
-                if !shares.close_one_for_room() && !at_cap {
+                // (The connection admitting this one closed, if any, is
+                // about to free its slot; this one itself never goes.)
+                if !ticket.made_room && !shares.close_one_for_room(&ticket) && !at_cap {
                     at_cap = true;
                     tracing::warn!(
                         max_connections = http.max_connections,

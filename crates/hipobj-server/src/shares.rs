@@ -58,6 +58,9 @@ pub struct Ticket {
     shares: Arc<Shares>,
     source: Source,
     id: u64,
+    /// Whether admitting it closed another connection of its source (whose
+    /// slot is about to free).
+    pub made_room: bool,
 }
 
 impl Drop for Ticket {
@@ -109,11 +112,13 @@ impl Shares {
         let source = Source::of(ip);
         let mut open = self.lock();
         let v = open.entry(source).or_default();
+        let mut made_room = false;
         if v.len() >= self.per_source {
             match victim(v) {
                 Some(i) => {
                     v.swap_remove(i).state.close();
                     inc(&self.metrics.http_connections_closed_for_room);
+                    made_room = true;
                 }
                 None => {
                     inc(&self.metrics.http_connections_refused);
@@ -127,13 +132,14 @@ impl Shares {
             shares: self.clone(),
             source,
             id,
+            made_room,
         })
     }
 
     /// At the global cap: closes the longest-waiting idle connection of the
     /// source holding the most connections (the next source if that one
     /// has none idle). Whether one was closed.
-    pub fn close_one_for_room(&self) -> bool {
+    pub fn close_one_for_room(&self, waiting: &Ticket) -> bool {
         let mut open = self.lock();
         let mut sources: Vec<(usize, Source)> = open.iter().map(|(s, v)| (v.len(), *s)).collect();
         sources.sort_by_key(|s| std::cmp::Reverse(s.0));
@@ -141,7 +147,17 @@ impl Shares {
             let Some(v) = open.get_mut(&source) else {
                 continue;
             };
-            if let Some(i) = victim(v) {
+            let others: Vec<usize> = (0..v.len()).filter(|&i| v[i].id != waiting.id).collect();
+            let pick = victim(
+                &v.iter()
+                    .filter(|e| e.id != waiting.id)
+                    .map(|e| Entry {
+                        id: e.id,
+                        state: e.state.clone(),
+                    })
+                    .collect::<Vec<_>>(),
+            );
+            if let Some(i) = pick.map(|j| others[j]) {
                 v.swap_remove(i).state.close();
                 inc(&self.metrics.http_connections_closed_for_room);
                 return true;
