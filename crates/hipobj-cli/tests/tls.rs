@@ -88,6 +88,15 @@ impl Env {
             .env("AWS_ACCESS_KEY_ID", AK)
             .env("AWS_SECRET_ACCESS_KEY", SK)
             .env("AWS_ENDPOINT_URL", self.server().endpoint());
+        // The server's soft NIC has a loopback address of its own, not the
+        // endpoint's 127.0.0.1: name it (docs/protocol.md §8).
+        if let Some(ip) = self
+            .server()
+            .rdma()
+            .and_then(|r| r.target().selection().gid.to_ipv4())
+        {
+            c.env("HIPOBJ_ALLOW_PEER_GID", ip.to_string());
+        }
         c
     }
 

@@ -53,8 +53,8 @@
 //! # Ok::<(), hipobj_proto::ReplyError>(())
 //! ```
 
-pub mod landed;
 mod checksum;
+pub mod landed;
 pub mod rc_v2;
 pub mod reply;
 pub mod token;

@@ -83,20 +83,28 @@ fn rdma_get_and_put_run_over_https_with_the_ca_bundle_and_a_wrong_ca_is_refused(
     let mixed = CaBundle::from_pem(format!("{junk}{}", ca.pem())).unwrap();
     rt.block_on(sdk(&h.endpoint(), Some(&mixed)).list_buckets().send())
         .unwrap();
+    // The server's soft NIC has a loopback address of its own, not the
+    // endpoint's 127.0.0.1: the client accepts server QPs there (docs/protocol.md §8).
+    let server_ip = h
+        .rdma()
+        .and_then(|r| r.target().selection().gid.to_ipv4())
+        .unwrap();
     let hipobj = hipobj::Client::builder(hipobj_system::platform())
         .nic_hint(hipobj_softroce::DEFAULT_NAME)
+        .options(hipobj::Options {
+            allow_peer: hipobj::AllowPeer::Listed(vec![server_ip.into()]),
+            ..hipobj::Options::default()
+        })
         .build()
         .unwrap();
     let c = RdmaS3Client::new(s3.clone(), hipobj.clone(), rt.handle().clone()).fallback(false);
 
     let data = pattern(3 << 20, 5);
-    let mut src = data.clone();
-    let reg = hipobj.register(&mut src).unwrap();
+    let reg = hipobj.register(data.clone()).unwrap();
     let put = c.put_object(&reg, Span::whole(data.len()), "tls", "obj").unwrap();
     assert!(put.rdma && put.bytes == data.len() as u64, "{put:?}");
     drop(reg);
-    let mut out = vec![0u8; data.len()];
-    let mut reg = hipobj.register(&mut out).unwrap();
+    let mut reg = hipobj.register(vec![0u8; data.len()]).unwrap();
     let got = c
         .get_object(&mut reg, Span::whole(data.len()), "tls", "obj", None)
         .unwrap();
@@ -130,8 +138,7 @@ fn rdma_get_and_put_run_over_https_with_the_ca_bundle_and_a_wrong_ca_is_refused(
         ("the system's roots", sdk(&h.endpoint(), None)),
     ] {
         let rc = RdmaS3Client::new(client, hipobj.clone(), rt.handle().clone()).fallback(false);
-        let mut buf = vec![0u8; data.len()];
-        let mut reg = hipobj.register(&mut buf).unwrap();
+        let mut reg = hipobj.register(vec![0u8; data.len()]).unwrap();
         let e = rc
             .get_object(&mut reg, Span::whole(data.len()), "tls", "obj", None)
             .unwrap_err();
