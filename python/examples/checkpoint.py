@@ -77,7 +77,10 @@ def start_server(data_dir):
     proc = subprocess.Popen(
         [exe, "--address", "127.0.0.1:0", "--data-dir", data_dir, "--access-key", "ckpt", "--secret-key", "ckpt-secret",
          "--rdma-device", "softroce0", "--max-transfer", str(4 << 30), "--max-object-size", str(8 << 30)],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, "HIPOBJ_LOG": "warn"},
+        stdout=subprocess.PIPE, text=True,
+        # The server's soft NIC on the endpoint's own address, so that the
+        # client's check of the server's QP address (docs/protocol.md §8) holds.
+        env={**os.environ, "HIPOBJ_LOG": "warn", "HIPOBJ_SOFTROCE_ADDR": "127.0.0.1"},
     )
     line = proc.stdout.readline().strip()
     if not line.startswith("listening on "):
