@@ -321,7 +321,7 @@ fn a_bind_naming_a_qp_off_the_endpoints_host_is_refused_unless_listed() {
                 return Resp::error(409, "RDMABindRequired")
                     .header(hipobj_proto::REPLY_HEADER, bind.to_string());
             }
-            assert!(verbs.deliver_write_with_imm(t.qpn, t.rkey, 0));
+            assert!(verbs.deliver_write_with_imm(t.qpn, t.rkey, t.len as u32));
             let done = Reply::Done {
                 status: 200,
                 token: server_token_at(party),

@@ -41,6 +41,10 @@ fn the_roundtrip_example_moves_its_object_over_rdma() {
     config.rdma.device = Some(hipobj_softroce::DEFAULT_NAME.into());
     config.rdma.backend = VerbsBackend::Softroce;
     let h = rt.block_on(Server::start(config)).unwrap();
+    let server_ip = h
+        .rdma()
+        .and_then(|r| r.target().selection().gid.to_ipv4())
+        .unwrap();
     let out = Command::new(&example)
         .args([
             h.endpoint().as_str(),
@@ -49,6 +53,9 @@ fn the_roundtrip_example_moves_its_object_over_rdma() {
         ])
         .env("AWS_ACCESS_KEY_ID", "example-key")
         .env("AWS_SECRET_ACCESS_KEY", "example-secret")
+        // The server's soft NIC has a loopback address of its own, not the
+        // endpoint's 127.0.0.1: name it (docs/protocol.md §8).
+        .env("HIPOBJ_ALLOW_PEER_GID", server_ip.to_string())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
