@@ -53,7 +53,8 @@ pub const MAX_PORT: u8 = 254;
 /// Why no client could own `gid` as the address of its QP, or `None` when
 /// one could: a unicast address a host can have. IPv4-mapped GIDs must not
 /// map `0.0.0.0/8`, multicast (`224.0.0.0/4`), the reserved `240.0.0.0/4`
-/// (the broadcast address included) or a documentation range; other GIDs
+/// (the broadcast address included); IPv4's documentation ranges pass, since
+/// test networks (the rxe VM's 192.0.2.0/24) give them to real NICs; other GIDs
 /// must be global unicast (`2000::/3`, not the documentation prefixes),
 /// unique local (`fc00::/7`) or link-local (`fe80::/10`), which leaves out
 /// `::`, `::1`, the IPv4-compatible `::a.b.c.d`, and multicast `ff00::/8`.
@@ -64,7 +65,6 @@ pub(crate) fn unowned_gid(gid: Gid) -> Option<String> {
             (0, _, _) => Some("an unspecified (\"this network\") address"),
             (224..=239, _, _) => Some("a multicast address"),
             (240..=255, _, _) => Some("a reserved or broadcast address"),
-            (192, 0, 2) | (198, 51, 100) | (203, 0, 113) => Some("a documentation address"),
             _ => None,
         };
         return why.map(|w| format!("the token's GID {gid} maps {v4}, {w}: no client QP has it"));
@@ -180,7 +180,6 @@ mod tests {
             "::ffff:0.0.0.0",
             "::ffff:0.1.2.3",
             "::ffff:240.0.0.1",
-            "::ffff:192.0.2.1",
             "2001:db8::1",
             "::a01:203",
             "::",
@@ -192,6 +191,7 @@ mod tests {
             assert!(unowned_gid(gid(bad)).is_some(), "{bad} passed as a client's GID");
         }
         for good in [
+            "::ffff:192.0.2.1",
             "::ffff:127.0.0.1",
             "::ffff:10.1.2.3",
             "::ffff:169.254.1.1",
