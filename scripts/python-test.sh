@@ -18,7 +18,7 @@
 # MATURIN_PEP517_ARGS. A plain `pip install ./python` builds the release
 # profile, which is the same code and takes much longer here.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib.sh"
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 venv="${HIPOBJ_PY_VENV:-/tmp/hipobj-py-venv}"
@@ -39,8 +39,8 @@ if [ "${HIPOBJ_PY_TORCH:-1}" != 0 ] && ! "$py" -c 'import torch' 2>/dev/null; th
     "$venv/bin/pip" install -q --progress-bar off torch
 fi
 
-cargo build -q -p hipobj-server
-export HIPOBJ_SERVER_BIN="$CARGO_TARGET_DIR/debug/hipobj-server"
+bin=$(build_workspace)
+export HIPOBJ_SERVER_BIN="$bin/hipobj-server"
 
 # The wheel: one abi3 wheel for CPython 3.9 and later.
 "$venv/bin/maturin" build -q --profile dev -m python/Cargo.toml -o "$work/wheels"

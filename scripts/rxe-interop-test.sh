@@ -18,15 +18,13 @@
 #
 #   scripts/rxe-interop-test.sh [TEST-ARGS...]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib.sh"
 out=target/rxe-interop
 mkdir -p "$out"
 venv="${HIPOBJ_SCAPY_VENV:-/tmp/hipobj-scapy-venv}"
-exe=$(cargo test -p hipobj-softroce --test rxe_interop --no-run --message-format=json |
-    grep -o '"executable":"[^"]*"' | tail -1 | cut -d'"' -f4)
+exe=$(test_exe hipobj-softroce rxe_interop)
 [[ -n $exe && -x $exe ]] || { echo "rxe-interop-test: could not build the test" >&2; exit 1; }
-cargo build -q -p hipobj-cli -p hipobj-server
-bin=$(cargo metadata --format-version 1 --no-deps | grep -o '"target_directory":"[^"]*"' | cut -d'"' -f4)/debug
+bin=$(build_workspace)
 
 # The job inside the VM (a file under target/, which the VM sees read-only).
 job=$PWD/$out/job.sh

@@ -19,16 +19,10 @@
 # RXE_VM_DIR as for scripts/rxe-vm.sh. Run the VM under
 # `flock /tmp/rxe-vm.lock` when others share it.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-root=$(pwd)
+. "$(dirname "$0")/lib.sh"
 
-peers_dir=${HIPOBJ_PEERS_DIR:-}
-if [[ -z $peers_dir ]]; then
-    for d in "$root/../shared/peers/hipobj-rc-v2" /work/shared/peers/hipobj-rc-v2; do
-        [[ -x $d/build.sh ]] && { peers_dir=$d; break; }
-    done
-fi
-[[ -n $peers_dir && -x $peers_dir/build.sh ]] || { echo "rxe-rcv2-c-test: no peers directory (set HIPOBJ_PEERS_DIR)" >&2; exit 1; }
+peers_dir=$(peers_dir)
+[[ -n $peers_dir ]] || { echo "rxe-rcv2-c-test: no peers directory (set HIPOBJ_PEERS_DIR)" >&2; exit 1; }
 export HIPOBJ_PEERS_BUILD=${HIPOBJ_PEERS_BUILD:-/tmp/hipobj-rc-v2-peers}
 [[ -x $HIPOBJ_PEERS_BUILD/bin/s3rdma-server ]] || bash "$peers_dir/build.sh"
 [[ -e /usr/include/x86_64-linux-gnu/curl/curl.h ]] || {
@@ -36,13 +30,12 @@ export HIPOBJ_PEERS_BUILD=${HIPOBJ_PEERS_BUILD:-/tmp/hipobj-rc-v2-peers}
     exit 1
 }
 
-cargo build -q -p hipobj-capi
-target=$(cargo metadata --format-version 1 --no-deps | grep -o '"target_directory":"[^"]*"' | cut -d'"' -f4)
+bin=$(build_workspace)
 libs=$(mktemp -d /tmp/rxe-rcv2-c.XXXXXX)
 inner=$libs/inner.sh
 trap 'rm -rf "$libs"' EXIT
-ln -s "$target/debug/libhipobj_capi.so" "$libs/libhipobj.so"
-ln -s "$target/debug/libhipobj_capi.so" "$libs/libhipobj.so.0"
+ln -s "$bin/libhipobj_capi.so" "$libs/libhipobj.so"
+ln -s "$bin/libhipobj_capi.so" "$libs/libhipobj.so.0"
 gcc -std=c99 -D_DEFAULT_SOURCE -Wall -Wextra -Werror -pedantic -Iinclude examples/c/rcv2-object.c \
     -L"$libs" -lhipobj -lcurl -o "$libs/rcv2-object"
 

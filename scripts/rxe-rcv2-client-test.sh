@@ -20,22 +20,14 @@
 # /tmp/hipobj-rc-v2-peers), RXE_VM_DIR as for scripts/rxe-vm.sh.
 # Run the VM under `flock /tmp/rxe-vm.lock` when others share it.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-root=$(pwd)
+. "$(dirname "$0")/lib.sh"
 
-peers_dir=${HIPOBJ_PEERS_DIR:-}
-if [[ -z $peers_dir ]]; then
-    for d in "$root/../shared/peers/hipobj-rc-v2" /work/shared/peers/hipobj-rc-v2; do
-        [[ -x $d/build.sh ]] && { peers_dir=$d; break; }
-    done
-fi
-[[ -n $peers_dir && -x $peers_dir/build.sh ]] || { echo "rxe-rcv2-client-test: no peers directory (set HIPOBJ_PEERS_DIR)" >&2; exit 1; }
+peers_dir=$(peers_dir)
+[[ -n $peers_dir ]] || { echo "rxe-rcv2-client-test: no peers directory (set HIPOBJ_PEERS_DIR)" >&2; exit 1; }
 export HIPOBJ_PEERS_BUILD=${HIPOBJ_PEERS_BUILD:-/tmp/hipobj-rc-v2-peers}
 [[ -x $HIPOBJ_PEERS_BUILD/bin/s3rdma-server ]] || bash "$peers_dir/build.sh"
 
-cargo build -q -p hipobj-cli --bin hipobj
-target=$(cargo metadata --format-version 1 --no-deps | grep -o '"target_directory":"[^"]*"' | cut -d'"' -f4)
-hipobj=$target/debug/hipobj
+hipobj=$(build_workspace)/hipobj
 [[ -x $hipobj ]] || { echo "rxe-rcv2-client-test: no $hipobj" >&2; exit 1; }
 
 sizes=("$@")

@@ -15,8 +15,8 @@
 # Prints PASS/FAIL per check and "rxe-rcv2-server-test: PASS|FAIL". Exit status 0 only if every
 # check passed.
 #
-# Environment: HIPOBJ_PEERS (default ../shared/peers/hipobj-rc-v2), HIPOBJ_PEERS_BUILD (default
-# /tmp/hipobj-rcv2-server-peers), RXE_VM_DIR as scripts/rxe-vm.sh.
+# Environment: HIPOBJ_PEERS_DIR (default ../shared/peers/hipobj-rc-v2), HIPOBJ_PEERS_BUILD (default
+# /tmp/hipobj-rc-v2-peers, shared with the other rc-v2 lanes), RXE_VM_DIR as scripts/rxe-vm.sh.
 #
 # Inside the VM: rxe-rcv2-server-test.sh --inside PEER_BIN SERVER_BIN [SIZE...]
 set -uo pipefail
@@ -186,19 +186,18 @@ fi
 
 # --- host half ---------------------------------------------------------------------------------
 set -e
-cd "$(dirname "$0")/.."
-root=$PWD
+. "$(dirname "$0")/lib.sh"
 for size in "$@"; do
     [[ $size =~ ^[0-9]+$ ]] && ((size >= 8 && size <= 4096)) ||
         { echo "rxe-rcv2-server-test: SIZE must be 8..4096 (the client's limits): $size" >&2; exit 2; }
 done
-peers=${HIPOBJ_PEERS:-$root/../shared/peers/hipobj-rc-v2}
-export HIPOBJ_PEERS_BUILD=${HIPOBJ_PEERS_BUILD:-/tmp/hipobj-rcv2-server-peers}
+peers=$(peers_dir)
+[[ -n $peers ]] || { echo "rxe-rcv2-server-test: no peers directory (set HIPOBJ_PEERS_DIR)" >&2; exit 1; }
+export HIPOBJ_PEERS_BUILD=${HIPOBJ_PEERS_BUILD:-/tmp/hipobj-rc-v2-peers}
 if [[ ! -x $HIPOBJ_PEERS_BUILD/bin/hipobj-v2-data-client ]]; then
     bash "$peers/build.sh" >&2
 fi
-cargo build -q -p hipobj-server --bin hipobj-server
-server=$(cargo metadata --format-version 1 --no-deps | grep -o '"target_directory":"[^"]*"' | cut -d'"' -f4)/debug/hipobj-server
+server=$(build_workspace)/hipobj-server
 [[ -x $server ]] || { echo "rxe-rcv2-server-test: no $server" >&2; exit 1; }
 echo "rxe-rcv2-server-test: client $(sed -n 3p "$HIPOBJ_PEERS_BUILD/bin/BUILDINFO"); server $server"
 rc=0

@@ -6,9 +6,8 @@
 # Extra arguments go to the test binary. HIPOBJ_RXE_BIG sets the size of
 # the large object (default 64 MiB).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-cargo build -q -p hipobj-server --bin hipobj-server
-exe=$(cargo test -p hipobj-server --test rdma_two_process --no-run --message-format=json |
-    grep '"name":"rdma_two_process"' | grep -o '"executable":"[^"]*"' | tail -1 | cut -d'"' -f4)
+. "$(dirname "$0")/lib.sh"
+build_workspace >/dev/null
+exe=$(test_exe hipobj-server rdma_two_process)
 [[ -n $exe && -x $exe ]] || { echo "rxe-server-test: could not build the test" >&2; exit 1; }
 exec scripts/rxe-vm.sh /usr/bin/env HIPOBJ_RXE_BIG="${HIPOBJ_RXE_BIG:-}" "$exe" --ignored --exact rdma_between_two_processes_on_rxe --test-threads=1 --nocapture "$@"

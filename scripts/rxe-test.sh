@@ -8,13 +8,9 @@
 #
 #   scripts/rxe-test.sh [TEST-ARGS...]
 set -euo pipefail
-cd "$(dirname "$0")/.."
-build() {
-    cargo test -p "$1" --test "$2" --no-run --message-format=json |
-        grep -o '"executable":"[^"]*"' | tail -1 | cut -d'"' -f4
-}
-backend=$(build hipobj-ibverbs rxe)
-e2e=$(build hipobj rxe_e2e)
+. "$(dirname "$0")/lib.sh"
+backend=$(test_exe hipobj-ibverbs rxe)
+e2e=$(test_exe hipobj rxe_e2e)
 for exe in "$backend" "$e2e"; do
     [[ -n $exe && -x $exe ]] || { echo "rxe-test: could not build the rxe tests" >&2; exit 1; }
 done

@@ -13,7 +13,7 @@
 # Fails on any wrong answer. Python packages go into a venv
 # ($HIPOBJ_S3_VENV, default /tmp/hipobj-s3-venv), created on first use.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib.sh"
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 venv="${HIPOBJ_S3_VENV:-/tmp/hipobj-s3-venv}"
@@ -35,8 +35,7 @@ if [ ! -x "$venv/bin/moto_server" ] || ! "$venv/bin/python" -c 'import boto3' 2>
     "$venv/bin/pip" install -q 'moto[server]' boto3
 fi
 
-cargo build -q -p hipobj-server
-bin="$CARGO_TARGET_DIR/debug/hipobj-server"
+bin="$(build_workspace)/hipobj-server"
 
 # Starts hipobj-server with "$@" and sets $addr from its first line.
 start_server() {
@@ -183,5 +182,5 @@ PY
 # SIGKILL while RDMA transfers run through it: every call fails over and
 # succeeds, nothing lost or torn (crates/hipobj-server/tests/failover.rs).
 HIPOBJ_MOTO_ENDPOINT="http://127.0.0.1:$moto_port" \
-    cargo test -q -p hipobj-server --test failover -- --ignored --exact failover_over_moto
+    run_ignored_test hipobj-server failover failover_over_moto
 echo "s3-clients: all passed"

@@ -18,7 +18,7 @@
 # (crates/hipobj-gpu/src/dl.rs: a GPU runtime that was dlopen'ed is never
 # closed again); scripts/sanitizers/ holds the two suppression files.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib.sh"
 root="$PWD"
 
 if ! command -v valgrind >/dev/null || ! [ -e /usr/include/x86_64-linux-gnu/curl/curl.h ]; then
@@ -46,8 +46,7 @@ asan_dir="${ASAN_TARGET_DIR:-$root/target/asan}"
 # suppressions in scripts/sanitizers/lsan.supp match those names.
 RUSTFLAGS="-Zsanitizer=address" CARGO_TARGET_DIR="$asan_dir" CARGO_PROFILE_DEV_DEBUG=true \
     cargo +nightly build -q -Zbuild-std --target "$target" -p hipobj-capi
-cargo build -q -p hipobj-capi -p hipobj-server
-plain_dir="${CARGO_TARGET_DIR:-$root/target}/debug"
+plain_dir=$(build_workspace)
 
 mkdir -p "$work/asan" "$work/plain"
 for n in libhipobj.so libhipobj.so.0; do

@@ -13,7 +13,7 @@
 # Fails on any wrong answer. The venv is $HIPOBJ_SEAWEEDFS_VENV (default
 # /tmp/hipobj-seaweedfs-venv), created on first use (about 40 MB).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib.sh"
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 venv="${HIPOBJ_SEAWEEDFS_VENV:-/tmp/hipobj-seaweedfs-venv}"
@@ -90,8 +90,7 @@ wait_http "$s" "S3 API"
 seaweed="http://127.0.0.1:$s"
 echo "seaweedfs: master :$m, volumes 2, filer :$f, S3 API $seaweed"
 
-cargo build -q -p hipobj-server
-bin="$CARGO_TARGET_DIR/debug/hipobj-server"
+bin="$(build_workspace)/hipobj-server"
 
 # --- 1. boto3 through one gateway -------------------------------------------
 cat >"$work/gateway.toml" <<TOML
@@ -128,5 +127,5 @@ PY
 
 # --- 2. three gateways over SeaweedFS, one killed mid-transfer --------------
 HIPOBJ_SEAWEEDFS_ENDPOINT="$seaweed" HIPOBJ_SEAWEEDFS_KEYS="$sw_ak:$sw_sk" \
-    cargo test -q -p hipobj-server --test failover -- --ignored --exact failover_over_seaweedfs --nocapture
+    run_ignored_test hipobj-server failover failover_over_seaweedfs --nocapture
 echo "seaweedfs: all passed"

@@ -17,7 +17,7 @@
 # and running as root) and python3.
 set -euo pipefail
 
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib.sh"
 out="${1:-target/softroce-tshark}"
 mkdir -p "$out"
 pcap="$out/softroce.pcap"
@@ -33,7 +33,8 @@ if ! command -v tshark >/dev/null; then
     fi
 fi
 
-cargo run -q -p hipobj-softroce --example capture -- "$pcap"
+bin=$(build_workspace)
+"$bin/examples/capture" "$pcap"
 
 # tshark errors (a bad filter, an unreadable file) stop the script: with
 # pipefail a failed tshark fails its pipeline instead of counting zero.

@@ -17,7 +17,7 @@
 # Needs root for the capture (and to apt-get install tshark if missing),
 # python3-venv (scapy goes into $HIPOBJ_SCAPY_VENV, default /tmp/hipobj-scapy-venv).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib.sh"
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 out="${1:-target/softroce-wire}"
@@ -38,8 +38,7 @@ if ! "$venv/bin/python" -c 'import scapy.contrib.roce' 2>/dev/null; then
     "$venv/bin/pip" install -q scapy
 fi
 
-cargo build -q -p hipobj-cli
-bin="$CARGO_TARGET_DIR/debug/hipobj"
+bin="$(build_workspace)/hipobj"
 
 cap_pid=
 cleanup() { [ -z "$cap_pid" ] || { kill -INT "$cap_pid" 2>/dev/null || true; wait "$cap_pid" 2>/dev/null || true; }; }

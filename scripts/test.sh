@@ -4,10 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The C-level tests link the shared library itself, which `cargo test`
-# builds only as an rlib: build the cdylib and staticlib first. The Rust
-# example is run by a test too: build it first as well.
-cargo build -p hipobj-capi
-cargo build -p hipobj-s3 --examples
+# builds only as an rlib, and a test runs the Rust example: build every
+# target first (the cdylib and staticlib included), with the features
+# `cargo test` uses, so that the test run compiles nothing again.
+cargo build --workspace --all-targets
 cargo test --workspace --all-targets
 cargo test --workspace --doc
 scripts/check-install.sh

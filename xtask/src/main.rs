@@ -13,6 +13,11 @@
 //!
 //! It does what `cargo cinstall` would, without needing cargo-c (a seven
 //! minute build on these machines) in CI.
+//!
+//! The release install builds the three crates alone. `--debug` is for the
+//! test suite: it builds the workspace the way `cargo test --workspace
+//! --all-targets` does, so that it reuses that build instead of compiling
+//! the dependencies again with the features of these three crates alone.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -82,17 +87,11 @@ fn install(opts: &Install) -> Result<(), String> {
     let root = workspace_root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut build = Command::new(&cargo);
-    build.current_dir(&root).args([
-        "build",
-        "-p",
-        "hipobj-capi",
-        "-p",
-        "hipobj-cli",
-        "-p",
-        "hipobj-server",
-    ]);
-    if !opts.debug {
-        build.arg("--release");
+    build.current_dir(&root).arg("build");
+    if opts.debug {
+        build.args(["--workspace", "--all-targets"]);
+    } else {
+        build.args(["--release", "-p", "hipobj-capi", "-p", "hipobj-cli", "-p", "hipobj-server"]);
     }
     run(&mut build)?;
     let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);

@@ -1,0 +1,57 @@
+# What the scripts share. Source it from a script: `. "$(dirname "$0")/lib.sh"`.
+# It changes into the repository root and sets $root.
+#
+# Every lane builds the debug workspace the way `cargo test --workspace
+# --all-targets` does: one command, one set of features for every
+# dependency. A `cargo build -p CRATE` resolves features for that crate
+# alone, and for hipobj-server or hipobj-cli that compiles about 60
+# dependencies a second (or third) time, minutes each on 2 cores.
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+
+# The target directory (CARGO_TARGET_DIR or the workspace's).
+target_dir() {
+    cargo metadata --format-version 1 --no-deps | grep -o '"target_directory":"[^"]*"' | cut -d'"' -f4
+}
+
+# Builds every target of the workspace in the test suite's configuration;
+# prints the directory that holds the debug binaries.
+build_workspace() {
+    cargo build -q --workspace --all-targets >&2
+    echo "$(target_dir)/debug"
+}
+
+# Prints the executable of integration test NAME of crate DIR (its folder
+# under crates/), built in the test suite's configuration.
+test_exe() {
+    cargo test -q --workspace --test "$2" --no-run --message-format=json |
+        grep "\"src_path\":\"[^\"]*/$1/tests/$2.rs\"" | grep -o '"executable":"[^"]*"' | tail -1 | cut -d'"' -f4
+}
+
+# Prints the hipobj-rc-v2 peers' source directory: $HIPOBJ_PEERS_DIR, or
+# ../shared/peers/hipobj-rc-v2 beside the checkout, or the one under
+# /work/shared. Prints nothing when there is none.
+peers_dir() {
+    local d
+    for d in "${HIPOBJ_PEERS_DIR:-}" "$root/../shared/peers/hipobj-rc-v2" /work/shared/peers/hipobj-rc-v2; do
+        if [[ -n $d && -x $d/build.sh ]]; then
+            (cd "$d" && pwd)
+            return
+        fi
+    done
+}
+
+# Runs the ignored test TEST of integration test NAME of crate DIR, from the
+# crate's folder as `cargo test` would, with the remaining arguments for the
+# test binary; fails unless exactly that one test ran and passed (an --exact
+# filter that matches nothing would otherwise pass).
+run_ignored_test() {
+    local exe out rc=0
+    exe=$(test_exe "$1" "$2")
+    [[ -n $exe && -x $exe ]] || { echo "could not build $1's test $2" >&2; return 1; }
+    out=$(cd "$root/crates/$1" && "$exe" --ignored --exact "$3" "${@:4}" 2>&1) || rc=$?
+    printf '%s\n' "$out"
+    [[ $rc == 0 ]] || return "$rc"
+    grep -q '^test result: ok\. 1 passed' <<<"$out" || { echo "$1 $2: $3 did not run" >&2; return 1; }
+}
