@@ -256,7 +256,7 @@ put("target_request", "two-callers-one-binding", get(10, length=L4K) + get(10, c
     + get(10, length=L4K) + get(10, length=L4K))
 
 
-# rcv2_control: a flags byte (even: the server side, odd: the client side;
+# rc_v2_control: a flags byte (even: the server side, odd: the client side;
 # 2: memory windows on the client), then steps (see the target's `server`
 # and `client`).
 HONEST = bytes([0, 0x0C, 9])       # no mutation, alice, plain HTTP, signed as the client does
@@ -277,26 +277,26 @@ def v2_cancel(idx=0, sign=HONEST):
     return bytes([3, 0, idx]) + sign
 
 
-put("rcv2_control", "server-put", bytes([0]) + v2_prepare() + v2_ready())
-put("rcv2_control", "server-get", bytes([0]) + v2_prepare(put_=False) + v2_ready())
-put("rcv2_control", "server-put-wrong-immediate", bytes([0]) + v2_prepare() + v2_ready(then=bytes([2])))
-put("rcv2_control", "server-put-short-write", bytes([0]) + v2_prepare() + v2_ready(then=bytes([0x0C])))
-put("rcv2_control", "server-put-broken-qp", bytes([0]) + v2_prepare() + v2_ready(then=bytes([0xF0])))
-put("rcv2_control", "server-ready-wrong-cookie", bytes([0]) + v2_prepare() + v2_ready(sel=3, extra=bytes([7])))
-put("rcv2_control", "server-ready-and-cancel-by-another-key", bytes([0]) + v2_prepare() + v2_ready(sign=BOB)
+put("rc_v2_control", "server-put", bytes([0]) + v2_prepare() + v2_ready())
+put("rc_v2_control", "server-get", bytes([0]) + v2_prepare(put_=False) + v2_ready())
+put("rc_v2_control", "server-put-wrong-immediate", bytes([0]) + v2_prepare() + v2_ready(then=bytes([2])))
+put("rc_v2_control", "server-put-short-write", bytes([0]) + v2_prepare() + v2_ready(then=bytes([0x0C])))
+put("rc_v2_control", "server-put-broken-qp", bytes([0]) + v2_prepare() + v2_ready(then=bytes([0xF0])))
+put("rc_v2_control", "server-ready-wrong-cookie", bytes([0]) + v2_prepare() + v2_ready(sel=3, extra=bytes([7])))
+put("rc_v2_control", "server-ready-and-cancel-by-another-key", bytes([0]) + v2_prepare() + v2_ready(sign=BOB)
     + v2_cancel(sign=BOB) + v2_ready())
-put("rcv2_control", "server-cancel-then-ready", bytes([0]) + v2_prepare() + v2_cancel() + v2_ready())
-put("rcv2_control", "server-get-without-buffer", bytes([0]) + v2_prepare(put_=False) + v2_ready(sel=0x20))
-put("rcv2_control", "server-forged", bytes([0]) + b"".join(
+put("rc_v2_control", "server-cancel-then-ready", bytes([0]) + v2_prepare() + v2_cancel() + v2_ready())
+put("rc_v2_control", "server-get-without-buffer", bytes([0]) + v2_prepare(put_=False) + v2_ready(sel=0x20))
+put("rc_v2_control", "server-forged", bytes([0]) + b"".join(
     v2_prepare(sign=bytes([0, 0x0C, f]) + (u16(5) if f in (3, 4) else b"") + (bytes([2]) if f == 6 else b""))
     for f in range(8)) + v2_prepare(sign=bytes([0, 0x0C, 8]) + u16(100)))
-put("rcv2_control", "server-session-limit", bytes([0]) + v2_prepare() * 4 + v2_cancel() + v2_prepare())
-put("rcv2_control", "server-bad-tokens", bytes([0]) + v2_prepare(qsel=0) + v2_prepare(qsel=1) + v2_prepare(qsel=2)
+put("rc_v2_control", "server-session-limit", bytes([0]) + v2_prepare() * 4 + v2_cancel() + v2_prepare())
+put("rc_v2_control", "server-bad-tokens", bytes([0]) + v2_prepare(qsel=0) + v2_prepare(qsel=1) + v2_prepare(qsel=2)
     + v2_prepare(gid=5) + v2_prepare(gid=7) + v2_prepare(gid=6) + v2_prepare(gid=4) + v2_prepare(size=5000)
     + v2_prepare(cookie=0) + v2_prepare(psn=0))
-put("rcv2_control", "server-mutated-prepare", bytes([0])
+put("rc_v2_control", "server-mutated-prepare", bytes([0])
     + v2_prepare(sign=bytes([0xA0, 2, 3, 5]) + b"0x100" + bytes([0x0C, 9])))
-put("rcv2_control", "server-http", bytes([0]) + v2_prepare(sign=bytes([0, 0x00, 9])) + v2_prepare(sign=bytes([0, 0x02, 3, 9]))
+put("rc_v2_control", "server-http", bytes([0]) + v2_prepare(sign=bytes([0, 0x00, 9])) + v2_prepare(sign=bytes([0, 0x02, 3, 9]))
     + v2_prepare(sign=bytes([0, 0x04, 9])) + v2_prepare(sign=bytes([0, 0x06, 9])) + v2_prepare(sign=bytes([0, 0x08, 9]))
     + v2_prepare(sign=bytes([0, 0x0A, 9])))
 
@@ -314,22 +314,22 @@ def v2_round(put_=False, size=4096, offset=0, a=0x14, which=0, lensel=1, psn=5, 
 
 
 PROOF = bytes([1, 0])
-put("rcv2_control", "client-get", bytes([3]) + v2_round(events=PROOF))
-put("rcv2_control", "client-get-fallback", bytes([1]) + v2_round(events=PROOF) + v2_round(size=100, offset=7, events=PROOF))
-put("rcv2_control", "client-get-no-write", bytes([3]) + v2_round())
-put("rcv2_control", "client-get-wrong-immediate", bytes([3]) + v2_round(events=bytes([1, 0x10])))
-put("rcv2_control", "client-get-short-write", bytes([3]) + v2_round(events=bytes([1, 0x60])))
-put("rcv2_control", "client-get-write-on-another-qp", bytes([3]) + v2_round(events=bytes([1, 0xC0, 0])))
-put("rcv2_control", "client-get-broken-qp", bytes([3]) + v2_round(events=bytes([2, 0, 5])))
-put("rcv2_control", "client-get-overcount", bytes([3]) + v2_round(events=PROOF, b=0x84))
-put("rcv2_control", "client-get-wrong-echo", bytes([3]) + v2_round(events=PROOF, b=0x34, extra_b=u32(7)))
-put("rcv2_control", "client-put", bytes([1]) + v2_round(put_=True, events=bytes([1, 6])))
-put("rcv2_control", "client-put-short-staging", bytes([1]) + v2_round(put_=True, lensel=0))
-put("rcv2_control", "client-bogus-servers", bytes([3]) + b"".join(v2_round(a=0x04, which=w) for w in range(6)))
-put("rcv2_control", "client-prepare-refused", bytes([3]) + v2_round(a=0x10) + v2_round(a=0x13, extra_a=u16(302)))
-put("rcv2_control", "client-bad-sizes", bytes([3]) + v2_round(size=0) + v2_round(size=16384, offset=1)
+put("rc_v2_control", "client-get", bytes([3]) + v2_round(events=PROOF))
+put("rc_v2_control", "client-get-fallback", bytes([1]) + v2_round(events=PROOF) + v2_round(size=100, offset=7, events=PROOF))
+put("rc_v2_control", "client-get-no-write", bytes([3]) + v2_round())
+put("rc_v2_control", "client-get-wrong-immediate", bytes([3]) + v2_round(events=bytes([1, 0x10])))
+put("rc_v2_control", "client-get-short-write", bytes([3]) + v2_round(events=bytes([1, 0x60])))
+put("rc_v2_control", "client-get-write-on-another-qp", bytes([3]) + v2_round(events=bytes([1, 0xC0, 0])))
+put("rc_v2_control", "client-get-broken-qp", bytes([3]) + v2_round(events=bytes([2, 0, 5])))
+put("rc_v2_control", "client-get-overcount", bytes([3]) + v2_round(events=PROOF, b=0x84))
+put("rc_v2_control", "client-get-wrong-echo", bytes([3]) + v2_round(events=PROOF, b=0x34, extra_b=u32(7)))
+put("rc_v2_control", "client-put", bytes([1]) + v2_round(put_=True, events=bytes([1, 6])))
+put("rc_v2_control", "client-put-short-staging", bytes([1]) + v2_round(put_=True, lensel=0))
+put("rc_v2_control", "client-bogus-servers", bytes([3]) + b"".join(v2_round(a=0x04, which=w) for w in range(6)))
+put("rc_v2_control", "client-prepare-refused", bytes([3]) + v2_round(a=0x10) + v2_round(a=0x13, extra_a=u16(302)))
+put("rc_v2_control", "client-bad-sizes", bytes([3]) + v2_round(size=0) + v2_round(size=16384, offset=1)
     + v2_round(events=PROOF))
 # the READY answer, its protocol header dropped, before the PUT's write was
 # started: finish_from once called it the server's unusable answer (S3Error)
 # and left the session as it was; it is refused as out of order now
-put("rcv2_control", "client-put-ready-before-start", bytes([1]) + v2_round(put_=True, ready_mut=bytes([0xA0, 0, 0])))
+put("rc_v2_control", "client-put-ready-before-start", bytes([1]) + v2_round(put_=True, ready_mut=bytes([0xA0, 0, 0])))

@@ -8,7 +8,7 @@
 #      deregistration, calls after shutdown, a buffer freed while
 #      registered), examples/c/{put,get}-object.c moving 3 MiB over
 #      RDMA through hipobj-server on the soft NIC, and
-#      examples/c/rcv2-object.c moving the same bytes over hipobj-rc-v2
+#      examples/c/rc-v2-object.c moving the same bytes over hipobj-rc-v2
 #      (and abandoning a session after PREPARE, which sends CANCEL).
 #   2. Valgrind (memcheck) over the same misuse program and 20 init/shutdown
 #      cycles against the ordinary debug build of the library: no invalid
@@ -107,7 +107,7 @@ ep="http://$addr"
 code=$(curl -sS -o /dev/null -w '%{http_code}' --aws-sigv4 "aws:amz:us-east-1:s3" --user "$ak:$sk" \
     -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' -X PUT "$ep/sanbucket")
 [ "$code" = 200 ] || fail "create bucket: HTTP $code"
-for prog in put-object get-object rcv2-object; do
+for prog in put-object get-object rc-v2-object; do
     build_asan "examples/c/$prog.c" "$work/$prog" -lcurl
 done
 head -c $((3 << 20)) /dev/urandom >"$work/in.bin"
@@ -118,22 +118,22 @@ grep -q 'over RDMA: HTTP 200' "$work/put-object.out" || fail "put-object did not
 run_asan get-object "$work/get-object" "$ep" sanbucket obj $((3 << 20)) "$work/out.bin"
 grep -q 'over RDMA: HTTP 200' "$work/get-object.out" || fail "get-object did not use RDMA"
 cmp -s "$work/in.bin" "$work/out.bin" || fail "get-object: the bytes differ from what put-object stored"
-run_asan rcv2-put "$work/rcv2-object" put "$ep" sanbucket v2obj "$work/in.bin"
-grep -q 'over hipobj-rc-v2' "$work/rcv2-put.out" || fail "rcv2-object put did not use hipobj-rc-v2"
-run_asan rcv2-get "$work/rcv2-object" get "$ep" sanbucket v2obj $((3 << 20)) "$work/v2out.bin"
-cmp -s "$work/in.bin" "$work/v2out.bin" || fail "rcv2-object get: the bytes differ from what it stored"
+run_asan rc-v2-put "$work/rc-v2-object" put "$ep" sanbucket v2obj "$work/in.bin"
+grep -q 'over hipobj-rc-v2' "$work/rc-v2-put.out" || fail "rc-v2-object put did not use hipobj-rc-v2"
+run_asan rc-v2-get "$work/rc-v2-object" get "$ep" sanbucket v2obj $((3 << 20)) "$work/v2out.bin"
+cmp -s "$work/in.bin" "$work/v2out.bin" || fail "rc-v2-object get: the bytes differ from what it stored"
 # The failure path: a session abandoned after PREPARE must exit non-zero
 # having sent its CANCEL, with no sanitizer report.
-if RCV2_GIVE_UP=after-prepare LD_LIBRARY_PATH="$work/asan" "$work/rcv2-object" get "$ep" sanbucket v2obj \
-    $((3 << 20)) "$work/v2gone.bin" >"$work/rcv2-cancel.out" 2>"$work/rcv2-cancel.err"; then
-    fail "rcv2-object: a session given up after PREPARE succeeded"
+if RCV2_GIVE_UP=after-prepare LD_LIBRARY_PATH="$work/asan" "$work/rc-v2-object" get "$ep" sanbucket v2obj \
+    $((3 << 20)) "$work/v2gone.bin" >"$work/rc-v2-cancel.out" 2>"$work/rc-v2-cancel.err"; then
+    fail "rc-v2-object: a session given up after PREPARE succeeded"
 fi
-if grep -q 'runtime error:\|ERROR: AddressSanitizer\|ERROR: LeakSanitizer' "$work/rcv2-cancel.err" ||
-    ! grep -q 'CANCEL sent: HTTP 204' "$work/rcv2-cancel.err"; then
-    cat "$work/rcv2-cancel.err" >&2
-    fail "rcv2-object: the abandoned session's CANCEL"
+if grep -q 'runtime error:\|ERROR: AddressSanitizer\|ERROR: LeakSanitizer' "$work/rc-v2-cancel.err" ||
+    ! grep -q 'CANCEL sent: HTTP 204' "$work/rc-v2-cancel.err"; then
+    cat "$work/rc-v2-cancel.err" >&2
+    fail "rc-v2-object: the abandoned session's CANCEL"
 fi
-echo "asan+ubsan: rcv2-cancel: $(grep 'CANCEL sent' "$work/rcv2-cancel.err")"
+echo "asan+ubsan: rc-v2-cancel: $(grep 'CANCEL sent' "$work/rc-v2-cancel.err")"
 
 # --- 2. Valgrind ------------------------------------------------------------
 gcc "${strict[@]}" -g -Iinclude tests/c/misuse_test.c -L"$work/plain" -lhipobj -o "$work/misuse_plain"

@@ -1,7 +1,7 @@
 /* One signed S3 request with libcurl, shaped for hipObject's callbacks:
  * the token goes in x-amz-rdma-token, the body is empty, the payload is
  * UNSIGNED-PAYLOAD, and the response's x-amz-rdma-reply is kept for
- * recvReply. Shared by get-object.c, put-object.c and rcv2-object.c. */
+ * recvReply. Shared by get-object.c, put-object.c and rc-v2-object.c. */
 #pragma once
 
 #include <curl/curl.h>

@@ -91,7 +91,15 @@ fn install(opts: &Install) -> Result<(), String> {
     if opts.debug {
         build.args(["--workspace", "--all-targets"]);
     } else {
-        build.args(["--release", "-p", "hipobj-capi", "-p", "hipobj-cli", "-p", "hipobj-server"]);
+        build.args([
+            "--release",
+            "-p",
+            "hipobj-capi",
+            "-p",
+            "hipobj-cli",
+            "-p",
+            "hipobj-server",
+        ]);
     }
     run(&mut build)?;
     let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);

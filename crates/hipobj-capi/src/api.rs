@@ -14,7 +14,7 @@ use hipobj_platform::MemRegion;
 
 use crate::boundary::{guard, guard_or};
 use crate::types::{HipObjConfig, HipObjError, HipObjOps, HipObjRcV2Session, OpError};
-use crate::{rcv2, strings, testing};
+use crate::{rc_v2, strings, testing};
 
 /// The process's library state.
 static LIBRARY: Library = Library::new();
@@ -574,7 +574,7 @@ pub unsafe extern "C" fn hipObjRcV2Begin(
         };
         match LIBRARY
             .instance()
-            .and_then(|i| rcv2::begin(i, dir, dev_ptr as usize, size, off))
+            .and_then(|i| rc_v2::begin(i, dir, dev_ptr as usize, size, off))
         {
             Ok(h) => {
                 // SAFETY: non-NULL, and the caller promises it is writable.
@@ -614,7 +614,7 @@ pub unsafe extern "C" fn hipObjRcV2PrepareHeaders(
             (Ok(Some(b)), Ok(Some(k))) => (b, k),
             _ => return invalid(),
         };
-        match rcv2::prepare_headers(h, LIBRARY.instance(), bucket, key, object_offset) {
+        match rc_v2::prepare_headers(h, LIBRARY.instance(), bucket, key, object_offset) {
             // SAFETY: checked non-NULL; the caller promises the room.
             Ok(text) => unsafe { write_text(&text, headers, headers_len) },
             Err(e) => (&e).into(),
@@ -643,7 +643,7 @@ pub unsafe extern "C" fn hipObjRcV2HandlePrepare(
             Ok(b) => b,
             Err(e) => return e,
         };
-        rcv2::handle_prepare(h, LIBRARY.instance(), http_status, block).into()
+        rc_v2::handle_prepare(h, LIBRARY.instance(), http_status, block).into()
     })
 }
 
@@ -666,7 +666,7 @@ pub unsafe extern "C" fn hipObjRcV2ReadyHeaders(
             Ok(h) => h,
             Err(e) => return e,
         };
-        match rcv2::ready_headers(h, LIBRARY.instance()) {
+        match rc_v2::ready_headers(h, LIBRARY.instance()) {
             // SAFETY: checked non-NULL; the caller promises the room.
             Ok(text) => unsafe { write_text(&text, headers, headers_len) },
             Err(e) => (&e).into(),
@@ -678,7 +678,7 @@ pub unsafe extern "C" fn hipObjRcV2ReadyHeaders(
 #[unsafe(no_mangle)]
 pub extern "C" fn hipObjRcV2StartWrite(session: *mut HipObjRcV2Session) -> HipObjError {
     guard(|| match handle(session) {
-        Ok(h) => rcv2::start(h, LIBRARY.instance()).into(),
+        Ok(h) => rc_v2::start(h, LIBRARY.instance()).into(),
         Err(e) => e,
     })
 }
@@ -706,7 +706,7 @@ pub unsafe extern "C" fn hipObjRcV2HandleReady(
             Ok(b) => b,
             Err(e) => return e,
         };
-        match rcv2::handle_ready(h, LIBRARY.instance(), http_status, block) {
+        match rc_v2::handle_ready(h, LIBRARY.instance(), http_status, block) {
             Ok(n) => {
                 if !bytes_moved.is_null() {
                     // SAFETY: non-NULL, and the caller promises it is writable.
@@ -738,7 +738,7 @@ pub unsafe extern "C" fn hipObjRcV2CancelHeaders(
             Ok(h) => h,
             Err(e) => return e,
         };
-        match rcv2::cancel_headers(h) {
+        match rc_v2::cancel_headers(h) {
             // SAFETY: checked non-NULL; the caller promises the room.
             Ok(text) => unsafe { write_text(&text, headers, headers_len) },
             Err(e) => (&e).into(),
@@ -750,7 +750,7 @@ pub unsafe extern "C" fn hipObjRcV2CancelHeaders(
 #[unsafe(no_mangle)]
 pub extern "C" fn hipObjRcV2End(session: *mut HipObjRcV2Session) -> HipObjError {
     guard(|| match handle(session) {
-        Ok(h) => rcv2::end(h).into(),
+        Ok(h) => rc_v2::end(h).into(),
         Err(e) => e,
     })
 }

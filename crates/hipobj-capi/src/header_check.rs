@@ -259,7 +259,7 @@ fn macros() -> Vec<(&'static str, i64)> {
         ),
         ("HIPOBJ_SYNC_TO_HOST", i64::from(SYNC_TO_HOST)),
         ("HIPOBJ_SYNC_TO_DEVICE", i64::from(SYNC_TO_DEVICE)),
-        ("HIPOBJ_RCV2_HEADERS_MAX", crate::rcv2::HEADERS_MAX as i64),
+        ("HIPOBJ_RCV2_HEADERS_MAX", crate::rc_v2::HEADERS_MAX as i64),
         ("HIPOBJ_RCV2_MAX_SIZE", i64::from(hipobj_proto::rc_v2::MAX_SIZE)),
     ]
 }

@@ -12,7 +12,7 @@ mod api;
 mod boundary;
 #[cfg(test)]
 mod header_check;
-mod rcv2;
+mod rc_v2;
 mod strings;
 #[doc(hidden)]
 pub mod testing;

@@ -54,11 +54,13 @@
 //! ```
 
 mod checksum;
+mod direction;
 pub mod landed;
 pub mod rc_v2;
 pub mod reply;
 pub mod token;
 
+pub use direction::Direction;
 pub use reply::{
     COUNT_HEX_LEN, PSN_HEX_LEN, PSN_MAX, REPLY_BIND_STATUS, REPLY_NOT_IMPLEMENTED, Reply, ReplyError,
     SUCCESS_CODES, is_success_code, parse_reply,

@@ -28,7 +28,7 @@
 //! # Example
 //!
 //! ```
-//! use hipobj_proto::rc_v2::{Cookie, Op, PrepareRequest, Psn, Size, Target};
+//! use hipobj_proto::rc_v2::{Cookie, Direction, PrepareRequest, Psn, Size, ObjectPath};
 //! use hipobj_proto::{Token, Transport};
 //!
 //! let client = Token {
@@ -42,8 +42,8 @@
 //!     lid: 0,
 //! };
 //! let prepare = PrepareRequest {
-//!     op: Op::Get,
-//!     target: Target::new("bkt", "dir/obj")?,
+//!     op: Direction::Get,
+//!     target: ObjectPath::new("bkt", "dir/obj")?,
 //!     size: Size::new(4096).expect("in range"),
 //!     offset: None,
 //!     token: client,
@@ -60,6 +60,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+pub use crate::Direction;
 use crate::token::{Token, Transport};
 
 /// The protocol's name, the value of [`PROTOCOL_HEADER`].
@@ -93,9 +94,9 @@ pub const PROTOCOL_STATUS_HEADER: &str = "x-amz-rdma-protocol-status";
 /// The value of [`PROTOCOL_STATUS_HEADER`] that tells the client to fall
 /// back to plain HTTP.
 pub const PROTOCOL_STATUS_UNSUPPORTED: &str = "unsupported";
-/// PREPARE: `GET` or `PUT` ([`Op`]).
+/// PREPARE: `GET` or `PUT` ([`Direction`]).
 pub const OP_HEADER: &str = "x-amz-rdma-op";
-/// PREPARE: the object, `/bucket/key` ([`Target`]).
+/// PREPARE: the object, `/bucket/key` ([`ObjectPath`]).
 pub const TARGET_HEADER: &str = "x-amz-rdma-target";
 /// PREPARE: the number of bytes, decimal ([`Size`]).
 pub const SIZE_HEADER: &str = "x-amz-rdma-size";
@@ -256,40 +257,6 @@ impl V2Error {
 // ---------------------------------------------------------------------------------------------
 // Values
 // ---------------------------------------------------------------------------------------------
-
-/// The direction of a transfer, seen from the client.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Op {
-    /// The server writes the object's bytes into the client's buffer.
-    Get,
-    /// The client writes the bytes into the server's staging buffer.
-    Put,
-}
-
-impl Op {
-    /// `GET` or `PUT`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Op::Get => "GET",
-            Op::Put => "PUT",
-        }
-    }
-
-    /// Parses exactly `GET` or `PUT` (uppercase only).
-    pub fn parse(value: &[u8]) -> Option<Op> {
-        match value {
-            b"GET" => Some(Op::Get),
-            b"PUT" => Some(Op::Put),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for Op {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// A packet sequence number: 24 bits, not zero; six hex digits on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -504,14 +471,14 @@ pub fn parse_mr_rkey(value: &[u8]) -> Option<u32> {
 /// `%` starts a two-digit hex escape, and the decoded key is UTF-8 without
 /// NUL. A query (`?...`) is not accepted.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Target {
+pub struct ObjectPath {
     bucket: String,
     key: String,
 }
 
-impl Target {
+impl ObjectPath {
     /// A target from a bucket and a decoded key.
-    pub fn new(bucket: &str, key: &str) -> Result<Target, V2Error> {
+    pub fn new(bucket: &str, key: &str) -> Result<ObjectPath, V2Error> {
         let bad = V2Error::Malformed(TARGET_HEADER);
         if bucket.is_empty()
             || key.is_empty()
@@ -522,7 +489,7 @@ impl Target {
         {
             return Err(bad);
         }
-        Ok(Target {
+        Ok(ObjectPath {
             bucket: bucket.to_owned(),
             key: key.to_owned(),
         })
@@ -539,7 +506,7 @@ impl Target {
     }
 
     /// Parses the wire form (see the type's docs).
-    pub fn parse(value: &[u8]) -> Result<Target, V2Error> {
+    pub fn parse(value: &[u8]) -> Result<ObjectPath, V2Error> {
         let bad = V2Error::Malformed(TARGET_HEADER);
         let rest = value.strip_prefix(b"/").ok_or(bad.clone())?;
         if !rest.iter().all(|b| b.is_ascii_graphic()) || rest.contains(&b'?') {
@@ -549,11 +516,11 @@ impl Target {
         let (bucket, key) = (&rest[..slash], &rest[slash + 1..]);
         let bucket = std::str::from_utf8(bucket).map_err(|_| bad.clone())?;
         let key = percent_decode(key).ok_or(bad)?;
-        Target::new(bucket, &key)
+        ObjectPath::new(bucket, &key)
     }
 }
 
-impl fmt::Display for Target {
+impl fmt::Display for ObjectPath {
     /// `/bucket/key` with every key byte other than unreserved characters
     /// and `/` percent-encoded.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -569,10 +536,10 @@ impl fmt::Display for Target {
     }
 }
 
-impl FromStr for Target {
+impl FromStr for ObjectPath {
     type Err = V2Error;
-    fn from_str(s: &str) -> Result<Target, V2Error> {
-        Target::parse(s.as_bytes())
+    fn from_str(s: &str) -> Result<ObjectPath, V2Error> {
+        ObjectPath::parse(s.as_bytes())
     }
 }
 
@@ -584,9 +551,9 @@ impl FromStr for Target {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PrepareRequest {
     /// GET or PUT.
-    pub op: Op,
+    pub op: Direction,
     /// The object.
-    pub target: Target,
+    pub target: ObjectPath,
     /// The number of bytes.
     pub size: Size,
     /// Where a GET starts in the object ([`OFFSET_HEADER`]); `None` is 0.
@@ -647,8 +614,8 @@ impl PrepareRequest {
             ],
         )?;
         f.check_protocol()?;
-        let op = f.parse(OP_HEADER, Op::parse)?;
-        let target = Target::parse(f.required(TARGET_HEADER)?)?;
+        let op = f.parse(OP_HEADER, Direction::parse)?;
+        let target = ObjectPath::parse(f.required(TARGET_HEADER)?)?;
         let size = Size::parse(f.required(SIZE_HEADER)?)?;
         let offset = f.optional(OFFSET_HEADER, parse_decimal)?;
         let token = f.parse(TOKEN_HEADER, |v| {
@@ -1109,7 +1076,7 @@ mod tests {
         let hex = token.encode().to_string();
         pairs[3].1 = &hex;
         let p = PrepareRequest::from_headers(h(&pairs)).expect("parses");
-        assert_eq!(p.op, Op::Put);
+        assert_eq!(p.op, Direction::Put);
         assert_eq!((p.target.bucket(), p.target.key()), ("bkt", "v2-put"));
         assert_eq!(p.size.get(), 64);
         assert_eq!(p.offset, None);
@@ -1402,11 +1369,11 @@ mod tests {
 
     #[test]
     fn targets_encode_what_needs_it_and_decode_back() {
-        let t = Target::new("bkt", "dir/a b+c%é").expect("valid");
+        let t = ObjectPath::new("bkt", "dir/a b+c%é").expect("valid");
         assert_eq!(t.to_string(), "/bkt/dir/a%20b%2Bc%25%C3%A9");
-        assert_eq!(Target::parse(t.to_string().as_bytes()), Ok(t));
-        assert!(Target::new("b/k", "x").is_err());
-        assert!(Target::new("", "x").is_err());
+        assert_eq!(ObjectPath::parse(t.to_string().as_bytes()), Ok(t));
+        assert!(ObjectPath::new("b/k", "x").is_err());
+        assert!(ObjectPath::new("", "x").is_err());
     }
 
     #[test]

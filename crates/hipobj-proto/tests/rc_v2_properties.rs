@@ -3,8 +3,8 @@
 //! `Display` then `parse`, and no input makes a parser panic.
 
 use hipobj_proto::rc_v2::{
-    CancelRequest, Cookie, MAX_SIZE, Op, PrepareRequest, PrepareResponse, Psn, Qpn, ReadyRequest,
-    ReadyResponse, RemoteMr, SessionId, Size, Target, parse_mr_addr, parse_mr_rkey,
+    CancelRequest, Cookie, Direction, MAX_SIZE, ObjectPath, PrepareRequest, PrepareResponse, Psn, Qpn,
+    ReadyRequest, ReadyResponse, RemoteMr, SessionId, Size, parse_mr_addr, parse_mr_rkey,
 };
 use hipobj_proto::{Token, Transport};
 use proptest::prelude::*;
@@ -36,15 +36,15 @@ fn client_mr() -> impl Strategy<Value = Option<(RemoteMr, Qpn)>> {
     )
 }
 
-fn target() -> impl Strategy<Value = Target> {
+fn target() -> impl Strategy<Value = ObjectPath> {
     ("[a-z0-9][a-z0-9.-]{0,20}", "[^\u{0}]{1,40}")
-        .prop_map(|(b, k)| Target::new(&b, &k).expect("valid bucket and key"))
+        .prop_map(|(b, k)| ObjectPath::new(&b, &k).expect("valid bucket and key"))
 }
 
 proptest! {
     #[test]
     fn prepare_requests_round_trip(
-        op in prop_oneof![Just(Op::Get), Just(Op::Put)],
+        op in prop_oneof![Just(Direction::Get), Just(Direction::Put)],
         target in target(),
         size in 1u64..=u64::from(MAX_SIZE),
         offset in proptest::option::of(any::<u64>()),
@@ -126,8 +126,8 @@ proptest! {
         let _ = PrepareResponse::from_headers(h.iter().copied());
         let _ = ReadyResponse::from_headers(h.iter().copied());
         let _ = CancelRequest::from_headers(h.iter().copied());
-        if let Ok(t) = Target::parse(&values[2]) {
-            prop_assert_eq!(Target::parse(t.to_string().as_bytes()), Ok(t));
+        if let Ok(t) = ObjectPath::parse(&values[2]) {
+            prop_assert_eq!(ObjectPath::parse(t.to_string().as_bytes()), Ok(t));
         }
     }
 }

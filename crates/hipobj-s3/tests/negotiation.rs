@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used, unsafe_code, dead_code)]
 
 mod support;
-#[path = "../../hipobj/tests/support/v2.rs"]
+#[path = "../../hipobj/tests/support/rc_v2.rs"]
 mod v2;
 
 use std::sync::Arc;

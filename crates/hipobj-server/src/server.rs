@@ -71,7 +71,7 @@ impl Server {
                 config.rdma.v2_config(),
             ))
         });
-        let v2 = crate::rdma::v2::V2 {
+        let v2 = crate::rdma::rc_v2::V2 {
             sessions: sessions.clone(),
             store: store.clone(),
             owners: crate::s3::owners::Owners::new(&config)?,

@@ -206,14 +206,14 @@ fn the_c_examples_put_and_get_over_rdma() {
     rt.block_on(h.shutdown());
 }
 
-/// examples/c/rcv2-object.c: a C program that drives hipobj-rc-v2 with the
+/// examples/c/rc-v2-object.c: a C program that drives hipobj-rc-v2 with the
 /// hipObjRcV2* calls and libcurl (PREPARE, READY and CANCEL as SigV4-signed
 /// POSTs), against this server on the soft NIC: a PUT and a GET with the
 /// bytes compared (also over plain HTTP), the server's refusals reported,
 /// and a session abandoned after PREPARE cancelled on the server.
 #[test]
-fn the_c_rcv2_example_puts_and_gets_over_hipobj_rc_v2() {
-    let ex = CExamples::build(&["rcv2-object"]);
+fn the_c_rc_v2_example_puts_and_gets_over_hipobj_rc_v2() {
+    let ex = CExamples::build(&["rc-v2-object"]);
     let libs = ex.dir();
     let rt = &ex.rt;
     let (h, _dir) = ex.server();
@@ -221,7 +221,7 @@ fn the_c_rcv2_example_puts_and_gets_over_hipobj_rc_v2() {
     rt.block_on(s3.create_bucket().bucket("v2bucket").send()).unwrap();
     let v2 = h.v2_sessions().unwrap().clone();
     let cmd = || {
-        let mut c = ex.cmd("rcv2-object");
+        let mut c = ex.cmd("rc-v2-object");
         c.env_remove("RCV2_GIVE_UP");
         c
     };
@@ -315,7 +315,7 @@ fn the_c_rcv2_example_puts_and_gets_over_hipobj_rc_v2() {
 /// refuses the server and nothing moves.
 #[test]
 fn the_c_examples_run_over_https_with_the_ca_bundle_and_refuse_another_ca() {
-    let ex = CExamples::build(&["put-object", "get-object", "rcv2-object"]);
+    let ex = CExamples::build(&["put-object", "get-object", "rc-v2-object"]);
     let libs = ex.dir();
     let rt = &ex.rt;
     let ca = test_ca::TestCa::new("C examples test CA");
@@ -374,7 +374,7 @@ fn the_c_examples_run_over_https_with_the_ca_bundle_and_refuse_another_ca() {
     );
     assert!(std::fs::read(libs.join("bound.bin")).unwrap() == data);
     let out = run_ok(
-        ex.cmd("rcv2-object")
+        ex.cmd("rc-v2-object")
             .env_remove("RCV2_GIVE_UP")
             .env("AWS_CA_BUNDLE", &bundle)
             .args(["put", &ep, "tlsbucket", "v2"])
@@ -382,7 +382,7 @@ fn the_c_examples_run_over_https_with_the_ca_bundle_and_refuse_another_ca() {
     );
     assert!(out.contains(&format!("PUT {n} bytes over hipobj-rc-v2")), "{out}");
     let out = run_ok(
-        ex.cmd("rcv2-object")
+        ex.cmd("rc-v2-object")
             .env_remove("RCV2_GIVE_UP")
             .env("AWS_CA_BUNDLE", &bundle)
             .args(["get", &ep, "tlsbucket", "v2", &n])

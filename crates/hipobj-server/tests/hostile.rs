@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_s3::primitives::ByteStream;
 use hipobj_platform::{Gid, NoTopology};
-use hipobj_proto::rc_v2::{self, Cookie, Op, PrepareRequest, Psn, Size, Target};
+use hipobj_proto::rc_v2::{self, Cookie, Direction, ObjectPath, PrepareRequest, Psn, Size};
 use hipobj_proto::{Token, Transport};
 use hipobj_server::config::AccessKey;
 use hipobj_server::rdma::VerbsProvider;
@@ -220,10 +220,10 @@ async fn an_unsigned_body_is_not_read_past_a_small_bound() {
     h.shutdown().await;
 }
 
-fn prepare(op: Op, key: &str, size: u64, token: Token, cookie: u32) -> Vec<(&'static str, String)> {
+fn prepare(op: Direction, key: &str, size: u64, token: Token, cookie: u32) -> Vec<(&'static str, String)> {
     PrepareRequest {
         op,
-        target: Target::new("bkt", key).unwrap(),
+        target: ObjectPath::new("bkt", key).unwrap(),
         size: Size::new(size).unwrap(),
         offset: None,
         token,
@@ -264,7 +264,7 @@ async fn one_key_cannot_take_every_rc_v2_session() {
     for i in 0..64u32 {
         let req = control(
             rc_v2::PREPARE_PATH,
-            &prepare(Op::Get, "obj", 4096, loopback_token(), i + 1),
+            &prepare(Direction::Get, "obj", 4096, loopback_token(), i + 1),
             KEY,
         );
         let r = request_from(ip(1), h.addr(), &req, Duration::from_secs(10))
@@ -282,7 +282,7 @@ async fn one_key_cannot_take_every_rc_v2_session() {
     assert!(busy > 0 && ok < 64, "one key prepared {ok} sessions");
     let req = control(
         rc_v2::PREPARE_PATH,
-        &prepare(Op::Get, "obj", 4096, loopback_token(), 99),
+        &prepare(Direction::Get, "obj", 4096, loopback_token(), 99),
         OTHER,
     );
     let r = request_from(ip(1), h.addr(), &req, Duration::from_secs(10))
@@ -307,7 +307,7 @@ async fn prepare_refuses_tokens_naming_addresses_no_caller_owns() {
     for (i, (gid, port)) in probes().into_iter().enumerate() {
         let req = control(
             rc_v2::PREPARE_PATH,
-            &prepare(Op::Put, "x", 16, token(gid, port), 100 + i as u32),
+            &prepare(Direction::Put, "x", 16, token(gid, port), 100 + i as u32),
             KEY,
         );
         let r = request_from(ip(1), h.addr(), &req, Duration::from_secs(10))
@@ -325,7 +325,7 @@ async fn prepare_refuses_tokens_naming_addresses_no_caller_owns() {
     // port 1 is prepared.
     let req = control(
         rc_v2::PREPARE_PATH,
-        &prepare(Op::Put, "x", 16, loopback_token(), 7),
+        &prepare(Direction::Put, "x", 16, loopback_token(), 7),
         KEY,
     );
     let r = request_from(ip(1), h.addr(), &req, Duration::from_secs(10))
@@ -445,7 +445,7 @@ async fn bucket_names_aws_reserves_are_refused() {
 async fn a_get_prepare_answer_names_no_server_memory() {
     let (h, _dir) = start(Some("softroce-hostile-addr"), |_| {}).await;
     seed(&h).await;
-    for (op, want_addr) in [(Op::Get, false), (Op::Put, true)] {
+    for (op, want_addr) in [(Direction::Get, false), (Direction::Put, true)] {
         let req = control(
             rc_v2::PREPARE_PATH,
             &prepare(op, "obj", 4096, loopback_token(), 5),

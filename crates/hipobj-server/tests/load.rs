@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_s3::primitives::ByteStream;
 use hipobj_platform::{Gid, NoTopology};
-use hipobj_proto::rc_v2::{self, CancelRequest, Cookie, Op, PrepareRequest, Psn, SessionId, Size, Target};
+use hipobj_proto::rc_v2::{
+    self, CancelRequest, Cookie, Direction, ObjectPath, PrepareRequest, Psn, SessionId, Size,
+};
 use hipobj_proto::{Token, Transport};
 use hipobj_server::config::AccessKey;
 use hipobj_server::rdma::VerbsProvider;
@@ -85,10 +87,10 @@ fn token() -> Token {
     }
 }
 
-fn prepare(op: Op, key: &str, size: u64, cookie: u32) -> Vec<(&'static str, String)> {
+fn prepare(op: Direction, key: &str, size: u64, cookie: u32) -> Vec<(&'static str, String)> {
     PrepareRequest {
         op,
-        target: Target::new("bkt", key).unwrap(),
+        target: ObjectPath::new("bkt", key).unwrap(),
         size: Size::new(size).unwrap(),
         offset: None,
         token: token(),
@@ -149,7 +151,11 @@ async fn honest(i: u8, to: SocketAddr, until: Instant) -> Honest {
         let t = Instant::now();
         let r = if n.is_multiple_of(4) {
             // A PREPARE and its CANCEL, with the honest key.
-            let p = control(rc_v2::PREPARE_PATH, &prepare(Op::Get, "obj", 4096, n), HONEST_KEY);
+            let p = control(
+                rc_v2::PREPARE_PATH,
+                &prepare(Direction::Get, "obj", 4096, n),
+                HONEST_KEY,
+            );
             match one(&mut conn, from, to, &p).await {
                 Ok(r) if r.status == 200 => {
                     let id = r
@@ -287,7 +293,7 @@ async fn flood_prepares(a: Arc<Attack>, to: SocketAddr) {
         n += 1;
         let p = control(
             rc_v2::PREPARE_PATH,
-            &prepare(Op::Put, "flood", 1 << 20, n),
+            &prepare(Direction::Put, "flood", 1 << 20, n),
             ATTACK_KEY,
         );
         match one(&mut conn, ATTACKER, to, &p).await {

@@ -15,7 +15,8 @@ use hipobj_platform::rc::{self, RcPath};
 use hipobj_platform::vendor::{QpLimits, VendorProfile};
 use hipobj_platform::{Gid, NoTopology, WcOpcode, WcStatus, WorkCompletion};
 use hipobj_proto::rc_v2::{
-    self, Cookie, Op, PrepareRequest, PrepareResponse, Psn, Qpn, ReadyRequest, RemoteMr, Size, Target,
+    self, Cookie, Direction, ObjectPath, PrepareRequest, PrepareResponse, Psn, Qpn, ReadyRequest, RemoteMr,
+    Size,
 };
 use hipobj_proto::{Token, Transport};
 use hipobj_server::config::AccessKey;
@@ -97,10 +98,10 @@ const KEY: (&str, &str) = (support::AK, support::SK);
 /// A refusal case: the status, the headers, the key that signs.
 type Case<'a> = (u16, Vec<(&'static str, String)>, (&'a str, &'a str));
 
-fn prepare(op: Op, key: &str, size: u64, token: Token) -> Vec<(&'static str, String)> {
+fn prepare(op: Direction, key: &str, size: u64, token: Token) -> Vec<(&'static str, String)> {
     PrepareRequest {
         op,
-        target: Target::new("bkt", key).unwrap(),
+        target: ObjectPath::new("bkt", key).unwrap(),
         size: Size::new(size).unwrap(),
         offset: None,
         token,
@@ -128,7 +129,7 @@ fn some_token() -> Token {
 async fn with_rdma_off_every_control_request_is_declined_with_the_protocol_status() {
     let (h, _dir) = start(None).await;
     for path in [rc_v2::PREPARE_PATH, rc_v2::READY_PATH, rc_v2::CANCEL_PATH] {
-        let (code, resp) = control(&h, path, &prepare(Op::Get, "k", 8, some_token()), KEY).await;
+        let (code, resp) = control(&h, path, &prepare(Direction::Get, "k", 8, some_token()), KEY).await;
         assert_eq!(code, 501, "{path}: {resp}");
         assert_eq!(header(&resp, rc_v2::PROTOCOL_STATUS_HEADER), Some("unsupported"));
     }
@@ -146,17 +147,17 @@ async fn each_refusal_has_its_status() {
         .send()
         .await
         .unwrap();
-    let ok = prepare(Op::Get, "obj", 100, some_token());
+    let ok = prepare(Direction::Get, "obj", 100, some_token());
     let cases: Vec<Case<'_>> = vec![
         (403, ok.clone(), ("hipobj-test-key", "wrong-secret")),
         (403, ok.clone(), ("unknown-key", "x")),
-        (404, prepare(Op::Get, "missing", 100, some_token()), KEY),
-        (416, prepare(Op::Get, "obj", 101, some_token()), KEY),
-        (413, prepare(Op::Put, "obj", 4097, some_token()), KEY),
+        (404, prepare(Direction::Get, "missing", 100, some_token()), KEY),
+        (416, prepare(Direction::Get, "obj", 101, some_token()), KEY),
+        (413, prepare(Direction::Put, "obj", 4097, some_token()), KEY),
         (
             400,
             prepare(
-                Op::Get,
+                Direction::Get,
                 "obj",
                 100,
                 Token {
@@ -270,7 +271,7 @@ async fn a_get_through_the_server_moves_the_objects_bytes_in_chunks_and_counts_a
     let (code, resp) = control(
         &h,
         rc_v2::PREPARE_PATH,
-        &prepare(Op::Get, "obj", 10_000, token),
+        &prepare(Direction::Get, "obj", 10_000, token),
         KEY,
     )
     .await;

@@ -17,7 +17,7 @@ use hipobj_platform::fake::{FakeDeviceSpec, FakeTopology, FakeVerbs, Faults};
 use hipobj_platform::gpu::wait_for_copy;
 use hipobj_platform::{GpuRuntime, MemRegion, Platform, PointerKind};
 use hipobj_softroce::{SoftConfig, SoftVerbs};
-use hipobj_target::double::{ObjectServer, Op};
+use hipobj_target::double::{Action, ObjectServer};
 use hipobj_target::{Target, TargetConfig};
 
 const LEN: usize = 4 << 20;
@@ -286,9 +286,9 @@ struct Serve<'a> {
 impl Control for Serve<'_> {
     fn send_request(&mut self, token: &str) -> Result<(), ControlError> {
         let op = if self.put {
-            Op::Put("gpu".into())
+            Action::Put("gpu".into())
         } else {
-            Op::Get("gpu".into())
+            Action::Get("gpu".into())
         };
         self.reply = Some(self.server.serve(&op, token).map_err(ControlError)?);
         Ok(())

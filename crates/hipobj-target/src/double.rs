@@ -69,7 +69,7 @@ pub(crate) fn cheat_get<E>(
             token.rkey,
             0,
             4096,
-            pipeline::Direction::Counted {
+            pipeline::Flow::Counted {
                 fill: &mut |_, _| Ok(()),
                 key: token.rkey,
                 total: 0,
@@ -94,7 +94,7 @@ pub(crate) fn cheat_get<E>(
                     token.rkey,
                     1,
                     4096,
-                    pipeline::Direction::Counted {
+                    pipeline::Flow::Counted {
                         fill: &mut |_, data| {
                             data.fill(0xee);
                             Ok(())
@@ -113,7 +113,7 @@ pub(crate) fn cheat_get<E>(
 
 /// What one request asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Op {
+pub enum Action {
     /// GetObject of a key.
     Get(String),
     /// PutObject of a key.
@@ -202,15 +202,15 @@ impl ObjectServer {
     /// Serves one request carrying the hex `token`: `Ok` with the
     /// `x-amz-rdma-reply` value (a bind or a success), or `Err` with the S3
     /// error code of a response that has no reply header.
-    pub fn serve(&self, op: &Op, token: &str) -> Result<String, String> {
+    pub fn serve(&self, op: &Action, token: &str) -> Result<String, String> {
         let token = Token::decode(token.as_bytes()).map_err(|_| "InvalidRDMAToken".to_owned())?;
         self.serve_token(op, &token)
     }
 
     /// As [`serve`](Self::serve), for a decoded (or forged) token.
-    pub fn serve_token(&self, op: &Op, token: &Token) -> Result<String, String> {
+    pub fn serve_token(&self, op: &Action, token: &Token) -> Result<String, String> {
         let answer = match op {
-            Op::Get(key) => {
+            Action::Get(key) => {
                 let data = lock(&self.objects).get(key).cloned();
                 self.target.serve_as(
                     &self.caller,
@@ -219,7 +219,7 @@ impl ObjectServer {
                     self.cheat.as_ref(),
                 )
             }
-            Op::Put(key) => {
+            Action::Put(key) => {
                 let mut body = Body::default();
                 let a = self.target.serve(&self.caller, token, Request::Put(&mut body));
                 if matches!(a, Ok(Answer::Done { .. })) && body.committed {

@@ -716,7 +716,7 @@ impl Target {
             token.rkey,
             to - from,
             chunk,
-            pipeline::Direction::Counted {
+            pipeline::Flow::Counted {
                 fill: &mut |off, data| src.fill(from + off, data),
                 key: token.rkey,
                 total,
@@ -741,7 +741,7 @@ impl Target {
             token.rkey,
             token.len,
             self.config.chunk.max(1),
-            pipeline::Direction::Read {
+            pipeline::Flow::Read {
                 drain: &mut |off, data| sink.drain(off, data),
             },
         )?;
@@ -763,7 +763,7 @@ impl Target {
         rkey: u32,
         len: u64,
         chunk: usize,
-        dir: pipeline::Direction<'_, E>,
+        dir: pipeline::Flow<'_, E>,
     ) -> Result<(), MoveError<E>> {
         let mut conn = lock(&binding.conn);
         let chunks = len.div_ceil(chunk as u64).max(1);

@@ -81,8 +81,8 @@ pub(crate) type Fill<'a, E> = dyn FnMut(u64, &mut [u8]) -> Result<(), E> + 'a;
 /// Takes a PUT's chunk read at an offset of the transfer, in place.
 pub(crate) type Drain<'a, E> = dyn FnMut(u64, &[u8]) -> Result<(), E> + 'a;
 
-/// Which way the bytes go, and the caller's half of each chunk.
-pub(crate) enum Direction<'a, E> {
+/// Which way the bytes flow, and the caller's half of each chunk.
+pub(crate) enum Flow<'a, E> {
     /// RDMA WRITE from the source, the last WRITE a WRITE WITH IMMEDIATE
     /// carrying `imm` (hipobj-rc-v2's GET).
     Write { fill: &'a mut Fill<'a, E>, imm: u32 },
@@ -138,7 +138,7 @@ struct Posted {
 struct Mover<'w, 'r, 'd, E> {
     wire: Wire<'w>,
     ring: Ring<'r>,
-    dir: Direction<'d, E>,
+    dir: Flow<'d, E>,
     remote_addr: u64,
     rkey: u32,
     len: u64,
@@ -155,7 +155,7 @@ struct Mover<'w, 'r, 'd, E> {
 pub(crate) fn transfer<E>(
     wire: Wire<'_>,
     ring: Ring<'_>,
-    dir: Direction<'_, E>,
+    dir: Flow<'_, E>,
     remote_addr: u64,
     rkey: u32,
     len: u64,
@@ -196,7 +196,7 @@ impl<E> Mover<'_, '_, '_, E> {
                 "a transfer needs at least one bounce slot",
             )));
         }
-        let write = matches!(self.dir, Direction::Write { .. } | Direction::Counted { .. });
+        let write = matches!(self.dir, Flow::Write { .. } | Flow::Counted { .. });
         let mut next = 0u64;
         // A GET of zero bytes still sends one WRITE WITH IMMEDIATE, empty.
         let mut proof_due = write;
@@ -238,7 +238,7 @@ impl<E> Mover<'_, '_, '_, E> {
     fn post(&mut self, slot: usize, off: u64, n: usize) -> Result<(), Failure<E>> {
         let (b, at) = self.ring.slots[slot];
         let buf = &mut self.ring.buffers[b];
-        if let Direction::Write { fill, .. } | Direction::Counted { fill, .. } = &mut self.dir
+        if let Flow::Write { fill, .. } | Flow::Counted { fill, .. } = &mut self.dir
             && n > 0
         {
             // SAFETY: `slot` came from the free list, where a slot goes
@@ -259,24 +259,24 @@ impl<E> Mover<'_, '_, '_, E> {
             // client every earlier WRITE's bytes are placed; and if an
             // earlier WRITE fails, the QPs go to ERROR and this one is
             // flushed, never executed, so no proof without its bytes.
-            Direction::Write { imm, .. } if last => SendOp::WriteWithImm {
+            Flow::Write { imm, .. } if last => SendOp::WriteWithImm {
                 remote_addr,
                 rkey,
                 imm: *imm,
             },
-            Direction::Write { .. } => SendOp::Write { remote_addr, rkey },
+            Flow::Write { .. } => SendOp::Write { remote_addr, rkey },
             // Every chunk is a WRITE WITH IMMEDIATE naming its place: the
             // client's receive completion reports the bytes its NIC placed
             // for it, and the client adds them up (docs/protocol.md §2). An
             // RC responder executes one QP's requests in PSN order, so the
             // completions reach the client in transfer order; if a WRITE
             // fails, the QPs go to ERROR and the later ones are flushed.
-            Direction::Counted { key, total, base, .. } => SendOp::WriteWithImm {
+            Flow::Counted { key, total, base, .. } => SendOp::WriteWithImm {
                 remote_addr,
                 rkey,
                 imm: hipobj_proto::landed::imm(*key, *total, base + off),
             },
-            Direction::Read { .. } => SendOp::Read { remote_addr, rkey },
+            Flow::Read { .. } => SendOp::Read { remote_addr, rkey },
         };
         let wr_id = *self.wire.next_wr;
         *self.wire.next_wr += 1;
@@ -350,7 +350,7 @@ impl<E> Mover<'_, '_, '_, E> {
         while self.posted.front().is_some_and(|p| p.done) {
             let Some(p) = self.posted.pop_front() else { break };
             let result = match &mut self.dir {
-                Direction::Read { drain } if p.len > 0 => {
+                Flow::Read { drain } if p.len > 0 => {
                     let (b, at) = self.ring.slots[p.slot];
                     // SAFETY: `p` is done (its READ completed) and its slot
                     // is freed only after this drain: nothing is in flight

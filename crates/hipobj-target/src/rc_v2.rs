@@ -37,8 +37,8 @@ use hipobj_platform::{
     RecvWr, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
 use hipobj_proto::rc_v2::{
-    self as proto, CancelRequest, Cookie, Op, PrepareRequest, PrepareResponse, Psn, ReadyRequest, SessionId,
-    Status, Target as ObjectPath,
+    self as proto, CancelRequest, Cookie, Direction, ObjectPath, PrepareRequest, PrepareResponse, Psn,
+    ReadyRequest, SessionId, Status,
 };
 use hipobj_proto::{Token, Transport};
 
@@ -134,7 +134,7 @@ impl std::fmt::Debug for Resources {
 #[derive(Debug)]
 pub struct Session {
     owner: String,
-    op: Op,
+    op: Direction,
     object: ObjectPath,
     size: u32,
     offset: u64,
@@ -152,7 +152,7 @@ pub struct Session {
 
 impl Session {
     /// GET or PUT.
-    pub fn op(&self) -> Op {
+    pub fn op(&self) -> Direction {
         self.op
     }
     /// The object.
@@ -277,7 +277,7 @@ impl V2Sessions {
         }
         let size = req.size.get();
         let staging_len = match req.op {
-            Op::Put if size as usize > self.config.staging_max => {
+            Direction::Put if size as usize > self.config.staging_max => {
                 return Err(V2Failure::new(
                     Status::TooLarge,
                     format!(
@@ -286,13 +286,13 @@ impl V2Sessions {
                     ),
                 ));
             }
-            Op::Put => size as usize,
-            Op::Get => {
+            Direction::Put => size as usize,
+            Direction::Get => {
                 let (slots, chunk) = self.get_ring(size);
                 slots * chunk
             }
         };
-        if req.op == Op::Get && req.offset.unwrap_or(0).checked_add(u64::from(size)).is_none() {
+        if req.op == Direction::Get && req.offset.unwrap_or(0).checked_add(u64::from(size)).is_none() {
             return Err(V2Failure::new(
                 Status::RangeNotSatisfiable,
                 "offset + size overflows",
@@ -301,7 +301,7 @@ impl V2Sessions {
         // Room first: the counts are the limits, whatever races.
         let busy = |why: String| V2Failure::new(Status::Busy, why);
         let mut charge = self.quotas.session(&caller.access_key).map_err(busy)?;
-        if req.op == Op::Put {
+        if req.op == Direction::Put {
             charge.memory(staging_len).map_err(busy)?;
         }
         let internal = |e: VerbsError| V2Failure::new(Status::Internal, format!("RDMA setup failed: {e}"));
@@ -385,17 +385,17 @@ impl V2Sessions {
 
     /// A PD, CQ and QP (in INIT) of the session's own, and for a PUT its
     /// remote-writable staging buffer (a GET's is made by READY).
-    fn resources(&self, op: Op, staging_len: usize) -> Result<Resources, VerbsError> {
+    fn resources(&self, op: Direction, staging_len: usize) -> Result<Resources, VerbsError> {
         let t = &self.target;
         let pd = t.device.alloc_pd()?;
         let cq = t.device.create_cq(16)?;
         let staging = match op {
-            Op::Put => Some(RegisteredBuffer::new(
+            Direction::Put => Some(RegisteredBuffer::new(
                 pd.as_ref(),
                 staging_len,
                 AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
             )?),
-            Op::Get => None,
+            Direction::Get => None,
         };
         let qp = pd.create_qp(&QpInitAttr {
             send_cq: cq.clone(),
@@ -407,8 +407,8 @@ impl V2Sessions {
             sq_sig_all: false,
         })?;
         let qp_access = match op {
-            Op::Put => AccessFlags::REMOTE_WRITE,
-            Op::Get => AccessFlags::default(),
+            Direction::Put => AccessFlags::REMOTE_WRITE,
+            Direction::Get => AccessFlags::default(),
         };
         rc::to_init(qp.as_ref(), t.selection.port, qp_access).map_err(|(_, e)| e)?;
         Ok(Resources { qp, staging, cq, pd })
@@ -448,13 +448,13 @@ impl V2Sessions {
                 }
                 (mr.addr, mr.rkey)
             }
-            (Op::Get, None) => {
+            (Direction::Get, None) => {
                 return Err(V2Failure::new(
                     Status::BadRequest,
                     "a GET's READY names no client buffer",
                 ));
             }
-            (Op::Put, None) => (0, 0),
+            (Direction::Put, None) => (0, 0),
         };
         let session = map.remove(&req.session).ok_or_else(unknown)?;
         Ok(Claimed {
@@ -487,7 +487,7 @@ impl V2Sessions {
         let local = |e: VerbsError| V2Failure::new(Status::Internal, format!("RDMA failed: {e}"));
         let size = u64::from(s.size);
         match (s.op, io) {
-            (Op::Put, Request::Put(sink)) => {
+            (Direction::Put, Request::Put(sink)) => {
                 // The receive before the QP can take the write.
                 s.res
                     .qp
@@ -536,7 +536,7 @@ impl V2Sessions {
                 }
                 sink.commit().map_err(V2Failure::Store)?;
             }
-            (Op::Get, Request::Get(source)) => {
+            (Direction::Get, Request::Get(source)) => {
                 let sel = source.open().map_err(V2Failure::Store)?;
                 if sel.len != size {
                     return Err(V2Failure::new(
@@ -572,7 +572,7 @@ impl V2Sessions {
                         deadline: Some(deadline),
                     },
                     crate::pipeline::Ring::split(std::slice::from_mut(staging), slots, chunk),
-                    crate::pipeline::Direction::Write {
+                    crate::pipeline::Flow::Write {
                         fill: &mut |off, data| source.fill(off, data),
                         imm: s.cookie.get(),
                     },
@@ -645,7 +645,7 @@ pub struct ControlHttp<'a> {
 
 /// A control request that passed every check of [`check_control`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Control {
+pub enum ControlRequest {
     /// `/.hipobj-rc/prepare`.
     Prepare(PrepareRequest),
     /// `/.hipobj-rc/ready`.
@@ -687,7 +687,7 @@ pub fn check_control(
     enabled: bool,
     keys: &HashMap<String, String>,
     now: u64,
-) -> Result<(String, Control), Refused> {
+) -> Result<(String, ControlRequest), Refused> {
     #[derive(Clone, Copy)]
     enum Which {
         Prepare,
@@ -728,9 +728,9 @@ pub fn check_control(
         .map_err(|why| Refused::new(Status::Forbidden, why))?;
     let bad = |e: proto::V2Error| Refused::new(e.status(), e.to_string());
     let control = match which {
-        Which::Prepare => Control::Prepare(PrepareRequest::from_headers(headers()).map_err(bad)?),
-        Which::Ready => Control::Ready(ReadyRequest::from_headers(headers()).map_err(bad)?),
-        Which::Cancel => Control::Cancel(CancelRequest::from_headers(headers()).map_err(bad)?),
+        Which::Prepare => ControlRequest::Prepare(PrepareRequest::from_headers(headers()).map_err(bad)?),
+        Which::Ready => ControlRequest::Ready(ReadyRequest::from_headers(headers()).map_err(bad)?),
+        Which::Cancel => ControlRequest::Cancel(CancelRequest::from_headers(headers()).map_err(bad)?),
     };
     Ok((key, control))
 }

@@ -1,7 +1,7 @@
 //! SigV4 verification of the `hipobj-rc-v2` control requests, which do not
 //! pass through s3s (docs/protocol.md, "hipobj-rc-v2 server"). Pure: the
 //! request comes as its method, path, query and header pairs, the time as
-//! seconds since the epoch, so the fuzz target `rcv2_control` reaches it
+//! seconds since the epoch, so the fuzz target `rc_v2_control` reaches it
 //! without the server.
 //!
 //! Accepted: `AWS4-HMAC-SHA256` in the `Authorization` header, a

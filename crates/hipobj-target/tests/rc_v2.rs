@@ -12,8 +12,8 @@ use hipobj_platform::rc::{self, RcPath};
 use hipobj_platform::vendor::{QpLimits, VendorProfile};
 use hipobj_platform::{Gid, NoTopology, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion};
 use hipobj_proto::rc_v2::{
-    Cookie, Op, PrepareRequest, PrepareResponse, Psn, Qpn, ReadyRequest, RemoteMr, Size, Status,
-    Target as Path,
+    Cookie, Direction, ObjectPath as Path, PrepareRequest, PrepareResponse, Psn, Qpn, ReadyRequest, RemoteMr,
+    Size, Status,
 };
 use hipobj_proto::{Token, Transport};
 use hipobj_softroce::{SoftConfig, SoftVerbs};
@@ -42,7 +42,7 @@ impl Client {
         Self(ClientQp::new(soft(name), name, len))
     }
 
-    fn prepare(&self, op: Op, size: u64, cookie: u32) -> PrepareRequest {
+    fn prepare(&self, op: Direction, size: u64, cookie: u32) -> PrepareRequest {
         PrepareRequest {
             op,
             target: Path::new("bkt", "obj").unwrap(),
@@ -205,7 +205,7 @@ fn a_get_larger_than_the_staging_buffer_arrives_in_chunks_ending_in_the_cookie()
         let c = Client::new("softroce-v2g-cli", 16_384);
         let caller = Caller::key("ak");
         let resp = s
-            .prepare(&caller, &c.prepare(Op::Get, size as u64, 0x1a2b_3c4d))
+            .prepare(&caller, &c.prepare(Direction::Get, size as u64, 0x1a2b_3c4d))
             .unwrap();
         assert_eq!(resp.token.len, size as u64);
         c.connect(&resp);
@@ -236,7 +236,7 @@ fn a_put_lands_in_the_staging_buffer_and_a_late_write_lands_nowhere() {
     let want = data(5000);
     assert!(c.buf.write_at(0, &want));
     let resp = s
-        .prepare(&caller, &c.prepare(Op::Put, 5000, 0x0bad_cafe))
+        .prepare(&caller, &c.prepare(Direction::Put, 5000, 0x0bad_cafe))
         .unwrap();
     c.connect(&resp);
     let claimed = s.claim(&caller, &c.ready(&resp, 0x0bad_cafe)).unwrap();
@@ -277,7 +277,9 @@ fn a_put_whose_write_carries_another_immediate_or_length_is_not_stored() {
     for (len, imm) in [(100u32, 0x1111_1111u32), (99, 0x2222_2222)] {
         let c = Client::new("softroce-v2w-cli", 4096);
         let caller = Caller::key("ak");
-        let resp = s.prepare(&caller, &c.prepare(Op::Put, 100, 0x2222_2222)).unwrap();
+        let resp = s
+            .prepare(&caller, &c.prepare(Direction::Put, 100, 0x2222_2222))
+            .unwrap();
         c.connect(&resp);
         let claimed = s.claim(&caller, &c.ready(&resp, 0x2222_2222)).unwrap();
         let runner = {
@@ -300,7 +302,9 @@ fn sessions_belong_to_their_key_and_their_cookie() {
     let s = sessions("softroce-v2k-srv", V2Config::default());
     let c = Client::new("softroce-v2k-cli", 4096);
     let (owner, other) = (Caller::key("ak"), Caller::key("someone-else"));
-    let resp = s.prepare(&owner, &c.prepare(Op::Get, 64, 0x0000_0042)).unwrap();
+    let resp = s
+        .prepare(&owner, &c.prepare(Direction::Get, 64, 0x0000_0042))
+        .unwrap();
     // Another key: unknown to it, and its CANCEL drops nothing.
     assert_eq!(
         status(s.claim(&other, &c.ready(&resp, 0x42))),
@@ -316,7 +320,7 @@ fn sessions_belong_to_their_key_and_their_cookie() {
     );
     assert_eq!(s.open_sessions(), 0);
     // CANCEL by the owner, twice: the second finds nothing and is fine.
-    let resp = s.prepare(&owner, &c.prepare(Op::Get, 64, 7)).unwrap();
+    let resp = s.prepare(&owner, &c.prepare(Direction::Get, 64, 7)).unwrap();
     s.cancel(&owner, &resp.session);
     s.cancel(&owner, &resp.session);
     assert_eq!(
@@ -324,7 +328,7 @@ fn sessions_belong_to_their_key_and_their_cookie() {
         Status::UnknownSession
     );
     // A GET whose READY names no client buffer.
-    let resp = s.prepare(&owner, &c.prepare(Op::Get, 64, 7)).unwrap();
+    let resp = s.prepare(&owner, &c.prepare(Direction::Get, 64, 7)).unwrap();
     let mut r = c.ready(&resp, 7);
     r.client_mr = None;
     assert_eq!(status(s.claim(&owner, &r)), Status::BadRequest);
@@ -344,13 +348,14 @@ fn limits_a_dead_client_and_the_size_of_a_put() {
     let c = Client::new("softroce-v2l-cli", 4096);
     let caller = Caller::key("ak");
     assert_eq!(
-        status(s.prepare(&caller, &c.prepare(Op::Put, 4097, 1))),
+        status(s.prepare(&caller, &c.prepare(Direction::Put, 4097, 1))),
         Status::TooLarge
     );
-    let first = s.prepare(&caller, &c.prepare(Op::Put, 4096, 1)).unwrap();
-    s.prepare(&caller, &c.prepare(Op::Get, 1 << 20, 2)).unwrap();
+    let first = s.prepare(&caller, &c.prepare(Direction::Put, 4096, 1)).unwrap();
+    s.prepare(&caller, &c.prepare(Direction::Get, 1 << 20, 2))
+        .unwrap();
     assert_eq!(
-        status(s.prepare(&caller, &c.prepare(Op::Get, 64, 3))),
+        status(s.prepare(&caller, &c.prepare(Direction::Get, 64, 3))),
         Status::Busy
     );
     // The client dies: no READY. After the timeout the sessions are freed
@@ -365,7 +370,7 @@ fn limits_a_dead_client_and_the_size_of_a_put() {
         status(s.claim(&caller, &c.ready(&first, 1))),
         Status::UnknownSession
     );
-    s.prepare(&caller, &c.prepare(Op::Get, 64, 3)).unwrap();
+    s.prepare(&caller, &c.prepare(Direction::Get, 64, 3)).unwrap();
 }
 
 #[test]
@@ -373,10 +378,10 @@ fn a_token_that_is_not_an_rc_client_qp_is_refused() {
     let s = sessions("softroce-v2t-srv", V2Config::default());
     let c = Client::new("softroce-v2t-cli", 4096);
     let caller = Caller::key("ak");
-    let mut p = c.prepare(Op::Get, 64, 1);
+    let mut p = c.prepare(Direction::Get, 64, 1);
     p.token.transport = Transport::Dc;
     assert_eq!(status(s.prepare(&caller, &p)), Status::BadRequest);
-    let mut p = c.prepare(Op::Get, 64, 1);
+    let mut p = c.prepare(Direction::Get, 64, 1);
     p.token.gid = [0; 16];
     assert_eq!(status(s.prepare(&caller, &p)), Status::BadRequest);
     assert_eq!(s.open_sessions(), 0);

@@ -15,7 +15,7 @@ use hipobj_platform::vendor::VendorProfile;
 use hipobj_platform::{NoTopology, RecvWr, WcOpcode, WcStatus, WorkCompletion};
 use hipobj_proto::{Reply, Token};
 use hipobj_softroce::SoftVerbs;
-use hipobj_target::double::{ObjectServer, Op};
+use hipobj_target::double::{Action, ObjectServer};
 use hipobj_target::{Answer, Caller, Request, Selected, Source, Target, TargetConfig, TargetError};
 
 /// A client QP on its own soft device, with a registered buffer.
@@ -279,10 +279,10 @@ fn the_double_answers_like_the_server() {
     let s = ObjectServer::new(target("softroce-t2-srv"));
     let c = Client::new("softroce-t2-cli", 4096);
     let token = c.token(4096).encode();
-    let r = s.serve(&Op::Get("none".into()), token.as_str()).unwrap();
+    let r = s.serve(&Action::Get("none".into()), token.as_str()).unwrap();
     c.connect(&hipobj_proto::parse_reply(r.as_bytes()).unwrap());
     assert_eq!(
-        s.serve(&Op::Get("none".into()), token.as_str()),
+        s.serve(&Action::Get("none".into()), token.as_str()),
         Err("NoSuchKey".into())
     );
 }

@@ -32,7 +32,7 @@ use criterion::Criterion;
 use hipobj::{Config, Control, ControlError, Direction, Instance, Library, Options};
 use hipobj_platform::{MemRegion, NoGpu, NoTopology, Platform};
 use hipobj_softroce::{SoftConfig, SoftVerbs};
-use hipobj_target::double::{ObjectServer, Op};
+use hipobj_target::double::{Action, ObjectServer};
 use hipobj_target::{Target, TargetConfig};
 
 fn soft(name: &str) -> Arc<SoftVerbs> {
@@ -58,7 +58,7 @@ impl Control for Canned {
 /// A request to the in-process server double.
 struct Req<'a> {
     server: &'a ObjectServer,
-    op: Op,
+    op: Action,
     reply: String,
 }
 
@@ -119,7 +119,7 @@ fn benches(c: &mut Criterion) {
     let (_lib, inst, server, buf) = setup();
     let mut get = Req {
         server: &server,
-        op: Op::Get("bench".into()),
+        op: Action::Get("bench".into()),
         reply: String::new(),
     };
     // Bind the connection with one real PUT, keeping the reply a bound
@@ -183,7 +183,7 @@ fn benches(c: &mut Criterion) {
 fn bound(inst: &Instance, server: &ObjectServer, buf: MemRegion) -> String {
     let mut put = Req {
         server,
-        op: Op::Put("bench-put".into()),
+        op: Action::Put("bench-put".into()),
         reply: String::new(),
     };
     inst.transfer(Direction::Put, buf.addr(), 4096, 0, &mut put)

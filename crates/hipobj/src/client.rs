@@ -72,7 +72,7 @@ use crate::error::{Error, Result};
 use crate::instance::Instance;
 use crate::library::Library;
 use crate::options::Options;
-use crate::rcv2::RcV2Session;
+use crate::rc_v2::RcV2Session;
 
 /// Builds a [`Client`].
 #[derive(Debug)]

@@ -34,7 +34,7 @@ mod nic;
 mod options;
 mod peer;
 mod pool;
-mod rcv2;
+mod rc_v2;
 mod windows;
 
 // The public API: what programs built on the core (the C skin, the CLI, the
@@ -55,4 +55,4 @@ pub use library::Library;
 pub use nic::{Chosen, choose as choose_nic};
 pub use options::{ENV_VARS, Options};
 pub use peer::{AllowPeer, resolve_host};
-pub use rcv2::{RC_V2_MAX_SIZE, RcV2Session};
+pub use rc_v2::{RC_V2_MAX_SIZE, RcV2Session};

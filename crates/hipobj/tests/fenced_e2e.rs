@@ -14,7 +14,7 @@ use hipobj_proto::{Token, parse_reply};
 use hipobj_softroce::{SoftConfig, SoftVerbs};
 use hipobj_target::{Target, TargetConfig};
 
-use support::server::{Op, Server};
+use support::server::{Action, Server};
 use support::{fill, host_buf, read};
 
 fn soft(name: &str) -> Arc<SoftVerbs> {
@@ -88,7 +88,7 @@ fn write_with(server: &Server, token: &Token) -> Result<String, String> {
         .lock()
         .unwrap()
         .insert("evil".into(), vec![0xee; token.len as usize]);
-    match server.serve_token(&Op::Get("evil".into()), token) {
+    match server.serve_token(&Action::Get("evil".into()), token) {
         Ok(r) if parse_reply(r.as_bytes()).is_ok_and(|p| p.is_success()) => Ok(r),
         Ok(r) => Err(r),
         Err(e) => Err(e),
@@ -113,7 +113,7 @@ impl Control for Forger<'_> {
         if self.rounds == 1 {
             // Every transfer here starts on a fresh QP, so the first round
             // only binds (409) and moves nothing.
-            self.reply = Some(self.server.serve_token(&Op::Get("bind".into()), &t).unwrap());
+            self.reply = Some(self.server.serve_token(&Action::Get("bind".into()), &t).unwrap());
             return Ok(());
         }
         self.result = Some(write_with(self.server, &(self.forge)(t)));
@@ -135,7 +135,7 @@ fn get(
     buf: hipobj_platform::MemRegion,
     len: usize,
 ) -> Vec<Token> {
-    let mut req = server.request(Op::Get(key.into()));
+    let mut req = server.request(Action::Get(key.into()));
     let mut keep = Keeper {
         inner: &mut req,
         tokens: Vec::new(),

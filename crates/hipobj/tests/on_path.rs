@@ -21,7 +21,7 @@ use hipobj_platform::{NoGpu, NoTopology, Platform, Verbs};
 use hipobj_softroce::{SoftConfig, SoftVerbs};
 use hipobj_target::{Target, TargetConfig};
 
-use support::server::{Op, Server};
+use support::server::{Action, Server};
 
 fn soft(name: &str) -> Arc<SoftVerbs> {
     Arc::new(SoftVerbs::new(SoftConfig {
@@ -52,7 +52,7 @@ fn server_on(name: &str) -> (Server, IpAddr) {
 /// the application addressed is `endpoint`.
 struct OnPath<'a> {
     party: &'a Server,
-    op: Op,
+    op: Action,
     endpoint: IpAddr,
     requests: usize,
     reply: Option<String>,
@@ -108,7 +108,7 @@ fn an_on_path_party_naming_its_own_qp_gets_no_binding() {
     let mut reg = c.register(vec![0u8; 64 << 10]).unwrap();
     let mut ctl = OnPath {
         party: &party,
-        op: Op::Get("obj".into()),
+        op: Action::Get("obj".into()),
         endpoint: server_ip,
         requests: 0,
         reply: None,
@@ -127,7 +127,7 @@ fn an_on_path_party_naming_its_own_qp_gets_no_binding() {
     reg.fill(0x5a);
     let mut ctl = OnPath {
         party: &party,
-        op: Op::Put("stolen".into()),
+        op: Action::Put("stolen".into()),
         endpoint: server_ip,
         requests: 0,
         reply: None,
@@ -147,7 +147,7 @@ fn with_the_party_listed_in_the_switch_the_same_exchange_binds_to_it() {
     let mut reg = c.register(vec![0u8; 64 << 10]).unwrap();
     let mut ctl = OnPath {
         party: &party,
-        op: Op::Get("obj".into()),
+        op: Action::Get("obj".into()),
         endpoint: server_ip,
         requests: 0,
         reply: None,

@@ -78,7 +78,7 @@ fn put_and_get_on_rxe() {
     );
     let buf = support::host_buf(4096);
     inst.register_host(buf).unwrap();
-    let mut req = server.request(support::server::Op::Get("obj-4096".into()));
+    let mut req = server.request(support::server::Action::Get("obj-4096".into()));
     let mut keep = Keeper {
         inner: &mut req,
         last: None,
@@ -93,7 +93,7 @@ fn put_and_get_on_rxe() {
         .lock()
         .unwrap()
         .insert("late".into(), vec![0xee; 4096]);
-    let late = server.serve_token(&support::server::Op::Get("late".into()), &token);
+    let late = server.serve_token(&support::server::Action::Get("late".into()), &token);
     assert!(
         !late
             .as_ref()
@@ -154,7 +154,7 @@ fn rxe_a_get_whose_server_skips_a_chunk_fails() {
     // Honest: four WRITEs WITH IMMEDIATE of 256 KiB, counted by rxe.
     let honest = Server::new(open());
     honest.objects.lock().unwrap().insert("k".into(), pattern.clone());
-    let mut req = honest.request(support::server::Op::Get("k".into()));
+    let mut req = honest.request(support::server::Action::Get("k".into()));
     inst.transfer(Direction::Get, buf.addr(), LEN, 0, &mut req)
         .unwrap();
     assert_eq!(support::read(buf), pattern);
@@ -168,7 +168,7 @@ fn rxe_a_get_whose_server_skips_a_chunk_fails() {
         .lock()
         .unwrap()
         .insert("k".into(), pattern.clone());
-    let mut req = skipper.request(support::server::Op::Get("k".into()));
+    let mut req = skipper.request(support::server::Action::Get("k".into()));
     let e = inst
         .transfer(Direction::Get, buf.addr(), LEN, 0, &mut req)
         .unwrap_err();

@@ -12,7 +12,7 @@ use hipobj::{Control, ControlError, Direction, ErrorKind, Instance, Library, Opt
 use hipobj_platform::{MemRegion, NoGpu, NoTopology, Platform, Verbs};
 use hipobj_proto::Token;
 use hipobj_softroce::{FaultConfig, SoftConfig, SoftVerbs};
-use hipobj_target::double::Op;
+use hipobj_target::double::Action;
 use hipobj_target::{Target, TargetConfig};
 
 use support::server::{Server, app_driven_get, put_get_roundtrip};
@@ -104,7 +104,7 @@ impl Control for FailAfterBind<'_> {
         self.token = Some(Token::decode(token.as_bytes()).unwrap());
         self.reply = if first {
             // A new client QP: the double binds it (409) and moves nothing.
-            Some(self.server.serve(&Op::Put("never".into()), token).unwrap())
+            Some(self.server.serve(&Action::Put("never".into()), token).unwrap())
         } else {
             None
         };
@@ -128,7 +128,7 @@ fn late_write(server: &Server, token: &Token) -> bool {
         .lock()
         .unwrap()
         .insert("late".into(), vec![0xee; token.len as usize]);
-    let r = server.serve_token(&Op::Get("late".into()), token);
+    let r = server.serve_token(&Action::Get("late".into()), token);
     r.is_ok_and(|reply| hipobj_proto::parse_reply(reply.as_bytes()).is_ok_and(|p| p.is_success()))
 }
 
@@ -165,7 +165,7 @@ fn a_server_writing_after_deregistration_or_shutdown_cannot_reach_the_buffer() {
     // A GET that works, then the buffer is deregistered.
     let buf = host_buf(4096);
     inst.register_host(buf).unwrap();
-    let mut req = server.request(Op::Get("k".into()));
+    let mut req = server.request(Action::Get("k".into()));
     let mut tokens = Recorder {
         inner: &mut req,
         last: None,
@@ -182,7 +182,7 @@ fn a_server_writing_after_deregistration_or_shutdown_cannot_reach_the_buffer() {
     // Register again, transfer, and shut down: the QPs go with the instance.
     let buf2 = host_buf(4096);
     inst.register_host(buf2).unwrap();
-    let mut req = server.request(Op::Get("k".into()));
+    let mut req = server.request(Action::Get("k".into()));
     let mut tokens = Recorder {
         inner: &mut req,
         last: None,
@@ -228,7 +228,7 @@ fn get_into(
     key: &str,
     buf: hipobj_platform::MemRegion,
 ) -> Result<usize, ErrorKind> {
-    let mut req = server.request(Op::Get(key.into()));
+    let mut req = server.request(Action::Get(key.into()));
     let r = inst.transfer(Direction::Get, buf.addr(), buf.len(), 0, &mut req);
     r.map(|()| req.rounds).map_err(|e| e.kind())
 }
@@ -441,14 +441,14 @@ fn gpu_memory_the_nic_cannot_reach_is_staged_and_moves_exact_bytes() {
     assert_eq!(inst.buffers().find(src).unwrap().kind(), BufKind::Staged);
     assert_eq!(inst.buffers().find(dst).unwrap().kind(), BufKind::Staged);
 
-    let mut put = server.request(Op::Put("gpu".into()));
+    let mut put = server.request(Action::Put("gpu".into()));
     inst.transfer(Direction::Put, src, len, 0, &mut put).unwrap();
     assert!(
         server.objects.lock().unwrap()["gpu"] == pattern,
         "the PUT did not carry the device bytes"
     );
 
-    let mut get = server.request(Op::Get("gpu".into()));
+    let mut get = server.request(Action::Get("gpu".into()));
     inst.transfer(Direction::Get, dst, len, 0, &mut get).unwrap();
     assert!(
         gpu.read(dst, len).unwrap() == pattern,
@@ -464,7 +464,7 @@ fn gpu_memory_the_nic_cannot_reach_is_staged_and_moves_exact_bytes() {
         t.addr,
         inst.buffers().find(dst).unwrap().staging_addr().unwrap() as u64
     );
-    let mut req = server.request(Op::Get("gpu".into()));
+    let mut req = server.request(Action::Get("gpu".into()));
     loop {
         req.send_request(token.as_str()).unwrap();
         let mut reply = [0u8; 512];
@@ -513,14 +513,14 @@ fn a_connection_a_late_server_read_killed_while_idle_is_never_used_again() {
     let data: Vec<u8> = (0..64 << 10).map(|i| (i % 251) as u8).collect();
     support::fill(buf, &data);
     let mut put = Recording {
-        inner: server.request(Op::Put("first".into())),
+        inner: server.request(Action::Put("first".into())),
         tokens: Vec::new(),
     };
     inst.transfer(Direction::Put, buf.addr(), 64 << 10, 0, &mut put)
         .unwrap();
     let token = *put.tokens.last().unwrap();
 
-    let late = server.serve_token(&Op::Put("late".into()), &token);
+    let late = server.serve_token(&Action::Put("late".into()), &token);
     let late_ok = late.is_ok_and(|r| hipobj_proto::parse_reply(r.as_bytes()).is_ok_and(|p| p.is_success()));
     assert!(!late_ok, "a READ through an ended grant succeeded");
     assert!(!server.objects.lock().unwrap().contains_key("late"));
@@ -532,7 +532,7 @@ fn a_connection_a_late_server_read_killed_while_idle_is_never_used_again() {
 
     for key in ["second", "third"] {
         let mut next = Recording {
-            inner: server.request(Op::Put(key.into())),
+            inner: server.request(Action::Put(key.into())),
             tokens: Vec::new(),
         };
         inst.transfer(Direction::Put, buf.addr(), 64 << 10, 0, &mut next)

@@ -16,7 +16,7 @@ use hipobj_softroce::{SoftConfig, SoftVerbs};
 use hipobj_target::double::{Cheat, ObjectServer};
 use hipobj_target::{Target, TargetConfig};
 
-use support::server::{Op, Server};
+use support::server::{Action, Server};
 use support::{fill, host_buf, read};
 
 fn soft(name: &str) -> Arc<SoftVerbs> {
@@ -66,7 +66,7 @@ fn client(name: &str, max_transfers: u32) -> Library {
 }
 
 fn get(inst: &Instance, server: &Server, key: &str, buf: hipobj_platform::MemRegion) -> hipobj::Result<()> {
-    let mut req = server.request(Op::Get(key.into()));
+    let mut req = server.request(Action::Get(key.into()));
     inst.transfer(Direction::Get, buf.addr(), buf.len(), 0, &mut req)
 }
 
@@ -98,7 +98,7 @@ fn a_replayed_success_never_completes_a_get() {
     let buf = host_buf(4096);
     inst.register_host(buf).unwrap();
     // A real GET, recording the real success reply.
-    let mut req = srv.request(Op::Get("k".into()));
+    let mut req = srv.request(Action::Get("k".into()));
     let mut rec = RecordReplies {
         inner: &mut req,
         replies: Vec::new(),
@@ -264,8 +264,8 @@ fn a_tampered_success_fails_the_transfer() {
     ];
     for (what, rewrite, kind) in cases {
         for (dir, op) in [
-            (Direction::Get, Op::Get("k".into())),
-            (Direction::Put, Op::Put("p".into())),
+            (Direction::Get, Action::Get("k".into())),
+            (Direction::Put, Action::Put("p".into())),
         ] {
             let mut t = Tamper {
                 inner: srv.request(op),
@@ -330,7 +330,7 @@ fn alternating_servers_bind_each_once() {
         };
         fill(buf, &[0u8; 4096]);
         let mut c = Counting {
-            inner: srv.request(Op::Get("k".into())),
+            inner: srv.request(Action::Get("k".into())),
             last_token: None,
             last_was_bind: false,
             binds: 0,
@@ -383,7 +383,7 @@ fn get_64k(inst: &Instance, srv: &Server) -> (hipobj::Result<()>, Vec<u8>) {
     let buf = host_buf(LEN + 1);
     fill(buf, &vec![0x11; LEN + 1]);
     inst.register_host(buf).unwrap();
-    let mut req = srv.request(Op::Get("k".into()));
+    let mut req = srv.request(Action::Get("k".into()));
     let r = inst.transfer(Direction::Get, buf.addr(), LEN, 0, &mut req);
     let after = read(buf);
     inst.deregister(buf.addr()).unwrap();
@@ -471,7 +471,7 @@ fn an_application_driven_get_succeeds_only_when_its_bytes_landed() {
         let dst = host_buf(8192);
         inst.register_host(dst).unwrap();
         let token = inst.rdma_token(dst.addr(), 8192, Direction::Get).unwrap();
-        let mut request = srv.request(Op::Get("k".into()));
+        let mut request = srv.request(Action::Get("k".into()));
         let mut outcome = Ok(409);
         for _ in 0..2 {
             request.send_request(token.as_str()).unwrap();

@@ -10,8 +10,8 @@
 mod bridge;
 mod checksum;
 mod layer;
+pub mod rc_v2;
 pub mod sigv4;
-pub mod v2;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;

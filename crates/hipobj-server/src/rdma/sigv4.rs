@@ -1,6 +1,6 @@
 //! SigV4 verification of the `hipobj-rc-v2` control requests: the checks
 //! themselves are [`hipobj_target::sigv4`] (pure, so the fuzz target
-//! `rcv2_control` reaches them); this maps an HTTP request onto them.
+//! `rc_v2_control` reaches them); this maps an HTTP request onto them.
 
 use std::collections::HashMap;
 

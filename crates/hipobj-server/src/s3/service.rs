@@ -41,7 +41,7 @@ pub struct Front {
     /// Whether `/.hipobj/*` is served.
     pub endpoints: bool,
     /// The `hipobj-rc-v2` control path, `/.hipobj-rc/*`.
-    pub v2: crate::rdma::v2::V2,
+    pub v2: crate::rdma::rc_v2::V2,
     /// What every request body is held to (`crate::body`).
     pub bodies: crate::body::BodyLimits,
 }

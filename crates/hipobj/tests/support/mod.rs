@@ -1,8 +1,8 @@
 //! Shared pieces of the core's tests: a fake platform and a scripted S3 side.
 #![allow(dead_code, clippy::unwrap_used, unsafe_code)]
 
+pub mod rc_v2;
 pub mod server;
-pub mod v2;
 
 use std::collections::VecDeque;
 

@@ -8,8 +8,8 @@ use std::ops::Deref;
 
 use hipobj::{Control, ControlError};
 use hipobj_target::Target;
+pub use hipobj_target::double::Action;
 use hipobj_target::double::ObjectServer;
-pub use hipobj_target::double::Op;
 
 /// The double (its target is `server.target`).
 pub struct Server {
@@ -26,7 +26,7 @@ impl Deref for Server {
 /// One S3 request against the server, as the client's callbacks drive it.
 pub struct Request<'a> {
     pub server: &'a Server,
-    pub op: Op,
+    pub op: Action,
     pub reply: Option<String>,
     pub rounds: usize,
 }
@@ -42,7 +42,7 @@ impl Server {
         Self { inner }
     }
 
-    pub fn request(&self, op: Op) -> Request<'_> {
+    pub fn request(&self, op: Action) -> Request<'_> {
         Request {
             server: self,
             op,
@@ -81,7 +81,7 @@ pub fn put_get_roundtrip(inst: &hipobj::Instance, server: &Server, sizes: &[usiz
         inst.register_host(src).unwrap();
         inst.register_host(dst).unwrap();
         let key = format!("obj-{size}");
-        let mut put = server.request(Op::Put(key.clone()));
+        let mut put = server.request(Action::Put(key.clone()));
         inst.transfer(hipobj::Direction::Put, src.addr(), size, 0, &mut put)
             .unwrap();
         assert_eq!(
@@ -89,7 +89,7 @@ pub fn put_get_roundtrip(inst: &hipobj::Instance, server: &Server, sizes: &[usiz
             pattern,
             "PUT of {size} bytes"
         );
-        let mut get = server.request(Op::Get(key));
+        let mut get = server.request(Action::Get(key));
         inst.transfer(hipobj::Direction::Get, dst.addr(), size, 0, &mut get)
             .unwrap();
         assert!(crate::support::read(dst) == pattern, "GET of {size} bytes");
@@ -105,7 +105,7 @@ pub fn app_driven_get(inst: &hipobj::Instance, server: &Server, key: &str, len: 
     let dst = crate::support::host_buf(len);
     inst.register_host(dst).unwrap();
     let token = inst.rdma_token(dst.addr(), len, hipobj::Direction::Get).unwrap();
-    let mut request = server.request(Op::Get(key.to_owned()));
+    let mut request = server.request(Action::Get(key.to_owned()));
     let mut codes = Vec::new();
     loop {
         request.send_request(token.as_str()).unwrap();

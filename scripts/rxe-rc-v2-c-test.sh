@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# examples/c/rcv2-object.c (the hipObjRcV2* calls driven by libcurl) against
+# examples/c/rc-v2-object.c (the hipObjRcV2* calls driven by libcurl) against
 # a hipobj-rc-v2 server we did not write: elbencho's s3rdma-server (built
 # from ../shared/peers/hipobj-rc-v2 by its build.sh), both on rxe0 inside the
 # rxe VM (scripts/rxe-vm.sh), through libhipobj's libibverbs backend.
 #
-#   scripts/rxe-rcv2-c-test.sh [SIZE...]     default sizes: 1 4097 1048576 16777216
+#   scripts/rxe-rc-v2-c-test.sh [SIZE...]     default sizes: 1 4097 1048576 16777216
 #
 # The program runs with RCV2_TRY_BINDING=1, as an application that meets
 # both kinds of server: the binding exchange is declined (501 +
@@ -15,29 +15,29 @@
 # and the server's log counting one hipobj-rc-v2 transfer per transfer.
 # Prints PASS/FAIL per check and "RCV2-C: PASS (N checks)".
 #
-# Env: HIPOBJ_PEERS_DIR, HIPOBJ_PEERS_BUILD as for rxe-rcv2-client-test.sh;
+# Env: HIPOBJ_PEERS_DIR, HIPOBJ_PEERS_BUILD as for rxe-rc-v2-client-test.sh;
 # RXE_VM_DIR as for scripts/rxe-vm.sh. Run the VM under
 # `flock /tmp/rxe-vm.lock` when others share it.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 peers_dir=$(peers_dir)
-[[ -n $peers_dir ]] || { echo "rxe-rcv2-c-test: no peers directory (set HIPOBJ_PEERS_DIR)" >&2; exit 1; }
+[[ -n $peers_dir ]] || { echo "rxe-rc-v2-c-test: no peers directory (set HIPOBJ_PEERS_DIR)" >&2; exit 1; }
 export HIPOBJ_PEERS_BUILD=${HIPOBJ_PEERS_BUILD:-/tmp/hipobj-rc-v2-peers}
 [[ -x $HIPOBJ_PEERS_BUILD/bin/s3rdma-server ]] || bash "$peers_dir/build.sh"
 [[ -e /usr/include/x86_64-linux-gnu/curl/curl.h ]] || {
-    echo "rxe-rcv2-c-test: needs libcurl's headers (apt-get install libcurl4-openssl-dev)" >&2
+    echo "rxe-rc-v2-c-test: needs libcurl's headers (apt-get install libcurl4-openssl-dev)" >&2
     exit 1
 }
 
 bin=$(build_workspace)
-libs=$(mktemp -d /tmp/rxe-rcv2-c.XXXXXX)
+libs=$(mktemp -d /tmp/rxe-rc-v2-c.XXXXXX)
 inner=$libs/inner.sh
 trap 'rm -rf "$libs"' EXIT
 ln -s "$bin/libhipobj_capi.so" "$libs/libhipobj.so"
 ln -s "$bin/libhipobj_capi.so" "$libs/libhipobj.so.0"
-gcc -std=c99 -D_DEFAULT_SOURCE -Wall -Wextra -Werror -pedantic -Iinclude examples/c/rcv2-object.c \
-    -L"$libs" -lhipobj -lcurl -o "$libs/rcv2-object"
+gcc -std=c99 -D_DEFAULT_SOURCE -Wall -Wextra -Werror -pedantic -Iinclude examples/c/rc-v2-object.c \
+    -L"$libs" -lhipobj -lcurl -o "$libs/rc-v2-object"
 
 sizes=("$@")
 [[ ${#sizes[@]} -gt 0 ]] || sizes=(1 4097 1048576 16777216)
@@ -45,7 +45,7 @@ sizes=("$@")
 cat >"$inner" <<EOF
 set -u
 P=$HIPOBJ_PEERS_BUILD/bin
-X=$libs/rcv2-object
+X=$libs/rc-v2-object
 export LD_LIBRARY_PATH=$libs
 SIZES="${sizes[*]}"
 EOF
@@ -116,6 +116,6 @@ echo "RCV2-C: FAIL ($failed of $checks checks failed)"
 tail -30 $S/elb.log
 exit 1
 EOF
-chmod a+rx "$libs" "$libs/rcv2-object"
+chmod a+rx "$libs" "$libs/rc-v2-object"
 chmod a+r "$inner"
 scripts/rxe-vm.sh /bin/bash "$inner"

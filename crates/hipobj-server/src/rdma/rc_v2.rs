@@ -12,10 +12,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use hipobj_proto::rc_v2::{self, Op, PrepareRequest, ReadyRequest, ReadyResponse, Status};
+use hipobj_proto::rc_v2::{self, Direction, PrepareRequest, ReadyRequest, ReadyResponse, Status};
 use hipobj_target::Caller;
 use hipobj_target::Request;
-use hipobj_target::rc_v2::{Control, ControlHttp, V2Failure, V2Sessions, check_control};
+use hipobj_target::rc_v2::{ControlHttp, ControlRequest, V2Failure, V2Sessions, check_control};
 use s3s::{Body, S3, S3Error, S3ErrorCode, S3Request, dto};
 use tokio::runtime::Handle;
 
@@ -185,9 +185,9 @@ impl V2 {
             address: parts.extensions.get::<ClientAddr>().map(|a| a.0.ip()),
         };
         match control {
-            Control::Prepare(p) => self.prepare(sessions, caller, p).await,
-            Control::Ready(r) => self.ready(sessions, caller, r).await,
-            Control::Cancel(c) => {
+            ControlRequest::Prepare(p) => self.prepare(sessions, caller, p).await,
+            ControlRequest::Ready(r) => self.ready(sessions, caller, r).await,
+            ControlRequest::Cancel(c) => {
                 sessions.cancel(&caller, &c.session);
                 respond(Status::Cancelled, Vec::new(), "")
             }
@@ -208,7 +208,7 @@ impl V2 {
             return store_fail(&e);
         }
         match p.op {
-            Op::Get => {
+            Direction::Get => {
                 let mut b = dto::HeadObjectInput::builder();
                 b.set_bucket(bucket);
                 b.set_key(key);
@@ -232,7 +232,7 @@ impl V2 {
                     );
                 }
             }
-            Op::Put => {
+            Direction::Put => {
                 let mut b = dto::HeadBucketInput::builder();
                 b.set_bucket(bucket);
                 let Ok(input) = b.build() else {
@@ -272,7 +272,7 @@ impl V2 {
         let rt = Handle::current();
         let _flight = super::layer::InFlight::new(&self.metrics);
         let (moved, etag, crc) = match op {
-            Op::Get => {
+            Direction::Get => {
                 let mut b = dto::GetObjectInput::builder();
                 b.set_bucket(bucket);
                 b.set_key(key);
@@ -298,7 +298,7 @@ impl V2 {
                     Err(e) => (Err(e), None, None),
                 }
             }
-            Op::Put => {
+            Direction::Put => {
                 let store = self.store.clone();
                 let mut b = dto::PutObjectInput::builder();
                 b.set_bucket(bucket);
@@ -344,13 +344,13 @@ impl V2 {
             Err(e) => return fail(Status::Internal, &format!("the transfer task failed: {e}")),
         };
         match op {
-            Op::Get => {
+            Direction::Get => {
                 inc(&self.metrics.rdma_gets);
                 self.metrics
                     .rdma_bytes_written
                     .fetch_add(bytes, Ordering::Relaxed);
             }
-            Op::Put => {
+            Direction::Put => {
                 inc(&self.metrics.rdma_puts);
                 self.metrics.rdma_bytes_read.fetch_add(bytes, Ordering::Relaxed);
             }

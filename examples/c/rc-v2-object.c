@@ -1,9 +1,9 @@
-/* rcv2-object: PUT or GET one object over hipobj-rc-v2, the handshake of
+/* rc-v2-object: PUT or GET one object over hipobj-rc-v2, the handshake of
  * S3 servers that answer a token on the object request with 501 and
  * X-Amz-Rdma-Protocol-Status: unsupported.
  *
- *   rcv2-object put ENDPOINT BUCKET KEY INFILE
- *   rcv2-object get ENDPOINT BUCKET KEY SIZE OUTFILE
+ *   rc-v2-object put ENDPOINT BUCKET KEY INFILE
+ *   rc-v2-object get ENDPOINT BUCKET KEY SIZE OUTFILE
  *
  * hipObject makes the header values of PREPARE, READY and CANCEL and checks
  * the answers (hipObjRcV2*); libcurl sends each one as a body-less POST

@@ -37,8 +37,8 @@ use std::time::{Duration, Instant};
 
 use hipobj_platform::{Gid, Sge};
 use hipobj_proto::rc_v2::{
-    CancelRequest, Cookie, Crc64Nvme, Op, PrepareRequest, PrepareResponse, Psn, Qpn, ReadyRequest,
-    ReadyResponse, RemoteMr, SessionId, Size, Target,
+    CancelRequest, Cookie, Crc64Nvme, ObjectPath, PrepareRequest, PrepareResponse, Psn, Qpn, ReadyRequest,
+    ReadyResponse, RemoteMr, SessionId, Size,
 };
 use hipobj_proto::{Token, Transport};
 
@@ -60,7 +60,7 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a GET's WRITE WITH IMMEDIATE may take to show on the CQ after
 /// the READY answer arrived (the server answers only after its write
 /// completed, so normally it is already there).
-/// The fuzz build (`cfg(fuzzing)`, fuzz/fuzz_targets/rcv2_control.rs) does
+/// The fuzz build (`cfg(fuzzing)`, fuzz/fuzz_targets/rc_v2_control.rs) does
 /// not wait: its fake NIC delivers a write before the answer is handed
 /// over, and the wait would only slow every input that plays a server
 /// answering without one.
@@ -193,17 +193,9 @@ impl Instance {
 }
 
 impl RcV2Session {
-    /// The direction.
+    /// The direction (`x-amz-rdma-op`).
     pub fn direction(&self) -> Direction {
         self.dir
-    }
-
-    /// `x-amz-rdma-op`.
-    pub fn op(&self) -> Op {
-        match self.dir {
-            Direction::Get => Op::Get,
-            Direction::Put => Op::Put,
-        }
     }
 
     /// `x-amz-rdma-size`: bytes to move.
@@ -287,7 +279,7 @@ impl RcV2Session {
         object_offset: Option<u64>,
     ) -> Result<PrepareRequest> {
         self.expect(Stage::New, "PREPARE")?;
-        let target = Target::new(bucket, key).map_err(|e| {
+        let target = ObjectPath::new(bucket, key).map_err(|e| {
             Error::invalid(format!(
                 "s3://{bucket}/{key} cannot be a hipobj-rc-v2 target: {e}"
             ))
@@ -298,7 +290,7 @@ impl RcV2Session {
             ));
         }
         Ok(PrepareRequest {
-            op: self.op(),
+            op: self.dir,
             target,
             size: Size::new(self.size as u64)
                 .ok_or_else(|| Error::new(ErrorKind::SizeTooLarge, "over the protocol's size"))?,

@@ -14,7 +14,7 @@ use hipobj_platform::{NoGpu, NoTopology, Platform, Verbs};
 use hipobj_proto::rc_v2::{self, PrepareResponse};
 use hipobj_softroce::{SoftConfig, SoftVerbs};
 
-use support::v2::{Misbehave, V2Server};
+use support::rc_v2::{Misbehave, V2Server};
 use support::{fill, host_buf, read};
 
 fn soft(name: &str) -> Arc<SoftVerbs> {

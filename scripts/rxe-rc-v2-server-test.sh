@@ -3,7 +3,7 @@
 # upstream hipobj-v2-data-client (built from ../shared/peers/hipobj-rc-v2 by its build.sh, never
 # linked into the project), both on the kernel's rxe0 in the project's VM (scripts/rxe-vm.sh).
 #
-#   flock /tmp/rxe-vm.lock scripts/rxe-rcv2-server-test.sh [SIZE...]     (default 8 64 1000 4096)
+#   flock /tmp/rxe-vm.lock scripts/rxe-rc-v2-server-test.sh [SIZE...]     (default 8 64 1000 4096)
 #
 # For each size: the client PUTs over RDMA (its WRITE WITH IMMEDIATE into our staging buffer) and
 # the stored file is compared byte for byte with what the client wrote; then the client GETs the
@@ -12,13 +12,13 @@
 # The server's /.hipobj/metrics must count every transfer as RDMA. Controls: the same client
 # against a server with RDMA off must fail with PREPARE 501, and with a wrong secret with 403.
 #
-# Prints PASS/FAIL per check and "rxe-rcv2-server-test: PASS|FAIL". Exit status 0 only if every
+# Prints PASS/FAIL per check and "rxe-rc-v2-server-test: PASS|FAIL". Exit status 0 only if every
 # check passed.
 #
 # Environment: HIPOBJ_PEERS_DIR (default ../shared/peers/hipobj-rc-v2), HIPOBJ_PEERS_BUILD (default
 # /tmp/hipobj-rc-v2-peers, shared with the other rc-v2 lanes), RXE_VM_DIR as scripts/rxe-vm.sh.
 #
-# Inside the VM: rxe-rcv2-server-test.sh --inside PEER_BIN SERVER_BIN [SIZE...]
+# Inside the VM: rxe-rc-v2-server-test.sh --inside PEER_BIN SERVER_BIN [SIZE...]
 set -uo pipefail
 
 inside() {
@@ -189,23 +189,23 @@ set -e
 . "$(dirname "$0")/lib.sh"
 for size in "$@"; do
     [[ $size =~ ^[0-9]+$ ]] && ((size >= 8 && size <= 4096)) ||
-        { echo "rxe-rcv2-server-test: SIZE must be 8..4096 (the client's limits): $size" >&2; exit 2; }
+        { echo "rxe-rc-v2-server-test: SIZE must be 8..4096 (the client's limits): $size" >&2; exit 2; }
 done
 peers=$(peers_dir)
-[[ -n $peers ]] || { echo "rxe-rcv2-server-test: no peers directory (set HIPOBJ_PEERS_DIR)" >&2; exit 1; }
+[[ -n $peers ]] || { echo "rxe-rc-v2-server-test: no peers directory (set HIPOBJ_PEERS_DIR)" >&2; exit 1; }
 export HIPOBJ_PEERS_BUILD=${HIPOBJ_PEERS_BUILD:-/tmp/hipobj-rc-v2-peers}
 if [[ ! -x $HIPOBJ_PEERS_BUILD/bin/hipobj-v2-data-client ]]; then
     bash "$peers/build.sh" >&2
 fi
 server=$(build_workspace)/hipobj-server
-[[ -x $server ]] || { echo "rxe-rcv2-server-test: no $server" >&2; exit 1; }
-echo "rxe-rcv2-server-test: client $(sed -n 3p "$HIPOBJ_PEERS_BUILD/bin/BUILDINFO"); server $server"
+[[ -x $server ]] || { echo "rxe-rc-v2-server-test: no $server" >&2; exit 1; }
+echo "rxe-rc-v2-server-test: client $(sed -n 3p "$HIPOBJ_PEERS_BUILD/bin/BUILDINFO"); server $server"
 rc=0
-scripts/rxe-vm.sh /bin/bash "$root/scripts/rxe-rcv2-server-test.sh" --inside \
+scripts/rxe-vm.sh /bin/bash "$root/scripts/rxe-rc-v2-server-test.sh" --inside \
     "$HIPOBJ_PEERS_BUILD/bin" "$server" "$@" || rc=$?
 if [[ $rc == 0 ]]; then
-    echo "rxe-rcv2-server-test: PASS"
+    echo "rxe-rc-v2-server-test: PASS"
 else
-    echo "rxe-rcv2-server-test: FAIL (exit status $rc)"
+    echo "rxe-rc-v2-server-test: FAIL (exit status $rc)"
 fi
 exit $rc

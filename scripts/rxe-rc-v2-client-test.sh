@@ -5,7 +5,7 @@
 # command per transfer, with --require-rdma: the binding exchange is
 # declined (501 + unsupported), the client switches to hipobj-rc-v2.
 #
-#   scripts/rxe-rcv2-client-test.sh [SIZE...]     default sizes: 1 4097 1048576 67108864
+#   scripts/rxe-rc-v2-client-test.sh [SIZE...]     default sizes: 1 4097 1048576 67108864
 #
 # Checks, for each size: PUT over RDMA, the stored file equal to the input,
 # GET over RDMA equal to the input; then ranged GETs (one range, and a
@@ -23,17 +23,17 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 peers_dir=$(peers_dir)
-[[ -n $peers_dir ]] || { echo "rxe-rcv2-client-test: no peers directory (set HIPOBJ_PEERS_DIR)" >&2; exit 1; }
+[[ -n $peers_dir ]] || { echo "rxe-rc-v2-client-test: no peers directory (set HIPOBJ_PEERS_DIR)" >&2; exit 1; }
 export HIPOBJ_PEERS_BUILD=${HIPOBJ_PEERS_BUILD:-/tmp/hipobj-rc-v2-peers}
 [[ -x $HIPOBJ_PEERS_BUILD/bin/s3rdma-server ]] || bash "$peers_dir/build.sh"
 
 hipobj=$(build_workspace)/hipobj
-[[ -x $hipobj ]] || { echo "rxe-rcv2-client-test: no $hipobj" >&2; exit 1; }
+[[ -x $hipobj ]] || { echo "rxe-rc-v2-client-test: no $hipobj" >&2; exit 1; }
 
 sizes=("$@")
 [[ ${#sizes[@]} -gt 0 ]] || sizes=(1 4097 1048576 67108864)
 
-inner=$(mktemp /tmp/rxe-rcv2-client.XXXXXX.sh)
+inner=$(mktemp /tmp/rxe-rc-v2-client.XXXXXX.sh)
 trap 'rm -f "$inner"' EXIT
 cat >"$inner" <<EOF
 set -u

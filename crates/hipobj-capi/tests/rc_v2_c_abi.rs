@@ -6,7 +6,7 @@
 //! state, and calls after a shutdown.
 #![allow(clippy::unwrap_used, unsafe_code)]
 
-#[path = "../../hipobj/tests/support/v2.rs"]
+#[path = "../../hipobj/tests/support/rc_v2.rs"]
 mod v2;
 
 use std::ffi::{CStr, c_char, c_int, c_void};

@@ -245,12 +245,12 @@ mod tests {
 
     #[test]
     fn the_largest_prepare_fits_headers_max() {
-        use hipobj_proto::rc_v2::{Cookie, Op, PrepareRequest, Psn, Size, Target};
+        use hipobj_proto::rc_v2::{Cookie, Direction, ObjectPath, PrepareRequest, Psn, Size};
         // Every key byte percent-encoded: three bytes on the wire each.
         let key = "\u{1}".repeat(1024);
         let r = PrepareRequest {
-            op: Op::Put,
-            target: Target::new(&"b".repeat(63), &key).expect("a target"),
+            op: Direction::Put,
+            target: ObjectPath::new(&"b".repeat(63), &key).expect("a target"),
             size: Size::new(u64::from(hipobj_proto::rc_v2::MAX_SIZE)).expect("a size"),
             offset: Some(u64::MAX),
             token: hipobj_proto::Token {

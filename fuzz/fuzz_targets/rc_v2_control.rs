@@ -55,7 +55,7 @@
 //! * nothing is left alive once everything is dropped.
 //!
 //! Input: a flags byte, then steps (see `server` and `client`). Seeds:
-//! fuzz/corpus/rcv2_control (fuzz/seeds.py).
+//! fuzz/corpus/rc_v2_control (fuzz/seeds.py).
 #![no_main]
 
 use std::collections::HashMap;
@@ -71,7 +71,7 @@ use hipobj_proto::rc_v2::{
     Status,
 };
 use hipobj_proto::{Token, Transport};
-use hipobj_target::rc_v2::{Control, ControlHttp, V2Config, V2Failure, V2Sessions, check_control};
+use hipobj_target::rc_v2::{ControlRequest, ControlHttp, V2Config, V2Failure, V2Sessions, check_control};
 use hipobj_target::sigv4;
 use hipobj_target::{Caller, Request, Selected, Sink, Source, Target, TargetConfig};
 use libfuzzer_sys::fuzz_target;
@@ -223,7 +223,7 @@ struct Http {
     forged: bool,
     /// Nothing of it was changed from what the harness meant: it must be
     /// accepted as that message.
-    exact: Option<Control>,
+    exact: Option<ControlRequest>,
 }
 
 struct Server {
@@ -383,8 +383,8 @@ fn prepare_request(input: &mut Input<'_>) -> Http {
     // What the headers say, when every value is one the protocol allows.
     let exact = (|| {
         let p = PrepareRequest {
-            op: if put { v2::Op::Put } else { v2::Op::Get },
-            target: v2::Target::new("bkt", "dir/obj").ok()?,
+            op: if put { v2::Direction::Put } else { v2::Direction::Get },
+            target: v2::ObjectPath::new("bkt", "dir/obj").ok()?,
             size: v2::Size::new(size)?,
             offset,
             token: (token.transport == Transport::Rc).then_some(token)?,
@@ -392,9 +392,9 @@ fn prepare_request(input: &mut Input<'_>) -> Http {
             cookie: v2::Cookie::new(cookie)?,
             client_mr: None,
         };
-        Some(Control::Prepare(p))
+        Some(ControlRequest::Prepare(p))
     })();
-    if let Some(Control::Prepare(p)) = &exact {
+    if let Some(ControlRequest::Prepare(p)) = &exact {
         // The harness's spelling is the protocol's own.
         let mine: Vec<(&str, String)> = headers
             .iter()
@@ -471,7 +471,7 @@ fn ready_request(input: &mut Input<'_>, s: &Server) -> Http {
         }
     };
     let exact = (|| {
-        Some(Control::Ready(ReadyRequest {
+        Some(ControlRequest::Ready(ReadyRequest {
             session: id,
             cookie: v2::Cookie::new(cookie)?,
             client_mr: mr?,
@@ -500,7 +500,7 @@ fn cancel_request(input: &mut Input<'_>, s: &Server) -> Http {
         ],
         signer: 0,
         forged: false,
-        exact: Some(Control::Cancel(CancelRequest { session: id })),
+        exact: Some(ControlRequest::Cancel(CancelRequest { session: id })),
     }
 }
 
@@ -680,20 +680,20 @@ impl Server {
         assert_eq!(key, KEYS[req.signer].0, "accepted under another key");
         assert!(req.method == "POST" && req.query.is_none());
         let round = match &control {
-            Control::Prepare(p) => {
+            ControlRequest::Prepare(p) => {
                 assert_eq!(req.path, v2::PREPARE_PATH);
                 PrepareRequest::from_headers(p.to_headers().iter().map(|(n, v)| (*n, v.as_bytes())))
-                    .map(Control::Prepare)
+                    .map(ControlRequest::Prepare)
             }
-            Control::Ready(r) => {
+            ControlRequest::Ready(r) => {
                 assert_eq!(req.path, v2::READY_PATH);
                 ReadyRequest::from_headers(r.to_headers().iter().map(|(n, v)| (*n, v.as_bytes())))
-                    .map(Control::Ready)
+                    .map(ControlRequest::Ready)
             }
-            Control::Cancel(c) => {
+            ControlRequest::Cancel(c) => {
                 assert_eq!(req.path, v2::CANCEL_PATH);
                 CancelRequest::from_headers(c.to_headers().iter().map(|(n, v)| (*n, v.as_bytes())))
-                    .map(Control::Cancel)
+                    .map(ControlRequest::Cancel)
             }
         };
         assert_eq!(
@@ -710,9 +710,9 @@ impl Server {
         };
         let owner = req.signer;
         match control {
-            Control::Prepare(p) => self.prepare(&caller, owner, &p),
-            Control::Ready(r) => self.ready(input, &caller, owner, &r),
-            Control::Cancel(c) => {
+            ControlRequest::Prepare(p) => self.prepare(&caller, owner, &p),
+            ControlRequest::Ready(r) => self.ready(input, &caller, owner, &r),
+            ControlRequest::Cancel(c) => {
                 self.sessions.cancel(&caller, &c.session);
                 if let Some(i) = self
                     .model
@@ -743,7 +743,7 @@ impl Server {
                     // The caller is on loopback: only this host's addresses.
                     assert!(mapped.is_loopback(), "a token of another host was served");
                 }
-                let put = p.op == v2::Op::Put;
+                let put = p.op == v2::Direction::Put;
                 assert!(!put || p.size.get() as usize <= STAGING_MAX);
                 assert!(before < MAX_SESSIONS, "a session over the limit");
                 assert_eq!(self.sessions.open_sessions(), before + 1);
