@@ -52,7 +52,9 @@ fn code_only(text: &str) -> String {
                 }
             }
             // Raw strings: r"...", r#"..."#, br"...".
-            b'r' if (i == 0 || !is_ident(b[i - 1]) || (b[i - 1] == b'b' && (i < 2 || !is_ident(b[i - 2]))))
+            b'r' if (i == 0
+                || !is_ident(b[i - 1])
+                || (b[i - 1] == b'b' && (i < 2 || !is_ident(b[i - 2]))))
                 && matches!(b.get(i + 1), Some(b'"' | b'#')) =>
             {
                 let mut j = i + 1;
@@ -66,7 +68,9 @@ fn code_only(text: &str) -> String {
                     i += 1;
                     continue;
                 }
-                let close: Vec<u8> = std::iter::once(b'"').chain(std::iter::repeat_n(b'#', hashes)).collect();
+                let close: Vec<u8> = std::iter::once(b'"')
+                    .chain(std::iter::repeat_n(b'#', hashes))
+                    .collect();
                 let end = b[j + 1..]
                     .windows(close.len())
                     .position(|w| w == close.as_slice())
@@ -132,11 +136,19 @@ fn without_tests(code: &str) -> (String, Vec<String>) {
         kept.push_str(&rest[..at]);
         let after = &rest[at + "#[cfg(test)]".len()..];
         let item = after.trim_start();
-        let Some(decl) = item.strip_prefix("mod ").or_else(|| item.strip_prefix("pub mod ")) else {
+        let Some(decl) = item
+            .strip_prefix("mod ")
+            .or_else(|| item.strip_prefix("pub mod "))
+        else {
             rest = after;
             continue;
         };
-        let name: String = decl.trim_start().bytes().take_while(|&c| is_ident(c)).map(char::from).collect();
+        let name: String = decl
+            .trim_start()
+            .bytes()
+            .take_while(|&c| is_ident(c))
+            .map(char::from)
+            .collect();
         let tail = decl.trim_start()[name.len()..].trim_start();
         if tail.starts_with(';') {
             test_files.push(name);
@@ -179,33 +191,29 @@ fn has_unsafe(code: &str) -> bool {
         if at > 0 && code[..at].trim_end().ends_with("#[") {
             return true; // #[unsafe(no_mangle)] and the like
         }
-        let mut words = code[from..].split(|c: char| c.is_whitespace() || c == '(').filter(|w| !w.is_empty());
         let next = code[from..].trim_start();
-        if next.starts_with('{') {
+        // `unsafe fn name` declares; `unsafe fn(` is a pointer type.
+        let declares_fn = |s: &str| {
+            s.strip_prefix("fn")
+                .is_some_and(|f| !f.trim_start().starts_with('('))
+        };
+        let word: String = next
+            .bytes()
+            .take_while(|&c| is_ident(c))
+            .map(char::from)
+            .collect();
+        let extern_item = || {
+            // The ABI string was blanked with the other literals.
+            let after = next["extern".len()..].trim_start();
+            after.starts_with('{') || declares_fn(after)
+        };
+        if next.starts_with('{')
+            || word == "impl"
+            || word == "trait"
+            || (word == "fn" && declares_fn(next))
+            || (word == "extern" && extern_item())
+        {
             return true;
-        }
-        match words.next() {
-            Some("impl" | "trait") => return true,
-            Some(w) if w.starts_with("impl<") || w.starts_with("trait") => return true,
-            Some("fn") => {
-                // `unsafe fn name` declares; `unsafe fn(` is a pointer type.
-                if !next["fn".len()..].trim_start().starts_with('(') {
-                    return true;
-                }
-            }
-            Some("extern") => {
-                let after = next["extern".len()..].trim_start();
-                let after = after.strip_prefix("\"C\"").unwrap_or(after).trim_start();
-                if after.starts_with('{') {
-                    return true;
-                }
-                if let Some(f) = after.strip_prefix("fn")
-                    && !f.trim_start().starts_with('(')
-                {
-                    return true;
-                }
-            }
-            _ => {}
         }
     }
     false
@@ -213,7 +221,9 @@ fn has_unsafe(code: &str) -> bool {
 
 /// Every `.rs` file under `dir`, recursively.
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     for e in entries.flatten() {
         let p = e.path();
         if p.is_dir() {
@@ -303,7 +313,10 @@ fn covered_by(file: &str, named: &str) -> bool {
 fn every_file_with_unsafe_code_is_in_the_table_and_nothing_else() {
     let real = files_with_unsafe();
     let named = documented();
-    assert!(real.len() > 5, "the scan found too few files with unsafe code: {real:?}");
+    assert!(
+        real.len() > 5,
+        "the scan found too few files with unsafe code: {real:?}"
+    );
     let missing: Vec<&String> = real
         .iter()
         .filter(|f| !named.iter().any(|n| covered_by(f, n)))
@@ -337,10 +350,17 @@ fn the_scan_sees_unsafe_code_and_only_code() {
     assert!(!code("type F = unsafe extern \"C\" fn(i32) -> i32;"));
     assert!(!code("type F = unsafe fn(i32);"));
     assert!(!code("fn unsafe_name() {}"));
-    assert!(!code("#[cfg(test)]\nmod tests {\n fn f() { unsafe { g() } }\n}\nfn h() {}"));
-    assert!(code("#[cfg(test)]\nmod tests {\n fn f() {}\n}\nfn h() { unsafe { g() } }"));
+    assert!(!code(
+        "#[cfg(test)]\nmod tests {\n fn f() { unsafe { g() } }\n}\nfn h() {}"
+    ));
+    assert!(code(
+        "#[cfg(test)]\nmod tests {\n fn f() {}\n}\nfn h() { unsafe { g() } }"
+    ));
     assert!(!code("let c = '\"'; // unsafe {\nfn f() {}"));
     assert!(!code("let c = '\\''; let s = \"unsafe {\";"));
     assert!(code("fn f<'a>(x: &'a u8) { unsafe { g() } }"));
-    assert_eq!(without_tests(&code_only("#[cfg(test)]\nmod layout;\n")).1, ["layout"]);
+    assert_eq!(
+        without_tests(&code_only("#[cfg(test)]\nmod layout;\n")).1,
+        ["layout"]
+    );
 }
