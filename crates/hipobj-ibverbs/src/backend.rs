@@ -754,8 +754,6 @@ impl IbQp {
             length: wr.length,
             access: wr.access.0,
         })?;
-        // A type-2 window's `ibv_mw.rkey` follows its binds (see `Mw::set_rkey`).
-        mw.raw.set_rkey(key);
         mw.rkey.store(key, Ordering::Relaxed);
         Ok(key)
     }

@@ -3,8 +3,8 @@
 use std::ffi::{c_int, c_void};
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use hipobj_platform::{MemRegion, VerbsError};
 
@@ -100,6 +100,10 @@ impl Mr {
 pub struct Mw {
     pd: Arc<Pd>,
     mw: NonNull<ibv_mw>,
+    /// Held across a bind's post and the store of its key, so that the
+    /// provider's read of `ibv_mw.rkey` and this handle's write of it never
+    /// overlap.
+    bind: Mutex<()>,
 }
 
 // SAFETY: see `Context`.
@@ -128,7 +132,11 @@ impl Mw {
         // SAFETY: the PD is live; this is what the inline `ibv_alloc_mw` of
         // verbs.h does.
         let mw = non_null("ibv_alloc_mw", unsafe { alloc(pd.as_ptr(), IBV_MW_TYPE_2) })?;
-        Ok(Self { pd: pd.clone(), mw })
+        Ok(Self {
+            pd: pd.clone(),
+            mw,
+            bind: Mutex::new(()),
+        })
     }
 
     /// The PD the window was allocated on.
@@ -137,10 +145,11 @@ impl Mw {
     }
 
     fn rkey_cell(&self) -> &AtomicU32 {
-        // SAFETY: the window is live while `self` is, `rkey` is an aligned
-        // u32 field of it, and every access from Rust goes through this
-        // atomic view (the provider reads it only inside a post_send that
-        // this handle's owner makes).
+        // SAFETY: the window is live while `self` is and `rkey` is an
+        // aligned u32 field of it. Every access from Rust goes through this
+        // atomic view; the provider reads the field only inside a bind's
+        // post_send, which `Qp::post_bind` makes under `bind`, as it makes
+        // the only write.
         unsafe { AtomicU32::from_ptr(&raw mut (*self.mw.as_ptr()).rkey) }
     }
 
@@ -153,8 +162,13 @@ impl Mw {
     /// window the application keeps this field current: providers (rxe) put
     /// it in the next bind as the key the window has, and the kernel refuses
     /// a bind that names a stale one.
-    pub fn set_rkey(&self, key: u32) {
+    pub(super) fn set_rkey(&self, _bind: &MutexGuard<'_, ()>, key: u32) {
         self.rkey_cell().store(key, Ordering::Relaxed);
+    }
+
+    /// The lock a bind holds (see `bind`).
+    pub(super) fn lock_bind(&self) -> MutexGuard<'_, ()> {
+        self.bind.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     pub(super) fn as_ptr(&self) -> *mut ibv_mw {

@@ -211,6 +211,15 @@ impl Qp {
         cap: ibv_qp_cap,
         sq_sig_all: bool,
     ) -> Result<Self, VerbsError> {
+        // A provider takes a CQ for one of its own: another device's would
+        // be read as the wrong structure.
+        if !Arc::ptr_eq(&send_cq.ctx, pd.context()) || !Arc::ptr_eq(&recv_cq.ctx, pd.context()) {
+            return Err(VerbsError::new(
+                "ibv_create_qp",
+                VerbsErrorKind::InvalidArgument,
+                "the completion queue does not belong to this device",
+            ));
+        }
         let mut attr = ibv_qp_init_attr::zeroed();
         attr.send_cq = send_cq.cq.as_ptr();
         attr.recv_cq = recv_cq.cq.as_ptr();
@@ -292,8 +301,9 @@ impl Qp {
         self.post_send_raw(&mut raw)
     }
 
-    /// A type-2 window bind posted with `ibv_post_send`. The window and the
-    /// region must belong to this QP's context.
+    /// A type-2 window bind posted with `ibv_post_send`; once posted, the
+    /// window's `ibv_mw.rkey` becomes `rkey` (see `Mw::set_rkey`). The
+    /// window and the region must belong to this QP's context.
     pub fn post_bind(&self, wr: &BindRequest<'_>) -> Result<(), VerbsError> {
         let ctx = self.pd.context();
         if !Arc::ptr_eq(wr.mw.pd().context(), ctx) || !Arc::ptr_eq(wr.mr.pd().context(), ctx) {
@@ -319,7 +329,10 @@ impl Qp {
                 },
             },
         };
-        self.post_send_raw(&mut raw)
+        let bind = wr.mw.lock_bind();
+        self.post_send_raw(&mut raw)?;
+        wr.mw.set_rkey(&bind, wr.rkey);
+        Ok(())
     }
 
     /// The inline `ibv_post_recv` of verbs.h, for one request over `sges`.
