@@ -1,4 +1,4 @@
-//! The socket syscalls of both links, with batches: `recvmmsg` and
+//! Both links over sockets, with batches: `recvmmsg` and
 //! `sendmmsg` move up to [`BATCH`] datagrams per call, `ppoll` waits on the
 //! socket and an `eventfd` with nanosecond timeouts. The UDP link also
 //! sends runs of equal-size packets as one UDP GSO super-packet of up to
@@ -12,7 +12,7 @@
 //!   ([`RawSocket`]; needs CAP_NET_RAW).
 //!
 //! The syscalls themselves, and every pointer handed to the kernel, are in
-//! [`super::sys`]; this module holds no unsafe code.
+//! the private `link::sys`; this module holds no unsafe code.
 
 use std::io::{self, IoSlice};
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
