@@ -4,18 +4,15 @@
 //! or a QP to its PD, a PD or a CQ to the device context, the context to the
 //! loaded library), so a child can never outlive its parent, whatever order
 //! the handles are dropped in, and the library stays loaded until the last
-//! object is released.
-//!
-//! Every `unsafe` block here is a call into libibverbs or a provider's ops
-//! table, on pointers that the owning object keeps valid.
-#![allow(unsafe_code)]
+//! object is released. The raw objects and every call into libibverbs live
+//! in `ffi` (owning handles with safe methods); this file holds no unsafe
+//! code, only the translation between the seam's types and the ABI's.
 
 use std::collections::HashMap;
 use std::collections::VecDeque;
-use std::ffi::{CStr, c_int, c_void};
+use std::ffi::c_int;
 use std::fmt;
-use std::os::fd::{AsRawFd, BorrowedFd};
-use std::ptr::{self, NonNull};
+use std::os::fd::BorrowedFd;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -26,44 +23,15 @@ use hipobj_platform::{
 };
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use crate::error::unsupported;
+use crate::ffi::context::DeviceList;
+use crate::ffi::memory::{DMABUF_MISSING, Mr, Mw};
+use crate::ffi::queue::{BindRequest, Qp, SendRequest};
 use crate::ffi::table::{LoadError, VerbsFns};
-use crate::ffi::{self, Zeroed};
+use crate::ffi::{self, context};
 
 /// The soname the backend loads unless told otherwise.
 pub const DEFAULT_LIBRARY: &str = "libibverbs.so.1";
-
-fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
-}
-
-fn kind_of(errno: i32) -> VerbsErrorKind {
-    match errno {
-        libc::ENOENT | libc::ENODEV | libc::ENXIO => VerbsErrorKind::NotFound,
-        libc::EOPNOTSUPP | libc::ENOSYS | libc::EPROTONOSUPPORT => VerbsErrorKind::Unsupported,
-        libc::EINVAL | libc::EFAULT | libc::EPERM | libc::EACCES => VerbsErrorKind::InvalidArgument,
-        libc::ENOMEM | libc::ENOSPC | libc::EAGAIN | libc::EBUSY => VerbsErrorKind::OutOfResources,
-        _ => VerbsErrorKind::Os,
-    }
-}
-
-fn os_error(op: &'static str, errno: i32) -> VerbsError {
-    let text = std::io::Error::from_raw_os_error(errno);
-    VerbsError::with_errno(op, kind_of(errno), errno, text.to_string())
-}
-
-/// Checks a libibverbs return code (0, or an errno, or -1 with errno set).
-fn check(op: &'static str, rc: c_int) -> Result<(), VerbsError> {
-    match rc {
-        0 => Ok(()),
-        -1 => Err(os_error(op, errno())),
-        e if e > 0 => Err(os_error(op, e)),
-        e => Err(os_error(op, -e)),
-    }
-}
-
-fn non_null<T>(op: &'static str, p: *mut T) -> Result<NonNull<T>, VerbsError> {
-    NonNull::new(p).ok_or_else(|| os_error(op, errno()))
-}
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -122,43 +90,15 @@ impl IbVerbs {
         self.fns.reg_dmabuf_mr.is_some()
     }
 
-    /// Runs `f` over the device list, which is freed afterwards. A library
-    /// that finds no RDMA subsystem at all (`ENOSYS`, as on a kernel without
-    /// InfiniBand support) reports an empty list.
-    fn with_devices<R>(
-        &self,
-        f: impl FnOnce(&[*mut ffi::ibv_device]) -> Result<R, VerbsError>,
-    ) -> Result<R, VerbsError> {
-        let mut n: c_int = 0;
-        // SAFETY: `n` is a valid out-pointer for the count.
-        let list = unsafe { (self.fns.get_device_list)(&mut n) };
-        if list.is_null() {
-            let e = errno();
-            return match e {
-                libc::ENOSYS | libc::ENOENT | libc::ENODEV => f(&[]),
-                _ => Err(os_error("ibv_get_device_list", e)),
-            };
+    /// The device list, or None when the library finds no RDMA subsystem at
+    /// all (`ENOSYS`, as on a kernel without InfiniBand support), which
+    /// counts as no devices.
+    fn devices(&self) -> Result<Option<DeviceList>, VerbsError> {
+        match DeviceList::get(&self.fns) {
+            Ok(list) => Ok(Some(list)),
+            Err(e) if matches!(e.errno, Some(libc::ENOSYS | libc::ENOENT | libc::ENODEV)) => Ok(None),
+            Err(e) => Err(e),
         }
-        let len = usize::try_from(n).unwrap_or(0);
-        // SAFETY: libibverbs returned an array of `n` device pointers
-        // (followed by a NULL), valid until ibv_free_device_list.
-        let devices = unsafe { std::slice::from_raw_parts(list, len) };
-        let result = f(devices);
-        // SAFETY: `list` came from ibv_get_device_list and is freed once;
-        // `devices` is not used past this point.
-        unsafe { (self.fns.free_device_list)(list) };
-        result
-    }
-
-    fn device_name(&self, dev: *mut ffi::ibv_device) -> String {
-        // SAFETY: `dev` is an entry of a live device list.
-        let p = unsafe { (self.fns.get_device_name)(dev) };
-        if p.is_null() {
-            return String::new();
-        }
-        // SAFETY: libibverbs returns the NUL-terminated name stored in the
-        // device, valid while the list is.
-        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
     }
 }
 
@@ -168,25 +108,24 @@ impl Verbs for IbVerbs {
     }
 
     fn device_names(&self) -> Result<Vec<String>, VerbsError> {
-        self.with_devices(|devs| Ok(devs.iter().map(|&d| self.device_name(d)).collect()))
+        Ok(self.devices()?.map(|list| list.names()).unwrap_or_default())
     }
 
     fn open_device(&self, name: &str) -> Result<Arc<dyn Device>, VerbsError> {
-        let ctx = self.with_devices(|devs| {
-            let Some(&dev) = devs.iter().find(|&&d| self.device_name(d) == name) else {
-                return Err(VerbsError::new(
-                    "ibv_open_device",
-                    VerbsErrorKind::NotFound,
-                    format!("no RDMA device named {name:?}"),
-                ));
-            };
-            // SAFETY: `dev` is an entry of the live device list; the context
-            // keeps its own reference to the device after the list is freed.
-            non_null("ibv_open_device", unsafe { (self.fns.open_device)(dev) })
-        })?;
+        let list = self.devices()?;
+        let opened = list.as_ref().and_then(|list| {
+            let index = list.names().iter().position(|n| n == name)?;
+            list.open(index)
+        });
+        let Some(raw) = opened else {
+            return Err(VerbsError::new(
+                "ibv_open_device",
+                VerbsErrorKind::NotFound,
+                format!("no RDMA device named {name:?}"),
+            ));
+        };
         let ctx = Arc::new(Context {
-            fns: self.fns.clone(),
-            ctx,
+            raw: Arc::new(raw?),
             cqs: Mutex::new(HashMap::new()),
         });
         Ok(Arc::new(IbDevice {
@@ -198,24 +137,10 @@ impl Verbs for IbVerbs {
 
 /// An open device context; closed when the last handle to it goes.
 struct Context {
-    fns: Arc<VerbsFns>,
-    ctx: NonNull<ffi::ibv_context>,
+    raw: Arc<context::Context>,
     /// The CQs created on this context, by the address of their handle, so
     /// that `create_qp` can find the `ibv_cq` behind an `Arc<dyn CompletionQueue>`.
     cqs: Mutex<HashMap<usize, Weak<Cq>>>,
-}
-
-// SAFETY: libibverbs objects may be used from any thread (verbs calls are
-// thread-safe, as rdma-core documents); the pointer is only released in Drop.
-unsafe impl Send for Context {}
-// SAFETY: as above.
-unsafe impl Sync for Context {}
-
-impl Drop for Context {
-    fn drop(&mut self) {
-        // SAFETY: every child holds an Arc to this context, so none is left.
-        unsafe { (self.fns.close_device)(self.ctx.as_ptr()) };
-    }
 }
 
 /// An open RDMA device.
@@ -231,18 +156,9 @@ impl fmt::Debug for IbDevice {
 }
 
 impl IbDevice {
-    fn raw_attr(&self) -> Result<ffi::ibv_device_attr, VerbsError> {
-        let mut attr = ffi::ibv_device_attr::zeroed();
-        // SAFETY: the context is open and `attr` is a writable ibv_device_attr.
-        check("ibv_query_device", unsafe {
-            (self.ctx.fns.query_device)(self.ctx.ctx.as_ptr(), &mut attr)
-        })?;
-        Ok(attr)
-    }
-
     /// `ibv_device_attr::max_qp_init_rd_atom`, which [`DeviceAttr`] does not carry.
     pub fn max_qp_init_rd_atom(&self) -> Result<u32, VerbsError> {
-        Ok(u32::try_from(self.raw_attr()?.max_qp_init_rd_atom).unwrap_or(0))
+        Ok(u32::try_from(self.ctx.raw.query_device()?.max_qp_init_rd_atom).unwrap_or(0))
     }
 }
 
@@ -267,7 +183,7 @@ impl Device for IbDevice {
     }
 
     fn attr(&self) -> Result<DeviceAttr, VerbsError> {
-        let a = self.raw_attr()?;
+        let a = self.ctx.raw.query_device()?;
         Ok(DeviceAttr {
             vendor_id: a.vendor_id,
             vendor_part_id: a.vendor_part_id,
@@ -277,20 +193,15 @@ impl Device for IbDevice {
             max_cqe: nonneg(a.max_cqe),
             max_mr_size: a.max_mr_size,
             max_qp_rd_atom: nonneg(a.max_qp_rd_atom),
-            mw_type2: a.device_cap_flags & (ffi::IBV_DEVICE_MEM_WINDOW_TYPE_2A | ffi::IBV_DEVICE_MEM_WINDOW_TYPE_2B)
+            mw_type2: a.device_cap_flags
+                & (ffi::IBV_DEVICE_MEM_WINDOW_TYPE_2A | ffi::IBV_DEVICE_MEM_WINDOW_TYPE_2B)
                 != 0
-                // SAFETY: see `Cq::ctx_ops`: the context is open.
-                && unsafe { (*self.ctx.ctx.as_ptr()).ops }.alloc_mw.is_some(),
+                && self.ctx.raw.ops().alloc_mw.is_some(),
         })
     }
 
     fn query_port(&self, port: u8) -> Result<PortAttr, VerbsError> {
-        let mut a = ffi::ibv_port_attr::zeroed();
-        // SAFETY: the context is open; `a` is a zeroed ibv_port_attr, at
-        // least as large as the compat structure the exported symbol fills.
-        check("ibv_query_port", unsafe {
-            (self.ctx.fns.query_port)(self.ctx.ctx.as_ptr(), port, &mut a)
-        })?;
+        let a = self.ctx.raw.query_port(port)?;
         let mtu = |v: u32| {
             Mtu::from_raw(v).ok_or_else(|| {
                 VerbsError::new(
@@ -323,27 +234,19 @@ impl Device for IbDevice {
                 format!("GID index {index} is out of range"),
             )
         })?;
-        let mut gid = ffi::ibv_gid::default();
-        // SAFETY: the context is open and `gid` is a writable union ibv_gid.
-        check("ibv_query_gid", unsafe {
-            (self.ctx.fns.query_gid)(self.ctx.ctx.as_ptr(), port, idx, &mut gid)
-        })?;
-        Ok(Gid(gid.raw))
+        Ok(Gid(self.ctx.raw.query_gid(port, idx)?.raw))
     }
 
     fn supports_dmabuf(&self) -> bool {
-        self.ctx.fns.reg_dmabuf_mr.is_some()
+        self.ctx.raw.has_dmabuf()
     }
 
     fn alloc_pd(&self) -> Result<Arc<dyn ProtectionDomain>, VerbsError> {
-        // SAFETY: the context is open.
-        let pd = non_null("ibv_alloc_pd", unsafe {
-            (self.ctx.fns.alloc_pd)(self.ctx.ctx.as_ptr())
-        })?;
+        let raw = context::Pd::alloc(&self.ctx.raw)?;
         Ok(Arc::new(IbPd {
             inner: Arc::new(Pd {
                 ctx: self.ctx.clone(),
-                pd,
+                raw: Arc::new(raw),
             }),
         }))
     }
@@ -356,37 +259,10 @@ impl Device for IbDevice {
                 format!("{cqe} CQ entries is too many"),
             )
         })?;
-        let fns = &self.ctx.fns;
-        // SAFETY: the context is open.
-        let channel = non_null("ibv_create_comp_channel", unsafe {
-            (fns.create_comp_channel)(self.ctx.ctx.as_ptr())
-        })?;
-        // SAFETY: `channel` is live; its fd is owned by libibverbs and stays
-        // open until ibv_destroy_comp_channel. Making it non-blocking means a
-        // second waiter that loses the race for an event gets EAGAIN rather
-        // than blocking in ibv_get_cq_event.
-        unsafe {
-            let fd = (*channel.as_ptr()).fd;
-            let flags = libc::fcntl(fd, libc::F_GETFL);
-            if flags >= 0 {
-                libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
-            }
-        }
-        // SAFETY: the context and the channel are live.
-        let cq = unsafe { (fns.create_cq)(self.ctx.ctx.as_ptr(), cqe, ptr::null_mut(), channel.as_ptr(), 0) };
-        let cq = match NonNull::new(cq) {
-            Some(cq) => cq,
-            None => {
-                let e = errno();
-                // SAFETY: the channel is live and no CQ uses it.
-                unsafe { (fns.destroy_comp_channel)(channel.as_ptr()) };
-                return Err(os_error("ibv_create_cq", e));
-            }
-        };
+        let raw = ffi::queue::Cq::create(&self.ctx.raw, cqe)?;
         let inner = Arc::new(Cq {
             ctx: self.ctx.clone(),
-            cq,
-            channel,
+            raw: Arc::new(raw),
             state: Mutex::new(CqState::default()),
         });
         let handle = Arc::new(IbCq { inner: inner.clone() });
@@ -398,19 +274,7 @@ impl Device for IbDevice {
 /// A protection domain; deallocated when the last MR, QP and handle go.
 struct Pd {
     ctx: Arc<Context>,
-    pd: NonNull<ffi::ibv_pd>,
-}
-
-// SAFETY: see `Context`.
-unsafe impl Send for Pd {}
-// SAFETY: see `Context`.
-unsafe impl Sync for Pd {}
-
-impl Drop for Pd {
-    fn drop(&mut self) {
-        // SAFETY: every MR and QP on this PD holds an Arc to it, so none is left.
-        unsafe { (self.ctx.fns.dealloc_pd)(self.pd.as_ptr()) };
-    }
+    raw: Arc<context::Pd>,
 }
 
 /// A protection domain handle.
@@ -432,17 +296,8 @@ fn access_bits(op: &'static str, access: AccessFlags) -> Result<c_int, VerbsErro
 impl ProtectionDomain for IbPd {
     fn reg_mr(&self, region: MemRegion, access: AccessFlags) -> Result<Box<dyn MemoryRegion>, VerbsError> {
         let bits = access_bits("ibv_reg_mr", access)?;
-        // SAFETY: the PD is live. The memory itself is vouched for by
-        // `MemRegion`'s contract: it stays allocated until this MR is dropped.
-        let mr = non_null("ibv_reg_mr", unsafe {
-            (self.inner.ctx.fns.reg_mr)(
-                self.inner.pd.as_ptr(),
-                region.addr() as *mut c_void,
-                region.len(),
-                bits,
-            )
-        })?;
-        Ok(Box::new(IbMr::new(self.inner.clone(), mr)))
+        let raw = Mr::register(&self.inner.raw, region, bits)?;
+        Ok(Box::new(IbMr::new(self.inner.clone(), raw)))
     }
 
     fn reg_dmabuf_mr(
@@ -453,20 +308,12 @@ impl ProtectionDomain for IbPd {
         iova: u64,
         access: AccessFlags,
     ) -> Result<Box<dyn MemoryRegion>, VerbsError> {
-        let Some(reg) = self.inner.ctx.fns.reg_dmabuf_mr else {
-            return Err(VerbsError::new(
-                "ibv_reg_dmabuf_mr",
-                VerbsErrorKind::Unsupported,
-                "this libibverbs has no ibv_reg_dmabuf_mr (rdma-core 34 or later needed)",
-            ));
-        };
+        if !self.inner.ctx.raw.has_dmabuf() {
+            return Err(unsupported("ibv_reg_dmabuf_mr", DMABUF_MISSING));
+        }
         let bits = access_bits("ibv_reg_dmabuf_mr", access)?;
-        // SAFETY: the PD is live and `fd` is an open dma-buf for the duration
-        // of the call; the kernel takes its own reference to the buffer.
-        let mr = non_null("ibv_reg_dmabuf_mr", unsafe {
-            reg(self.inner.pd.as_ptr(), offset, len, iova, fd.as_raw_fd(), bits)
-        })?;
-        Ok(Box::new(IbMr::new(self.inner.clone(), mr)))
+        let raw = Mr::register_dmabuf(&self.inner.raw, fd, offset, len, iova, bits)?;
+        Ok(Box::new(IbMr::new(self.inner.clone(), raw)))
     }
 
     fn create_qp(&self, init: &QpInitAttr) -> Result<Box<dyn QueuePair>, VerbsError> {
@@ -483,53 +330,26 @@ impl ProtectionDomain for IbPd {
         };
         let send_cq = find(&init.send_cq)?;
         let recv_cq = find(&init.recv_cq)?;
-        let mut attr = ffi::ibv_qp_init_attr::zeroed();
-        attr.send_cq = send_cq.cq.as_ptr();
-        attr.recv_cq = recv_cq.cq.as_ptr();
-        attr.cap = ffi::ibv_qp_cap {
+        let cap = ffi::ibv_qp_cap {
             max_send_wr: init.max_send_wr,
             max_recv_wr: init.max_recv_wr,
             max_send_sge: init.max_send_sge,
             max_recv_sge: init.max_recv_sge,
             max_inline_data: 0,
         };
-        attr.qp_type = ffi::IBV_QPT_RC;
-        attr.sq_sig_all = c_int::from(init.sq_sig_all);
-        // SAFETY: the PD and both CQs are live (held below for the QP's life).
-        let qp = non_null("ibv_create_qp", unsafe {
-            (ctx.fns.create_qp)(self.inner.pd.as_ptr(), &mut attr)
-        })?;
-        // SAFETY: `qp` was just created and is live.
-        let qp_num = unsafe { (*qp.as_ptr()).qp_num };
+        let raw = Qp::create_rc(&self.inner.raw, &send_cq.raw, &recv_cq.raw, cap, init.sq_sig_all)?;
         Ok(Box::new(IbQp {
             pd: self.inner.clone(),
-            _send_cq: send_cq,
-            _recv_cq: recv_cq,
-            qp,
-            qp_num,
+            raw,
         }))
     }
 
     fn alloc_mw(&self) -> Result<Box<dyn MemoryWindow>, VerbsError> {
-        // SAFETY: see `Cq::ctx_ops`: the context is open.
-        let ops = unsafe { (*self.inner.ctx.ctx.as_ptr()).ops };
-        let (Some(alloc), Some(_)) = (ops.alloc_mw, ops.dealloc_mw) else {
-            return Err(VerbsError::new(
-                "ibv_alloc_mw",
-                VerbsErrorKind::Unsupported,
-                "the provider has no memory windows",
-            ));
-        };
-        // SAFETY: the PD is live; this is what the inline `ibv_alloc_mw` of
-        // verbs.h does.
-        let mw = non_null("ibv_alloc_mw", unsafe {
-            alloc(self.inner.pd.as_ptr(), ffi::IBV_MW_TYPE_2)
-        })?;
-        // SAFETY: `mw` was just allocated and is live.
-        let rkey = unsafe { (*mw.as_ptr()).rkey };
+        let raw = Mw::alloc(&self.inner.raw)?;
+        let rkey = raw.rkey();
         Ok(Box::new(IbMw {
             pd: self.inner.clone(),
-            mw,
+            raw,
             rkey: AtomicU32::new(rkey),
         }))
     }
@@ -538,33 +358,16 @@ impl ProtectionDomain for IbPd {
 /// A type-2 memory window.
 pub struct IbMw {
     pd: Arc<Pd>,
-    mw: NonNull<ffi::ibv_mw>,
+    raw: Mw,
     /// The key of the latest bind posted.
     rkey: AtomicU32,
 }
-
-// SAFETY: see `Context`.
-unsafe impl Send for IbMw {}
-// SAFETY: see `Context`.
-unsafe impl Sync for IbMw {}
 
 impl fmt::Debug for IbMw {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("IbMw")
             .field("rkey", &format_args!("{:#x}", self.rkey.load(Ordering::Relaxed)))
             .finish()
-    }
-}
-
-impl Drop for IbMw {
-    fn drop(&mut self) {
-        // SAFETY: see `Cq::ctx_ops`: the context is open.
-        let ops = unsafe { (*self.pd.ctx.ctx.as_ptr()).ops };
-        if let Some(dealloc) = ops.dealloc_mw {
-            // SAFETY: the window is live and deallocated once, before its PD
-            // (as the inline `ibv_dealloc_mw` of verbs.h does).
-            unsafe { dealloc(self.mw.as_ptr()) };
-        }
     }
 }
 
@@ -597,29 +400,23 @@ fn fresh_key_byte(not: u8) -> u8 {
 /// A registered memory region.
 pub struct IbMr {
     pd: Arc<Pd>,
-    mr: NonNull<ffi::ibv_mr>,
+    raw: Mr,
     lkey: u32,
     rkey: u32,
     addr: u64,
     len: usize,
 }
 
-// SAFETY: see `Context`.
-unsafe impl Send for IbMr {}
-// SAFETY: see `Context`.
-unsafe impl Sync for IbMr {}
-
 impl IbMr {
-    fn new(pd: Arc<Pd>, mr: NonNull<ffi::ibv_mr>) -> Self {
-        // SAFETY: `mr` was just returned by a registration and is live.
-        let m = unsafe { mr.as_ref() };
+    fn new(pd: Arc<Pd>, raw: Mr) -> Self {
+        let m = raw.info();
         Self {
             lkey: m.lkey,
             rkey: m.rkey,
-            addr: m.addr as u64,
-            len: m.length,
+            addr: m.addr,
+            len: m.len,
             pd,
-            mr,
+            raw,
         }
     }
 }
@@ -632,13 +429,6 @@ impl fmt::Debug for IbMr {
             .field("lkey", &format_args!("{:#x}", self.lkey))
             .field("rkey", &format_args!("{:#x}", self.rkey))
             .finish()
-    }
-}
-
-impl Drop for IbMr {
-    fn drop(&mut self) {
-        // SAFETY: the MR is live and deregistered once; its PD outlives it.
-        unsafe { (self.pd.ctx.fns.dereg_mr)(self.mr.as_ptr()) };
     }
 }
 
@@ -670,28 +460,8 @@ struct CqState {
 /// A completion queue with its own completion channel.
 struct Cq {
     ctx: Arc<Context>,
-    cq: NonNull<ffi::ibv_cq>,
-    channel: NonNull<ffi::ibv_comp_channel>,
+    raw: Arc<ffi::queue::Cq>,
     state: Mutex<CqState>,
-}
-
-// SAFETY: see `Context`.
-unsafe impl Send for Cq {}
-// SAFETY: see `Context`.
-unsafe impl Sync for Cq {}
-
-impl Drop for Cq {
-    fn drop(&mut self) {
-        let fns = &self.ctx.fns;
-        // Every event read by `wait` was acknowledged at once, so destroying
-        // the CQ cannot block on unacknowledged events.
-        // SAFETY: every QP using this CQ holds an Arc to it, so none is left;
-        // the channel is destroyed after the only CQ on it.
-        unsafe {
-            (fns.destroy_cq)(self.cq.as_ptr());
-            (fns.destroy_comp_channel)(self.channel.as_ptr());
-        }
-    }
 }
 
 fn wc_opcode(v: u32) -> WcOpcode {
@@ -711,25 +481,13 @@ fn wc_opcode(v: u32) -> WcOpcode {
 }
 
 impl Cq {
-    /// `ibv_poll_cq`, through the provider's ops table as verbs.h does.
+    /// Up to `max` completions from the CQ, in batches of 16.
     fn poll_raw(&self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<(), VerbsError> {
-        let Some(poll) = self.ctx_ops().poll_cq else {
-            return Err(VerbsError::new(
-                "ibv_poll_cq",
-                VerbsErrorKind::Unsupported,
-                "the provider has no poll_cq",
-            ));
-        };
         let mut wcs = [ffi::ibv_wc::default(); 16];
         let mut left = max;
         while left > 0 {
-            let n = c_int::try_from(left.min(wcs.len())).unwrap_or(1);
-            // SAFETY: the CQ is live and `wcs` has room for `n` completions.
-            let got = unsafe { poll(self.cq.as_ptr(), n, wcs.as_mut_ptr()) };
-            if got < 0 {
-                return Err(os_error("ibv_poll_cq", if got == -1 { errno() } else { -got }));
-            }
-            let got = usize::try_from(got).unwrap_or(0);
+            let n = left.min(wcs.len());
+            let got = self.raw.poll(&mut wcs[..n])?;
             for wc in wcs.iter().take(got) {
                 out.push(WorkCompletion {
                     wr_id: wc.wr_id,
@@ -741,31 +499,12 @@ impl Cq {
                     qp_num: wc.qp_num,
                 });
             }
-            if got < n as usize {
+            if got < n {
                 break;
             }
             left -= got;
         }
         Ok(())
-    }
-
-    fn ctx_ops(&self) -> ffi::ibv_context_ops {
-        // SAFETY: the context is open; its ops table is filled in by the
-        // provider when the device is opened and never changes afterwards.
-        unsafe { (*self.ctx.ctx.as_ptr()).ops }
-    }
-
-    /// Reads and acknowledges one pending completion event, if any.
-    fn take_event(&self) {
-        let fns = &self.ctx.fns;
-        let mut cq: *mut ffi::ibv_cq = ptr::null_mut();
-        let mut cq_ctx: *mut c_void = ptr::null_mut();
-        // SAFETY: the channel is live and non-blocking; the out-pointers are valid.
-        let rc = unsafe { (fns.get_cq_event)(self.channel.as_ptr(), &mut cq, &mut cq_ctx) };
-        if rc == 0 && !cq.is_null() {
-            // SAFETY: `cq` is the CQ the event was for (ours: one CQ per channel).
-            unsafe { (fns.ack_cq_events)(cq, 1) };
-        }
     }
 }
 
@@ -823,15 +562,7 @@ impl CompletionQueue for IbCq {
     /// the timeout.
     fn wait(&self, timeout: Duration) -> Result<bool, VerbsError> {
         let cq = &self.inner;
-        let Some(arm) = cq.ctx_ops().req_notify_cq else {
-            return Err(VerbsError::new(
-                "ibv_req_notify_cq",
-                VerbsErrorKind::Unsupported,
-                "the provider has no req_notify_cq",
-            ));
-        };
-        // SAFETY: the CQ is live.
-        check("ibv_req_notify_cq", unsafe { arm(cq.cq.as_ptr(), 0) })?;
+        cq.raw.req_notify()?;
         {
             let mut fresh = Vec::new();
             cq.poll_raw(&mut fresh, 16)?;
@@ -841,29 +572,18 @@ impl CompletionQueue for IbCq {
                 return Ok(true);
             }
         }
-        // SAFETY: the channel is live; its fd stays open while it is.
-        let fd = unsafe { (*cq.channel.as_ptr()).fd };
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let ms = c_int::try_from(left.as_millis().min(i32::MAX as u128)).unwrap_or(c_int::MAX);
-            let mut pfd = libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: `pfd` is one valid pollfd.
-            let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
-            if rc > 0 {
-                cq.take_event();
-                return Ok(true);
-            }
-            if rc == 0 {
-                return Ok(false);
-            }
-            let e = errno();
-            if e != libc::EINTR {
-                return Err(os_error("poll", e));
+            match cq.raw.poll_channel(ms) {
+                Ok(true) => {
+                    cq.raw.take_event();
+                    return Ok(true);
+                }
+                Ok(false) => return Ok(false),
+                Err(e) if e.errno == Some(libc::EINTR) => {}
+                Err(e) => return Err(e),
             }
         }
     }
@@ -872,27 +592,14 @@ impl CompletionQueue for IbCq {
 /// An RC queue pair.
 pub struct IbQp {
     pd: Arc<Pd>,
-    _send_cq: Arc<Cq>,
-    _recv_cq: Arc<Cq>,
-    qp: NonNull<ffi::ibv_qp>,
-    qp_num: u32,
+    raw: Qp,
 }
-
-// SAFETY: see `Context`.
-unsafe impl Send for IbQp {}
-// SAFETY: see `Context`.
-unsafe impl Sync for IbQp {}
 
 impl fmt::Debug for IbQp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("IbQp").field("qp_num", &self.qp_num).finish()
-    }
-}
-
-impl Drop for IbQp {
-    fn drop(&mut self) {
-        // SAFETY: the QP is live and destroyed once, before its PD and CQs.
-        unsafe { (self.pd.ctx.fns.destroy_qp)(self.qp.as_ptr()) };
+        f.debug_struct("IbQp")
+            .field("qp_num", &self.raw.qp_num())
+            .finish()
     }
 }
 
@@ -935,17 +642,17 @@ fn sges(list: &[hipobj_platform::Sge]) -> Vec<ffi::ibv_sge> {
         .collect()
 }
 
-fn sge_count(op: &'static str, n: usize) -> Result<c_int, VerbsError> {
-    c_int::try_from(n).map_err(|_| VerbsError::new(op, VerbsErrorKind::InvalidArgument, "too many SGEs"))
+fn send_flags(signaled: bool) -> u32 {
+    if signaled { ffi::IBV_SEND_SIGNALED } else { 0 }
 }
 
 impl QueuePair for IbQp {
     fn qp_num(&self) -> u32 {
-        self.qp_num
+        self.raw.qp_num()
     }
 
     fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbsError> {
-        let mut raw = raw_qp_attr(attr);
+        let raw = raw_qp_attr(attr);
         let bits = c_int::try_from(mask.0).map_err(|_| {
             VerbsError::new(
                 "ibv_modify_qp",
@@ -953,84 +660,47 @@ impl QueuePair for IbQp {
                 "mask out of range",
             )
         })?;
-        // SAFETY: the QP is live and `raw` is a complete ibv_qp_attr.
-        check("ibv_modify_qp", unsafe {
-            (self.pd.ctx.fns.modify_qp)(self.qp.as_ptr(), &mut raw, bits)
-        })
+        self.raw.modify(&raw, bits)
     }
 
     fn state(&self) -> Result<QpState, VerbsError> {
-        let mut attr = ffi::ibv_qp_attr::default();
-        let mut init = ffi::ibv_qp_init_attr::zeroed();
-        // SAFETY: the QP is live; both out-structures are writable.
-        check("ibv_query_qp", unsafe {
-            (self.pd.ctx.fns.query_qp)(self.qp.as_ptr(), &mut attr, ffi::IBV_QP_STATE, &mut init)
-        })?;
-        QpState::from_raw(attr.qp_state).ok_or_else(|| {
+        let state = self.raw.query_state()?;
+        QpState::from_raw(state).ok_or_else(|| {
             VerbsError::new(
                 "ibv_query_qp",
                 VerbsErrorKind::InvalidArgument,
-                format!("unknown QP state {}", attr.qp_state),
+                format!("unknown QP state {state}"),
             )
         })
     }
 
     fn post_send(&self, wr: &SendWr<'_>) -> Result<(), VerbsError> {
-        let Some(post) = self.ops().post_send else {
-            return Err(VerbsError::new(
-                "ibv_post_send",
-                VerbsErrorKind::Unsupported,
-                "the provider has no post_send",
-            ));
-        };
-        let mut list = sges(wr.sg_list);
-        let mut raw = ffi::ibv_send_wr::zeroed();
-        raw.wr_id = wr.wr_id;
-        raw.sg_list = if list.is_empty() {
-            ptr::null_mut()
-        } else {
-            list.as_mut_ptr()
-        };
-        raw.num_sge = sge_count("ibv_post_send", list.len())?;
-        raw.send_flags = if wr.signaled { ffi::IBV_SEND_SIGNALED } else { 0 };
-        let rdma = |remote_addr, rkey| ffi::ibv_send_wr_wr {
-            rdma: ffi::ibv_send_wr_rdma { remote_addr, rkey },
-        };
-        match wr.op {
-            SendOp::Send => raw.opcode = ffi::IBV_WR_SEND,
-            SendOp::SendWithImm { imm } => {
-                raw.opcode = ffi::IBV_WR_SEND_WITH_IMM;
-                raw.imm_data = imm.to_be();
-            }
-            SendOp::Write { remote_addr, rkey } => {
-                raw.opcode = ffi::IBV_WR_RDMA_WRITE;
-                raw.wr = rdma(remote_addr, rkey);
-            }
+        let list = sges(wr.sg_list);
+        let rdma = |remote_addr, rkey| Some(ffi::ibv_send_wr_rdma { remote_addr, rkey });
+        let (opcode, imm_data, rdma) = match wr.op {
+            SendOp::Send => (ffi::IBV_WR_SEND, 0, None),
+            SendOp::SendWithImm { imm } => (ffi::IBV_WR_SEND_WITH_IMM, imm.to_be(), None),
+            SendOp::Write { remote_addr, rkey } => (ffi::IBV_WR_RDMA_WRITE, 0, rdma(remote_addr, rkey)),
             SendOp::WriteWithImm {
                 remote_addr,
                 rkey,
                 imm,
-            } => {
-                raw.opcode = ffi::IBV_WR_RDMA_WRITE_WITH_IMM;
-                raw.wr = rdma(remote_addr, rkey);
-                raw.imm_data = imm.to_be();
-            }
-            SendOp::Read { remote_addr, rkey } => {
-                raw.opcode = ffi::IBV_WR_RDMA_READ;
-                raw.wr = rdma(remote_addr, rkey);
-            }
-            SendOp::LocalInv { rkey } => {
-                raw.opcode = ffi::IBV_WR_LOCAL_INV;
-                // `invalidate_rkey`, in host order (unlike `imm_data`).
-                raw.imm_data = rkey;
-            }
-        }
-        let mut bad: *mut ffi::ibv_send_wr = ptr::null_mut();
-        // SAFETY: the QP is live; `raw` and the SGE array it points to live
-        // across the call (the provider copies them into its queue). The NIC
-        // accesses only memory the SGEs' lkeys were registered over.
-        check("ibv_post_send", unsafe {
-            post(self.qp.as_ptr(), &mut raw, &mut bad)
+            } => (
+                ffi::IBV_WR_RDMA_WRITE_WITH_IMM,
+                imm.to_be(),
+                rdma(remote_addr, rkey),
+            ),
+            SendOp::Read { remote_addr, rkey } => (ffi::IBV_WR_RDMA_READ, 0, rdma(remote_addr, rkey)),
+            // `invalidate_rkey`, in host order (unlike `imm_data`).
+            SendOp::LocalInv { rkey } => (ffi::IBV_WR_LOCAL_INV, rkey, None),
+        };
+        self.raw.post_send(&SendRequest {
+            wr_id: wr.wr_id,
+            opcode,
+            send_flags: send_flags(wr.signaled),
+            imm_data,
+            rdma,
+            sges: &list,
         })
     }
 
@@ -1039,27 +709,7 @@ impl QueuePair for IbQp {
     }
 
     fn post_recv(&self, wr: &RecvWr<'_>) -> Result<(), VerbsError> {
-        let Some(post) = self.ops().post_recv else {
-            return Err(VerbsError::new(
-                "ibv_post_recv",
-                VerbsErrorKind::Unsupported,
-                "the provider has no post_recv",
-            ));
-        };
-        let mut list = sges(wr.sg_list);
-        let mut raw = ffi::ibv_recv_wr::zeroed();
-        raw.wr_id = wr.wr_id;
-        raw.sg_list = if list.is_empty() {
-            ptr::null_mut()
-        } else {
-            list.as_mut_ptr()
-        };
-        raw.num_sge = sge_count("ibv_post_recv", list.len())?;
-        let mut bad: *mut ffi::ibv_recv_wr = ptr::null_mut();
-        // SAFETY: as for post_send.
-        check("ibv_post_recv", unsafe {
-            post(self.qp.as_ptr(), &mut raw, &mut bad)
-        })
+        self.raw.post_recv(wr.wr_id, &sges(wr.sg_list))
     }
 }
 
@@ -1085,72 +735,33 @@ impl IbQp {
         if !Arc::ptr_eq(&mw.pd.ctx, &self.pd.ctx) || !Arc::ptr_eq(&mr.pd.ctx, &self.pd.ctx) {
             return Err(foreign("window or region"));
         }
-        let Some(post) = self.ops().post_send else {
-            return Err(VerbsError::new(
-                "ibv_post_send",
-                VerbsErrorKind::Unsupported,
-                "the provider has no post_send",
-            ));
-        };
+        if !self.raw.can_post_send() {
+            return Err(unsupported("ibv_post_send", "the provider has no post_send"));
+        }
         let old = mw.rkey.load(Ordering::Relaxed);
         let key = match wr.rkey {
             Some(k) if k >> 8 == old >> 8 => k,
             Some(_) => return Err(foreign("key (another window's index)")),
             None => (old & !0xff) | u32::from(fresh_key_byte(old as u8)),
         };
-        let mut raw = ffi::ibv_send_wr::zeroed();
-        raw.wr_id = wr.wr_id;
-        raw.opcode = ffi::IBV_WR_BIND_MW;
-        raw.send_flags = if wr.signaled { ffi::IBV_SEND_SIGNALED } else { 0 };
-        raw.bind_mw_tso = ffi::ibv_send_wr_bind_mw_tso {
-            bind_mw: ffi::ibv_send_wr_bind_mw {
-                mw: mw.mw.as_ptr(),
-                rkey: key,
-                bind_info: ffi::ibv_mw_bind_info {
-                    mr: mr.mr.as_ptr(),
-                    addr: wr.addr,
-                    length: wr.length,
-                    mw_access_flags: wr.access.0,
-                },
-            },
-        };
-        let mut bad: *mut ffi::ibv_send_wr = ptr::null_mut();
-        // SAFETY: the QP, the window and the MR are live (the caller holds
-        // them); `raw` lives across the call (the provider copies it).
-        check("ibv_post_send", unsafe {
-            post(self.qp.as_ptr(), &mut raw, &mut bad)
+        self.raw.post_bind(&BindRequest {
+            wr_id: wr.wr_id,
+            send_flags: send_flags(wr.signaled),
+            mw: &mw.raw,
+            mr: &mr.raw,
+            rkey: key,
+            addr: wr.addr,
+            length: wr.length,
+            access: wr.access.0,
         })?;
-        // For a type-2 window the application keeps `ibv_mw.rkey` current:
-        // providers (rxe) put it in the next bind as the key the window has,
-        // and the kernel refuses a bind that names a stale one.
-        // SAFETY: the window is live and owned by `mw`; nothing else writes it.
-        unsafe { (*mw.mw.as_ptr()).rkey = key };
         mw.rkey.store(key, Ordering::Relaxed);
         Ok(key)
-    }
-
-    fn ops(&self) -> ffi::ibv_context_ops {
-        // SAFETY: see `Cq::ctx_ops`.
-        unsafe { (*self.pd.ctx.ctx.as_ptr()).ops }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn errno_kinds() {
-        assert_eq!(kind_of(libc::EINVAL), VerbsErrorKind::InvalidArgument);
-        assert_eq!(kind_of(libc::ENOMEM), VerbsErrorKind::OutOfResources);
-        assert_eq!(kind_of(libc::EOPNOTSUPP), VerbsErrorKind::Unsupported);
-        assert_eq!(kind_of(libc::EIO), VerbsErrorKind::Os);
-        assert!(check("x", 0).is_ok());
-        assert_eq!(
-            check("x", libc::EINVAL).map_err(|e| e.errno),
-            Err(Some(libc::EINVAL))
-        );
-    }
 
     #[test]
     fn qp_attr_conversion() {

@@ -14,6 +14,7 @@
 //! constructs an [`IbVerbs`] never loads it.
 
 mod backend;
+mod error;
 mod ffi;
 pub mod sysfs;
 

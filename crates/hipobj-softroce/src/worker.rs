@@ -14,7 +14,7 @@
 
 use std::net::{SocketAddrV4, UdpSocket};
 use std::ops::Range;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
@@ -72,11 +72,11 @@ pub(crate) enum Link {
     Raw(RawSocket),
 }
 
-impl AsRawFd for Link {
-    fn as_raw_fd(&self) -> RawFd {
+impl AsFd for Link {
+    fn as_fd(&self) -> BorrowedFd<'_> {
         match self {
-            Link::Udp(s) => s.as_raw_fd(),
-            Link::Raw(s) => s.as_raw_fd(),
+            Link::Udp(s) => s.as_fd(),
+            Link::Raw(s) => s.as_fd(),
         }
     }
 }

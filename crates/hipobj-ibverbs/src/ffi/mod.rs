@@ -18,8 +18,11 @@
 #![allow(non_camel_case_types, missing_docs)]
 #![allow(unsafe_code)]
 
+pub mod context;
 #[cfg(test)]
 mod layout_tests;
+pub mod memory;
+pub mod queue;
 pub mod table;
 
 use std::ffi::{c_char, c_int, c_uint, c_void};

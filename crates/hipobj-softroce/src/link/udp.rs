@@ -1,4 +1,4 @@
-//! The socket syscalls of both links, with batches: `recvmmsg` and
+//! Both links over sockets, with batches: `recvmmsg` and
 //! `sendmmsg` move up to [`BATCH`] datagrams per call, `ppoll` waits on the
 //! socket and an `eventfd` with nanosecond timeouts. The UDP link also
 //! sends runs of equal-size packets as one UDP GSO super-packet of up to
@@ -11,16 +11,16 @@
 //!   IPv4/UDP/BTH packets with the headers the NIC built or received
 //!   ([`RawSocket`]; needs CAP_NET_RAW).
 //!
-//! The only other module with unsafe code besides the memory access one.
-#![allow(unsafe_code)]
+//! The syscalls themselves, and every pointer handed to the kernel, are in
+//! the private `link::sys`; this module holds no unsafe code.
 
-use std::io;
-use std::mem::{MaybeUninit, size_of, zeroed};
+use std::io::{self, IoSlice};
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::ops::Range;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::time::Duration;
 
+use super::sys::{self, Datagram, RecvMeta, UDP_GRO};
 use crate::wire::PseudoHeader;
 use crate::wire::icrc::{IP_UDP_LEN, SegmentDeltas};
 
@@ -36,11 +36,6 @@ pub const SLOT: usize = (IP_UDP_LEN + crate::wire::MAX_PACKET + 8).next_multiple
 /// always fits.
 pub const RX_SLOT: usize = 65536;
 
-/// `setsockopt`/cmsg of the UDP level (Linux `udp.h`): the GSO segment
-/// size of a send, and receive-side GRO.
-const UDP_SEGMENT: libc::c_int = 103;
-const UDP_GRO: libc::c_int = 104;
-
 /// Most segments the kernel takes in one GSO send (`UDP_MAX_SEGMENTS`).
 pub const GSO_MAX_SEGMENTS: usize = 64;
 
@@ -50,33 +45,13 @@ pub const GSO_MAX_BYTES: usize = 65535 - IP_UDP_LEN;
 /// Socket buffer size asked for: enough for several windows of packets.
 const SOCKET_BUFFER: i32 = 32 << 20;
 
-fn sockaddr(a: SocketAddrV4) -> libc::sockaddr_in {
-    // SAFETY: sockaddr_in is plain old data; all-zero is a valid value.
-    let mut s: libc::sockaddr_in = unsafe { zeroed() };
-    s.sin_family = libc::AF_INET as libc::sa_family_t;
-    s.sin_port = a.port().to_be();
-    s.sin_addr.s_addr = u32::from_ne_bytes(a.ip().octets());
-    s
-}
-
-fn from_sockaddr(s: &libc::sockaddr_in) -> SocketAddrV4 {
-    SocketAddrV4::new(
-        Ipv4Addr::from(s.sin_addr.s_addr.to_ne_bytes()),
-        u16::from_be(s.sin_port),
-    )
-}
-
-fn set_buffer(fd: RawFd, force: libc::c_int, plain: libc::c_int) {
-    let v: libc::c_int = SOCKET_BUFFER;
-    let len = size_of::<libc::c_int>() as libc::socklen_t;
-    let p = (&raw const v).cast::<libc::c_void>();
-    // SAFETY: `p` points at a live c_int of `len` bytes; the fd is open.
-    let forced = unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, force, p, len) } == 0;
-    if !forced {
+/// Asks for [`SOCKET_BUFFER`] bytes of buffer: the `force` option (which
+/// needs CAP_NET_ADMIN) first, else the `plain` one.
+fn set_buffer(fd: BorrowedFd<'_>, force: libc::c_int, plain: libc::c_int) {
+    if sys::set_int(fd, libc::SOL_SOCKET, force, SOCKET_BUFFER).is_err() {
         // Without CAP_NET_ADMIN the kernel caps the plain option at
         // net.core.{r,w}mem_max; that is the best available.
-        // SAFETY: as above.
-        unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, plain, p, len) };
+        let _ = sys::set_int(fd, libc::SOL_SOCKET, plain, SOCKET_BUFFER);
     }
 }
 
@@ -92,24 +67,8 @@ fn set_buffer(fd: RawFd, force: libc::c_int, plain: libc::c_int) {
 /// socket would get a per-socket counter instead, so the link never
 /// connects its socket. `scripts/softroce-wire-check.sh` checks the result
 /// on a capture of the loopback wire with scapy.
-pub fn set_dont_fragment(fd: RawFd) -> io::Result<()> {
-    let v: libc::c_int = libc::IP_PMTUDISC_DO;
-    let len = size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: passes a pointer to a live c_int of `len` bytes; the fd is open.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::IPPROTO_IP,
-            libc::IP_MTU_DISCOVER,
-            (&raw const v).cast(),
-            len,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+pub fn set_dont_fragment(fd: BorrowedFd<'_>) -> io::Result<()> {
+    sys::set_int(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)
 }
 
 /// Binds a UDP socket at `addr` with large buffers, don't-fragment and IP
@@ -117,24 +76,13 @@ pub fn set_dont_fragment(fd: RawFd) -> io::Result<()> {
 /// (EADDRINUSE when another device holds the address).
 pub fn bind(addr: SocketAddrV4) -> io::Result<UdpSocket> {
     let sock = UdpSocket::bind(addr)?;
-    let fd = sock.as_raw_fd();
+    let fd = sock.as_fd();
     set_dont_fragment(fd)?;
     // A kernel without UDP GRO (before 5.0) hands every datagram alone.
-    let _ = set_int(fd, libc::SOL_UDP, UDP_GRO, 1);
+    let _ = sys::set_int(fd, libc::SOL_UDP, UDP_GRO, 1);
     set_buffer(fd, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF);
     set_buffer(fd, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF);
     Ok(sock)
-}
-
-fn set_int(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> io::Result<()> {
-    let len = size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: passes a pointer to a live c_int of `len` bytes; the fd is open.
-    let r = unsafe { libc::setsockopt(fd, level, name, (&raw const v).cast(), len) };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
 }
 
 /// The raw link's sockets: a raw IPv4 socket for protocol UDP with
@@ -159,58 +107,12 @@ impl RawSocket {
     /// are taken, EADDRNOTAVAIL when no interface has the address.
     pub fn open(local: SocketAddrV4) -> io::Result<Self> {
         let port = UdpSocket::bind(local)?;
-        let drop_all = [libc::sock_filter {
-            code: 0x06, // BPF_RET | BPF_K: accept 0 bytes
-            jt: 0,
-            jf: 0,
-            k: 0,
-        }];
-        let prog = libc::sock_fprog {
-            len: 1,
-            filter: drop_all.as_ptr().cast_mut(),
-        };
-        // SAFETY: `prog` points at one live sock_filter; the kernel copies
-        // the program during the call.
-        let r = unsafe {
-            libc::setsockopt(
-                port.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_ATTACH_FILTER,
-                (&raw const prog).cast(),
-                size_of::<libc::sock_fprog>() as libc::socklen_t,
-            )
-        };
-        if r != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: socket takes no pointers.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_INET,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                libc::IPPROTO_UDP,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just opened and is owned by nothing else.
-        let raw = unsafe { OwnedFd::from_raw_fd(fd) };
-        set_int(fd, libc::IPPROTO_IP, libc::IP_HDRINCL, 1)?;
-        let sa = sockaddr(SocketAddrV4::new(*local.ip(), 0));
-        // SAFETY: `sa` is a live sockaddr_in of the length passed.
-        let r = unsafe {
-            libc::bind(
-                fd,
-                (&raw const sa).cast(),
-                size_of::<libc::sockaddr_in>() as libc::socklen_t,
-            )
-        };
-        if r != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        set_buffer(fd, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF);
-        set_buffer(fd, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF);
+        sys::attach_drop_all_filter(port.as_fd())?;
+        let raw = sys::raw_udp_socket()?;
+        sys::set_int(raw.as_fd(), libc::IPPROTO_IP, libc::IP_HDRINCL, 1)?;
+        sys::bind(raw.as_fd(), SocketAddrV4::new(*local.ip(), 0))?;
+        set_buffer(raw.as_fd(), libc::SO_RCVBUFFORCE, libc::SO_RCVBUF);
+        set_buffer(raw.as_fd(), libc::SO_SNDBUFFORCE, libc::SO_SNDBUF);
         Ok(Self {
             raw,
             local,
@@ -230,7 +132,7 @@ impl RawSocket {
         let local = self.local;
         let make =
             move |data: &[u8], dst: SocketAddrV4| PseudoHeader { src: local, dst }.ip_udp_header(data.len());
-        send_batches(self.raw.as_raw_fd(), items, Some(&make))
+        send_batches(self.raw.as_fd(), items, Some(&make))
     }
 
     /// Sends whole IPv4 packets exactly as given (headers included; the
@@ -241,7 +143,7 @@ impl RawSocket {
             .iter()
             .map(|(p, ip)| (*p, SocketAddrV4::new(*ip, 0)))
             .collect();
-        send_batches(self.raw.as_raw_fd(), &items, None)
+        send_batches(self.raw.as_fd(), &items, None)
     }
 }
 
@@ -279,9 +181,6 @@ impl Default for RxBatch {
     }
 }
 
-/// Control bytes per received message: room for a `UDP_GRO` cmsg.
-const CMSG_ROOM: usize = 32;
-
 impl RxBatch {
     /// Datagram `i` of the last receive and its sender. A GRO batch holds
     /// several packets ([`RxBatch::segment_size`]).
@@ -300,84 +199,30 @@ impl RxBatch {
 
     /// Receives up to [`BATCH`] datagrams without blocking; returns how many
     /// (0 when none is waiting).
-    pub fn recv(&mut self, sock: &impl AsRawFd) -> io::Result<usize> {
-        // SAFETY: these are plain C structs; all-zero is valid for each.
-        let mut names: [libc::sockaddr_in; BATCH] = unsafe { zeroed() };
-        // SAFETY: as above.
-        let mut iovs: [libc::iovec; BATCH] = unsafe { zeroed() };
-        // SAFETY: as above.
-        let mut msgs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
-        // u64 words keep the control buffers aligned for cmsghdr.
-        let mut control = [[0u64; CMSG_ROOM / 8]; BATCH];
-        for (i, chunk) in self.buf.chunks_exact_mut(RX_SLOT).enumerate() {
-            iovs[i].iov_base = chunk.as_mut_ptr().cast();
-            iovs[i].iov_len = RX_SLOT;
-            let h = &mut msgs[i].msg_hdr;
-            h.msg_name = (&raw mut names[i]).cast();
-            h.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
-            h.msg_iov = &raw mut iovs[i];
-            h.msg_iovlen = 1;
-            h.msg_control = control[i].as_mut_ptr().cast();
-            h.msg_controllen = CMSG_ROOM;
-        }
-        // SAFETY: every msghdr points at a live sockaddr_in, a live iovec
-        // that covers a distinct RX_SLOT-byte piece of `self.buf` and a
-        // live CMSG_ROOM-byte control buffer; all of them outlive the call,
-        // and the kernel writes at most those bytes.
-        let n = unsafe {
-            libc::recvmmsg(
-                sock.as_raw_fd(),
-                msgs.as_mut_ptr(),
-                BATCH as libc::c_uint,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
+    pub fn recv(&mut self, sock: &impl AsFd) -> io::Result<usize> {
+        let none = RecvMeta {
+            len: 0,
+            truncated: false,
+            from: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
+            gro_segment: 0,
         };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return match e.kind() {
-                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
-                _ => Err(e),
-            };
-        }
-        let n = n as usize;
-        for i in 0..n {
-            let truncated = msgs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
-            self.lens[i] = if truncated {
-                RX_SLOT
-            } else {
-                msgs[i].msg_len as usize
-            };
-            self.from[i] = from_sockaddr(&names[i]);
-            self.segs[i] = gro_size(&msgs[i].msg_hdr);
+        let mut meta = [none; BATCH];
+        let n = match sys::recv_mmsg(sock.as_fd(), &mut self.buf, RX_SLOT, &mut meta) {
+            Ok(n) => n,
+            Err(e) => {
+                return match e.kind() {
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+                    _ => Err(e),
+                };
+            }
+        };
+        for (i, m) in meta.iter().enumerate().take(n) {
+            self.lens[i] = if m.truncated { RX_SLOT } else { m.len };
+            self.from[i] = m.from;
+            self.segs[i] = m.gro_segment;
         }
         Ok(n)
     }
-}
-
-/// The `UDP_GRO` segment size in the control messages of a received
-/// `msghdr`, 0 when there is none.
-fn gro_size(h: &libc::msghdr) -> usize {
-    let mut size = 0;
-    // SAFETY: `h` is a msghdr the kernel just filled in: its control
-    // pointer and the length the kernel set describe a live buffer of
-    // cmsghdrs, which CMSG_FIRSTHDR/CMSG_NXTHDR walk without leaving it.
-    let mut c = unsafe { libc::CMSG_FIRSTHDR(h) };
-    while !c.is_null() {
-        // SAFETY: `c` is non-null and points inside the control buffer.
-        let cm = unsafe { &*c };
-        if cm.cmsg_level == libc::SOL_UDP && cm.cmsg_type == UDP_GRO {
-            let mut v = [0u8; 2];
-            // SAFETY: a UDP_GRO cmsg carries a u16 after its header
-            // (cmsg_len covers it); the data may be unaligned, so it is
-            // copied out bytewise.
-            unsafe { std::ptr::copy_nonoverlapping(libc::CMSG_DATA(c), v.as_mut_ptr(), 2) };
-            size = usize::from(u16::from_ne_bytes(v));
-        }
-        // SAFETY: as for CMSG_FIRSTHDR.
-        c = unsafe { libc::CMSG_NXTHDR(h, c) };
-    }
-    size
 }
 
 /// The destination QP and PSN of a RoCE packet (BTH bytes 5..8 and 9..12),
@@ -496,69 +341,34 @@ impl GsoSender {
                 icrcs[i] = self.deltas.icrc_for(k as u16, items[i].0);
             }
         }
-        let mut iovs: Vec<libc::iovec> = Vec::with_capacity(2 * items.len());
+        let mut pieces: Vec<IoSlice<'_>> = Vec::with_capacity(2 * items.len());
         for (i, (data, _)) in items.iter().enumerate() {
             let body = if data.len() < 4 {
                 data.len()
             } else {
                 data.len() - 4
             };
-            iovs.push(libc::iovec {
-                iov_base: data.as_ptr().cast_mut().cast(),
-                iov_len: body,
-            });
-            iovs.push(libc::iovec {
-                iov_base: icrcs[i].as_mut_ptr().cast(),
-                iov_len: data.len() - body,
-            });
+            pieces.push(IoSlice::new(&data[..body]));
+            pieces.push(IoSlice::new(&icrcs[i][..data.len() - body]));
         }
-        let names: Vec<libc::sockaddr_in> = runs.iter().map(|r| sockaddr(items[r.start].1)).collect();
-        let mut control = vec![[0u64; CMSG_ROOM / 8]; runs.len()];
-        // SAFETY: plain C structs; all-zero is valid.
-        let mut msgs: Vec<libc::mmsghdr> = runs.iter().map(|_| unsafe { zeroed() }).collect();
-        for (j, run) in runs.iter().enumerate() {
-            let h = &mut msgs[j].msg_hdr;
-            h.msg_name = (&raw const names[j]).cast_mut().cast();
-            h.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
-            h.msg_iov = iovs[2 * run.start..].as_mut_ptr();
-            h.msg_iovlen = 2 * run.len();
-            if run.len() > 1 {
-                let size = items[run.start].0.len() as u16;
-                h.msg_control = control[j].as_mut_ptr().cast();
-                // SAFETY: CMSG_SPACE only computes a length.
-                h.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as usize;
-                // SAFETY: the control buffer is live, aligned and holds
-                // CMSG_SPACE(2) bytes, so the first cmsghdr and its 2 data
-                // bytes lie inside it.
-                unsafe {
-                    let c = libc::CMSG_FIRSTHDR(h);
-                    (*c).cmsg_level = libc::SOL_UDP;
-                    (*c).cmsg_type = UDP_SEGMENT;
-                    (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
-                    std::ptr::copy_nonoverlapping(size.to_ne_bytes().as_ptr(), libc::CMSG_DATA(c), 2);
-                }
-            }
-        }
+        let msgs: Vec<Datagram<'_>> = runs
+            .iter()
+            .map(|run| Datagram {
+                dst: items[run.start].1,
+                pieces: &pieces[2 * run.start..2 * run.end],
+                gso_segment: (run.len() > 1).then(|| items[run.start].0.len() as u16),
+            })
+            .collect();
         let mut at = 0;
         while at < msgs.len() {
             let count = (msgs.len() - at).min(1024);
-            // SAFETY: each msghdr points at a live sockaddr_in, iovecs over
-            // live slices (the items and `icrcs`) and, for a GSO run, a
-            // live control buffer; the kernel only reads them during the
-            // call.
-            let n = unsafe {
-                libc::sendmmsg(
-                    sock.as_raw_fd(),
-                    msgs[at..].as_mut_ptr(),
-                    count as libc::c_uint,
-                    0,
-                )
+            let e = match sys::send_mmsg(sock.as_fd(), &msgs[at..at + count]) {
+                Ok(n) => {
+                    at += n.max(1);
+                    continue;
+                }
+                Err(e) => e,
             };
-            if n >= 0 {
-                at += (n as usize).max(1);
-                continue;
-            }
-            let e = io::Error::last_os_error();
             let code = e.raw_os_error().unwrap_or(0);
             if e.kind() == io::ErrorKind::Interrupted {
                 continue;
@@ -601,7 +411,7 @@ const DROPPABLE: [i32; 6] = [
 /// kernel refuses (a full socket buffer, an unreachable address) are
 /// dropped, as a NIC drops on a full wire; the RC layer retransmits.
 pub fn send(sock: &UdpSocket, items: &[(&[u8], SocketAddrV4)]) -> io::Result<()> {
-    send_batches(sock.as_raw_fd(), items, None)
+    send_batches(sock.as_fd(), items, None)
 }
 
 /// Makes the IPv4 and UDP headers of a datagram to an address.
@@ -610,63 +420,44 @@ type HeaderFn<'a> = dyn Fn(&[u8], SocketAddrV4) -> [u8; IP_UDP_LEN] + 'a;
 /// Sends `items`, each behind the header `headers(i)` makes when given
 /// (the raw link: IPv4 and UDP headers in front of the datagram).
 fn send_batches(
-    fd: RawFd,
+    fd: BorrowedFd<'_>,
     items: &[(&[u8], SocketAddrV4)],
     headers: Option<&HeaderFn<'_>>,
 ) -> io::Result<()> {
     let mut at = 0;
     while at < items.len() {
         let chunk = &items[at..items.len().min(at + BATCH)];
-        let names: [libc::sockaddr_in; BATCH] = std::array::from_fn(|i| {
-            chunk.get(i).map_or_else(
-                || sockaddr(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)),
+        let heads: Vec<[u8; IP_UDP_LEN]> = chunk
+            .iter()
+            .map(|(data, dst)| headers.map_or([0; IP_UDP_LEN], |make| make(data, *dst)))
+            .collect();
+        let pieces: Vec<[IoSlice<'_>; 2]> = chunk
+            .iter()
+            .zip(&heads)
+            .map(|((data, _), head)| [IoSlice::new(head), IoSlice::new(data)])
+            .collect();
+        let msgs: Vec<Datagram<'_>> = chunk
+            .iter()
+            .zip(&pieces)
+            .map(|((_, dst), pair)| Datagram {
                 // A raw socket takes the port from the header it is given.
-                |c| {
-                    sockaddr(if headers.is_some() {
-                        SocketAddrV4::new(*c.1.ip(), 0)
-                    } else {
-                        c.1
-                    })
+                dst: if headers.is_some() {
+                    SocketAddrV4::new(*dst.ip(), 0)
+                } else {
+                    *dst
                 },
-            )
-        });
-        let heads: [[u8; IP_UDP_LEN]; BATCH] = std::array::from_fn(|i| match (headers, chunk.get(i)) {
-            (Some(make), Some((data, dst))) => make(data, *dst),
-            _ => [0; IP_UDP_LEN],
-        });
-        // SAFETY: plain C structs; all-zero is valid.
-        let mut iovs: [[libc::iovec; 2]; BATCH] = unsafe { zeroed() };
-        // SAFETY: as above.
-        let mut msgs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
-        for (i, (data, _)) in chunk.iter().enumerate() {
-            let mut n = 0;
-            if headers.is_some() {
-                iovs[i][0].iov_base = heads[i].as_ptr().cast_mut().cast();
-                iovs[i][0].iov_len = IP_UDP_LEN;
-                n = 1;
-            }
-            iovs[i][n].iov_base = data.as_ptr().cast_mut().cast();
-            iovs[i][n].iov_len = data.len();
-            let h = &mut msgs[i].msg_hdr;
-            h.msg_name = (&raw const names[i]).cast_mut().cast();
-            h.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
-            h.msg_iov = iovs[i].as_mut_ptr();
-            h.msg_iovlen = n + 1;
-        }
-        // SAFETY: each msghdr points at a live sockaddr_in and one or two
-        // iovecs over live slices (`heads` and the items); the kernel only
-        // reads them during the call.
-        let n = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), chunk.len() as libc::c_uint, 0) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            match e.kind() {
+                pieces: if headers.is_some() { pair } else { &pair[1..] },
+                gso_segment: None,
+            })
+            .collect();
+        match sys::send_mmsg(fd, &msgs) {
+            Ok(n) => at += n.max(1),
+            Err(e) => match e.kind() {
                 io::ErrorKind::Interrupted => continue,
                 // Drop the first datagram and go on with the rest.
                 _ if e.raw_os_error().is_some_and(|c| DROPPABLE.contains(&c)) => at += 1,
                 _ => return Err(e),
-            }
-        } else {
-            at += (n as usize).max(1);
+            },
         }
     }
     Ok(())
@@ -675,71 +466,36 @@ fn send_batches(
 /// An eventfd that wakes the worker out of [`wait`].
 #[derive(Debug)]
 pub struct Waker {
-    fd: OwnedFd,
+    fd: sys::EventFd,
 }
 
 impl Waker {
     /// A new, unsignalled waker.
     pub fn new() -> io::Result<Self> {
-        // SAFETY: eventfd takes no pointers.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just opened and is owned by nothing else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        Ok(Self { fd })
+        Ok(Self {
+            fd: sys::EventFd::new()?,
+        })
     }
 
-    /// Signals the waker (cheap; idempotent until drained).
+    /// Signals the waker (cheap; idempotent until drained). A full counter
+    /// means it is already signalled.
     pub fn wake(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to an open eventfd. A full
-        // counter (EAGAIN) means it is already signalled.
-        unsafe { libc::write(self.fd.as_raw_fd(), (&raw const one).cast(), 8) };
+        self.fd.add_one();
     }
 
     /// Clears the signal.
     pub fn drain(&self) {
-        let mut v = MaybeUninit::<u64>::uninit();
-        // SAFETY: reads at most 8 bytes into a live u64 from an open
-        // non-blocking eventfd.
-        unsafe { libc::read(self.fd.as_raw_fd(), v.as_mut_ptr().cast(), 8) };
+        self.fd.clear();
     }
 }
 
 /// Blocks until `sock` is readable, `waker` is signalled, or `timeout`
 /// passes (`None`: no timeout).
-pub fn wait(sock: &impl AsRawFd, waker: &Waker, timeout: Option<Duration>) -> io::Result<()> {
-    let mut fds = [
-        libc::pollfd {
-            fd: sock.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: waker.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
-    let ts = timeout.map(|t| libc::timespec {
-        tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
-        tv_nsec: libc::c_long::from(t.subsec_nanos() as i32),
-    });
-    let tsp = ts
-        .as_ref()
-        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: `fds` is a live array of two pollfds; `tsp` is null or points
-    // at a live timespec; no signal mask is passed.
-    let r = unsafe { libc::ppoll(fds.as_mut_ptr(), 2, tsp, std::ptr::null()) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
+pub fn wait(sock: &impl AsFd, waker: &Waker, timeout: Option<Duration>) -> io::Result<()> {
+    match sys::ppoll_two(sock.as_fd(), waker.fd.fd(), timeout) {
+        Err(e) if e.kind() != io::ErrorKind::Interrupted => Err(e),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 #[cfg(test)]
