@@ -71,14 +71,26 @@ fn plain_http_put_and_get_fail_over_from_a_dead_gateway() {
         .map(|i| (i as u8).wrapping_mul(31) ^ (i >> 11) as u8)
         .collect();
     std::fs::write(&src, &data).unwrap();
-    let put = ["put", src.to_str().unwrap(), "s3://bkt/obj", "--part-size", "5MiB"];
+    let put = [
+        "put",
+        src.to_str().unwrap(),
+        "s3://bkt/obj",
+        "--part-size",
+        "5MiB",
+    ];
     let o = hipobj(home.path(), &endpoints, &put);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     assert!(err.contains("plain HTTP") && failed_over(&err), "{err}");
 
     let out = dir.path().join("out.bin");
-    let get = ["get", "s3://bkt/obj", out.to_str().unwrap(), "--part-size", "4MiB"];
+    let get = [
+        "get",
+        "s3://bkt/obj",
+        out.to_str().unwrap(),
+        "--part-size",
+        "4MiB",
+    ];
     let o = hipobj(home.path(), &endpoints, &get);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");

@@ -107,6 +107,9 @@ fn the_requests_own_errors_stay_on_the_gateway_that_gave_them() {
     let f = get(&rt, &gw, "obj", &mut small).unwrap_err();
     assert_eq!(f.error.kind(), hipobj::ErrorKind::SizeTooLarge);
     assert_eq!((f.endpoint, f.failed.len()), (0, 0));
-    assert!(second.requests().is_empty(), "a request went to the second gateway");
+    assert!(
+        second.requests().is_empty(),
+        "a request went to the second gateway"
+    );
     assert_eq!(gw.current(), 0);
 }
