@@ -150,22 +150,17 @@ pub extern "C" fn hipObjShutdown() -> HipObjError {
     })
 }
 
+/// The core's size check, made before the library is looked up, so that a
+/// bad size fails the same way whether or not it is initialized.
+fn size_ok(size: usize, what: &str) -> Result<(), HipObjError> {
+    hipobj::check_size(size, what).map_err(|e| (&e).into())
+}
+
 fn region(ptr: *const c_void, size: usize) -> Result<MemRegion, HipObjError> {
-    if ptr.is_null() {
-        return Err(invalid());
-    }
-    if size == 0 {
-        return Err(invalid());
-    }
-    if size as u64 > hipobj::MAX_BUFFER_SIZE {
-        return Err(err(ErrorKind::SizeTooLarge));
-    }
-    if (ptr as usize).checked_add(size).is_none() {
-        return Err(invalid());
-    }
+    hipobj::check_region(ptr as usize, size).map_err(|e| HipObjError::from(&e))?;
     // SAFETY: hipobj.h makes the application keep a registered buffer
     // allocated until hipObjBufDeregister succeeds, which drops every MR over
-    // it; the range does not wrap (checked above).
+    // it; the range is not NULL and does not wrap (checked above).
     Ok(unsafe { MemRegion::new(ptr as usize, size) })
 }
 
@@ -244,11 +239,8 @@ fn transfer(
         Ok(o) => o,
         Err(e) => return e,
     };
-    if size == 0 {
-        return invalid();
-    }
-    if size as u64 > hipobj::MAX_BUFFER_SIZE {
-        return err(ErrorKind::SizeTooLarge);
+    if let Err(e) = size_ok(size, "transfer") {
+        return e;
     }
     // SAFETY: non-NULL, and the caller promises a valid hipObjOps_t.
     let ops = unsafe { ops.read() };
@@ -313,11 +305,8 @@ pub extern "C" fn hipObjBufSync(
             SYNC_TO_DEVICE => SyncDirection::ToDevice,
             _ => return invalid(),
         };
-        if size == 0 {
-            return invalid();
-        }
-        if size as u64 > hipobj::MAX_BUFFER_SIZE {
-            return err(ErrorKind::SizeTooLarge);
+        if let Err(e) = size_ok(size, "sync") {
+            return e;
         }
         with_instance(|i| i.sync(dev_ptr as usize, size, off, dir))
     })
@@ -342,11 +331,8 @@ pub unsafe extern "C" fn hipObjGetRdmaToken(
         if dev_ptr.is_null() || out_token.is_null() || !matches!(op, OP_PUT | OP_GET) {
             return invalid();
         }
-        if size == 0 {
-            return invalid();
-        }
-        if size as u64 > hipobj::MAX_BUFFER_SIZE {
-            return err(ErrorKind::SizeTooLarge);
+        if let Err(e) = size_ok(size, "token") {
+            return e;
         }
         let dir = if op == OP_PUT {
             Direction::Put

@@ -5,13 +5,46 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use hipobj_platform::{AccessFlags, MemoryRegion, PinnedHostBuffer};
 
+use crate::direction::Direction;
 use crate::error::{Error, ErrorKind, Result};
-use crate::instance::Direction;
 
 /// Most buffers registered at once.
 pub const MAX_BUFFERS: usize = 256;
 /// Largest registration, in bytes: 4 GiB.
 pub const MAX_BUFFER_SIZE: u64 = 4 << 30;
+
+/// The check of a size that a registration, a transfer or a token takes:
+/// at least a byte (`InvalidValue`), at most [`MAX_BUFFER_SIZE`]
+/// (`SizeTooLarge`). `what` names it in the error: "registration",
+/// "transfer", "token". Bindings make it before anything else, as the core
+/// does, so that a bad size fails the same way before or after init.
+pub fn check_size(size: usize, what: &str) -> Result<()> {
+    if size == 0 {
+        return Err(Error::invalid(format!("the {what} size is 0")));
+    }
+    if size as u64 > MAX_BUFFER_SIZE {
+        return Err(Error::new(
+            ErrorKind::SizeTooLarge,
+            format!("{size} bytes is over the 4 GiB limit of one {what}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The checks of a range of memory to register, which a
+/// `hipobj_platform::MemRegion` may only be made of: a pointer that is not
+/// NULL, a size [`check_size`] accepts, and no wrap around the end of the
+/// address space.
+pub fn check_region(addr: usize, size: usize) -> Result<()> {
+    if addr == 0 {
+        return Err(Error::invalid("the buffer pointer is NULL"));
+    }
+    check_size(size, "registration")?;
+    if addr.checked_add(size).is_none() {
+        return Err(Error::invalid("the buffer wraps around the address space"));
+    }
+    Ok(())
+}
 
 /// How a buffer reaches the NIC.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

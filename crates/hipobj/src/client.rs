@@ -65,9 +65,11 @@ use std::sync::Arc;
 
 use hipobj_platform::{MemRegion, Platform};
 
+use crate::config::Config;
 use crate::control::Control;
+use crate::direction::Direction;
 use crate::error::{Error, Result};
-use crate::instance::{Config, Direction, Instance};
+use crate::instance::Instance;
 use crate::library::Library;
 use crate::options::Options;
 use crate::rcv2::RcV2Session;

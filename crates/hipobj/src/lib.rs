@@ -22,9 +22,11 @@ mod abandoned;
 mod buffers;
 mod checksum;
 mod client;
+mod config;
 mod connection;
 mod control;
 mod device;
+mod direction;
 mod error;
 mod instance;
 mod library;
@@ -38,15 +40,17 @@ mod windows;
 // The public API: what programs built on the core (the C skin, the CLI, the
 // aws-sdk-s3 integration) use. The platform they run on comes from the
 // composition root, `hipobj-system`, or from the fakes in tests.
-pub use buffers::{BufKind, MAX_BUFFER_SIZE, MAX_BUFFERS};
+pub use buffers::{BufKind, MAX_BUFFER_SIZE, MAX_BUFFERS, check_region, check_size};
 pub use client::{Client, ClientBuilder, RcV2, Registration};
 // What one transfer grants the server through a connection (the fence
 // benchmark builds one by hand).
+pub use config::Config;
 pub use connection::Grant;
 pub use control::{Control, ControlError};
 pub use device::{FenceMode, RdmaDevice};
+pub use direction::{Direction, SyncDirection};
 pub use error::{Error, ErrorKind, Result};
-pub use instance::{Config, Direction, Instance, SyncDirection};
+pub use instance::Instance;
 pub use library::Library;
 pub use nic::{Chosen, choose as choose_nic};
 pub use options::{ENV_VARS, Options};

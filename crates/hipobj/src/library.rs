@@ -10,8 +10,9 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use hipobj_platform::Platform;
 
+use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
-use crate::instance::{Config, Instance};
+use crate::instance::Instance;
 use crate::options::Options;
 
 /// Init and shutdown, and the instance they publish.

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use hipobj_platform::selection::{self, Selection, SelectionErrorKind};
 use hipobj_platform::{Device, Platform, VerbsErrorKind};
 
+use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
-use crate::instance::Config;
 
 /// What init chose, kept for the tests and the CLI.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -44,8 +44,9 @@ use hipobj_proto::{Token, Transport};
 
 use crate::buffers::{BufEntry, BufKind};
 use crate::connection::{Grant, Peer};
+use crate::direction::{Direction, SyncDirection};
 use crate::error::{Error, ErrorKind, Result};
-use crate::instance::{Direction, Instance, SyncDirection};
+use crate::instance::Instance;
 use crate::peer::Servers;
 use crate::pool::Lease;
 
