@@ -6,16 +6,16 @@
 //! one [`hipobj::Client`], so one pool of connections), and
 //! [`PlainFailover`] one [`aws_sdk_s3::Client`] per endpoint, for the
 //! requests that carry no token (HeadObject, multipart bookkeeping, and
-//! plain-HTTP transfers through [`crate::plain`] when there is no RDMA
-//! client at all). Each holds a current endpoint. A call goes to the current endpoint; when it fails in a way
-//! that says the gateway, not the request, is the problem
-//! ([`Error::may_fail_over`]: no HTTP response at all, the connection
-//! refused or broken before the answer, a plain GET's body cut off, or
-//! `502`/`503`/`504`), the client
-//! moves on to the next endpoint in the list, waits
-//! [`RetryPolicy::backoff`], and sends the call again from the start: a new
-//! token, and on a gateway it was not bound to, a fresh binding round
-//! (docs/protocol.md §3). It stays on the endpoint that answered.
+//! the plain-HTTP transfers of [`crate::plain`] when there is no RDMA
+//! client at all). Each holds a current endpoint. A call goes to the
+//! current endpoint; when it fails in a way that says the gateway, not the
+//! request, is the problem ([`Error::may_fail_over`]: no HTTP response at
+//! all, the connection refused or broken before the answer, a plain GET's
+//! body cut off, or `502`/`503`/`504`), the client moves on to the next
+//! endpoint in the list, waits [`RetryPolicy::backoff`], and sends the call
+//! again from the start: a new token, and on a gateway it was not bound
+//! to, a fresh binding round (docs/protocol.md §3). It stays on the
+//! endpoint that answered.
 //!
 //! What a retry may repeat: GetObject, PutObject and UploadPart each carry
 //! the whole object or part, so sending one again stores the same bytes or
@@ -27,7 +27,11 @@
 //! same key may have landed, and the retry then replaces it (as any S3
 //! client retrying a PUT does). A GET whose gateway died part way may have
 //! written part of the object into the buffer: the retry writes all of it;
-//! if every attempt fails, the buffer's contents are undefined.
+//! if every attempt fails, the buffer's contents are undefined. Of the
+//! other requests a caller sends through [`PlainFailover`], what a repeat
+//! does is the caller's to weigh: CompleteMultipartUpload sent again is
+//! answered `200` by S3; a CreateMultipartUpload whose answer was lost
+//! leaves an upload behind that nothing completes.
 //!
 //! Errors that are the request's own (`404`, `403`, a bad digest, a buffer
 //! too small, a declined transfer with fallback off) are returned at once

@@ -24,7 +24,10 @@
 //! plain success with no reply header at all: a server that does not speak
 //! the protocol), the call falls back to plain HTTP through the same
 //! registered buffer and says so in [`Transfer::declined`]; never silently.
-//! [`RdmaS3Client::fallback`] turns that off.
+//! [`RdmaS3Client::fallback`] turns that off. The plain-HTTP transfers are
+//! the [`plain`] module's, for callers with no RDMA client too; several
+//! gateways in front of one store are [`FailoverClient`] and, for plain
+//! clients, [`PlainFailover`] (one policy, [`Failover`]).
 //!
 //! # Threads
 //!
