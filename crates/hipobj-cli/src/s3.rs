@@ -8,11 +8,10 @@ use aws_config::BehaviorVersion;
 use aws_config::meta::credentials::CredentialsProviderChain;
 use aws_config::meta::region::RegionProviderChain;
 use aws_sdk_s3::config::{Region, timeout::TimeoutConfig};
-use aws_sdk_s3::error::ProvideErrorMetadata;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hipobj::ErrorKind;
-use hipobj_s3::{FailoverClient, RdmaS3Client, RetryPolicy, Span, Transfer};
+use hipobj_s3::{FailoverClient, PlainFailover, RdmaS3Client, RetryPolicy, Span, Transfer};
 
 use crate::error::{CliError, CliResult};
 
@@ -94,46 +93,16 @@ pub struct Rdma {
     pub gateways: FailoverClient,
 }
 
-/// Why one try of a plain request failed, and whether another endpoint
-/// may serve it.
-pub struct Attempt {
-    err: CliError,
-    fail_over: bool,
-}
-
-impl Attempt {
-    /// An SDK failure: another endpoint is tried when no response came at
-    /// all or the gateway answered 502, 503 or 504 (as `FailoverClient`).
-    pub fn sdk<E>(
-        op: &str,
-        url: &S3Url,
-        e: &aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
-    ) -> Self
-    where
-        E: ProvideErrorMetadata + std::error::Error + 'static,
-    {
-        Self {
-            fail_over: hipobj_s3::Error::from_sdk(op, e).may_fail_over(),
-            err: sdk_error(op, url, e),
-        }
-    }
-
-    /// The connection broke while the response body was arriving.
-    fn broken(err: CliError) -> Self {
-        Self { err, fail_over: true }
-    }
-
-    /// A failure no other endpoint would change.
-    fn fatal(err: CliError) -> Self {
-        Self {
-            err,
-            fail_over: false,
-        }
-    }
-}
-
 /// The pause before a call is sent to the next endpoint.
 const FAILOVER_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Each gateway tried once per call, the RDMA calls and the plain ones alike.
+fn failover_policy() -> RetryPolicy {
+    RetryPolicy {
+        attempts: None,
+        backoff: FAILOVER_BACKOFF,
+    }
+}
 
 /// Everything a command needs to move objects.
 pub struct Session {
@@ -141,8 +110,9 @@ pub struct Session {
     pub rt: tokio::runtime::Runtime,
     /// The endpoints as given, for messages (empty: AWS's own).
     endpoints: Vec<String>,
-    /// One S3 client per endpoint, in the same order (one for AWS).
-    clients: Vec<aws_sdk_s3::Client>,
+    /// One S3 client per endpoint, in the same order (one for AWS), for
+    /// the requests that carry no token.
+    plain: PlainFailover,
     /// The endpoint the next call goes to first.
     current: AtomicUsize,
     /// The RDMA clients, or why there are none.
@@ -178,12 +148,10 @@ impl Session {
                 .collect();
             let gateways = FailoverClient::new(eps)
                 .map_err(CliError::from)?
-                .policy(RetryPolicy {
-                    attempts: None,
-                    backoff: FAILOVER_BACKOFF,
-                });
+                .policy(failover_policy());
             Ok(Rdma { client: h, gateways })
         });
+        let plain = PlainFailover::new(clients)?.policy(failover_policy());
         if let Err(e) = &rdma
             && conn.require_rdma
         {
@@ -195,7 +163,7 @@ impl Session {
         Ok(Self {
             rt,
             endpoints,
-            clients,
+            plain,
             current: AtomicUsize::new(0),
             rdma,
         })
@@ -215,62 +183,48 @@ impl Session {
     }
 
     fn current(&self) -> usize {
-        self.current.load(Ordering::Relaxed) % self.clients.len().max(1)
+        self.current.load(Ordering::Relaxed) % self.plain.len()
     }
 
-    /// Moves on from endpoint `at`, unless another call already did.
-    fn move_on(&self, at: usize) {
-        let n = self.clients.len().max(1);
-        let _ = self
-            .current
-            .compare_exchange(at, (at + 1) % n, Ordering::Relaxed, Ordering::Relaxed);
+    /// Says on stderr where each failed try went and where the call went
+    /// next (`last`: where the final try went).
+    fn note_failovers(&self, failed: &[(usize, hipobj_s3::Error)], last: usize) {
+        for (i, (at, e)) in failed.iter().enumerate() {
+            let to = failed.get(i + 1).map_or(last, |f| f.0);
+            eprintln!(
+                "hipobj: gateway {} failed: {e}; failing over to {}",
+                self.name(*at),
+                self.name(to)
+            );
+        }
     }
 
-    fn note_failover(&self, from: usize, why: &dyn std::fmt::Display, to: usize) {
-        eprintln!(
-            "hipobj: gateway {} failed: {why}; failing over to {}",
-            self.name(from),
-            self.name(to)
-        );
-    }
-
-    /// Runs a plain S3 request on the current endpoint, and on the next
-    /// ones while it fails in a way that says the gateway is the problem
-    /// (each endpoint is tried once).
-    pub fn plain<T, F, Fut>(&self, call: F) -> CliResult<T>
-    where
-        F: Fn(aws_sdk_s3::Client) -> Fut,
-        Fut: std::future::Future<Output = Result<T, Attempt>>,
-    {
-        let n = self.clients.len();
-        let mut tried = 0;
-        loop {
-            let at = self.current();
-            let client = self
-                .clients
-                .get(at)
-                .ok_or_else(|| CliError::plain("no S3 endpoint"))?;
-            tried += 1;
-            match self.rt.block_on(call(client.clone())) {
-                Ok(v) => return Ok(v),
-                Err(a) if a.fail_over && tried < n => {
-                    self.move_on(at);
-                    self.note_failover(at, &a.err.message, self.current());
-                    std::thread::sleep(FAILOVER_BACKOFF);
+    /// Runs a plain S3 request (no token) through `PlainFailover` from the
+    /// current endpoint, and on the next ones while it fails in a way that
+    /// says the gateway is the problem (each endpoint is tried once). The
+    /// error names `url`.
+    pub fn plain<T>(
+        &self,
+        url: &S3Url,
+        call: impl FnMut(&aws_sdk_s3::Client) -> hipobj_s3::Result<T>,
+    ) -> CliResult<T> {
+        let gw = self.plain.clone().starting_at(self.current());
+        let r = gw.try_each(call);
+        self.current.store(gw.current(), Ordering::Relaxed);
+        match r {
+            Ok(served) => {
+                self.note_failovers(&served.failed, served.endpoint);
+                Ok(served.value)
+            }
+            Err(f) => {
+                self.note_failovers(&f.failed, f.endpoint);
+                let n = gw.len();
+                let every = f.error.may_fail_over() && n > 1;
+                let mut err = url_error(url, f.error);
+                if every {
+                    err.message = format!("{} (every one of the {n} endpoints was tried)", err.message);
                 }
-                Err(a) => {
-                    if a.fail_over {
-                        self.move_on(at);
-                    }
-                    return Err(if a.fail_over && n > 1 {
-                        CliError {
-                            code: a.err.code,
-                            message: format!("{} (every one of the {n} endpoints was tried)", a.err.message),
-                        }
-                    } else {
-                        a.err
-                    });
-                }
+                Err(err)
             }
         }
     }
@@ -278,7 +232,7 @@ impl Session {
     /// The S3 client of the endpoint calls go to first (the first given,
     /// until a failover moved on). `hipobj bench` measures that one gateway.
     pub fn s3_client(&self) -> &aws_sdk_s3::Client {
-        &self.clients[self.current()]
+        &self.plain.endpoints()[self.current()]
     }
 
     /// Runs an RDMA call through `FailoverClient` from the current
@@ -290,20 +244,11 @@ impl Session {
         call: impl FnMut(&RdmaS3Client) -> hipobj_s3::Result<T>,
     ) -> CliResult<T> {
         let gw = rdma.gateways.clone().starting_at(self.current());
-        match gw.run(call) {
-            Ok(served) => {
-                for (i, (at, e)) in served.failed.iter().enumerate() {
-                    let to = served.failed.get(i + 1).map_or(served.endpoint, |f| f.0);
-                    self.note_failover(*at, e, to);
-                }
-                self.current.store(served.endpoint, Ordering::Relaxed);
-                Ok(served.value)
-            }
-            Err(e) => {
-                self.current.store(gw.current(), Ordering::Relaxed);
-                Err(e.into())
-            }
-        }
+        let r = gw.run(call);
+        self.current.store(gw.current(), Ordering::Relaxed);
+        let served = r?;
+        self.note_failovers(&served.failed, served.endpoint);
+        Ok(served.value)
     }
 }
 
@@ -562,50 +507,45 @@ impl Declines {
 }
 
 fn head_size(session: &Session, url: &S3Url) -> CliResult<u64> {
-    session.plain(|s3| async move {
-        match s3.head_object().bucket(&url.bucket).key(&url.key).send().await {
-            Ok(o) => Ok(o
-                .content_length()
-                .and_then(|n| u64::try_from(n).ok())
-                .unwrap_or(0)),
-            Err(e) => Err(Attempt::sdk("HeadObject", url, &e)),
-        }
+    session.plain(url, |s3| {
+        let head = session
+            .rt
+            .block_on(s3.head_object().bucket(&url.bucket).key(&url.key).send())
+            .map_err(|e| hipobj_s3::Error::from_sdk("HeadObject", &e))?;
+        Ok(head
+            .content_length()
+            .and_then(|n| u64::try_from(n).ok())
+            .unwrap_or(0))
     })
 }
 
-/// One sentence for an SDK failure of a plain request.
-pub fn sdk_error<E>(
-    op: &str,
-    url: &S3Url,
-    e: &aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
-) -> CliError
-where
-    E: ProvideErrorMetadata + std::error::Error + 'static,
-{
-    let status = e.raw_response().map(|r| r.status().as_u16());
-    if status == Some(404) {
-        let what = e.code().unwrap_or("NotFound");
-        let thing = if what == "NoSuchBucket" {
-            format!("bucket {}", url.bucket)
-        } else {
-            format!("s3://{}/{}", url.bucket, url.key)
-        };
-        return CliError::coded(
-            ErrorKind::S3Error,
-            format!("{thing} does not exist ({what}, HTTP 404)"),
-        );
+/// One sentence for a failed plain request about `url`.
+fn url_error(url: &S3Url, e: hipobj_s3::Error) -> CliError {
+    match e.status() {
+        Some(404) => {
+            let what = e.s3_code().unwrap_or("NotFound");
+            let thing = if what == "NoSuchBucket" {
+                format!("bucket {}", url.bucket)
+            } else {
+                format!("s3://{}/{}", url.bucket, url.key)
+            };
+            CliError::coded(
+                ErrorKind::S3Error,
+                format!("{thing} does not exist ({what}, HTTP 404)"),
+            )
+        }
+        Some(403) => {
+            let code = e.s3_code().map_or_else(String::new, |c| format!("{c}, "));
+            CliError::coded(
+                ErrorKind::S3Error,
+                format!(
+                    "the server refused access to s3://{}/{} ({code}HTTP 403): check the credentials",
+                    url.bucket, url.key
+                ),
+            )
+        }
+        _ => e.into(),
     }
-    if status == Some(403) {
-        let code = e.code().map_or_else(String::new, |c| format!("{c}, "));
-        return CliError::coded(
-            ErrorKind::S3Error,
-            format!(
-                "the server refused access to s3://{}/{} ({code}HTTP 403): check the credentials",
-                url.bucket, url.key
-            ),
-        );
-    }
-    hipobj_s3::Error::from_sdk(op, e).into()
 }
 
 /// `hipobj get`.
@@ -690,40 +630,15 @@ pub(crate) fn plain_get(
     dst: &mut [u8],
 ) -> CliResult<u64> {
     // Each try writes `dst` from its start; only the one that succeeds counts.
-    let dst = tokio::sync::Mutex::new(dst);
-    session.plain(|s3| {
-        let (range, dst) = (range.clone(), &dst);
-        async move {
-            let out = s3
-                .get_object()
-                .bucket(&url.bucket)
-                .key(&url.key)
-                .set_range(range)
-                .send()
-                .await
-                .map_err(|e| Attempt::sdk("GetObject", url, &e))?;
-            let mut dst = dst.lock().await;
-            let mut body = out.body;
-            let mut n = 0usize;
-            while let Some(c) = body.next().await {
-                let c = c.map_err(|e| {
-                    Attempt::broken(CliError::coded(
-                        ErrorKind::S3Error,
-                        format!("reading the object failed: {e}"),
-                    ))
-                })?;
-                let end = n + c.len();
-                let slot = dst.get_mut(n..end).ok_or_else(|| {
-                    Attempt::fatal(CliError::coded(
-                        ErrorKind::S3Error,
-                        "the server sent more bytes than asked for",
-                    ))
-                })?;
-                slot.copy_from_slice(&c);
-                n = end;
-            }
-            Ok(n as u64)
-        }
+    session.plain(url, |s3| {
+        let get = hipobj_s3::plain::get_object(s3, &url.bucket, &url.key, range.as_deref(), |at, chunk| {
+            let slot = dst.get_mut(at..at + chunk.len()).ok_or_else(|| {
+                hipobj_s3::Error::new(ErrorKind::S3Error, "the server sent more bytes than asked for")
+            })?;
+            slot.copy_from_slice(chunk);
+            Ok(())
+        });
+        Ok(session.rt.block_on(get)?.bytes)
     })
 }
 
@@ -822,15 +737,7 @@ pub fn put(session: &Session, src: &str, url: &S3Url, part_size: u64) -> CliResu
     let mut declines = Declines::default();
     if size == 0 {
         // Nothing to register: an empty object is a plain request.
-        return session.plain(|s3| async move {
-            s3.put_object()
-                .bucket(&url.bucket)
-                .key(&url.key)
-                .send()
-                .await
-                .map(|_| ())
-                .map_err(|e| Attempt::sdk("PutObject", url, &e))
-        });
+        return plain_put(session, url, &[], None).map(|_| ());
     }
     let chunk = part_size.min(size);
     let mut buf = vec![
@@ -855,13 +762,16 @@ pub fn put(session: &Session, src: &str, url: &S3Url, part_size: u64) -> CliResu
             }
         };
     }
-    let up = session.plain(|s3| async move {
-        s3.create_multipart_upload()
+    let up = session.plain(url, |s3| {
+        let create = s3
+            .create_multipart_upload()
             .bucket(&url.bucket)
             .key(&url.key)
-            .send()
-            .await
-            .map_err(|e| Attempt::sdk("CreateMultipartUpload", url, &e))
+            .send();
+        session
+            .rt
+            .block_on(create)
+            .map_err(|e| hipobj_s3::Error::from_sdk("CreateMultipartUpload", &e))
     })?;
     let id = up
         .upload_id()
@@ -884,34 +794,34 @@ pub fn put(session: &Session, src: &str, url: &S3Url, part_size: u64) -> CliResu
                 .build();
             // Sent again through the next gateway when one dies before
             // answering: completing an upload twice is answered 200 by S3.
-            session.plain(|s3| {
-                let (id, done) = (&id, done.clone());
-                async move {
-                    s3.complete_multipart_upload()
-                        .bucket(&url.bucket)
-                        .key(&url.key)
-                        .upload_id(id)
-                        .multipart_upload(done)
-                        .send()
-                        .await
-                        .map(|_| ())
-                        .map_err(|e| Attempt::sdk("CompleteMultipartUpload", url, &e))
-                }
+            session.plain(url, |s3| {
+                let complete = s3
+                    .complete_multipart_upload()
+                    .bucket(&url.bucket)
+                    .key(&url.key)
+                    .upload_id(&id)
+                    .multipart_upload(done.clone())
+                    .send();
+                session
+                    .rt
+                    .block_on(complete)
+                    .map(|_| ())
+                    .map_err(|e| hipobj_s3::Error::from_sdk("CompleteMultipartUpload", &e))
             })
         }
         Err(e) => {
             // Leave no half-uploaded parts behind.
-            let _ = session.plain(|s3| {
-                let id = &id;
-                async move {
-                    s3.abort_multipart_upload()
-                        .bucket(&url.bucket)
-                        .key(&url.key)
-                        .upload_id(id)
-                        .send()
-                        .await
-                        .map_err(|e| Attempt::sdk("AbortMultipartUpload", url, &e))
-                }
+            let _ = session.plain(url, |s3| {
+                let abort = s3
+                    .abort_multipart_upload()
+                    .bucket(&url.bucket)
+                    .key(&url.key)
+                    .upload_id(&id)
+                    .send();
+                session
+                    .rt
+                    .block_on(abort)
+                    .map_err(|e| hipobj_s3::Error::from_sdk("AbortMultipartUpload", &e))
             });
             Err(e)
         }
@@ -972,32 +882,16 @@ pub(crate) fn plain_put(
     bytes: &[u8],
     part: Option<(&str, i32)>,
 ) -> CliResult<Option<String>> {
-    session.plain(|s3| {
-        let body = aws_sdk_s3::primitives::ByteStream::from(bytes.to_vec());
-        async move {
+    let body = bytes::Bytes::copy_from_slice(bytes);
+    session.plain(url, |s3| {
+        let (b, k, body) = (&url.bucket, &url.key, body.clone());
+        let sent = session.rt.block_on(async {
             match part {
-                Some((id, n)) => s3
-                    .upload_part()
-                    .bucket(&url.bucket)
-                    .key(&url.key)
-                    .upload_id(id)
-                    .part_number(n)
-                    .body(body)
-                    .send()
-                    .await
-                    .map(|o| o.e_tag().map(str::to_owned))
-                    .map_err(|e| Attempt::sdk("UploadPart", url, &e)),
-                None => s3
-                    .put_object()
-                    .bucket(&url.bucket)
-                    .key(&url.key)
-                    .body(body)
-                    .send()
-                    .await
-                    .map(|o| o.e_tag().map(str::to_owned))
-                    .map_err(|e| Attempt::sdk("PutObject", url, &e)),
+                Some((id, n)) => hipobj_s3::plain::upload_part(s3, b, k, id, n, body).await,
+                None => hipobj_s3::plain::put_object(s3, b, k, body).await,
             }
-        }
+        })?;
+        Ok(sent.etag)
     })
 }
 

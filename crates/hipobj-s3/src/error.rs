@@ -16,6 +16,7 @@ pub struct Error {
     declined: bool,
     unreachable: bool,
     untrusted: bool,
+    cut_off: bool,
     detail: String,
 }
 
@@ -32,6 +33,7 @@ impl Error {
             declined: false,
             unreachable: false,
             untrusted: false,
+            cut_off: false,
             detail: detail.into(),
         }
     }
@@ -43,6 +45,15 @@ impl Error {
                 ErrorKind::S3Error,
                 format!("{op}: {why}, and falling back to HTTP is off"),
             )
+        }
+    }
+
+    /// The body of `op`'s response broke off part way: the gateway or the
+    /// connection died while sending it.
+    pub(crate) fn cut_off(op: &str, e: &dyn fmt::Display) -> Self {
+        Self {
+            cut_off: true,
+            ..Self::new(ErrorKind::S3Error, format!("reading the {op} body failed: {e}"))
         }
     }
 
@@ -145,9 +156,10 @@ impl Error {
 
     /// Whether the failure is the endpoint's rather than the request's, so
     /// that another gateway over the same store may serve the call: no
-    /// response at all ([`Error::is_unreachable`]), or HTTP 502, 503 or 504.
+    /// response at all ([`Error::is_unreachable`]), a plain GetObject body
+    /// that broke off part way, or HTTP 502, 503 or 504.
     pub fn may_fail_over(&self) -> bool {
-        self.unreachable || matches!(self.status, Some(502..=504))
+        self.unreachable || self.cut_off || matches!(self.status, Some(502..=504))
     }
 
     /// This error as the last of several tries, the earlier failures named.

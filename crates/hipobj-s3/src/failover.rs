@@ -1,16 +1,21 @@
 //! Several gateways in front of one store: a call that finds its gateway
 //! gone is sent again to the next one.
 //!
+//! [`Failover`] is that policy over any list of per-endpoint clients:
 //! [`FailoverClient`] holds one [`RdmaS3Client`] per endpoint (all sharing
-//! one [`hipobj::Client`], so one pool of connections) and a current
-//! endpoint. A call goes to the current endpoint; when it fails in a way
-//! that says the gateway, not the request, is the problem
-//! ([`Error::may_fail_over`]: no HTTP response at all, the connection
-//! refused or broken before the answer, or `502`/`503`/`504`), the client
-//! moves on to the next endpoint in the list, waits
-//! [`RetryPolicy::backoff`], and sends the call again from the start: a new
-//! token, and on a gateway it was not bound to, a fresh binding round
-//! (docs/protocol.md §3). It stays on the endpoint that answered.
+//! one [`hipobj::Client`], so one pool of connections), and
+//! [`PlainFailover`] one [`aws_sdk_s3::Client`] per endpoint, for the
+//! requests that carry no token (HeadObject, multipart bookkeeping, and
+//! the plain-HTTP transfers of [`crate::plain`] when there is no RDMA
+//! client at all). Each holds a current endpoint. A call goes to the
+//! current endpoint; when it fails in a way that says the gateway, not the
+//! request, is the problem ([`Error::may_fail_over`]: no HTTP response at
+//! all, the connection refused or broken before the answer, a plain GET's
+//! body cut off, or `502`/`503`/`504`), the client moves on to the next
+//! endpoint in the list, waits [`RetryPolicy::backoff`], and sends the call
+//! again from the start: a new token, and on a gateway it was not bound
+//! to, a fresh binding round (docs/protocol.md §3). It stays on the
+//! endpoint that answered.
 //!
 //! What a retry may repeat: GetObject, PutObject and UploadPart each carry
 //! the whole object or part, so sending one again stores the same bytes or
@@ -22,7 +27,11 @@
 //! same key may have landed, and the retry then replaces it (as any S3
 //! client retrying a PUT does). A GET whose gateway died part way may have
 //! written part of the object into the buffer: the retry writes all of it;
-//! if every attempt fails, the buffer's contents are undefined.
+//! if every attempt fails, the buffer's contents are undefined. Of the
+//! other requests a caller sends through [`PlainFailover`], what a repeat
+//! does is the caller's to weigh: CompleteMultipartUpload sent again is
+//! answered `200` by S3; a CreateMultipartUpload whose answer was lost
+//! leaves an upload behind that nothing completes.
 //!
 //! Errors that are the request's own (`404`, `403`, a bad digest, a buffer
 //! too small, a declined transfer with fallback off) are returned at once
@@ -67,16 +76,41 @@ pub struct Served<T> {
     pub failed: Vec<(usize, Error)>,
 }
 
-/// S3 over RDMA through a list of gateways, with failover. Cheap to
-/// clone; each clone keeps its own current endpoint.
+/// A call whose every try failed: the last error, where it came from, and
+/// the tries before it.
+#[derive(Clone, Debug)]
+pub struct Failed {
+    /// The last try's error.
+    pub error: Error,
+    /// The index of the endpoint the last try went to.
+    pub endpoint: usize,
+    /// The tries that failed before it, with the endpoint each went to.
+    pub failed: Vec<(usize, Error)>,
+}
+
+impl Failed {
+    /// The last error, its sentence naming the earlier failed tries.
+    pub fn into_error(self) -> Error {
+        self.error.after_failover(&self.failed)
+    }
+}
+
+/// A list of per-endpoint clients `C` with the failover policy (see the
+/// module docs). Cheap to clone; each clone keeps its own current endpoint.
 #[derive(Debug)]
-pub struct FailoverClient {
-    endpoints: Arc<[RdmaS3Client]>,
+pub struct Failover<C> {
+    endpoints: Arc<[C]>,
     current: AtomicUsize,
     policy: RetryPolicy,
 }
 
-impl Clone for FailoverClient {
+/// S3 over RDMA through a list of gateways, with failover.
+pub type FailoverClient = Failover<RdmaS3Client>;
+
+/// Plain S3 requests through a list of gateways, with the same failover.
+pub type PlainFailover = Failover<aws_sdk_s3::Client>;
+
+impl<C> Clone for Failover<C> {
     fn clone(&self) -> Self {
         Self {
             endpoints: Arc::clone(&self.endpoints),
@@ -86,10 +120,10 @@ impl Clone for FailoverClient {
     }
 }
 
-impl FailoverClient {
+impl<C> Failover<C> {
     /// One client per endpoint, tried in this order starting with the
     /// first. Fails on an empty list.
-    pub fn new(endpoints: Vec<RdmaS3Client>) -> Result<Self> {
+    pub fn new(endpoints: Vec<C>) -> Result<Self> {
         if endpoints.is_empty() {
             return Err(Error::new(
                 ErrorKind::InvalidValue,
@@ -125,8 +159,13 @@ impl FailoverClient {
     }
 
     /// The client of endpoint `index`.
-    pub fn endpoint(&self, index: usize) -> Option<&RdmaS3Client> {
+    pub fn endpoint(&self, index: usize) -> Option<&C> {
         self.endpoints.get(index)
+    }
+
+    /// The endpoints' clients, in the order they are tried.
+    pub fn endpoints(&self) -> &[C] {
+        &self.endpoints
     }
 
     /// How many endpoints there are.
@@ -141,8 +180,15 @@ impl FailoverClient {
 
     /// Runs `call` on the current endpoint, moving on to the next one as
     /// the policy allows while it fails with [`Error::may_fail_over`].
-    /// Returns the last error when every try failed.
-    pub fn run<T>(&self, mut call: impl FnMut(&RdmaS3Client) -> Result<T>) -> Result<Served<T>> {
+    /// Returns the last error, naming the earlier ones, when every try
+    /// failed.
+    pub fn run<T>(&self, call: impl FnMut(&C) -> Result<T>) -> Result<Served<T>> {
+        self.try_each(call).map_err(Failed::into_error)
+    }
+
+    /// As [`Failover::run`], with every failed try given back apart when
+    /// none succeeded.
+    pub fn try_each<T>(&self, mut call: impl FnMut(&C) -> Result<T>) -> Result<Served<T>, Failed> {
         let n = self.endpoints.len();
         let tries = self.policy.attempts.unwrap_or(n).max(1);
         let mut failed = Vec::new();
@@ -162,15 +208,9 @@ impl FailoverClient {
                         failed,
                     });
                 }
-                Err(e) if e.may_fail_over() && attempt + 1 < tries => {
-                    // Move on unless another call of this client already did.
-                    let _ =
-                        self.current
-                            .compare_exchange(at, (at + 1) % n, Ordering::Relaxed, Ordering::Relaxed);
-                    failed.push((at, e));
-                }
                 Err(e) => {
                     if e.may_fail_over() {
+                        // Move on unless another call of this client already did.
                         let _ = self.current.compare_exchange(
                             at,
                             (at + 1) % n,
@@ -178,16 +218,26 @@ impl FailoverClient {
                             Ordering::Relaxed,
                         );
                     }
-                    return Err(e.after_failover(&failed));
+                    if !e.may_fail_over() || attempt + 1 == tries {
+                        return Err(Failed {
+                            error: e,
+                            endpoint: at,
+                            failed,
+                        });
+                    }
+                    failed.push((at, e));
                 }
             }
         }
-        Err(Error::new(
-            ErrorKind::InternalError,
-            "the failover loop ended without a try",
-        ))
+        Err(Failed {
+            error: Error::new(ErrorKind::InternalError, "the failover loop ended without a try"),
+            endpoint: self.current() % n,
+            failed,
+        })
     }
+}
 
+impl Failover<RdmaS3Client> {
     /// [`RdmaS3Client::get_object`] with failover.
     pub fn get_object(
         &self,

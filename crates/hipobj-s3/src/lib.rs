@@ -24,7 +24,10 @@
 //! plain success with no reply header at all: a server that does not speak
 //! the protocol), the call falls back to plain HTTP through the same
 //! registered buffer and says so in [`Transfer::declined`]; never silently.
-//! [`RdmaS3Client::fallback`] turns that off.
+//! [`RdmaS3Client::fallback`] turns that off. The plain-HTTP transfers are
+//! the [`plain`] module's, for callers with no RDMA client too; several
+//! gateways in front of one store are [`FailoverClient`] and, for plain
+//! clients, [`PlainFailover`] (one policy, [`Failover`]).
 //!
 //! # Threads
 //!
@@ -55,6 +58,7 @@ mod capture;
 mod endpoint;
 mod error;
 mod failover;
+pub mod plain;
 pub mod tls;
 mod v2;
 
@@ -62,12 +66,11 @@ use std::sync::Arc;
 
 use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::config::{RequestChecksumCalculation, ResponseChecksumValidation};
-use aws_sdk_s3::primitives::ByteStream;
 use hipobj::{Control, ControlError, ErrorKind, Registration};
 
 use capture::{Capture, Exchange};
 pub use error::{Error, Result};
-pub use failover::{FailoverClient, RetryPolicy, Served};
+pub use failover::{Failed, Failover, FailoverClient, PlainFailover, RetryPolicy, Served};
 pub use v2::Protocol;
 
 /// Where in a registration a transfer reads or writes.
@@ -506,43 +509,14 @@ impl RdmaS3Client {
                 status: ex.status.unwrap_or(0),
             });
         }
-        let s3 = self.s3.clone();
-        let (bucket, key, range) = (bucket.to_owned(), key.to_owned(), range.map(str::to_owned));
-        self.rt.block_on(async move {
-            let out = s3
-                .get_object()
-                .bucket(bucket)
-                .key(key)
-                .set_range(range)
-                .send()
-                .await
-                .map_err(|e| Error::from_sdk("GetObject", &e))?;
-            let status = if out.content_range().is_some() { 206 } else { 200 };
-            let object_size = out
-                .content_range()
-                .and_then(capture::total_of_content_range)
-                .or_else(|| out.content_length().and_then(|n| u64::try_from(n).ok()));
-            let etag = out.e_tag().map(str::to_owned);
-            let mut body = out.body;
-            let mut n = 0usize;
-            while let Some(chunk) = body.next().await {
-                let chunk = chunk.map_err(|e| {
-                    Error::new(
-                        ErrorKind::S3Error,
-                        format!("reading the GetObject body failed: {e}"),
-                    )
-                })?;
-                copy_in(reg, dst, n, &chunk)?;
-                n += chunk.len();
-            }
-            Ok(Transfer {
-                bytes: n as u64,
-                etag,
-                rdma: false,
-                declined: Some(declined),
-                object_size,
-                status,
-            })
+        let got = self
+            .rt
+            .block_on(plain::get_object(&self.s3, bucket, key, range, |n, chunk| {
+                copy_in(reg, dst, n, chunk)
+            }))?;
+        Ok(Transfer {
+            declined: Some(declined),
+            ..got
         })
     }
 
@@ -562,40 +536,18 @@ impl RdmaS3Client {
                 "the span runs past the registration's end",
             )
         })?;
-        let body = ByteStream::from(bytes::Bytes::from(src));
-        let s3 = self.s3.clone();
-        let (bucket, key) = (bucket.to_owned(), key.to_owned());
-        let etag = self.rt.block_on(async move {
+        let body = bytes::Bytes::from(src);
+        let sent = self.rt.block_on(async {
             match op {
-                Op::Part { upload_id, number } => s3
-                    .upload_part()
-                    .bucket(bucket)
-                    .key(key)
-                    .upload_id(upload_id)
-                    .part_number(number)
-                    .body(body)
-                    .send()
-                    .await
-                    .map(|o| o.e_tag().map(str::to_owned))
-                    .map_err(|e| Error::from_sdk("UploadPart", &e)),
-                _ => s3
-                    .put_object()
-                    .bucket(bucket)
-                    .key(key)
-                    .body(body)
-                    .send()
-                    .await
-                    .map(|o| o.e_tag().map(str::to_owned))
-                    .map_err(|e| Error::from_sdk("PutObject", &e)),
+                Op::Part { upload_id, number } => {
+                    plain::upload_part(&self.s3, bucket, key, upload_id, number, body).await
+                }
+                _ => plain::put_object(&self.s3, bucket, key, body).await,
             }
         })?;
         Ok(Transfer {
-            bytes: at.len as u64,
-            etag,
-            rdma: false,
             declined: Some(declined),
-            object_size: None,
-            status: 200,
+            ..sent
         })
     }
 

@@ -396,7 +396,14 @@ impl RdmaS3 {
 }
 
 macro_rules! layer {
-    ($($name:ident: $input:ident => $output:ident,)*) => {
+    (
+        metadata { $($name:ident: $input:ident => $output:ident,)* }
+        bytes {
+            get_object: GetObjectInput => GetObjectOutput,
+            put_object: PutObjectInput => PutObjectOutput,
+            upload_part: UploadPartInput => UploadPartOutput,
+        }
+    ) => {
         #[async_trait::async_trait]
         impl S3 for RdmaS3 {
             $(
@@ -459,24 +466,6 @@ macro_rules! layer {
     };
 }
 
-layer! {
-    create_bucket: CreateBucketInput => CreateBucketOutput,
-    delete_bucket: DeleteBucketInput => DeleteBucketOutput,
-    head_bucket: HeadBucketInput => HeadBucketOutput,
-    list_buckets: ListBucketsInput => ListBucketsOutput,
-    get_bucket_location: GetBucketLocationInput => GetBucketLocationOutput,
-    head_object: HeadObjectInput => HeadObjectOutput,
-    delete_object: DeleteObjectInput => DeleteObjectOutput,
-    delete_objects: DeleteObjectsInput => DeleteObjectsOutput,
-    list_objects: ListObjectsInput => ListObjectsOutput,
-    list_objects_v2: ListObjectsV2Input => ListObjectsV2Output,
-    copy_object: CopyObjectInput => CopyObjectOutput,
-    create_multipart_upload: CreateMultipartUploadInput => CreateMultipartUploadOutput,
-    list_parts: ListPartsInput => ListPartsOutput,
-    complete_multipart_upload: CompleteMultipartUploadInput => CompleteMultipartUploadOutput,
-    abort_multipart_upload: AbortMultipartUploadInput => AbortMultipartUploadOutput,
-    list_multipart_uploads: ListMultipartUploadsInput => ListMultipartUploadsOutput,
-    list_object_versions: ListObjectVersionsInput => ListObjectVersionsOutput,
-    upload_part_copy: UploadPartCopyInput => UploadPartCopyOutput,
-    get_object_attributes: GetObjectAttributesInput => GetObjectAttributesOutput,
-}
+// The metadata operations pass to the store as they are; the three that
+// carry bytes are served here when they carry a token.
+crate::storage::operations::s3_operations!(layer);

@@ -5,9 +5,13 @@
 //! * [`fs::FsStore`]: the embedded default, files under a data directory;
 //! * [`remote`]: forwards every request to another S3 service (MinIO, Ceph,
 //!   AWS, moto) through aws-sdk-s3.
+//!
+//! [`operations`] is the list of the S3 operations served, which every
+//! wrapper of a store expands from.
 
 pub mod fs;
 pub mod names;
+pub mod operations;
 pub mod remote;
 
 use std::sync::Arc;

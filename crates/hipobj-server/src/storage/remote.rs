@@ -82,43 +82,31 @@ fn store_did_not_answer(e: &(dyn std::error::Error + Send + Sync + 'static)) -> 
     }
 }
 
+// async_trait rewrites the methods it sees in the impl, so each group is
+// written out in it rather than through a nested macro call.
 macro_rules! forward {
-    ($($name:ident: $input:ident => $output:ident,)*) => {
+    (
+        metadata { $($m:ident: $mi:ident => $mo:ident,)* }
+        bytes { $($b:ident: $bi:ident => $bo:ident,)* }
+    ) => {
         #[async_trait::async_trait]
         impl S3 for Remote {
             $(
-                async fn $name(&self, req: S3Request<dto::$input>) -> S3Result<S3Response<dto::$output>> {
-                    self.proxy.$name(req).await.map_err(upstream)
+                async fn $m(&self, req: S3Request<dto::$mi>) -> S3Result<S3Response<dto::$mo>> {
+                    self.proxy.$m(req).await.map_err(upstream)
+                }
+            )*
+            $(
+                async fn $b(&self, req: S3Request<dto::$bi>) -> S3Result<S3Response<dto::$bo>> {
+                    self.proxy.$b(req).await.map_err(upstream)
                 }
             )*
         }
     };
 }
 
-// Every operation the server's front (crate::rdma::layer) passes to a store.
-forward! {
-    create_bucket: CreateBucketInput => CreateBucketOutput,
-    delete_bucket: DeleteBucketInput => DeleteBucketOutput,
-    head_bucket: HeadBucketInput => HeadBucketOutput,
-    list_buckets: ListBucketsInput => ListBucketsOutput,
-    get_bucket_location: GetBucketLocationInput => GetBucketLocationOutput,
-    head_object: HeadObjectInput => HeadObjectOutput,
-    get_object: GetObjectInput => GetObjectOutput,
-    put_object: PutObjectInput => PutObjectOutput,
-    delete_object: DeleteObjectInput => DeleteObjectOutput,
-    delete_objects: DeleteObjectsInput => DeleteObjectsOutput,
-    list_objects: ListObjectsInput => ListObjectsOutput,
-    list_objects_v2: ListObjectsV2Input => ListObjectsV2Output,
-    copy_object: CopyObjectInput => CopyObjectOutput,
-    create_multipart_upload: CreateMultipartUploadInput => CreateMultipartUploadOutput,
-    upload_part: UploadPartInput => UploadPartOutput,
-    list_parts: ListPartsInput => ListPartsOutput,
-    complete_multipart_upload: CompleteMultipartUploadInput => CompleteMultipartUploadOutput,
-    abort_multipart_upload: AbortMultipartUploadInput => AbortMultipartUploadOutput,
-    list_multipart_uploads: ListMultipartUploadsInput => ListMultipartUploadsOutput,
-    list_object_versions: ListObjectVersionsInput => ListObjectVersionsOutput,
-    upload_part_copy: UploadPartCopyInput => UploadPartCopyOutput,
-}
+// Every operation the server serves (super::operations), to the back end.
+super::operations::s3_operations!(forward);
 
 #[cfg(test)]
 mod tests {
