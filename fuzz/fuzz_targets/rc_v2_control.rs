@@ -734,7 +734,7 @@ impl Server {
             && (2..=0x00ff_ffff).contains(&t.qpn)
             && t.gid != [0; 16]
             && t.gid[0] != 0xff;
-        let r = self.sessions.prepare(caller, p);
+        let r = self.sessions.prepare(caller, p, std::time::Instant::now());
         debug(format_args!("prepare {:?} {} -> {r:?}", p.op, p.size));
         match r {
             Ok(resp) => {
@@ -794,7 +794,7 @@ impl Server {
             .iter()
             .position(|m| m.id == r.session)
             .map(|i| self.model[i].clone());
-        let claimed = self.sessions.claim(caller, r);
+        let claimed = self.sessions.claim(caller, r, std::time::Instant::now());
         debug(format_args!("claim -> {:?}", claimed.as_ref().err()));
         let claimed = match claimed {
             Ok(c) => c,

@@ -59,8 +59,8 @@ mod endpoint;
 mod error;
 mod failover;
 pub mod plain;
+mod rc_v2;
 pub mod tls;
-mod v2;
 
 use std::sync::Arc;
 
@@ -71,7 +71,7 @@ use hipobj::{Control, ControlError, ErrorKind, Registration};
 use capture::{Capture, Exchange};
 pub use error::{Error, Result};
 pub use failover::{Failed, Failover, FailoverClient, PlainFailover, RetryPolicy, Served};
-pub use v2::Protocol;
+pub use rc_v2::Protocol;
 
 /// Where in a registration a transfer reads or writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,24 +117,24 @@ pub struct RdmaS3Client {
     hipobj: hipobj::Client,
     rt: tokio::runtime::Handle,
     fallback: bool,
-    protocol: v2::Memory,
+    protocol: rc_v2::Memory,
     servers: endpoint::EndpointAddrs,
 }
 
 /// The S3 request a transfer drives.
 #[derive(Clone, Copy, Debug)]
-enum Op<'a> {
+enum S3Call<'a> {
     Get { range: Option<&'a str> },
     Put,
     Part { upload_id: &'a str, number: i32 },
 }
 
-impl Op<'_> {
+impl S3Call<'_> {
     fn name(&self) -> &'static str {
         match self {
-            Op::Get { .. } => "GetObject",
-            Op::Put => "PutObject",
-            Op::Part { .. } => "UploadPart",
+            S3Call::Get { .. } => "GetObject",
+            S3Call::Put => "PutObject",
+            S3Call::Part { .. } => "UploadPart",
         }
     }
 }
@@ -148,7 +148,7 @@ impl RdmaS3Client {
             hipobj,
             rt,
             fallback: true,
-            protocol: v2::Memory::default(),
+            protocol: rc_v2::Memory::default(),
             servers: endpoint::EndpointAddrs::default(),
         }
     }
@@ -206,7 +206,7 @@ impl RdmaS3Client {
         key: &str,
         range: Option<&str>,
     ) -> Result<Transfer> {
-        let op = Op::Get { range };
+        let op = S3Call::Get { range };
         match self.protocol.get() {
             Protocol::RcV2 => return self.v2_get(reg, at, bucket, key, range, false),
             Protocol::Plain(why) => return self.declined_get(reg, at, bucket, key, range, op, why),
@@ -240,7 +240,7 @@ impl RdmaS3Client {
         bucket: &str,
         key: &str,
         range: Option<&str>,
-        op: Op<'_>,
+        op: S3Call<'_>,
         why: String,
     ) -> Result<Transfer> {
         if !self.fallback {
@@ -263,7 +263,7 @@ impl RdmaS3Client {
     ) -> Result<Transfer> {
         let (offset, len, object_size) = match range {
             Some(r) => {
-                let (o, n) = v2::v2_range(r, at.len).ok_or_else(|| {
+                let (o, n) = rc_v2::v2_range(r, at.len).ok_or_else(|| {
                     Error::new(
                         ErrorKind::InvalidValue,
                         format!("hipobj-rc-v2 serves ranges of the form bytes=a-b or bytes=a-, not {r:?}"),
@@ -307,7 +307,7 @@ impl RdmaS3Client {
         let n = usize::try_from(len).map_err(|_| Error::new(ErrorKind::SizeTooLarge, "length"))?;
         let mut s = self.hipobj.rc_v2_get(reg, at.offset, n)?;
         match self.run_v2(&mut s, bucket, key, Some(offset), probing)? {
-            v2::Outcome::Done(bytes, etag) => {
+            rc_v2::Outcome::Done(bytes, etag) => {
                 self.protocol.set(Protocol::RcV2);
                 Ok(Transfer {
                     bytes,
@@ -318,17 +318,17 @@ impl RdmaS3Client {
                     status: if range.is_some() { 206 } else { 200 },
                 })
             }
-            v2::Outcome::Unsupported(why) => {
+            rc_v2::Outcome::Unsupported(why) => {
                 drop(s);
                 self.protocol.set(Protocol::Plain(why.clone()));
-                self.declined_get(reg, at, bucket, key, range, Op::Get { range }, why)
+                self.declined_get(reg, at, bucket, key, range, S3Call::Get { range }, why)
             }
         }
     }
 
     /// PutObject of the `at.len` bytes at `at.offset` of `reg`.
     pub fn put_object(&self, reg: &Registration<'_>, at: Span, bucket: &str, key: &str) -> Result<Transfer> {
-        self.put_like(reg, at, bucket, key, Op::Put)
+        self.put_like(reg, at, bucket, key, S3Call::Put)
     }
 
     /// UploadPart `number` of multipart upload `upload_id`, from the
@@ -342,7 +342,7 @@ impl RdmaS3Client {
         upload_id: &str,
         number: i32,
     ) -> Result<Transfer> {
-        self.put_like(reg, at, bucket, key, Op::Part { upload_id, number })
+        self.put_like(reg, at, bucket, key, S3Call::Part { upload_id, number })
     }
 
     fn put_like(
@@ -351,10 +351,10 @@ impl RdmaS3Client {
         at: Span,
         bucket: &str,
         key: &str,
-        op: Op<'_>,
+        op: S3Call<'_>,
     ) -> Result<Transfer> {
         match (self.protocol.get(), op) {
-            (Protocol::RcV2, Op::Put) => return self.v2_put(reg, at, bucket, key, false),
+            (Protocol::RcV2, S3Call::Put) => return self.v2_put(reg, at, bucket, key, false),
             (Protocol::RcV2, _) => {
                 return self.declined_put(reg, at, bucket, key, op, "hipobj-rc-v2 has no UploadPart".into());
             }
@@ -370,7 +370,7 @@ impl RdmaS3Client {
             }
             Err((_, Some(last))) if last.unsupported() && self.protocol.get() == Protocol::Unknown => {
                 match op {
-                    Op::Put => self.v2_put(reg, at, bucket, key, true),
+                    S3Call::Put => self.v2_put(reg, at, bucket, key, true),
                     _ => self.declined_put(reg, at, bucket, key, op, "hipobj-rc-v2 has no UploadPart".into()),
                 }
             }
@@ -387,7 +387,7 @@ impl RdmaS3Client {
         at: Span,
         bucket: &str,
         key: &str,
-        op: Op<'_>,
+        op: S3Call<'_>,
         why: String,
     ) -> Result<Transfer> {
         if !self.fallback {
@@ -408,7 +408,7 @@ impl RdmaS3Client {
     ) -> Result<Transfer> {
         let mut s = self.hipobj.rc_v2_put(reg, at.offset, at.len)?;
         match self.run_v2(&mut s, bucket, key, None, probing)? {
-            v2::Outcome::Done(bytes, etag) => {
+            rc_v2::Outcome::Done(bytes, etag) => {
                 self.protocol.set(Protocol::RcV2);
                 Ok(Transfer {
                     bytes,
@@ -419,10 +419,10 @@ impl RdmaS3Client {
                     status: 200,
                 })
             }
-            v2::Outcome::Unsupported(why) => {
+            rc_v2::Outcome::Unsupported(why) => {
                 drop(s);
                 self.protocol.set(Protocol::Plain(why.clone()));
-                self.declined_put(reg, at, bucket, key, Op::Put, why)
+                self.declined_put(reg, at, bucket, key, S3Call::Put, why)
             }
         }
     }
@@ -434,7 +434,7 @@ impl RdmaS3Client {
         &self,
         outcome: hipobj::Result<()>,
         last: Option<Exchange>,
-        op: Op<'_>,
+        op: S3Call<'_>,
     ) -> Result<std::result::Result<Transfer, (String, Option<Exchange>)>> {
         let Some(last) = last else {
             // The transfer failed before it sent anything.
@@ -459,7 +459,7 @@ impl RdmaS3Client {
         }
         let bytes = match (op, last.bytes) {
             (_, Some(n)) => n,
-            (Op::Get { .. }, None) => last.range_len().ok_or_else(|| {
+            (S3Call::Get { .. }, None) => last.range_len().ok_or_else(|| {
                 Error::new(
                     ErrorKind::S3Error,
                     "the server reported an RDMA GET as done but not how many bytes it wrote (no x-amz-rdma-bytes-transferred)",
@@ -526,7 +526,7 @@ impl RdmaS3Client {
         at: Span,
         bucket: &str,
         key: &str,
-        op: Op<'_>,
+        op: S3Call<'_>,
         declined: String,
     ) -> Result<Transfer> {
         let mut src = vec![0u8; at.len];
@@ -539,7 +539,7 @@ impl RdmaS3Client {
         let body = bytes::Bytes::from(src);
         let sent = self.rt.block_on(async {
             match op {
-                Op::Part { upload_id, number } => {
+                S3Call::Part { upload_id, number } => {
                     plain::upload_part(&self.s3, bucket, key, upload_id, number, body).await
                 }
                 _ => plain::put_object(&self.s3, bucket, key, body).await,
@@ -552,7 +552,7 @@ impl RdmaS3Client {
     }
 
     /// Sends `op` with `token` and reports what came back.
-    async fn send_rdma(&self, bucket: &str, key: &str, op: Op<'_>, token: &str) -> Exchange {
+    async fn send_rdma(&self, bucket: &str, key: &str, op: S3Call<'_>, token: &str) -> Exchange {
         let cap = Capture::default();
         let header = hipobj_proto::TOKEN_HEADER;
         let t = token.to_owned();
@@ -561,7 +561,7 @@ impl RdmaS3Client {
         };
         let o = rdma_overrides();
         let failure = match op {
-            Op::Get { range } => {
+            S3Call::Get { range } => {
                 let r = self
                     .s3
                     .get_object()
@@ -590,7 +590,7 @@ impl RdmaS3Client {
                     Err(e) => Some(Error::from_sdk("GetObject", &e)),
                 }
             }
-            Op::Put => self
+            S3Call::Put => self
                 .s3
                 .put_object()
                 .bucket(bucket)
@@ -604,7 +604,7 @@ impl RdmaS3Client {
                 .await
                 .err()
                 .map(|e| Error::from_sdk("PutObject", &e)),
-            Op::Part { upload_id, number } => self
+            S3Call::Part { upload_id, number } => self
                 .s3
                 .upload_part()
                 .bucket(bucket)
@@ -653,12 +653,12 @@ struct Exchanger<'a> {
     client: &'a RdmaS3Client,
     bucket: &'a str,
     key: &'a str,
-    op: Op<'a>,
+    op: S3Call<'a>,
     last: Option<Exchange>,
 }
 
 impl<'a> Exchanger<'a> {
-    fn new(client: &'a RdmaS3Client, bucket: &'a str, key: &'a str, op: Op<'a>) -> Self {
+    fn new(client: &'a RdmaS3Client, bucket: &'a str, key: &'a str, op: S3Call<'a>) -> Self {
         Self {
             client,
             bucket,

@@ -6,18 +6,18 @@
 //! silently; what was found is remembered for the endpoint.
 #![allow(clippy::unwrap_used, unsafe_code, dead_code)]
 
-mod support;
 #[path = "../../hipobj/tests/support/rc_v2.rs"]
-mod v2;
+mod double;
+mod support;
 
 use std::sync::Arc;
 
+use double::V2Server;
 use hipobj_platform::{NoGpu, NoTopology, Platform, Verbs};
 use hipobj_proto::rc_v2;
 use hipobj_s3::{Protocol, RdmaS3Client, Span};
 use hipobj_softroce::{SoftConfig, SoftVerbs};
 use support::{Req, Resp, runtime, sdk, start};
-use v2::V2Server;
 
 fn soft(name: &str) -> Arc<SoftVerbs> {
     Arc::new(SoftVerbs::new(SoftConfig {

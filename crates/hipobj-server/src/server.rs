@@ -15,7 +15,7 @@ use crate::Error;
 use crate::config::{Config, HttpConfig};
 use crate::conn::{ConnHandle, ConnState, Guarded, tune};
 use crate::metrics::Metrics;
-use crate::rdma::{Rdma, RdmaS3, VerbsProvider};
+use crate::rdma::{Rdma, RdmaLayer, VerbsProvider};
 use crate::s3::service::{Front, s3_service};
 use crate::shares::Shares;
 
@@ -84,7 +84,7 @@ impl Server {
             ),
             metrics: metrics.clone(),
         };
-        let layer = RdmaS3::new(store, rdma.clone(), metrics.clone());
+        let layer = RdmaLayer::new(store, rdma.clone(), metrics.clone());
         let front = Front {
             s3: s3_service(layer, &config)?,
             metrics: metrics.clone(),
@@ -365,7 +365,7 @@ async fn reap_v2(sessions: Arc<hipobj_target::rc_v2::V2Sessions>, mut stopped: w
             () = stop_requested(&mut stopped) => break,
             _ = tick.tick() => {
                 let s = sessions.clone();
-                let n = tokio::task::spawn_blocking(move || s.reap()).await.unwrap_or(0);
+                let n = tokio::task::spawn_blocking(move || s.reap(std::time::Instant::now())).await.unwrap_or(0);
                 if n > 0 {
                     tracing::info!("dropped {n} hipobj-rc-v2 session(s) whose READY did not come in time");
                 }

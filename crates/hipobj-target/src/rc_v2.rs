@@ -233,10 +233,10 @@ impl V2Sessions {
         self.quotas.usage().1
     }
 
-    /// Drops every prepared session whose READY did not come in time;
-    /// returns how many.
-    pub fn reap(&self) -> usize {
-        let now = Instant::now();
+    /// Drops every prepared session whose READY did not come by `now`;
+    /// returns how many. The table reads no clock of its own: each call
+    /// says what time it is, so the rules can be tested without waiting.
+    pub fn reap(&self, now: Instant) -> usize {
         let expired: Vec<Session> = {
             let mut map = lock(&self.sessions);
             let ids: Vec<SessionId> = map
@@ -252,8 +252,13 @@ impl V2Sessions {
     /// PREPARE by `caller` (whose object checks, 404 and 416, the layer
     /// above has made): a session with its QP in INIT and its staging
     /// buffer, and the response naming them.
-    pub fn prepare(&self, caller: &Caller, req: &PrepareRequest) -> Result<PrepareResponse, V2Failure<()>> {
-        self.reap();
+    pub fn prepare(
+        &self,
+        caller: &Caller,
+        req: &PrepareRequest,
+        now: Instant,
+    ) -> Result<PrepareResponse, V2Failure<()>> {
+        self.reap(now);
         let bad = |why: String| V2Failure::new(Status::BadRequest, why);
         let token = &req.token;
         if token.transport != Transport::Rc {
@@ -344,7 +349,7 @@ impl V2Sessions {
             client_psn: req.psn,
             server_psn,
             sgid_index,
-            deadline: Instant::now() + self.config.prepare_timeout,
+            deadline: now + self.config.prepare_timeout,
             res,
             charge,
         };
@@ -418,8 +423,8 @@ impl V2Sessions {
     /// once). 409 for an unknown or expired session or another key's (the
     /// session stays for its owner); 403 for a wrong cookie (the session is
     /// dropped); 400 for a GET without the client's buffer.
-    pub fn claim(&self, caller: &Caller, req: &ReadyRequest) -> Result<Claimed, V2Failure<()>> {
-        self.reap();
+    pub fn claim(&self, caller: &Caller, req: &ReadyRequest, now: Instant) -> Result<Claimed, V2Failure<()>> {
+        self.reap(now);
         let mut map = lock(&self.sessions);
         let unknown = || {
             V2Failure::new(

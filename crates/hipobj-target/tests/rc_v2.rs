@@ -205,11 +205,17 @@ fn a_get_larger_than_the_staging_buffer_arrives_in_chunks_ending_in_the_cookie()
         let c = Client::new("softroce-v2g-cli", 16_384);
         let caller = Caller::key("ak");
         let resp = s
-            .prepare(&caller, &c.prepare(Direction::Get, size as u64, 0x1a2b_3c4d))
+            .prepare(
+                &caller,
+                &c.prepare(Direction::Get, size as u64, 0x1a2b_3c4d),
+                Instant::now(),
+            )
             .unwrap();
         assert_eq!(resp.token.len, size as u64);
         c.connect(&resp);
-        let claimed = s.claim(&caller, &c.ready(&resp, 0x1a2b_3c4d)).unwrap();
+        let claimed = s
+            .claim(&caller, &c.ready(&resp, 0x1a2b_3c4d), Instant::now())
+            .unwrap();
         let want = data(size);
         let n = s.run(claimed, Request::Get(&mut Bytes(want.clone()))).unwrap();
         assert_eq!(n, size as u64);
@@ -236,10 +242,16 @@ fn a_put_lands_in_the_staging_buffer_and_a_late_write_lands_nowhere() {
     let want = data(5000);
     assert!(c.buf.write_at(0, &want));
     let resp = s
-        .prepare(&caller, &c.prepare(Direction::Put, 5000, 0x0bad_cafe))
+        .prepare(
+            &caller,
+            &c.prepare(Direction::Put, 5000, 0x0bad_cafe),
+            Instant::now(),
+        )
         .unwrap();
     c.connect(&resp);
-    let claimed = s.claim(&caller, &c.ready(&resp, 0x0bad_cafe)).unwrap();
+    let claimed = s
+        .claim(&caller, &c.ready(&resp, 0x0bad_cafe), Instant::now())
+        .unwrap();
     let runner = {
         let s = s.clone();
         std::thread::spawn(move || {
@@ -278,10 +290,16 @@ fn a_put_whose_write_carries_another_immediate_or_length_is_not_stored() {
         let c = Client::new("softroce-v2w-cli", 4096);
         let caller = Caller::key("ak");
         let resp = s
-            .prepare(&caller, &c.prepare(Direction::Put, 100, 0x2222_2222))
+            .prepare(
+                &caller,
+                &c.prepare(Direction::Put, 100, 0x2222_2222),
+                Instant::now(),
+            )
             .unwrap();
         c.connect(&resp);
-        let claimed = s.claim(&caller, &c.ready(&resp, 0x2222_2222)).unwrap();
+        let claimed = s
+            .claim(&caller, &c.ready(&resp, 0x2222_2222), Instant::now())
+            .unwrap();
         let runner = {
             let s = s.clone();
             std::thread::spawn(move || {
@@ -303,35 +321,46 @@ fn sessions_belong_to_their_key_and_their_cookie() {
     let c = Client::new("softroce-v2k-cli", 4096);
     let (owner, other) = (Caller::key("ak"), Caller::key("someone-else"));
     let resp = s
-        .prepare(&owner, &c.prepare(Direction::Get, 64, 0x0000_0042))
+        .prepare(
+            &owner,
+            &c.prepare(Direction::Get, 64, 0x0000_0042),
+            Instant::now(),
+        )
         .unwrap();
     // Another key: unknown to it, and its CANCEL drops nothing.
     assert_eq!(
-        status(s.claim(&other, &c.ready(&resp, 0x42))),
+        status(s.claim(&other, &c.ready(&resp, 0x42), Instant::now())),
         Status::UnknownSession
     );
     s.cancel(&other, &resp.session);
     assert_eq!(s.open_sessions(), 1);
     // The owner with the wrong cookie: 403, and the session is gone.
-    assert_eq!(status(s.claim(&owner, &c.ready(&resp, 0x43))), Status::Forbidden);
     assert_eq!(
-        status(s.claim(&owner, &c.ready(&resp, 0x42))),
+        status(s.claim(&owner, &c.ready(&resp, 0x43), Instant::now())),
+        Status::Forbidden
+    );
+    assert_eq!(
+        status(s.claim(&owner, &c.ready(&resp, 0x42), Instant::now())),
         Status::UnknownSession
     );
     assert_eq!(s.open_sessions(), 0);
     // CANCEL by the owner, twice: the second finds nothing and is fine.
-    let resp = s.prepare(&owner, &c.prepare(Direction::Get, 64, 7)).unwrap();
+    let resp = s
+        .prepare(&owner, &c.prepare(Direction::Get, 64, 7), Instant::now())
+        .unwrap();
     s.cancel(&owner, &resp.session);
     s.cancel(&owner, &resp.session);
     assert_eq!(
-        status(s.claim(&owner, &c.ready(&resp, 7))),
+        status(s.claim(&owner, &c.ready(&resp, 7), Instant::now())),
         Status::UnknownSession
     );
     // A GET whose READY names no client buffer.
-    let resp = s.prepare(&owner, &c.prepare(Direction::Get, 64, 7)).unwrap();
+    let resp = s
+        .prepare(&owner, &c.prepare(Direction::Get, 64, 7), Instant::now())
+        .unwrap();
     let mut r = c.ready(&resp, 7);
     r.client_mr = None;
-    assert_eq!(status(s.claim(&owner, &r)), Status::BadRequest);
+    assert_eq!(status(s.claim(&owner, &r, Instant::now())), Status::BadRequest);
 }
 
 #[test]
@@ -347,30 +376,40 @@ fn limits_a_dead_client_and_the_size_of_a_put() {
     );
     let c = Client::new("softroce-v2l-cli", 4096);
     let caller = Caller::key("ak");
+    // The table's clock is the caller's: these steps happen at t0 + ms.
+    let t0 = Instant::now();
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
     assert_eq!(
-        status(s.prepare(&caller, &c.prepare(Direction::Put, 4097, 1))),
+        status(s.prepare(&caller, &c.prepare(Direction::Put, 4097, 1), at(0))),
         Status::TooLarge
     );
-    let first = s.prepare(&caller, &c.prepare(Direction::Put, 4096, 1)).unwrap();
-    s.prepare(&caller, &c.prepare(Direction::Get, 1 << 20, 2))
+    let first = s
+        .prepare(&caller, &c.prepare(Direction::Put, 4096, 1), at(0))
+        .unwrap();
+    s.prepare(&caller, &c.prepare(Direction::Get, 1 << 20, 2), at(10))
         .unwrap();
     assert_eq!(
-        status(s.prepare(&caller, &c.prepare(Direction::Get, 64, 3))),
+        status(s.prepare(&caller, &c.prepare(Direction::Get, 64, 3), at(20))),
         Status::Busy
     );
-    // The client dies: no READY. After the timeout the sessions are freed
-    // (the server's reaper calls reap; here the test does) and READY is late.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while s.reap() == 0 && s.open_sessions() > 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    s.reap();
-    assert_eq!(s.open_sessions(), 0);
+    // The client dies: no READY. Until its timeout a session stays; at it,
+    // the session is freed (by the server's reaper, or the next PREPARE or
+    // READY) and READY is too late.
+    assert_eq!(s.reap(at(199)), 0);
+    assert_eq!(s.open_sessions(), 2);
+    assert_eq!(s.reap(at(200)), 1);
     assert_eq!(
-        status(s.claim(&caller, &c.ready(&first, 1))),
+        status(s.claim(&caller, &c.ready(&first, 1), at(200))),
         Status::UnknownSession
     );
-    s.prepare(&caller, &c.prepare(Direction::Get, 64, 3)).unwrap();
+    s.prepare(&caller, &c.prepare(Direction::Get, 64, 3), at(205))
+        .unwrap();
+    assert_eq!(
+        s.reap(at(210)),
+        1,
+        "the second session's deadline was t0 + 210 ms"
+    );
+    assert_eq!(s.open_sessions(), 1);
 }
 
 #[test]
@@ -380,9 +419,9 @@ fn a_token_that_is_not_an_rc_client_qp_is_refused() {
     let caller = Caller::key("ak");
     let mut p = c.prepare(Direction::Get, 64, 1);
     p.token.transport = Transport::Dc;
-    assert_eq!(status(s.prepare(&caller, &p)), Status::BadRequest);
+    assert_eq!(status(s.prepare(&caller, &p, Instant::now())), Status::BadRequest);
     let mut p = c.prepare(Direction::Get, 64, 1);
     p.token.gid = [0; 16];
-    assert_eq!(status(s.prepare(&caller, &p)), Status::BadRequest);
+    assert_eq!(status(s.prepare(&caller, &p, Instant::now())), Status::BadRequest);
     assert_eq!(s.open_sessions(), 0);
 }

@@ -1,4 +1,4 @@
-//! [`RdmaS3`]: the RDMA layer in front of a store. It only maps: who the
+//! [`RdmaLayer`]: the RDMA layer in front of a store. It only maps: who the
 //! caller is, the store as the bytes' source or sink, and the target's
 //! answer as an S3 response. Binding, moving, the success reply and the
 //! rebind after a failed RDMA are all the target's (one call,
@@ -20,15 +20,15 @@ use super::{BYTES, ClientAddr, REPLY, Rdma, TOKEN, decline, error, invalid_token
 use crate::metrics::{Metrics, inc};
 
 /// The RDMA layer: serves token requests itself, passes the rest to `inner`.
-pub struct RdmaS3 {
+pub struct RdmaLayer {
     inner: Arc<dyn S3>,
     rdma: Option<Arc<Rdma>>,
     metrics: Arc<Metrics>,
 }
 
-impl std::fmt::Debug for RdmaS3 {
+impl std::fmt::Debug for RdmaLayer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RdmaS3")
+        f.debug_struct("RdmaLayer")
             .field("rdma", &self.rdma.is_some())
             .finish_non_exhaustive()
     }
@@ -244,7 +244,7 @@ impl<T, S> StoreSink<T, S> {
     }
 }
 
-impl RdmaS3 {
+impl RdmaLayer {
     /// The layer over `inner`; with `rdma` `None`, token requests get `501`.
     pub fn new(inner: Arc<dyn S3>, rdma: Option<Arc<Rdma>>, metrics: Arc<Metrics>) -> Self {
         Self { inner, rdma, metrics }
@@ -405,7 +405,7 @@ macro_rules! layer {
         }
     ) => {
         #[async_trait::async_trait]
-        impl S3 for RdmaS3 {
+        impl S3 for RdmaLayer {
             $(
                 async fn $name(&self, req: S3Request<dto::$input>) -> S3Result<S3Response<dto::$output>> {
                     self.inner.$name(req).await

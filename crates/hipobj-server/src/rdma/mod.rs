@@ -1,6 +1,6 @@
 //! The RDMA side of the server (docs/protocol.md §4).
 //!
-//! [`RdmaS3`] wraps any store (any [`s3s::S3`]) and intercepts GetObject,
+//! [`RdmaLayer`] wraps any store (any [`s3s::S3`]) and intercepts GetObject,
 //! PutObject and UploadPart requests that carry `x-amz-rdma-token`: it hands
 //! each to the target ([`hipobj_target::Target::serve`], which binds, moves
 //! and replies) with the store as the bytes' source or sink, and maps the
@@ -21,7 +21,7 @@ use hipobj_target::{LocalAddresses, Target, TargetError};
 use http::{HeaderMap, HeaderValue, StatusCode};
 use s3s::{S3Error, S3ErrorCode};
 
-pub use layer::RdmaS3;
+pub use layer::RdmaLayer;
 
 use crate::config::RdmaConfig;
 

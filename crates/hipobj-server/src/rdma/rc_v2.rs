@@ -244,7 +244,9 @@ impl V2 {
                 }
             }
         }
-        let made = tokio::task::spawn_blocking(move || sessions.prepare(&caller, &p)).await;
+        let made =
+            tokio::task::spawn_blocking(move || sessions.prepare(&caller, &p, std::time::Instant::now()))
+                .await;
         match made {
             Ok(Ok(resp)) => {
                 inc(&self.metrics.rdma_v2_sessions);
@@ -261,7 +263,7 @@ impl V2 {
         caller: Caller,
         r: ReadyRequest,
     ) -> http::Response<Body> {
-        let claimed = match sessions.claim(&caller, &r) {
+        let claimed = match sessions.claim(&caller, &r, std::time::Instant::now()) {
             Ok(c) => c,
             Err(V2Failure::Status(s, why)) => return fail(s, &why),
             Err(V2Failure::Store(())) => return fail(Status::Internal, "claiming the session failed"),

@@ -10,10 +10,10 @@ use s3s::{Body, HttpError};
 use super::access::Policy;
 use crate::config::Config;
 use crate::metrics::{Metrics, inc};
-use crate::rdma::{Rdma, RdmaS3};
+use crate::rdma::{Rdma, RdmaLayer};
 
 /// Builds the s3s service over the RDMA layer, with auth and policy.
-pub fn s3_service(layer: RdmaS3, config: &Config) -> Result<S3Service, crate::Error> {
+pub fn s3_service(layer: RdmaLayer, config: &Config) -> Result<S3Service, crate::Error> {
     let mut b = S3ServiceBuilder::new(layer);
     let mut auth = SimpleAuth::new();
     for c in &config.credentials {

@@ -1,5 +1,5 @@
 //! The S3 operations this server serves: the one list that every wrapper
-//! of a store (`crate::rdma::RdmaS3`, `remote::Remote`) expands from, so
+//! of a store (`crate::rdma::RdmaLayer`, `remote::Remote`) expands from, so
 //! that an operation is named once. A method of [`s3s::S3`] that is not
 //! here is answered `501 NotImplemented` by every store, since the front
 //! passes nothing else down.
