@@ -55,3 +55,26 @@ run_ignored_test() {
     [[ $rc == 0 ]] || return "$rc"
     grep -q '^test result: ok\. 1 passed' <<<"$out" || { echo "$1 $2: $3 did not run" >&2; return 1; }
 }
+
+# Stops the background processes whose pids are given, the last started
+# first (a SeaweedFS filer or S3 API before the master it talks to), and
+# reaps them. One that is still running 10 s after SIGTERM gets SIGKILL: a
+# SeaweedFS filer whose master is gone can wait for it for ever, and with it
+# the script and CI.
+stop_pids() {
+    local i p alive
+    for ((i = $# ; i >= 1; i--)); do kill "${!i}" 2>/dev/null || true; done
+    for _ in $(seq 100); do
+        alive=0
+        for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
+        [[ $alive == 0 ]] && break
+        sleep 0.1
+    done
+    for p in "$@"; do
+        if kill -0 "$p" 2>/dev/null; then
+            echo "pid $p still running 10 s after SIGTERM: SIGKILL" >&2
+            kill -KILL "$p" 2>/dev/null || true
+        fi
+        wait "$p" 2>/dev/null || true
+    done
+}

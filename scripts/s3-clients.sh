@@ -22,8 +22,7 @@ sk=hipobj-script-secret
 work="$(mktemp -d /tmp/hipobj-s3-clients.XXXXXX)"
 pids=()
 cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    stop_pids "${pids[@]}"
     [ -n "${KEEP:-}" ] && echo "kept $work" || rm -rf "$work"
 }
 trap cleanup EXIT

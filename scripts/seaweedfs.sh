@@ -24,8 +24,7 @@ sw_sk=seaweed-secret
 work="$(mktemp -d /tmp/hipobj-seaweedfs.XXXXXX)"
 pids=()
 cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    stop_pids "${pids[@]}"
     [ -n "${KEEP:-}" ] && echo "kept $work" || rm -rf "$work"
 }
 trap cleanup EXIT
