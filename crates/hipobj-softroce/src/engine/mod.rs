@@ -24,8 +24,6 @@ mod cq;
 mod loss;
 mod mw;
 mod qp;
-mod requester;
-mod responder;
 
 #[cfg(test)]
 mod tests;

@@ -4,8 +4,8 @@
 
 use hipobj_platform::{SendOp, WcStatus};
 
-use super::super::Ctx;
-use super::super::qp::Qp;
+use crate::engine::Ctx;
+use crate::engine::qp::Qp;
 use crate::mem::sgl;
 use crate::wire::psn;
 use crate::wire::reth::RethRepr;
@@ -101,7 +101,7 @@ impl Qp {
         let off = psn::diff(r, self.req.una);
         if self.req.ahead.has(off) {
             ctx.counters.duplicates += 1;
-        } else if off > super::super::ahead::AHEAD_MAX {
+        } else if off > crate::engine::ahead::AHEAD_MAX {
             // Too far to remember: go back, as go-back-N would.
             ctx.counters.drop_unexpected += 1;
             self.retry_implied(ctx);

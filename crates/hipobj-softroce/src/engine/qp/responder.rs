@@ -6,9 +6,9 @@ use std::collections::VecDeque;
 
 use hipobj_platform::{AccessFlags, WcOpcode, WcStatus};
 
-use super::Ctx;
-use super::ahead::Ahead;
-use super::qp::{Qp, RecvWqe};
+use super::{Qp, RecvWqe};
+use crate::engine::Ctx;
+use crate::engine::ahead::Ahead;
 use crate::mem::{access, sgl};
 use crate::wire::aeth::{AethRepr, CREDITS_INVALID, Syndrome};
 use crate::wire::{Headers, Opcode, Packet, psn};

@@ -14,10 +14,10 @@ use std::collections::VecDeque;
 
 use hipobj_platform::{QpState, SendOp, SendWr, Sge, VerbsError, VerbsErrorKind, WcOpcode, WcStatus};
 
-use super::ahead::Ahead;
-use super::loss::LossControl;
-use super::qp::{Attrs, Qp, rnr_delay};
-use super::{Ctx, Time};
+use super::{Attrs, Qp, rnr_delay};
+use crate::engine::ahead::Ahead;
+use crate::engine::loss::LossControl;
+use crate::engine::{Ctx, Time};
 use crate::mem::sgl;
 use crate::wire::aeth::{AethRepr, Syndrome};
 use crate::wire::psn;

@@ -1,5 +1,8 @@
 //! One RC queue pair: its state, attributes, queues, and the state machine.
 
+mod requester;
+mod responder;
+
 use std::net::SocketAddrV4;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,8 +14,9 @@ use hipobj_platform::{
 
 use hipobj_platform::verbs::check_rc_transition;
 
-use super::requester::Requester;
-use super::responder::Responder;
+use requester::Requester;
+use responder::Responder;
+
 use super::{Counters, Cq, Ctx, QpConfig, Time};
 use crate::mem::sgl;
 use crate::wire::aeth::AethRepr;
