@@ -50,6 +50,56 @@ pub fn run(args: &Args) -> CliResult {
     let data = tempfile::tempdir().map_err(|e| fail("cannot create a data directory", e))?;
 
     println!("hipObject demo: GPU-direct S3 over RDMA, here on host memory and the soft RoCE NIC\n");
+    let server = start_server(&rt, data.path(), args.size)?;
+    let hipobj = init_client(&server)?;
+    let client = s3_client(&rt, &server, &hipobj)?;
+
+    let src: Vec<u8> = (0..size)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 7) as u8)
+        .collect();
+    let dst = vec![0u8; size];
+    let src_reg = hipobj
+        .register(src)
+        .map_err(|e| fail("cannot register the source buffer", e))?;
+    let mut dst_reg = hipobj
+        .register(dst)
+        .map_err(|e| fail("cannot register the target buffer", e))?;
+    println!("3. Registered two {} host buffers with the NIC", human(args.size));
+
+    let best = round_trips(&client, &src_reg, &mut dst_reg, args)?;
+    println!(
+        "4. PUT {}: the server RDMA READ it from the registered buffer (ETag {})",
+        human(args.size),
+        best.etag.unwrap_or_default()
+    );
+    println!(
+        "5. GET {}: the server RDMA WRITE it into the other buffer; all {} bytes match",
+        human(args.size),
+        args.size
+    );
+    println!(
+        "\n   best of {}: PUT {:.1} ms ({}), GET {:.1} ms ({})",
+        args.rounds.max(1),
+        best.put * 1e3,
+        rate(args.size, best.put),
+        best.get * 1e3,
+        rate(args.size, best.get)
+    );
+    println!("   server: {}", server.metrics().summary());
+    drop(src_reg);
+    drop(dst_reg);
+    rt.block_on(server.shutdown());
+    println!("\nverified: the object made the round trip over RDMA byte for byte");
+    Ok(())
+}
+
+/// Step 1: hipobj-server on a filesystem store in `data`, with RDMA on the
+/// soft NIC for objects up to `max_transfer` bytes.
+fn start_server(
+    rt: &tokio::runtime::Runtime,
+    data: &std::path::Path,
+    max_transfer: u64,
+) -> CliResult<hipobj_server::Handle> {
     let mut cfg = hipobj_server::Config {
         address: ([127, 0, 0, 1], 0).into(),
         credentials: vec![hipobj_server::config::AccessKey {
@@ -57,7 +107,7 @@ pub fn run(args: &Args) -> CliResult {
             secret_key: SECRET.into(),
         }],
         storage: hipobj_server::config::StorageConfig::Fs {
-            data_dir: data.path().to_path_buf(),
+            data_dir: data.to_path_buf(),
         },
         metrics_log_secs: 0,
         ..hipobj_server::Config::default()
@@ -66,7 +116,7 @@ pub fn run(args: &Args) -> CliResult {
     cfg.rdma.enabled = true;
     cfg.rdma.device = Some(hipobj_system::SOFTROCE_DEFAULT_NAME.into());
     cfg.rdma.backend = hipobj_server::config::VerbsBackend::Softroce;
-    cfg.rdma.max_transfer = args.size.max(1);
+    cfg.rdma.max_transfer = max_transfer.max(1);
     let server = rt
         .block_on(hipobj_server::Server::start(cfg))
         .map_err(|e| fail("the server did not start", e))?;
@@ -77,13 +127,17 @@ pub fn run(args: &Args) -> CliResult {
     println!(
         "1. Started hipobj-server at {} (filesystem store in {})",
         server.endpoint(),
-        data.path().display()
+        data.display()
     );
     println!(
         "   its RDMA side: soft RoCE device {} at GID {server_gid}",
         hipobj_system::SOFTROCE_DEFAULT_NAME
     );
+    Ok(server)
+}
 
+/// Step 2: hipObject on the soft NIC, accepting the server's GID.
+fn init_client(server: &hipobj_server::Handle) -> CliResult<hipobj::Client> {
     // The server's soft NIC has a loopback address of its own, not the
     // endpoint's: accept its GID as a multi-homed server's users would
     // (docs/protocol.md §8).
@@ -107,7 +161,16 @@ pub fn run(args: &Args) -> CliResult {
         dev.mtu().bytes(),
         hipobj.instance().pool().size()
     );
+    Ok(hipobj)
+}
 
+/// aws-sdk-s3 for the server, the bucket `demo`, and the RDMA client over
+/// both (no plain-HTTP fallback: the demo is about RDMA).
+fn s3_client(
+    rt: &tokio::runtime::Runtime,
+    server: &hipobj_server::Handle,
+    hipobj: &hipobj::Client,
+) -> CliResult<RdmaS3Client> {
     let conf = aws_sdk_s3::Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .endpoint_url(server.endpoint())
@@ -123,48 +186,56 @@ pub fn run(args: &Args) -> CliResult {
                 aws_sdk_s3::error::DisplayErrorContext(e),
             )
         })?;
-    let client = RdmaS3Client::new(s3, hipobj.clone(), rt.handle().clone()).fallback(false);
+    Ok(RdmaS3Client::new(s3, hipobj.clone(), rt.handle().clone()).fallback(false))
+}
 
-    let src: Vec<u8> = (0..size)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 7) as u8)
-        .collect();
-    let dst = vec![0u8; size];
-    let src_reg = hipobj
-        .register(src)
-        .map_err(|e| fail("cannot register the source buffer", e))?;
-    let mut dst_reg = hipobj
-        .register(dst)
-        .map_err(|e| fail("cannot register the target buffer", e))?;
-    println!("3. Registered two {} host buffers with the NIC", human(args.size));
+/// The best times of the rounds, and the last PUT's ETag.
+struct Best {
+    put: f64,
+    get: f64,
+    etag: Option<String>,
+}
 
-    let (mut best_put, mut best_get) = (f64::MAX, f64::MAX);
-    let mut etag = None;
+/// Steps 4 and 5, `args.rounds` times: PUT `src` by RDMA, GET it into
+/// `dst` by RDMA, and compare the bytes.
+fn round_trips(
+    client: &RdmaS3Client,
+    src: &hipobj::Registration<'static>,
+    dst: &mut hipobj::Registration<'static>,
+    args: &Args,
+) -> CliResult<Best> {
+    let size = src.len();
+    let mut best = Best {
+        put: f64::MAX,
+        get: f64::MAX,
+        etag: None,
+    };
     for round in 0..args.rounds.max(1) {
         let t = Instant::now();
         let put = client
-            .put_object(&src_reg, Span::whole(size), "demo", "object")
+            .put_object(src, Span::whole(size), "demo", "object")
             .map_err(|e| fail("PUT failed", e))?;
-        best_put = best_put.min(t.elapsed().as_secs_f64());
+        best.put = best.put.min(t.elapsed().as_secs_f64());
         if !put.rdma || put.bytes != args.size {
             return Err(fail(
                 "PUT",
                 format!("moved {} bytes, rdma {}", put.bytes, put.rdma),
             ));
         }
-        etag = put.etag;
-        dst_reg.fill(0);
+        best.etag = put.etag;
+        dst.fill(0);
         let t = Instant::now();
         let get = client
-            .get_object(&mut dst_reg, Span::whole(size), "demo", "object", None)
+            .get_object(dst, Span::whole(size), "demo", "object", None)
             .map_err(|e| fail("GET failed", e))?;
-        best_get = best_get.min(t.elapsed().as_secs_f64());
+        best.get = best.get.min(t.elapsed().as_secs_f64());
         if !get.rdma || get.bytes != args.size {
             return Err(fail(
                 "GET",
                 format!("moved {} bytes, rdma {}", get.bytes, get.rdma),
             ));
         }
-        let (got, sent) = (dst_reg.to_vec(), src_reg.to_vec());
+        let (got, sent) = (dst.to_vec(), src.to_vec());
         if got != sent {
             let at = got.iter().zip(&sent).position(|(a, b)| a != b).unwrap_or(0);
             return Err(fail(
@@ -173,28 +244,5 @@ pub fn run(args: &Args) -> CliResult {
             ));
         }
     }
-    println!(
-        "4. PUT {}: the server RDMA READ it from the registered buffer (ETag {})",
-        human(args.size),
-        etag.unwrap_or_default()
-    );
-    println!(
-        "5. GET {}: the server RDMA WRITE it into the other buffer; all {} bytes match",
-        human(args.size),
-        args.size
-    );
-    println!(
-        "\n   best of {}: PUT {:.1} ms ({}), GET {:.1} ms ({})",
-        args.rounds.max(1),
-        best_put * 1e3,
-        rate(args.size, best_put),
-        best_get * 1e3,
-        rate(args.size, best_get)
-    );
-    println!("   server: {}", server.metrics().summary());
-    drop(src_reg);
-    drop(dst_reg);
-    rt.block_on(server.shutdown());
-    println!("\nverified: the object made the round trip over RDMA byte for byte");
-    Ok(())
+    Ok(best)
 }

@@ -93,65 +93,86 @@ pub fn run(platform: &Platform, gpu: i32, nic_hint: Option<&str>, as_json: bool)
     let choice = hipobj::choose_nic(platform, &config).map(|(_, c)| c);
     let hint = NicHint::parse(nic_hint);
     if as_json {
-        let devices: Vec<Value> = shown
-            .iter()
-            .map(|d| {
-                json!({
-                    "name": d.name,
-                    "opened_by_verbs": d.backend_lists_it,
-                    "pci": d.info.as_ref().and_then(|i| i.pci_addr.clone()),
-                    "pci_path": d.info.as_ref().map(|i| i.pci_path.clone()).unwrap_or_default(),
-                    "numa_node": d.info.as_ref().and_then(|i| i.numa_node),
-                    "vendor_id": d.info.as_ref().and_then(|i| i.vendor_id).map(|v| format!("{v:#06x}")),
-                    "allowed_by_hint": hint.allows(&d.name),
-                    "fence": d.fence.map(|f| match f {
-                        hipobj::FenceMode::Windows => "memory_windows",
-                        hipobj::FenceMode::AccessFlags => "access_flags_fallback",
-                    }),
-                    "note": d.note,
-                    "ports": d.ports.iter().map(|p| json!({
-                        "port": p.port,
-                        "active": p.active,
-                        "active_mtu": d.mtus.iter().find(|(n, _)| *n == p.port).and_then(|(_, m)| *m),
-                        "gids": p.gids.iter().map(|g| json!({
-                            "index": g.index,
-                            "gid": g.gid.to_string(),
-                            "ipv4": g.gid.to_ipv4().map(|ip| ip.to_string()),
-                            "type": kind_name(g.kind),
-                        })).collect::<Vec<_>>(),
-                    })).collect::<Vec<_>>(),
-                })
-            })
-            .collect();
-        let chosen = match &choice {
-            Ok(c) => json!({
-                "device": c.selection.device,
-                "port": c.selection.port,
-                "gid_index": c.selection.gid_index,
-                "gid": c.selection.gid.to_string(),
-                "gid_type": kind_name(c.selection.gid_kind),
-                "mtu": c.selection.mtu.bytes(),
-                "gpu": c.gpu,
-                "gpu_pci": c.gpu_pci,
-                "why": c.selection.why,
-            }),
-            Err(e) => json!({ "error": e.to_string(), "code": crate::error::code_name(e.kind()) }),
-        };
-        return Ok(format!(
-            "{:#}\n",
-            json!({
-                "devices": devices,
-                "topology_error": topo_err,
-                "gpu_runtime": platform.gpu.name(),
-                "choice": chosen,
-            })
-        ));
+        return Ok(json_report(platform, &shown, topo_err, &choice, &hint));
     }
+    Ok(text_report(&shown, topo_err, choice, &hint))
+}
+
+/// The `--json` report.
+fn json_report(
+    platform: &Platform,
+    shown: &[Shown],
+    topo_err: Option<String>,
+    choice: &Result<hipobj::Chosen, hipobj::Error>,
+    hint: &NicHint,
+) -> String {
+    let devices: Vec<Value> = shown
+        .iter()
+        .map(|d| {
+            json!({
+                "name": d.name,
+                "opened_by_verbs": d.backend_lists_it,
+                "pci": d.info.as_ref().and_then(|i| i.pci_addr.clone()),
+                "pci_path": d.info.as_ref().map(|i| i.pci_path.clone()).unwrap_or_default(),
+                "numa_node": d.info.as_ref().and_then(|i| i.numa_node),
+                "vendor_id": d.info.as_ref().and_then(|i| i.vendor_id).map(|v| format!("{v:#06x}")),
+                "allowed_by_hint": hint.allows(&d.name),
+                "fence": d.fence.map(|f| match f {
+                    hipobj::FenceMode::Windows => "memory_windows",
+                    hipobj::FenceMode::AccessFlags => "access_flags_fallback",
+                }),
+                "note": d.note,
+                "ports": d.ports.iter().map(|p| json!({
+                    "port": p.port,
+                    "active": p.active,
+                    "active_mtu": d.mtus.iter().find(|(n, _)| *n == p.port).and_then(|(_, m)| *m),
+                    "gids": p.gids.iter().map(|g| json!({
+                        "index": g.index,
+                        "gid": g.gid.to_string(),
+                        "ipv4": g.gid.to_ipv4().map(|ip| ip.to_string()),
+                        "type": kind_name(g.kind),
+                    })).collect::<Vec<_>>(),
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let chosen = match &choice {
+        Ok(c) => json!({
+            "device": c.selection.device,
+            "port": c.selection.port,
+            "gid_index": c.selection.gid_index,
+            "gid": c.selection.gid.to_string(),
+            "gid_type": kind_name(c.selection.gid_kind),
+            "mtu": c.selection.mtu.bytes(),
+            "gpu": c.gpu,
+            "gpu_pci": c.gpu_pci,
+            "why": c.selection.why,
+        }),
+        Err(e) => json!({ "error": e.to_string(), "code": crate::error::code_name(e.kind()) }),
+    };
+    format!(
+        "{:#}\n",
+        json!({
+            "devices": devices,
+            "topology_error": topo_err,
+            "gpu_runtime": platform.gpu.name(),
+            "choice": chosen,
+        })
+    )
+}
+
+/// The report for a person.
+fn text_report(
+    shown: &[Shown],
+    topo_err: Option<String>,
+    choice: Result<hipobj::Chosen, hipobj::Error>,
+    hint: &NicHint,
+) -> String {
     let mut out = String::new();
     if shown.is_empty() {
         out.push_str("no RDMA devices\n");
     }
-    for d in &shown {
+    for d in shown {
         out.push_str(&d.name);
         if let Some(i) = &d.info {
             if let Some(pci) = &i.pci_addr {
@@ -210,7 +231,7 @@ pub fn run(platform: &Platform, gpu: i32, nic_hint: Option<&str>, as_json: bool)
             crate::error::code_name(e.kind())
         )),
     }
-    Ok(out)
+    out
 }
 
 #[cfg(test)]

@@ -137,7 +137,8 @@ impl Drop for Worker {
     }
 }
 
-type Tap = Option<PcapWriter<std::io::BufWriter<std::fs::File>>>;
+type TapWriter = PcapWriter<std::io::BufWriter<std::fs::File>>;
+type Tap = Option<TapWriter>;
 
 /// `HIPOBJ_SOFTROCE_STATS`: the engine's counters on stderr, every `every`
 /// while they change.
@@ -176,6 +177,77 @@ impl Stats {
 /// index, the packet's bytes within it and the identification its ICRC
 /// verified under.
 type RxNote = (usize, Range<usize>, u16);
+
+/// Records in the tap what the link just received: on the UDP link each
+/// packet the engine took, as `notes` lists them (and empties it); on the raw
+/// link each datagram `ours` marks as the engine's.
+fn record_received(
+    p: &mut TapWriter,
+    sock: &Link,
+    local: SocketAddrV4,
+    rx: &RxBatch,
+    notes: &mut Vec<RxNote>,
+    ours: &[bool],
+) {
+    for (i, seg, id) in notes.drain(..) {
+        let (data, from) = rx.get(i);
+        let pseudo = PseudoHeader {
+            src: from,
+            dst: local,
+        };
+        let _ = p.record_with_id(&pseudo, &data[seg], id);
+    }
+    if matches!(sock, Link::Raw(_)) {
+        for (i, _) in ours.iter().enumerate().filter(|(_, m)| **m) {
+            let _ = p.record_ip(rx.get(i).0);
+        }
+    }
+}
+
+/// One round of transmission: the engine's new packets and those the fault
+/// injector held back the round before.
+struct Outgoing<'a> {
+    /// The engine's packets, one to a `SLOT` of `tx`, each `meta`'s
+    /// length long, to its destination.
+    tx: &'a [u8],
+    meta: &'a [(usize, SocketAddrV4)],
+    held: &'a [(Vec<u8>, SocketAddrV4)],
+}
+
+impl Outgoing<'_> {
+    /// Sends the batch as the injector decides each packet's fate (a packet
+    /// it delays goes into `delayed`, for the next round), then the held
+    /// packets, recording all of it in the tap.
+    fn send(
+        &self,
+        sock: &Link,
+        gso: &mut GsoSender,
+        injector: &mut FaultInjector,
+        delayed: &mut Vec<(Vec<u8>, SocketAddrV4)>,
+        pcap: Option<&mut TapWriter>,
+        local: SocketAddrV4,
+    ) -> std::io::Result<()> {
+        let mut items: Vec<(&[u8], SocketAddrV4)> = Vec::with_capacity(2 * BATCH);
+        for (i, &(len, dst)) in self.meta.iter().enumerate() {
+            let data = &self.tx[i * SLOT..i * SLOT + len];
+            match injector.fate() {
+                Fate::Deliver => items.push((data, dst)),
+                Fate::Drop => {}
+                Fate::Duplicate => {
+                    items.push((data, dst));
+                    items.push((data, dst));
+                }
+                Fate::Delay => delayed.push((data.to_vec(), dst)),
+            }
+        }
+        // Packets held back from the batch before go out after this one.
+        items.extend(self.held.iter().map(|(d, a)| (d.as_slice(), *a)));
+        if let Some(p) = pcap {
+            record_sent(p, local, &items, matches!(sock, Link::Udp(_)) && gso.enabled());
+        }
+        sock.send(gso, &items)
+    }
+}
 
 fn run(nic: &Nic, sock: &Link, opts: WorkerOpts, mut pcap: Tap, mut stats: Option<Stats>) {
     let mut gso = GsoSender::new(opts.gso);
@@ -233,43 +305,20 @@ fn run(nic: &Nic, sock: &Link, opts: WorkerOpts, mut pcap: Tap, mut stats: Optio
             (m, engine.poll_timeout(), now)
         };
         if let Some(p) = pcap.as_mut() {
-            for (i, seg, id) in notes.drain(..) {
-                let (data, from) = rx.get(i);
-                let pseudo = PseudoHeader {
-                    src: from,
-                    dst: local,
-                };
-                let _ = p.record_with_id(&pseudo, &data[seg], id);
-            }
-            if matches!(sock, Link::Raw(_)) {
-                for (i, _) in ours.iter().enumerate().take(n).filter(|(_, m)| **m) {
-                    let _ = p.record_ip(rx.get(i).0);
-                }
-            }
+            record_received(p, sock, local, &rx, &mut notes, &ours[..n]);
         }
         if m > 0 || !held.is_empty() {
-            let mut items: Vec<(&[u8], SocketAddrV4)> = Vec::with_capacity(2 * BATCH);
-            for (i, &(len, dst)) in tx_meta.iter().enumerate().take(m) {
-                let data = &tx[i * SLOT..i * SLOT + len];
-                match injector.fate() {
-                    Fate::Deliver => items.push((data, dst)),
-                    Fate::Drop => {}
-                    Fate::Duplicate => {
-                        items.push((data, dst));
-                        items.push((data, dst));
-                    }
-                    Fate::Delay => delayed.push((data.to_vec(), dst)),
-                }
-            }
-            // Packets held back from the batch before go out after this one.
-            items.extend(held.iter().map(|(d, a)| (d.as_slice(), *a)));
-            if let Some(p) = pcap.as_mut() {
-                record_sent(p, local, &items, matches!(sock, Link::Udp(_)) && gso.enabled());
-            }
-            if sock.send(&mut gso, &items).is_err() {
+            let out = Outgoing {
+                tx: &tx,
+                meta: &tx_meta[..m],
+                held: &held,
+            };
+            if out
+                .send(sock, &mut gso, &mut injector, &mut delayed, pcap.as_mut(), local)
+                .is_err()
+            {
                 nic.link_errors.fetch_add(1, Ordering::Relaxed);
             }
-            drop(items);
             held.clear();
             std::mem::swap(&mut held, &mut delayed);
         }
@@ -308,12 +357,7 @@ fn run(nic: &Nic, sock: &Link, opts: WorkerOpts, mut pcap: Tap, mut stats: Optio
 /// Records sent datagrams in the tap in the order and with the headers
 /// they leave under: with GSO, each QP's together, and segment `k` of a
 /// run carries identification `k` and the ICRC [`udp::GsoSender`] gives it.
-fn record_sent(
-    p: &mut PcapWriter<std::io::BufWriter<std::fs::File>>,
-    local: SocketAddrV4,
-    items: &[(&[u8], SocketAddrV4)],
-    gso: bool,
-) {
+fn record_sent(p: &mut TapWriter, local: SocketAddrV4, items: &[(&[u8], SocketAddrV4)], gso: bool) {
     let grouped;
     let (items, runs) = if gso {
         grouped = udp::group_by_qp(items);

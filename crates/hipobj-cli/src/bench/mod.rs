@@ -551,30 +551,8 @@ fn pool_options(max_conc: usize) -> hipobj::Options {
 /// Runs the benchmark.
 pub fn run(args: &Args) -> CliResult {
     let url = S3Url::parse(&args.url, false)?;
-    // Each RDMA transfer in flight has a registered buffer of its own.
-    let limit = hipobj::MAX_BUFFERS;
-    if args.concurrency.is_empty() || args.concurrency.iter().any(|&c| c == 0 || c > limit) {
-        return Err(CliError::plain(format!(
-            "--concurrency values must be 1 to {limit}"
-        )));
-    }
-    for &s in &args.sizes {
-        if s == 0 || s > s3::MAX_PART {
-            return Err(CliError::coded(
-                hipobj::ErrorKind::SizeTooLarge,
-                format!("benchmark sizes must be 1 byte to 4 GiB, not {}", human(s)),
-            ));
-        }
-    }
-    let metrics = match args.server_metrics.as_deref() {
-        Some("none") => None,
-        Some(u) => Some(u.to_owned()),
-        None => args
-            .conn
-            .endpoint_url
-            .first()
-            .and_then(|e| server_cpu::metrics_url(e)),
-    };
+    check_args(args)?;
+    let metrics = metrics_url(args);
     let calibration = args.calibrate.then(calibrate::run);
     let max_conc = args.concurrency.iter().copied().max().unwrap_or(1);
     let session = Session::open_with(&args.conn, Some(pool_options(max_conc)))?;
@@ -593,39 +571,37 @@ pub fn run(args: &Args) -> CliResult {
         DriverArg::Async => vec![Driver::Async],
         DriverArg::Both => vec![Driver::Threads, Driver::Async],
     };
-    let ops_for = |size: u64, conc: usize| {
-        args.ops
-            .unwrap_or_else(|| ((256u64 << 20) / size).clamp(4, 512) as usize)
-            .max(conc)
-    };
-    let fits = |size: u64, conc: usize| size.saturating_mul(conc as u64) <= args.max_memory;
     let total: usize = args
         .sizes
         .iter()
         .flat_map(|&s| args.concurrency.iter().map(move |&c| (s, c)))
-        .filter(|&(s, c)| fits(s, c))
-        .map(|(s, c)| ops_for(s, c) * 2 * modes.len() * drivers.len())
+        .filter(|&(s, c)| fits(args, s, c))
+        .map(|(s, c)| ops_for(args, s, c) * 2 * modes.len() * drivers.len())
         .sum();
     let bar = indicatif::ProgressBar::new(total as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} {msg}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
+    let bench = Bench {
+        session: &session,
+        url: &url,
+        metrics: metrics.as_deref(),
+        bar: &bar,
+    };
     let mut rows = Vec::new();
     for &size in &args.sizes {
-        let n = usize::try_from(size).map_err(|_| CliError::plain("size too large"))?;
         for &driver in &drivers {
-            for &conc in &args.concurrency {
+            for &concurrency in &args.concurrency {
                 for &rdma in &modes {
                     for op in ["PUT", "GET"] {
-                        let mode = if rdma { "rdma" } else { "http" };
-                        let mut row = Row {
+                        let row = Row {
                             size,
                             op,
-                            mode,
+                            mode: if rdma { "rdma" } else { "http" },
                             driver,
-                            concurrency: conc,
-                            ops: ops_for(size, conc),
+                            concurrency,
+                            ops: ops_for(args, size, concurrency),
                             errors: 0,
                             first_error: None,
                             declined: 0,
@@ -636,68 +612,139 @@ pub fn run(args: &Args) -> CliResult {
                             skipped: None,
                             server: None,
                         };
-                        if !fits(size, conc) {
-                            row.skipped = Some(format!(
-                                "{conc} x {} is over --max-memory {}",
-                                human(size),
-                                human(args.max_memory)
-                            ));
-                            row.ops = 0;
-                            rows.push(row);
-                            continue;
+                        if fits(args, size, concurrency) {
+                            rows.push(bench.measure(row, client.filter(|_| rdma))?);
+                        } else {
+                            rows.push(Row {
+                                skipped: Some(format!(
+                                    "{concurrency} x {} is over --max-memory {}",
+                                    human(size),
+                                    human(args.max_memory)
+                                )),
+                                ops: 0,
+                                ..row
+                            });
                         }
-                        bar.set_message(format!("{op} {} {mode} {} x{conc}", human(size), driver.name()));
-                        let w = Work {
-                            bucket: url.bucket.clone(),
-                            prefix: url.key.clone(),
-                            size,
-                            n,
-                            op,
-                            ops: row.ops,
-                            conc,
-                        };
-                        let c = client.filter(|_| rdma);
-                        // The buffers are registered before the row's clock starts.
-                        let bufs: Vec<Vec<u8>> = match c {
-                            Some(_) => (0..conc).map(|_| vec![0x5a; n]).collect(),
-                            None => Vec::new(),
-                        };
-                        let mut regs = Vec::with_capacity(bufs.len());
-                        if let Some(c) = c {
-                            for b in bufs {
-                                regs.push(c.hipobj().register(b).map_err(|e| {
-                                    CliError::coded(
-                                        e.kind(),
-                                        format!("cannot register a benchmark buffer: {e}"),
-                                    )
-                                })?);
-                            }
-                        }
-                        let before = server_reading(metrics.as_deref(), &bar);
-                        let (tally, secs, split) = match driver {
-                            Driver::Threads => threads_row(&session, c, &mut regs, &w, &bar),
-                            Driver::Async => async_row(&session, c, &mut regs, &w, &bar),
-                        };
-                        let after = server_reading(metrics.as_deref(), &bar);
-                        row.server = before.zip(after).map(|(a, b)| a.until(&b));
-                        drop(regs);
-                        row.errors = row.ops.saturating_sub(tally.lat_ms.len());
-                        row.first_error = tally.first_error;
-                        row.declined = tally.declined;
-                        row.lat_ms = tally.lat_ms;
-                        row.secs = secs;
-                        row.cpu = split;
-                        rows.push(row);
                     }
                 }
             }
         }
     }
     bar.finish_and_clear();
-    let goals = summary(&rows);
+    report(args, &rows, calibration)?;
+    first_failure(&rows)
+}
+
+/// The checks of the sizes and concurrencies asked for.
+fn check_args(args: &Args) -> CliResult {
+    // Each RDMA transfer in flight has a registered buffer of its own.
+    let limit = hipobj::MAX_BUFFERS;
+    if args.concurrency.is_empty() || args.concurrency.iter().any(|&c| c == 0 || c > limit) {
+        return Err(CliError::plain(format!(
+            "--concurrency values must be 1 to {limit}"
+        )));
+    }
+    for &s in &args.sizes {
+        if s == 0 || s > s3::MAX_PART {
+            return Err(CliError::coded(
+                hipobj::ErrorKind::SizeTooLarge,
+                format!("benchmark sizes must be 1 byte to 4 GiB, not {}", human(s)),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Where the server's CPU figures are read: `--server-metrics`, or the
+/// first endpoint's /metrics; none for `--server-metrics none`.
+fn metrics_url(args: &Args) -> Option<String> {
+    match args.server_metrics.as_deref() {
+        Some("none") => None,
+        Some(u) => Some(u.to_owned()),
+        None => args
+            .conn
+            .endpoint_url
+            .first()
+            .and_then(|e| server_cpu::metrics_url(e)),
+    }
+}
+
+/// Transfers in a row of `size` bytes at `conc` in flight: `--ops`, or
+/// about 256 MiB worth (4 to 512), and at least one per transfer in flight.
+fn ops_for(args: &Args, size: u64, conc: usize) -> usize {
+    args.ops
+        .unwrap_or_else(|| ((256u64 << 20) / size).clamp(4, 512) as usize)
+        .max(conc)
+}
+
+/// Whether `conc` buffers of `size` bytes fit in `--max-memory`.
+fn fits(args: &Args, size: u64, conc: usize) -> bool {
+    size.saturating_mul(conc as u64) <= args.max_memory
+}
+
+/// What every row of one run shares.
+struct Bench<'a> {
+    session: &'a Session,
+    url: &'a S3Url,
+    metrics: Option<&'a str>,
+    bar: &'a indicatif::ProgressBar,
+}
+
+impl Bench<'_> {
+    /// Runs `row`'s transfers, through `client` by RDMA or, without one,
+    /// over plain HTTP, and fills in what they measured.
+    fn measure(&self, mut row: Row, client: Option<&RdmaS3Client>) -> CliResult<Row> {
+        let (size, op, conc) = (row.size, row.op, row.concurrency);
+        let n = usize::try_from(size).map_err(|_| CliError::plain("size too large"))?;
+        self.bar.set_message(format!(
+            "{op} {} {} {} x{conc}",
+            human(size),
+            row.mode,
+            row.driver.name()
+        ));
+        let w = Work {
+            bucket: self.url.bucket.clone(),
+            prefix: self.url.key.clone(),
+            size,
+            n,
+            op,
+            ops: row.ops,
+            conc,
+        };
+        // The buffers are registered before the row's clock starts.
+        let mut regs = Vec::new();
+        if let Some(c) = client {
+            for _ in 0..conc {
+                regs.push(c.hipobj().register(vec![0x5a; n]).map_err(|e| {
+                    CliError::coded(e.kind(), format!("cannot register a benchmark buffer: {e}"))
+                })?);
+            }
+        }
+        let before = server_reading(self.metrics, self.bar);
+        let (tally, secs, split) = match row.driver {
+            Driver::Threads => threads_row(self.session, client, &mut regs, &w, self.bar),
+            Driver::Async => async_row(self.session, client, &mut regs, &w, self.bar),
+        };
+        let after = server_reading(self.metrics, self.bar);
+        row.server = before.zip(after).map(|(a, b)| a.until(&b));
+        drop(regs);
+        row.errors = row.ops.saturating_sub(tally.lat_ms.len());
+        row.first_error = tally.first_error;
+        row.declined = tally.declined;
+        row.lat_ms = tally.lat_ms;
+        row.secs = secs;
+        row.cpu = split;
+        Ok(row)
+    }
+}
+
+/// Prints the table and the goals (or the JSON), and writes the files asked
+/// for.
+fn report(args: &Args, rows: &[Row], calibration: Option<calibrate::Calibration>) -> CliResult {
+    let goals = summary(rows);
     let text = summary_text(&goals);
     let v: Vec<_> = rows.iter().map(Row::json).collect();
-    let mut out = json!({ "results": v, "calibration": calibration.map(|c| c.json()) });
+    let mut out = json!({ "results": v, "calibration": calibration.as_ref().map(|c| c.json()) });
     goals.add_to(&mut out);
     if let Some(path) = &args.json_file {
         std::fs::write(path, format!("{out:#}\n"))
@@ -709,14 +756,14 @@ pub fn run(args: &Args) -> CliResult {
         if let Some(c) = &calibration {
             println!("{}", c.text());
         }
-        print!("{}", table(&rows));
+        print!("{}", table(rows));
         print!("{text}");
     }
     if let Some(path) = &args.plot {
-        std::fs::write(path, svg(&rows, &args.concurrency))
+        std::fs::write(path, svg(rows, &args.concurrency))
             .map_err(|e| CliError::plain(format!("cannot write {path}: {}", s3::io_reason(&e))))?;
     }
-    first_failure(&rows)
+    Ok(())
 }
 
 /// The server's CPU reading now, or `None` (said once on the progress bar's
