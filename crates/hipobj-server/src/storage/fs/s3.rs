@@ -3,7 +3,6 @@
 
 use std::io::SeekFrom;
 
-use s3s::crypto::{Checksum as _, Md5};
 use s3s::dto::{self, ETag, StreamingBlob, Timestamp};
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
@@ -14,7 +13,6 @@ use super::layout::Stored;
 use super::listing::{BucketPage, ListArgs, encode_key};
 use super::object::{Attrs, Meta, attrs_of, described};
 use super::uploads::{Upload, check_part_number, copy_source_range};
-use super::write::CopyErrors;
 use super::{FsStore, US_EAST_1, hex, i64_of, internal, io_kind, now_ms, timestamp, unhex};
 use crate::storage::names::check_key;
 
@@ -408,29 +406,15 @@ impl S3 for FsStore {
             ));
         }
         let Stored { meta, file } = Self::read_if(&src, read_conditions!(copy_source input), true).await?;
-        if meta.size > self.limits.max_object_size {
-            return Err(s3_error!(EntityTooLarge));
-        }
-        let mut tmp = self.temp().await?;
-        let mut md5 = Md5::new();
-        let errors = CopyErrors {
-            reading: "reading the copy source",
-            writing: "writing the copy",
-        };
-        let copied = tmp
-            .append_from(file, 0, meta.size, &errors, |chunk| md5.update(chunk))
-            .await?;
-        if copied != meta.size {
-            return Err(internal("copying", "the source changed during the copy"));
-        }
+        let (tmp, md5) = self.copy_range(file, 0, meta.size, "writing the copy").await?;
         let attrs = if replace { attrs_of!(input) } else { meta.attrs };
         let new = Meta {
             key: input.key,
-            size: copied,
+            size: meta.size,
             etag: if meta.parts.is_empty() {
                 meta.etag
             } else {
-                hex(&md5.finalize())
+                hex(&md5)
             },
             modified_ms: now_ms(),
             attrs,
@@ -541,25 +525,11 @@ impl S3 for FsStore {
             None => (0, meta.size),
             Some(r) => copy_source_range(r, meta.size)?,
         };
-        if len > self.limits.max_object_size {
-            return Err(s3_error!(EntityTooLarge));
-        }
-        let mut tmp = self.temp().await?;
-        let mut md5 = Md5::new();
-        let errors = CopyErrors {
-            reading: "reading the copy source",
-            writing: "writing the part",
-        };
-        let copied = tmp
-            .append_from(file, start, len, &errors, |chunk| md5.update(chunk))
-            .await?;
-        if copied != len {
-            return Err(internal("copying a part", "the source changed during the copy"));
-        }
+        let (tmp, md5) = self.copy_range(file, start, len, "writing the part").await?;
         let part = Meta {
             key: String::new(),
-            size: copied,
-            etag: hex(&md5.finalize()),
+            size: len,
+            etag: hex(&md5),
             modified_ms: now_ms(),
             attrs: Attrs::default(),
             sums: Sums::default(),

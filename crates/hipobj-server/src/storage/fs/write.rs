@@ -22,6 +22,36 @@ pub(super) struct CopyErrors {
 }
 
 impl FsStore {
+    /// Copies the `len` bytes at `start` of an open source object into a new
+    /// temporary file (CopyObject, UploadPartCopy): at most the largest
+    /// object, and all of them, or the source changed during the copy.
+    /// Returns the file and the MD5 of what it holds. `writing` names the
+    /// write in an error.
+    pub(super) async fn copy_range(
+        &self,
+        file: tokio::fs::File,
+        start: u64,
+        len: u64,
+        writing: &'static str,
+    ) -> S3Result<(TempFile, [u8; 16])> {
+        if len > self.limits.max_object_size {
+            return Err(S3Error::new(S3ErrorCode::EntityTooLarge));
+        }
+        let mut tmp = self.temp().await?;
+        let mut md5 = Md5::new();
+        let errors = CopyErrors {
+            reading: "reading the copy source",
+            writing,
+        };
+        let copied = tmp
+            .append_from(file, start, len, &errors, |chunk| md5.update(chunk))
+            .await?;
+        if copied != len {
+            return Err(internal(writing, "the source changed during the copy"));
+        }
+        Ok((tmp, md5.finalize().into()))
+    }
+
     /// Streams `body` into a temporary file, hashing it, and checks the
     /// length and digests before anything becomes visible.
     pub(super) async fn receive(
