@@ -49,7 +49,7 @@ impl FsStore {
         if copied != len {
             return Err(internal(writing, "the source changed during the copy"));
         }
-        Ok((tmp, md5.finalize().into()))
+        Ok((tmp, md5.finalize()))
     }
 
     /// Streams `body` into a temporary file, hashing it, and checks the
