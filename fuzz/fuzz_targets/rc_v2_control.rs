@@ -750,17 +750,24 @@ impl Server {
                 assert_eq!(resp.token.transport, Transport::Rc);
                 assert_eq!(resp.token.len, p.size.get_u64());
                 assert_eq!(self.p.verbs.qp_state(resp.token.qpn), Some(QpState::Init));
-                let access = self
-                    .p
-                    .verbs
-                    .mr_access(resp.token.rkey)
-                    .expect("the staging buffer is registered");
-                assert_eq!(
-                    access.contains(AccessFlags::REMOTE_WRITE),
-                    put,
-                    "the staging buffer's remote write is not the PUT's alone"
-                );
-                assert!(!access.contains(AccessFlags::REMOTE_READ));
+                if put {
+                    // The PUT's client WRITEs into the staging buffer the answer names,
+                    // which grants that and nothing else.
+                    let access = self
+                        .p
+                        .verbs
+                        .mr_access(resp.token.rkey)
+                        .expect("a PUT's staging buffer is registered");
+                    assert!(access.contains(AccessFlags::REMOTE_WRITE));
+                    assert!(!access.contains(AccessFlags::REMOTE_READ));
+                } else {
+                    // A GET's staging comes at READY: its answer names no server memory.
+                    assert_eq!(
+                        (resp.token.addr, resp.token.rkey),
+                        (0, 0),
+                        "a GET's PREPARE answer names server memory"
+                    );
+                }
                 let back =
                     PrepareResponse::from_headers(resp.to_headers().iter().map(|(n, v)| (*n, v.as_bytes())));
                 assert_eq!(back, Ok(resp), "the PREPARE response does not round-trip");
