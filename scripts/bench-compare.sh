@@ -37,32 +37,8 @@ trap '[[ -z $server ]] || stop_pids "$server"' EXIT
 # run VERSION BIN ROUND: one server and one bench of that version.
 run() {
     local v=$1 bin=$2 r=$3 dir="$out/$1-$3"
-    rm -rf "$dir" && mkdir -p "$dir/data/bench"
-    cat >"$dir/server.toml" <<T
-address = "127.0.0.1:0"
-metrics_log_secs = 0
-[[credentials]]
-access_key = "bench"
-secret_key = "bench-secret"
-[storage]
-kind = "fs"
-data_dir = "$dir/data"
-[limits]
-fsync = false
-[rdma]
-enabled = true
-device = "softroce0"
-backend = "softroce"
-T
-    "$bin/hipobj-server" --config "$dir/server.toml" >"$dir/server.out" 2>"$dir/server.err" &
-    server=$!
-    for _ in $(seq 100); do
-        grep -q "listening on" "$dir/server.out" 2>/dev/null && break
-        sleep 0.1
-    done
-    local addr
-    addr=$(sed -n 's/^listening on //p' "$dir/server.out")
-    [[ -n $addr ]] || { cat "$dir/server.err" >&2; echo "bench-compare: the $v server did not start" >&2; exit 1; }
+    mkdir -p "$dir"
+    start_bench_server "$bin" "$dir"
     "$bin/hipobj" bench s3://bench/p --endpoint-url "http://$addr" --nic-hint softroce0 \
         --sizes 4KiB,64MiB --concurrency 1 --json >"$out/$v-$r.json" 2>"$dir/bench.err"
     stop_pids "$server"

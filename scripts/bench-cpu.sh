@@ -11,41 +11,24 @@
 # Each bench's text (the rows and the goals' summary) goes to OUT_DIR/*.txt
 # and its JSON to OUT_DIR/*.json.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib.sh"
 out=${1:-/tmp/hipobj-bench-cpu}
 rm -rf "$out"
-mkdir -p "$out/data/bench"
+mkdir -p "$out"
 cargo build --release -p hipobj-server -p hipobj-cli
 ulimit -n 20000
-cat > "$out/server.toml" <<T
-address = "127.0.0.1:0"
-metrics_log_secs = 0
-[[credentials]]
-access_key = "bench"
-secret_key = "bench-secret"
-[storage]
-kind = "fs"
-data_dir = "$out/data"
-[limits]
-fsync = false
-[rdma]
-enabled = true
-device = "softroce0"
-backend = "softroce"
-T
-target/release/hipobj-server --config "$out/server.toml" > "$out/server.out" 2> "$out/server.err" &
-server=$!
-trap 'kill $server 2>/dev/null || true' EXIT
-for _ in $(seq 100); do
-    grep -q "listening on" "$out/server.out" 2>/dev/null && break
-    sleep 0.1
-done
-addr=$(sed -n 's/^listening on //p' "$out/server.out")
+bin="$(target_dir)/release"
+server=
+trap '[[ -z $server ]] || stop_pids "$server"' EXIT
+start_bench_server "$bin" "$out"
 export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench-secret AWS_REGION=us-east-1
+# The server's soft NIC takes a loopback address of its own, not the
+# endpoint's: the client accepts it as one of the server's.
+export HIPOBJ_ALLOW_PEER_GID=any
 bench() {
     local name=$1
     shift
-    target/release/hipobj bench s3://bench/cpu/ --endpoint-url "http://$addr" \
+    "$bin/hipobj" bench s3://bench/cpu/ --endpoint-url "http://$addr" \
         --nic-hint softroce0 --require-rdma --json-file "$out/$name.json" "$@" | tee "$out/$name.txt"
 }
 # The CPU per transfer at 1 and at 256 in flight, both drivers.

@@ -78,3 +78,36 @@ stop_pids() {
         wait "$p" 2>/dev/null || true
     done
 }
+
+# Starts BIN_DIR/hipobj-server for the benchmarks in DIR: a fresh fs store
+# under DIR/data (bucket `bench`), keys bench / bench-secret, no fsync, RDMA
+# on the soft NIC. Sets $server (its pid) and $addr (host:port); fails
+# naming DIR/server.err if it does not come up within 10 s.
+start_bench_server() {
+    local bin=$1 dir=$2
+    rm -rf "$dir/data" && mkdir -p "$dir/data/bench"
+    cat >"$dir/server.toml" <<T
+address = "127.0.0.1:0"
+metrics_log_secs = 0
+[[credentials]]
+access_key = "bench"
+secret_key = "bench-secret"
+[storage]
+kind = "fs"
+data_dir = "$dir/data"
+[limits]
+fsync = false
+[rdma]
+enabled = true
+device = "softroce0"
+backend = "softroce"
+T
+    "$bin/hipobj-server" --config "$dir/server.toml" >"$dir/server.out" 2>"$dir/server.err" &
+    server=$!
+    for _ in $(seq 100); do
+        grep -q "listening on" "$dir/server.out" 2>/dev/null && break
+        sleep 0.1
+    done
+    addr=$(sed -n 's/^listening on //p' "$dir/server.out")
+    [[ -n $addr ]] || { cat "$dir/server.err" >&2; echo "hipobj-server ($bin) did not start; see $dir/server.err" >&2; return 1; }
+}
