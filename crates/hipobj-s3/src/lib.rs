@@ -54,6 +54,7 @@
 //! # Ok(()) }
 //! ```
 
+mod args;
 mod capture;
 mod endpoint;
 mod error;
@@ -68,6 +69,7 @@ use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::config::{RequestChecksumCalculation, ResponseChecksumValidation};
 use hipobj::{Control, ControlError, ErrorKind, Registration};
 
+pub use args::{CustomerKey, Encryption, ObjectArgs};
 use capture::{Capture, Exchange};
 pub use error::{Error, Result};
 pub use failover::{Failed, Failover, FailoverClient, PlainFailover, RetryPolicy, Served};
@@ -119,7 +121,11 @@ pub struct RdmaS3Client {
     fallback: bool,
     protocol: rc_v2::Memory,
     servers: endpoint::EndpointAddrs,
+    args: ObjectArgs,
 }
+
+/// Why a client with [`ObjectArgs`] does not use hipobj-rc-v2.
+const NO_V2_ARGS: &str = "hipobj-rc-v2 names no object version or encryption";
 
 /// The S3 request a transfer drives.
 #[derive(Clone, Copy, Debug)]
@@ -150,7 +156,18 @@ impl RdmaS3Client {
             fallback: true,
             protocol: rc_v2::Memory::default(),
             servers: endpoint::EndpointAddrs::default(),
+            args: ObjectArgs::default(),
         }
+    }
+
+    /// This client with `args` (a version to read, an encryption) on every
+    /// request it sends. Clients are cheap to clone: one per object's
+    /// arguments is fine. hipobj-rc-v2 has no field for them, so a client
+    /// with arguments never moves bytes by rc-v2 (an rc-v2 server's
+    /// transfers fall back to plain HTTP, or fail without fallback).
+    pub fn object_args(mut self, args: ObjectArgs) -> Self {
+        self.args = args;
+        self
     }
 
     /// The addresses of `host`, the host a request went to: the only ones
@@ -208,6 +225,9 @@ impl RdmaS3Client {
     ) -> Result<Transfer> {
         let op = S3Call::Get { range };
         match self.protocol.get() {
+            Protocol::RcV2 if !self.args.is_default() => {
+                return self.declined_get(reg, at, bucket, key, range, op, NO_V2_ARGS.into());
+            }
             Protocol::RcV2 => return self.v2_get(reg, at, bucket, key, range, false),
             Protocol::Plain(why) => return self.declined_get(reg, at, bucket, key, range, op, why),
             Protocol::Binding | Protocol::Unknown => {}
@@ -219,7 +239,11 @@ impl RdmaS3Client {
                 self.protocol.set(Protocol::Binding);
                 Ok(t)
             }
-            Err((_, Some(last))) if last.unsupported() && self.protocol.get() == Protocol::Unknown => {
+            Err((_, Some(last)))
+                if last.unsupported()
+                    && self.protocol.get() == Protocol::Unknown
+                    && self.args.is_default() =>
+            {
                 self.v2_get(reg, at, bucket, key, range, true)
             }
             Err((declined, last)) => {
@@ -354,6 +378,9 @@ impl RdmaS3Client {
         op: S3Call<'_>,
     ) -> Result<Transfer> {
         match (self.protocol.get(), op) {
+            (Protocol::RcV2, _) if !self.args.is_default() => {
+                return self.declined_put(reg, at, bucket, key, op, NO_V2_ARGS.into());
+            }
             (Protocol::RcV2, S3Call::Put) => return self.v2_put(reg, at, bucket, key, false),
             (Protocol::RcV2, _) => {
                 return self.declined_put(reg, at, bucket, key, op, "hipobj-rc-v2 has no UploadPart".into());
@@ -370,7 +397,7 @@ impl RdmaS3Client {
             }
             Err((_, Some(last))) if last.unsupported() && self.protocol.get() == Protocol::Unknown => {
                 match op {
-                    S3Call::Put => self.v2_put(reg, at, bucket, key, true),
+                    S3Call::Put if self.args.is_default() => self.v2_put(reg, at, bucket, key, true),
                     _ => self.declined_put(reg, at, bucket, key, op, "hipobj-rc-v2 has no UploadPart".into()),
                 }
             }
@@ -509,11 +536,14 @@ impl RdmaS3Client {
                 status: ex.status.unwrap_or(0),
             });
         }
-        let got = self
-            .rt
-            .block_on(plain::get_object(&self.s3, bucket, key, range, |n, chunk| {
-                copy_in(reg, dst, n, chunk)
-            }))?;
+        let got = self.rt.block_on(plain::get_object_with(
+            &self.s3,
+            bucket,
+            key,
+            range,
+            &self.args,
+            |n, chunk| copy_in(reg, dst, n, chunk),
+        ))?;
         Ok(Transfer {
             declined: Some(declined),
             ..got
@@ -540,9 +570,9 @@ impl RdmaS3Client {
         let sent = self.rt.block_on(async {
             match op {
                 S3Call::Part { upload_id, number } => {
-                    plain::upload_part(&self.s3, bucket, key, upload_id, number, body).await
+                    plain::upload_part_with(&self.s3, bucket, key, upload_id, number, body, &self.args).await
                 }
-                _ => plain::put_object(&self.s3, bucket, key, body).await,
+                _ => plain::put_object_with(&self.s3, bucket, key, body, &self.args).await,
             }
         })?;
         Ok(Transfer {
@@ -563,8 +593,8 @@ impl RdmaS3Client {
         let failure = match op {
             S3Call::Get { range } => {
                 let r = self
-                    .s3
-                    .get_object()
+                    .args
+                    .get(self.s3.get_object())
                     .bucket(bucket)
                     .key(key)
                     .set_range(range.map(str::to_owned))
@@ -591,8 +621,8 @@ impl RdmaS3Client {
                 }
             }
             S3Call::Put => self
-                .s3
-                .put_object()
+                .args
+                .put(self.s3.put_object())
                 .bucket(bucket)
                 .key(key)
                 .customize()
@@ -605,8 +635,8 @@ impl RdmaS3Client {
                 .err()
                 .map(|e| Error::from_sdk("PutObject", &e)),
             S3Call::Part { upload_id, number } => self
-                .s3
-                .upload_part()
+                .args
+                .part(self.s3.upload_part())
                 .bucket(bucket)
                 .key(key)
                 .upload_id(upload_id)

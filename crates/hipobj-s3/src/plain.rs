@@ -8,7 +8,7 @@
 //! and so does a GetObject body that breaks off part way: the gateway died
 //! while sending it, and another one sends the object again from its start.
 
-use crate::{Error, Result, Transfer, capture};
+use crate::{Error, ObjectArgs, Result, Transfer, capture};
 use aws_sdk_s3::primitives::ByteStream;
 
 /// GetObject (with `range`, an HTTP Range value), each piece of the body
@@ -19,10 +19,22 @@ pub async fn get_object(
     bucket: &str,
     key: &str,
     range: Option<&str>,
+    write: impl FnMut(usize, &[u8]) -> Result<()>,
+) -> Result<Transfer> {
+    get_object_with(s3, bucket, key, range, &ObjectArgs::default(), write).await
+}
+
+/// [`get_object`] of the version and with the encryption key `args` name.
+pub async fn get_object_with(
+    s3: &aws_sdk_s3::Client,
+    bucket: &str,
+    key: &str,
+    range: Option<&str>,
+    args: &ObjectArgs,
     mut write: impl FnMut(usize, &[u8]) -> Result<()>,
 ) -> Result<Transfer> {
-    let out = s3
-        .get_object()
+    let out = args
+        .get(s3.get_object())
         .bucket(bucket)
         .key(key)
         .set_range(range.map(str::to_owned))
@@ -59,9 +71,20 @@ pub async fn put_object(
     key: &str,
     body: bytes::Bytes,
 ) -> Result<Transfer> {
+    put_object_with(s3, bucket, key, body, &ObjectArgs::default()).await
+}
+
+/// [`put_object`] with the encryption `args` name.
+pub async fn put_object_with(
+    s3: &aws_sdk_s3::Client,
+    bucket: &str,
+    key: &str,
+    body: bytes::Bytes,
+    args: &ObjectArgs,
+) -> Result<Transfer> {
     let bytes = body.len() as u64;
-    let out = s3
-        .put_object()
+    let out = args
+        .put(s3.put_object())
         .bucket(bucket)
         .key(key)
         .body(ByteStream::from(body))
@@ -80,9 +103,22 @@ pub async fn upload_part(
     number: i32,
     body: bytes::Bytes,
 ) -> Result<Transfer> {
+    upload_part_with(s3, bucket, key, upload_id, number, body, &ObjectArgs::default()).await
+}
+
+/// [`upload_part`] with the upload's SSE-C key from `args`.
+pub async fn upload_part_with(
+    s3: &aws_sdk_s3::Client,
+    bucket: &str,
+    key: &str,
+    upload_id: &str,
+    number: i32,
+    body: bytes::Bytes,
+    args: &ObjectArgs,
+) -> Result<Transfer> {
     let bytes = body.len() as u64;
-    let out = s3
-        .upload_part()
+    let out = args
+        .part(s3.upload_part())
         .bucket(bucket)
         .key(key)
         .upload_id(upload_id)

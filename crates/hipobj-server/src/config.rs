@@ -29,6 +29,8 @@ pub struct Config {
     pub rdma: RdmaConfig,
     /// TLS on the listener (off unless a certificate and key are set).
     pub tls: TlsConfig,
+    /// Encryption at rest (fs store: SSE-S3 and SSE-C).
+    pub encryption: EncryptionConfig,
     /// How long shutdown waits for requests in flight, in seconds.
     pub shutdown_grace_secs: u64,
     /// Log the transfer counters this often, in seconds (0: never).
@@ -53,6 +55,7 @@ impl Default for Config {
             http: HttpConfig::default(),
             rdma: RdmaConfig::default(),
             tls: TlsConfig::default(),
+            encryption: EncryptionConfig::default(),
             shutdown_grace_secs: 30,
             metrics_log_secs: 60,
             metrics_endpoint: true,
@@ -166,6 +169,19 @@ fn default_region() -> String {
 
 fn yes() -> bool {
     true
+}
+
+/// Encryption at rest (docs/server.md, "Encryption at rest").
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EncryptionConfig {
+    /// The SSE-S3 master key (32 bytes, or 64 hex digits), created if
+    /// missing; by default `.keys/sse-s3.key` in the data directory.
+    pub sse_s3_key_file: Option<PathBuf>,
+    /// Accept SSE-C keys on plain-HTTP connections (as AWS, they are
+    /// refused unless the connection is TLS: anyone on the path would read
+    /// the key). For test rigs that have no TLS.
+    pub sse_c_over_http: bool,
 }
 
 /// Size limits of the S3 side.

@@ -54,6 +54,13 @@ pub fn tune(stream: &TcpStream, http: &HttpConfig) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether the connection a request came on is TLS, in its extensions.
+#[derive(Clone, Copy, Debug)]
+pub struct Transport {
+    /// The connection is TLS.
+    pub tls: bool,
+}
+
 /// The connection a request came on, in its extensions: what a body that
 /// breaks a limit closes.
 #[derive(Clone, Debug)]

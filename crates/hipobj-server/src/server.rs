@@ -324,8 +324,10 @@ async fn serve(listener: TcpListener, front: Front, limits: Limits) {
         }
         let f = front.clone();
         let marks = state.clone();
+        let transport = crate::conn::Transport { tls: tls.is_some() };
         let service = hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
             req.extensions_mut().insert(crate::rdma::ClientAddr(peer));
+            req.extensions_mut().insert(transport);
             req.extensions_mut().insert(ConnHandle(marks.clone()));
             let f = f.clone();
             let serving = marks.serving();

@@ -320,13 +320,15 @@ async fn retried_complete_multipart_upload_succeeds() {
     h.shutdown().await;
 }
 
-/// Encryption, object lock, ACLs beyond private and tagging are not
+/// SSE-KMS, object lock, ACLs beyond private and tagging are not
 /// implemented: asking for them is `501 NotImplemented` and stores
-/// nothing (never plaintext where encryption was asked for).
+/// nothing (never plaintext where encryption was asked for). An SSE-C key
+/// on plain HTTP is refused (400) and nothing is stored, unless the server
+/// is told to take such keys.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn unimplemented_features_are_refused_not_ignored() {
     use aws_sdk_s3::types::{ObjectCannedAcl, ObjectLockLegalHoldStatus, ServerSideEncryption};
-    let (h, _dir) = start(|_| {}).await;
+    let (h, dir) = start(|_| {}).await;
     let c = client(&h);
     c.create_bucket().bucket("bkt").send().await.unwrap();
     let put = || {
@@ -336,20 +338,23 @@ async fn unimplemented_features_are_refused_not_ignored() {
             .body(ByteStream::from_static(b"secret"))
     };
     let key = "k".repeat(32);
-    let key_b64 = {
-        use base64_simd::STANDARD;
-        STANDARD.encode_to_string(key.as_bytes())
-    };
+    let key_b64 = base64_simd::STANDARD.encode_to_string(key.as_bytes());
     let key_md5 = base64_simd::STANDARD.encode_to_string(support::md5_bytes(key.as_bytes()));
-    let attempts = [
+    let sse_c = || {
         put()
             .sse_customer_algorithm("AES256")
             .sse_customer_key(&key_b64)
             .sse_customer_key_md5(&key_md5)
-            .send()
-            .await,
+    };
+    let e = sse_c().send().await.unwrap_err();
+    assert_eq!(
+        (status(&e), code(&e).as_str()),
+        (400, "InvalidRequest"),
+        "SSE-C over http"
+    );
+    let attempts = [
         put()
-            .server_side_encryption(ServerSideEncryption::Aes256)
+            .server_side_encryption(ServerSideEncryption::AwsKms)
             .send()
             .await,
         put().tagging("a=b").send().await,
@@ -367,6 +372,40 @@ async fn unimplemented_features_are_refused_not_ignored() {
     let e = c.head_object().bucket("bkt").key("k").send().await.unwrap_err();
     assert_eq!(status(&e), 404, "a refused PUT stored something");
     put().acl(ObjectCannedAcl::Private).send().await.unwrap();
+    h.shutdown().await;
+    drop(dir);
+
+    // Told to take SSE-C keys over http (a test rig without TLS).
+    let (h, _dir) = start(|c| c.encryption.sse_c_over_http = true).await;
+    let c = client(&h);
+    c.create_bucket().bucket("bkt").send().await.unwrap();
+    let put = || {
+        c.put_object()
+            .bucket("bkt")
+            .key("k")
+            .body(ByteStream::from_static(b"secret"))
+    };
+    put()
+        .sse_customer_algorithm("AES256")
+        .sse_customer_key(&key_b64)
+        .sse_customer_key_md5(&key_md5)
+        .send()
+        .await
+        .unwrap();
+    let e = c.get_object().bucket("bkt").key("k").send().await.unwrap_err();
+    assert_eq!(status(&e), 400, "an SSE-C object read without its key");
+    let got = c
+        .get_object()
+        .bucket("bkt")
+        .key("k")
+        .sse_customer_algorithm("AES256")
+        .sse_customer_key(&key_b64)
+        .sse_customer_key_md5(&key_md5)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.sse_customer_key_md5(), Some(key_md5.as_str()));
+    assert_eq!(&got.body.collect().await.unwrap().into_bytes()[..], b"secret");
     h.shutdown().await;
 }
 

@@ -11,9 +11,14 @@
 //!   what the request does);
 //! * it is a presigned URL valid for more than 7 days.
 //!
+//! A request carrying an SSE-C key (`x-amz-server-side-encryption-customer-key`
+//! or its copy-source form) is refused unless its connection is TLS, as AWS
+//! does: on plain HTTP everyone on the path has read the key (the
+//! `sse_c_over_http` switch is for test rigs without TLS).
+//!
 //! And any request asking for what the server does not implement
-//! (server-side encryption, object lock, ACLs other than private, tagging)
-//! is answered `501 NotImplemented` before anything is stored.
+//! (SSE-KMS, object lock, ACLs other than private, tagging) is answered
+//! `501 NotImplemented` before anything is stored.
 
 use s3s::access::{S3Access, S3AccessContext};
 use s3s::dto;
@@ -29,6 +34,8 @@ pub struct Policy {
     pub anonymous: bool,
     /// Who owns which bucket.
     pub owners: super::owners::Owners,
+    /// Accept SSE-C keys on plain-HTTP connections.
+    pub sse_c_over_http: bool,
 }
 
 /// The signed header names of a SigV4 request, from the Authorization
@@ -143,10 +150,13 @@ fn presign_expires(uri: &http::Uri) -> Option<&str> {
 fn refuse_unimplemented(headers: &http::HeaderMap) -> S3Result<()> {
     for (name, value) in headers {
         let n = name.as_str();
-        let what = if n.starts_with("x-amz-server-side-encryption")
-            || n.starts_with("x-amz-copy-source-server-side-encryption")
+        let kms_value = n == "x-amz-server-side-encryption"
+            && value.to_str().is_ok_and(|v| v.trim().starts_with("aws:kms"));
+        let what = if kms_value
+            || n.starts_with("x-amz-server-side-encryption-aws-kms")
+            || n == "x-amz-server-side-encryption-context"
         {
-            Some("server-side encryption")
+            Some("SSE-KMS")
         } else if n.starts_with("x-amz-object-lock-") {
             Some("object lock")
         } else if n == "x-amz-bucket-object-lock-enabled" {
@@ -170,6 +180,26 @@ fn refuse_unimplemented(headers: &http::HeaderMap) -> S3Result<()> {
                 format!("{what} is not implemented by this server ({n}); nothing was done"),
             ));
         }
+    }
+    Ok(())
+}
+
+/// Refuses an SSE-C key that came over plain HTTP, unless configured to
+/// take it.
+fn check_customer_key_transport(cx: &mut S3AccessContext<'_>, over_http: bool) -> S3Result<()> {
+    let carries_key = cx.headers().keys().any(|n| {
+        n.as_str() == "x-amz-server-side-encryption-customer-key"
+            || n.as_str() == "x-amz-copy-source-server-side-encryption-customer-key"
+    });
+    let tls = cx
+        .extensions_mut()
+        .get::<crate::conn::Transport>()
+        .is_some_and(|t| t.tls);
+    if carries_key && !tls && !over_http {
+        return Err(s3_error!(
+            InvalidRequest,
+            "Requests specifying Server Side Encryption with Customer provided keys must be made over a secure connection."
+        ));
     }
     Ok(())
 }
@@ -242,6 +272,7 @@ impl S3Access for Policy {
             check_signed(cx.headers(), cx.uri())?;
         }
         refuse_unimplemented(cx.headers())?;
+        check_customer_key_transport(cx, self.sse_c_over_http)?;
         check_content_md5(cx.headers())?;
         if let S3Path::Object { key, .. } = cx.s3_path() {
             check_key(key)?;

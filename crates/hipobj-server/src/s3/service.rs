@@ -23,6 +23,7 @@ pub fn s3_service(layer: RdmaLayer, config: &Config) -> Result<S3Service, crate:
     b.set_access(Policy {
         anonymous: config.anonymous,
         owners: super::owners::Owners::new(config)?,
+        sse_c_over_http: config.encryption.sse_c_over_http,
     });
     Ok(b.build())
 }

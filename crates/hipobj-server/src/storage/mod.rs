@@ -29,6 +29,7 @@ pub fn open(config: &Config) -> Result<Arc<dyn s3s::S3>, crate::Error> {
                 upload_expiry_ms: config.limits.multipart_expiry_secs.saturating_mul(1000),
                 refuse_delete_with_uploads: config.limits.refuse_delete_with_uploads,
                 region: config.region.clone(),
+                sse_s3_key_file: config.encryption.sse_s3_key_file.clone(),
             };
             let store = fs::FsStore::open(data_dir, limits)
                 .map_err(|e| crate::Error::Storage(format!("{}: {e}", data_dir.display())))?;

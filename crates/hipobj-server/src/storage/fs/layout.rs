@@ -11,6 +11,7 @@ use s3s::{S3Result, s3_error};
 use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt, BufWriter};
 
 use super::object::Meta;
+use super::sse::{MasterKey, Protection, Sealer, Unlocked};
 use super::{FsStore, hex, internal, io_kind};
 use crate::storage::names::{check_bucket, check_key};
 
@@ -22,11 +23,42 @@ const HEX_KEY_MAX: usize = 100;
 /// A file in `.tmp` that is removed unless it is committed.
 pub(super) struct TempFile {
     path: PathBuf,
-    pub(super) out: BufWriter<tokio::fs::File>,
+    out: BufWriter<tokio::fs::File>,
     done: bool,
+    /// Encrypts what [`TempFile::put`] writes (an encrypted object).
+    sealer: Option<Sealer>,
+    /// Ciphertext on its way to `out`.
+    sealed: Vec<u8>,
 }
 
 impl TempFile {
+    /// Encrypts the data written from now on with `sealer`.
+    pub(super) fn encrypt_with(&mut self, sealer: Option<Sealer>) {
+        self.sealer = sealer;
+    }
+
+    /// Writes object data: as it is, or encrypted.
+    pub(super) async fn put(&mut self, data: &[u8]) -> std::io::Result<()> {
+        match &mut self.sealer {
+            None => self.out.write_all(data).await,
+            Some(s) => {
+                self.sealed.clear();
+                s.push(data, &mut self.sealed)?;
+                self.out.write_all(&self.sealed).await
+            }
+        }
+    }
+
+    /// Ends the data: seals the last chunk of an encrypted object.
+    async fn end_data(&mut self) -> std::io::Result<()> {
+        if let Some(s) = self.sealer.take() {
+            self.sealed.clear();
+            s.finish(&mut self.sealed)?;
+            self.out.write_all(&self.sealed).await?;
+        }
+        Ok(())
+    }
+
     /// Makes the file visible at `dest`, replacing what is there.
     pub(super) async fn commit(mut self, dest: &Path, sync: bool) -> std::io::Result<()> {
         self.out.flush().await?;
@@ -64,6 +96,43 @@ impl Drop for TempFile {
 pub(super) struct Stored {
     pub(super) meta: Meta,
     pub(super) file: tokio::fs::File,
+}
+
+/// An object's plaintext, as a read streams it.
+pub(super) type PlainStream =
+    std::pin::Pin<Box<dyn futures::Stream<Item = std::io::Result<bytes::Bytes>> + Send + Sync + 'static>>;
+
+impl Stored {
+    /// Whether a request naming `asked` may read the object, and its data
+    /// keys if it is encrypted (`None`: it is not).
+    pub(super) fn unlock(&self, asked: &Protection, master: &MasterKey) -> S3Result<Option<Unlocked>> {
+        match &self.meta.encryption {
+            None => asked.check_plain().map(|()| None),
+            Some(e) => e.unlock(asked, master).map(Some),
+        }
+    }
+
+    /// The `len` plaintext bytes at `start` of the object in `file`: the
+    /// file's own bytes, or decrypted with `unlocked`.
+    pub(super) async fn plain(
+        mut file: tokio::fs::File,
+        unlocked: Option<Unlocked>,
+        start: u64,
+        len: u64,
+    ) -> S3Result<PlainStream> {
+        Ok(match unlocked {
+            Some(u) => Box::pin(u.stream(file, start, len)),
+            None => {
+                file.seek(SeekFrom::Start(start))
+                    .await
+                    .map_err(|e| internal("reading an object", e))?;
+                Box::pin(tokio_util::io::ReaderStream::with_capacity(
+                    file.take(len),
+                    256 << 10,
+                ))
+            }
+        })
+    }
 }
 
 impl FsStore {
@@ -118,6 +187,8 @@ impl FsStore {
             path,
             out: BufWriter::with_capacity(1 << 20, file),
             done: false,
+            sealer: None,
+            sealed: Vec::new(),
         })
     }
 
@@ -154,8 +225,15 @@ impl FsStore {
         let mut json = vec![0u8; usize::try_from(jlen).map_err(|_| bad("trailer too long"))?];
         file.read_exact(&mut json).await?;
         let meta: Meta = serde_json::from_slice(&json).map_err(|e| bad(&e.to_string()))?;
-        if meta.size != data_len {
+        if meta.stored_len() != data_len {
             return Err(bad("data length differs from the metadata"));
+        }
+        if meta
+            .encryption
+            .as_ref()
+            .is_some_and(|e| e.plain_len() != meta.size)
+        {
+            return Err(bad("the encrypted segments do not add up to the object's size"));
         }
         Ok(meta)
     }
@@ -167,6 +245,9 @@ impl FsStore {
         let mut trailer = json;
         trailer.extend_from_slice(&jlen.to_le_bytes());
         trailer.extend_from_slice(MAGIC);
+        tmp.end_data()
+            .await
+            .map_err(|e| internal("writing an object", e))?;
         tmp.out
             .write_all(&trailer)
             .await

@@ -7,16 +7,18 @@
 //! <root>/<bucket>/h-<sha256 of key>   one file per object (longer keys)
 //! <root>/.tmp/                        files being written
 //! <root>/.uploads/<upload id>/        a multipart upload: upload.json, part-00001, ...
+//! <root>/.keys/sse-s3.key             the SSE-S3 master key (unless configured elsewhere)
 //! ```
 //!
 //! An object file holds the data, then its metadata as JSON, then the
 //! JSON's length (u32, little-endian) and the magic `HOB1`. A write goes to
 //! a fresh file in `.tmp`, is verified (length, Content-MD5, checksums),
 //! then renamed over the object's name: readers see the old object or the
-//! new one, never a part of either. Bucket names cannot start with `.`, so
-//! the internal folders never clash with a bucket, and object file names
-//! are derived from the key, never the key itself, so no key can name a
-//! path outside its bucket.
+//! new one, never a part of either. An encrypted object's data is
+//! ciphertext (`sse`), and its metadata says how to decrypt it. Bucket
+//! names cannot start with `.`, so the internal folders never clash with a
+//! bucket, and object file names are derived from the key, never the key
+//! itself, so no key can name a path outside its bucket.
 //!
 //! The store's files, one concern each:
 //!
@@ -25,6 +27,7 @@
 //! * `checksums`: what a request says its body hashes to, and the check;
 //! * `conditions`: conditional reads and writes (If-Match and friends);
 //! * `object`: what is stored with an object and how a read describes it;
+//! * `sse`: encryption at rest (SSE-S3, SSE-C): keys, chunks, ranges;
 //! * `listing`: ListObjects (both versions), ListObjectVersions, ListBuckets;
 //! * `uploads`: multipart uploads and their parts;
 //! * `s3`: only `impl S3 for FsStore`, each operation in terms of the above.
@@ -42,6 +45,7 @@ mod layout;
 mod listing;
 mod object;
 mod s3;
+mod sse;
 mod uploads;
 mod write;
 
@@ -63,6 +67,9 @@ pub struct FsLimits {
     /// The region the buckets are in (GetBucketLocation; the only
     /// LocationConstraint CreateBucket accepts).
     pub region: String,
+    /// The SSE-S3 master key's file (`None`: `.keys/sse-s3.key` in the
+    /// data directory), created with a fresh key if missing.
+    pub sse_s3_key_file: Option<PathBuf>,
 }
 
 /// AWS's first region, whose GetBucketLocation answer is empty.
@@ -77,6 +84,7 @@ impl Default for FsLimits {
             upload_expiry_ms: 7 * 24 * 3600 * 1000,
             refuse_delete_with_uploads: false,
             region: US_EAST_1.into(),
+            sse_s3_key_file: None,
         }
     }
 }
@@ -91,6 +99,8 @@ pub struct FsStore {
     cond_lock: tokio::sync::Mutex<()>,
     /// When stale uploads were last swept (`now_ms`), 0: never.
     last_sweep_ms: AtomicU64,
+    /// The key-encryption key of SSE-S3 objects.
+    master: sse::MasterKey,
 }
 
 impl FsStore {
@@ -106,12 +116,18 @@ impl FsStore {
         }
         std::fs::create_dir_all(&tmp)?;
         std::fs::create_dir_all(root.join(".uploads"))?;
+        let key_file = limits
+            .sse_s3_key_file
+            .clone()
+            .unwrap_or_else(|| root.join(".keys").join("sse-s3.key"));
+        let master = sse::MasterKey::load_or_create(&key_file)?;
         Ok(Self {
             root,
             limits,
             counter: AtomicU64::new(0),
             cond_lock: tokio::sync::Mutex::new(()),
             last_sweep_ms: AtomicU64::new(0),
+            master,
         })
     }
 

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::checksums::Sums;
 use super::i64_of;
+use super::sse::Encryption;
 
 /// What is stored with each object (and each part of an upload).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -31,6 +32,9 @@ pub(super) struct Meta {
     /// retried Complete (its first answer lost) gets the same answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) upload_id: Option<String>,
+    /// How the data is encrypted (`None`: it is not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) encryption: Option<Encryption>,
 }
 
 /// The headers an object keeps (Content-Type and friends, x-amz-meta-*).
@@ -96,6 +100,7 @@ pub(super) use attrs_of;
 macro_rules! described {
     ($ty:path, $meta:expr, $sums:expr, { $($field:ident $(: $value:expr)?),* $(,)? }) => {{
         let meta: $crate::storage::fs::object::Meta = $meta;
+        let enc = $crate::storage::fs::sse::Described::of(meta.encryption.as_ref());
         let a = meta.attrs;
         let sums = if $sums { meta.sums } else { $crate::storage::fs::checksums::Sums::default() };
         $ty {
@@ -115,6 +120,9 @@ macro_rules! described {
             checksum_sha1: sums.sha1,
             checksum_sha256: sums.sha256,
             checksum_crc64nvme: sums.crc64nvme,
+            server_side_encryption: enc.server_side_encryption,
+            sse_customer_algorithm: enc.sse_customer_algorithm,
+            sse_customer_key_md5: enc.sse_customer_key_md5,
             ..Default::default()
         }
     }};
@@ -123,6 +131,11 @@ macro_rules! described {
 pub(super) use described;
 
 impl Meta {
+    /// Bytes the data takes in the object's file.
+    pub(super) fn stored_len(&self) -> u64 {
+        self.encryption.as_ref().map_or(self.size, Encryption::stored_len)
+    }
+
     /// The bytes of part `n` (from 1) and how many parts the object has; an
     /// object not made by CompleteMultipartUpload is its only part.
     fn part(&self, n: i32) -> S3Result<(Range<u64>, i32)> {
@@ -136,12 +149,10 @@ impl Meta {
             .and_then(|n| n.checked_sub(1))
             .filter(|i| *i < parts.len())
             .ok_or_else(|| {
-                let mut e = S3Error::with_message(
-                    S3ErrorCode::Custom("InvalidPartNumber".into()),
+                S3Error::with_message(
+                    S3ErrorCode::InvalidPart,
                     format!("the object has {} part(s)", parts.len()),
-                );
-                e.set_status_code(http::StatusCode::RANGE_NOT_SATISFIABLE);
-                e
+                )
             })?;
         let start: u64 = parts[..idx].iter().sum();
         let count = i32::try_from(parts.len()).unwrap_or(i32::MAX);

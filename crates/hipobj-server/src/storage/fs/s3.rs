@@ -1,17 +1,15 @@
 //! The filesystem store as an S3 service: only `impl S3 for FsStore`,
 //! each operation in the terms of the store's other files.
 
-use std::io::SeekFrom;
-
 use s3s::dto::{self, ETag, StreamingBlob, Timestamp};
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 use super::checksums::{Sums, checksum_enabled, expected_of};
 use super::conditions::{ReadConditions, WriteCondition, read_conditions};
 use super::layout::Stored;
 use super::listing::{BucketPage, ListArgs, encode_key};
-use super::object::{Attrs, Meta, attrs_of, described};
+use super::object::{Meta, attrs_of, described};
+use super::sse::{Described, Mode, Protection, customer_headers};
 use super::uploads::{Upload, check_part_number, copy_source_range};
 use super::{FsStore, US_EAST_1, hex, i64_of, internal, io_kind, now_ms, timestamp, unhex};
 use crate::storage::names::check_key;
@@ -135,35 +133,43 @@ impl S3 for FsStore {
         let input = req.input;
         let dest = self.object_path(&input.bucket, &input.key).await?;
         let cond = WriteCondition::of(input.if_match.clone(), input.if_none_match.clone())?;
+        let protection =
+            Protection::of_write(input.server_side_encryption.as_ref(), customer_headers!(input))?;
         let mut expected = expected_of!(input, req);
-        let (tmp, size, md5, computed) = self
+        let got = self
             .receive(
                 input.body,
                 input.content_length,
                 &mut expected,
                 req.trailing_headers,
+                &protection,
             )
             .await?;
         let meta = Meta {
             key: input.key,
-            size,
-            etag: hex(&md5),
+            size: got.size,
+            etag: protection.etag(&got.md5),
             modified_ms: now_ms(),
             attrs: attrs_of!(input),
-            sums: computed,
+            sums: got.sums,
             parts: Vec::new(),
             upload_id: None,
+            encryption: got.encryption,
         };
-        self.finish_if(tmp, &meta, &dest, cond).await?;
-        tracing::debug!(bucket = %input.bucket, key = %meta.key, size, etag = %meta.etag, "stored");
+        self.finish_if(got.tmp, &meta, &dest, cond).await?;
+        tracing::debug!(bucket = %input.bucket, key = %meta.key, size = meta.size, etag = %meta.etag, "stored");
+        let enc = Described::of(meta.encryption.as_ref());
         Ok(S3Response::new(dto::PutObjectOutput {
             e_tag: Some(ETag::Strong(meta.etag)),
-            size: Some(i64_of(size)),
+            size: Some(i64_of(meta.size)),
             checksum_crc32: meta.sums.crc32,
             checksum_crc32c: meta.sums.crc32c,
             checksum_sha1: meta.sums.sha1,
             checksum_sha256: meta.sums.sha256,
             checksum_crc64nvme: meta.sums.crc64nvme,
+            server_side_encryption: enc.server_side_encryption,
+            sse_customer_algorithm: enc.sse_customer_algorithm,
+            sse_customer_key_md5: enc.sse_customer_key_md5,
             ..Default::default()
         }))
     }
@@ -174,14 +180,15 @@ impl S3 for FsStore {
     ) -> S3Result<S3Response<dto::GetObjectOutput>> {
         let input = req.input;
         let path = self.object_path(&input.bucket, &input.key).await?;
-        let Stored { meta, mut file } = Self::read_if(&path, read_conditions!(input), false).await?;
+        let asked = Protection::of_customer(customer_headers!(input))?;
+        let st = Self::read_if(&path, read_conditions!(input), false).await?;
+        // As S3: a part that is not there, before a key that is missing.
+        let (range, parts_count) = st.meta.selection(input.range.as_ref(), input.part_number)?;
+        let unlocked = st.unlock(&asked, &self.master)?;
+        let Stored { meta, file } = st;
         let size = meta.size;
-        let (range, parts_count) = meta.selection(input.range.as_ref(), input.part_number)?;
         let (start, len) = range.as_ref().map_or((0, size), |r| (r.start, r.end - r.start));
-        file.seek(SeekFrom::Start(start))
-            .await
-            .map_err(|e| internal("reading an object", e))?;
-        let body = tokio_util::io::ReaderStream::with_capacity(file.take(len), 256 << 10);
+        let body = Stored::plain(file, unlocked, start, len).await?;
         let whole = len == size;
         // A Range or a partNumber selects bytes: 206 with Content-Range.
         let content_range = range.map(|r| format!("bytes {}-{}/{size}", r.start, r.end.saturating_sub(1)));
@@ -201,7 +208,10 @@ impl S3 for FsStore {
     ) -> S3Result<S3Response<dto::HeadObjectOutput>> {
         let input = req.input;
         let path = self.object_path(&input.bucket, &input.key).await?;
-        let Stored { meta, .. } = Self::read_if(&path, read_conditions!(input), false).await?;
+        let asked = Protection::of_customer(customer_headers!(input))?;
+        let st = Self::read_if(&path, read_conditions!(input), false).await?;
+        st.unlock(&asked, &self.master)?;
+        let meta = st.meta;
         let sums = checksum_enabled(input.checksum_mode.as_ref());
         let parts_count = input
             .part_number
@@ -219,7 +229,10 @@ impl S3 for FsStore {
     ) -> S3Result<S3Response<dto::GetObjectAttributesOutput>> {
         let input = req.input;
         let path = self.object_path(&input.bucket, &input.key).await?;
-        let Stored { meta, .. } = Self::read_if(&path, ReadConditions::default(), false).await?;
+        let asked = Protection::of_customer(customer_headers!(input))?;
+        let st = Self::read_if(&path, ReadConditions::default(), false).await?;
+        st.unlock(&asked, &self.master)?;
+        let meta = st.meta;
         // SDKs send the list as one header, "ETag, Checksum, ...".
         let wants = |a: &str| {
             input
@@ -399,36 +412,58 @@ impl S3 for FsStore {
             .metadata_directive
             .as_ref()
             .is_some_and(|d| d.as_str() == dto::MetadataDirective::REPLACE);
-        if src == dest && !replace {
+        let source_key = Protection::of_customer(customer_headers!(copy_source input))?;
+        let protection =
+            Protection::of_write(input.server_side_encryption.as_ref(), customer_headers!(input))?;
+        let st = Self::read_if(&src, read_conditions!(copy_source input), true).await?;
+        // As S3: a copy onto itself must change something (the metadata or
+        // the encryption).
+        if src == dest && !replace && !protection.encrypts() && st.meta.encryption.is_none() {
             return Err(s3_error!(
                 InvalidRequest,
                 "copying an object onto itself needs the REPLACE metadata directive"
             ));
         }
-        let Stored { meta, file } = Self::read_if(&src, read_conditions!(copy_source input), true).await?;
-        let (tmp, md5) = self.copy_range(file, 0, meta.size, "writing the copy").await?;
+        let unlocked = st.unlock(&source_key, &self.master)?;
+        let source_etag = st.meta.etag.clone();
+        let meta = st.meta.clone();
+        let got = self
+            .copy_range(st, unlocked, (0, meta.size), "writing the copy", &protection)
+            .await?;
         let attrs = if replace { attrs_of!(input) } else { meta.attrs };
+        // The source's ETag is the MD5 of its bytes unless it was made of
+        // parts or under a client's key.
+        let etag = if protection.encrypts() && !matches!(protection, Protection::Server) {
+            protection.etag(&got.md5)
+        } else if meta.parts.is_empty()
+            && !matches!(meta.encryption.as_ref().map(|e| e.mode), Some(Mode::Customer))
+        {
+            source_etag
+        } else {
+            hex(&got.md5)
+        };
         let new = Meta {
             key: input.key,
             size: meta.size,
-            etag: if meta.parts.is_empty() {
-                meta.etag
-            } else {
-                hex(&md5)
-            },
+            etag,
             modified_ms: now_ms(),
             attrs,
             sums: meta.sums,
             parts: Vec::new(),
             upload_id: None,
+            encryption: got.encryption,
         };
-        self.finish(tmp, &new, &dest).await?;
+        self.finish(got.tmp, &new, &dest).await?;
+        let enc = Described::of(new.encryption.as_ref());
         Ok(S3Response::new(dto::CopyObjectOutput {
             copy_object_result: Some(dto::CopyObjectResult {
                 e_tag: Some(ETag::Strong(new.etag)),
                 last_modified: Some(timestamp(new.modified_ms)),
                 ..Default::default()
             }),
+            server_side_encryption: enc.server_side_encryption,
+            sse_customer_algorithm: enc.sse_customer_algorithm,
+            sse_customer_key_md5: enc.sse_customer_key_md5,
             ..Default::default()
         }))
     }
@@ -440,6 +475,8 @@ impl S3 for FsStore {
         let input = req.input;
         check_key(&input.key)?;
         self.existing_bucket(&input.bucket).await?;
+        let protection =
+            Protection::of_write(input.server_side_encryption.as_ref(), customer_headers!(input))?;
         self.sweep_stale_uploads().await;
         let id = uuid::Uuid::new_v4().simple().to_string();
         let dir = self.upload_dir(&id)?;
@@ -452,15 +489,20 @@ impl S3 for FsStore {
             owner: req.credentials.map(|c| c.access_key),
             attrs: attrs_of!(input),
             initiated_ms: now_ms(),
+            encryption: protection.upload_mode(),
         };
         let json = serde_json::to_vec(&up).map_err(|e| internal("encoding an upload", e))?;
         tokio::fs::write(dir.join("upload.json"), json)
             .await
             .map_err(|e| internal("writing an upload", e))?;
+        let enc = Described::of_protection(&protection);
         Ok(S3Response::new(dto::CreateMultipartUploadOutput {
             bucket: Some(input.bucket),
             key: Some(input.key),
             upload_id: Some(id),
+            server_side_encryption: enc.server_side_encryption,
+            sse_customer_algorithm: enc.sse_customer_algorithm,
+            sse_customer_key_md5: enc.sse_customer_key_md5,
             ..Default::default()
         }))
     }
@@ -473,29 +515,32 @@ impl S3 for FsStore {
         check_key(&input.key)?;
         check_part_number(input.part_number)?;
         let owner = req.credentials.as_ref().map(|c| c.access_key.as_str());
-        let (dir, _) = self
+        let (dir, up) = self
             .load_upload(&input.upload_id, &input.bucket, &input.key, owner)
             .await?;
+        let protection = Protection::of_customer(customer_headers!(input))?;
+        protection.check_part(up.encryption.as_ref())?;
+        let protection = protection.for_part(up.encryption.as_ref());
         let mut expected = expected_of!(input, req);
-        let (tmp, size, md5, computed) = self
+        let got = self
             .receive(
                 input.body,
                 input.content_length,
                 &mut expected,
                 req.trailing_headers,
+                &protection,
             )
             .await?;
         let meta = Meta {
-            key: String::new(),
-            size,
-            etag: hex(&md5),
+            size: got.size,
+            etag: protection.etag(&got.md5),
             modified_ms: now_ms(),
-            attrs: Attrs::default(),
-            sums: computed,
-            parts: Vec::new(),
-            upload_id: None,
+            sums: got.sums,
+            encryption: got.encryption,
+            ..Meta::default()
         };
-        self.store_part(tmp, &meta, &dir, input.part_number).await?;
+        self.store_part(got.tmp, &meta, &dir, input.part_number).await?;
+        let enc = Described::of(meta.encryption.as_ref());
         Ok(S3Response::new(dto::UploadPartOutput {
             e_tag: Some(ETag::Strong(meta.etag)),
             checksum_crc32: meta.sums.crc32,
@@ -503,6 +548,9 @@ impl S3 for FsStore {
             checksum_sha1: meta.sums.sha1,
             checksum_sha256: meta.sums.sha256,
             checksum_crc64nvme: meta.sums.crc64nvme,
+            server_side_encryption: enc.server_side_encryption,
+            sse_customer_algorithm: enc.sse_customer_algorithm,
+            sse_customer_key_md5: enc.sse_customer_key_md5,
             ..Default::default()
         }))
     }
@@ -516,33 +564,41 @@ impl S3 for FsStore {
         check_part_number(input.part_number)?;
         let (src_bucket, src_key) = bucket_key_source(&input.copy_source)?;
         let owner = req.credentials.as_ref().map(|c| c.access_key.as_str());
-        let (dir, _) = self
+        let (dir, up) = self
             .load_upload(&input.upload_id, &input.bucket, &input.key, owner)
             .await?;
+        let protection = Protection::of_customer(customer_headers!(input))?;
+        protection.check_part(up.encryption.as_ref())?;
+        let protection = protection.for_part(up.encryption.as_ref());
+        let source_key = Protection::of_customer(customer_headers!(copy_source input))?;
         let src = self.object_path(src_bucket, src_key).await?;
-        let Stored { meta, file } = Self::read_if(&src, read_conditions!(copy_source input), true).await?;
-        let (start, len) = match input.copy_source_range.as_deref() {
-            None => (0, meta.size),
-            Some(r) => copy_source_range(r, meta.size)?,
+        let st = Self::read_if(&src, read_conditions!(copy_source input), true).await?;
+        let unlocked = st.unlock(&source_key, &self.master)?;
+        let range = match input.copy_source_range.as_deref() {
+            None => (0, st.meta.size),
+            Some(r) => copy_source_range(r, st.meta.size)?,
         };
-        let (tmp, md5) = self.copy_range(file, start, len, "writing the part").await?;
+        let got = self
+            .copy_range(st, unlocked, range, "writing the part", &protection)
+            .await?;
         let part = Meta {
-            key: String::new(),
-            size: len,
-            etag: hex(&md5),
+            size: got.size,
+            etag: protection.etag(&got.md5),
             modified_ms: now_ms(),
-            attrs: Attrs::default(),
-            sums: Sums::default(),
-            parts: Vec::new(),
-            upload_id: None,
+            encryption: got.encryption,
+            ..Meta::default()
         };
-        self.store_part(tmp, &part, &dir, input.part_number).await?;
+        self.store_part(got.tmp, &part, &dir, input.part_number).await?;
+        let enc = Described::of(part.encryption.as_ref());
         Ok(S3Response::new(dto::UploadPartCopyOutput {
             copy_part_result: Some(dto::CopyPartResult {
                 e_tag: Some(ETag::Strong(part.etag)),
                 last_modified: Some(timestamp(part.modified_ms)),
                 ..Default::default()
             }),
+            server_side_encryption: enc.server_side_encryption,
+            sse_customer_algorithm: enc.sse_customer_algorithm,
+            sse_customer_key_md5: enc.sse_customer_key_md5,
             ..Default::default()
         }))
     }
@@ -620,6 +676,8 @@ impl S3 for FsStore {
             Err(e) => return Err(e),
         };
         let cond = WriteCondition::of(input.if_match.clone(), input.if_none_match.clone())?;
+        // As S3 since 2024: completing an SSE-C upload takes its key too.
+        Protection::of_customer(customer_headers!(input))?.check_part(up.encryption.as_ref())?;
         let wanted = input
             .multipart_upload
             .and_then(|m| m.parts)
@@ -631,7 +689,26 @@ impl S3 for FsStore {
         if let Err(e) = tokio::fs::remove_dir_all(&dir).await {
             tracing::warn!("removing the finished upload {}: {e}", dir.display());
         }
-        Ok(S3Response::new(completed(&input.bucket, &input.key, meta.etag)))
+        let enc = Described::of(meta.encryption.as_ref());
+        let mut done = completed(&input.bucket, &input.key, meta.etag);
+        done.server_side_encryption = enc.server_side_encryption;
+        let mut resp = S3Response::new(done);
+        // s3s's output has no SSE-C fields; S3 sends them.
+        for (name, value) in [
+            (
+                "x-amz-server-side-encryption-customer-algorithm",
+                enc.sse_customer_algorithm,
+            ),
+            (
+                "x-amz-server-side-encryption-customer-key-md5",
+                enc.sse_customer_key_md5,
+            ),
+        ] {
+            if let Some(v) = value.and_then(|v| http::HeaderValue::from_str(&v).ok()) {
+                resp.headers.insert(name, v);
+            }
+        }
+        Ok(resp)
     }
 
     async fn list_multipart_uploads(

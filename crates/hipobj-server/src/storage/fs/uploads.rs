@@ -18,6 +18,7 @@ use super::checksums::Sums;
 use super::layout::{TempFile, part_file};
 use super::listing::{encode_key, wants_url};
 use super::object::{Attrs, Meta};
+use super::sse::{Encryption, UploadMode};
 use super::write::CopyErrors;
 use super::{FsStore, etag_of, hex, internal, io_kind, now_ms, strip_quotes, timestamp, unhex};
 
@@ -32,6 +33,9 @@ pub(super) struct Upload {
     pub(super) owner: Option<String>,
     pub(super) attrs: Attrs,
     pub(super) initiated_ms: u64,
+    /// How the parts are encrypted (`None`: they are not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) encryption: Option<UploadMode>,
 }
 
 /// UploadPart's and UploadPartCopy's part number: 1 to 10000.
@@ -193,7 +197,9 @@ impl FsStore {
 
     /// Concatenates the chosen parts of the upload in `dir` into a
     /// temporary file, and the record of the object they make (its ETag:
-    /// the MD5 of the parts' MD5s, a dash, the number of parts).
+    /// the MD5 of the parts' MD5s, a dash, the number of parts). Encrypted
+    /// parts are copied as they are stored: each stays a segment under its
+    /// own data key (`sse`), so no key is needed here.
     pub(super) async fn assemble(
         &self,
         dir: &Path,
@@ -211,6 +217,7 @@ impl FsStore {
             reading: "reading a part",
             writing: "writing an object",
         };
+        let mut segments = Vec::new();
         for (n, meta) in chosen {
             let Some(st) = Self::read_stored(&part_file(dir, *n)).await? else {
                 return Err(S3Error::with_message(
@@ -218,10 +225,39 @@ impl FsStore {
                     format!("part {n} vanished"),
                 ));
             };
+            if st.meta.etag != meta.etag {
+                return Err(S3Error::with_message(
+                    S3ErrorCode::InvalidPart,
+                    format!("part {n} was uploaded again during the completion"),
+                ));
+            }
+            match (&st.meta.encryption, &up.encryption) {
+                (None, None) => {}
+                (Some(e), Some(u)) if e.mode == u.mode && e.key_md5 == u.key_md5 => {
+                    segments.extend(e.segments.iter().cloned());
+                }
+                _ => {
+                    return Err(internal(
+                        "completing an upload",
+                        format!("part {n} is not encrypted as its upload"),
+                    ));
+                }
+            }
             let md5 = unhex(&meta.etag).ok_or_else(|| internal("a part's ETag", "not hex"))?;
             etag_md5.update(&md5);
-            tmp.append_from(st.file, 0, meta.size, &errors, |_| {}).await?;
+            let len = st.meta.stored_len();
+            if tmp.append_from(st.file, 0, len, &errors, |_| {}).await? != len {
+                return Err(internal(
+                    "completing an upload",
+                    format!("part {n} is shorter than its record"),
+                ));
+            }
         }
+        let encryption = up.encryption.map(|u| Encryption {
+            mode: u.mode,
+            key_md5: u.key_md5,
+            segments,
+        });
         let meta = Meta {
             key: up.key,
             size: total,
@@ -231,6 +267,7 @@ impl FsStore {
             sums: Sums::default(),
             parts: chosen.iter().map(|(_, m)| m.size).collect(),
             upload_id: Some(upload_id.to_owned()),
+            encryption,
         };
         Ok((tmp, meta))
     }

@@ -1,6 +1,7 @@
 //! Filling a temporary file: from a request body (PutObject, UploadPart),
 //! measured against the limits and hashed as it streams, or from a range of
-//! a stored file (the copies, CompleteMultipartUpload).
+//! a stored object (the copies, CompleteMultipartUpload); encrypted on the
+//! way when the new object is.
 
 use std::io::SeekFrom;
 
@@ -9,10 +10,11 @@ use futures::StreamExt;
 use s3s::crypto::{Checksum as _, Md5};
 use s3s::dto::StreamingBlob;
 use s3s::{S3Error, S3ErrorCode, S3Result};
-use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 use super::checksums::{Expected, Sums};
-use super::layout::TempFile;
+use super::layout::{Stored, TempFile};
+use super::sse::{Encryption, Protection, Segment, Unlocked};
 use super::{FsStore, internal};
 
 /// How a copy names its failures: reading the source, writing the copy.
@@ -21,46 +23,89 @@ pub(super) struct CopyErrors {
     pub(super) writing: &'static str,
 }
 
+/// What a request body or a copy made: the file, its plaintext's size and
+/// MD5, its checksums, and how it is encrypted.
+pub(super) struct Received {
+    pub(super) tmp: TempFile,
+    pub(super) size: u64,
+    pub(super) md5: [u8; 16],
+    pub(super) sums: Sums,
+    pub(super) encryption: Option<Encryption>,
+}
+
 impl FsStore {
-    /// Copies the `len` bytes at `start` of an open source object into a new
-    /// temporary file (CopyObject, UploadPartCopy): at most the largest
-    /// object, and all of them, or the source changed during the copy.
-    /// Returns the file and the MD5 of what it holds. `writing` names the
-    /// write in an error.
+    /// A temporary file that encrypts as `dest` asks, and the record of
+    /// that encryption once `size` bytes are in it.
+    async fn temp_for(&self, dest: &Protection) -> S3Result<(TempFile, Option<String>)> {
+        let mut tmp = self.temp().await?;
+        let sealer = dest.sealer(&self.master)?;
+        let key = sealer.as_ref().map(|(_, k)| k.clone());
+        tmp.encrypt_with(sealer.map(|(s, _)| s));
+        Ok((tmp, key))
+    }
+
+    /// Copies the `len` plaintext bytes at `start` of a source object into
+    /// a new temporary file (CopyObject, UploadPartCopy), decrypting the
+    /// source with `unlocked` and encrypting as `dest` asks: at most the
+    /// largest object, and all of them, or the source changed during the
+    /// copy. `writing` names the write in an error.
     pub(super) async fn copy_range(
         &self,
-        file: tokio::fs::File,
-        start: u64,
-        len: u64,
+        src: Stored,
+        unlocked: Option<Unlocked>,
+        (start, len): (u64, u64),
         writing: &'static str,
-    ) -> S3Result<(TempFile, [u8; 16])> {
+        dest: &Protection,
+    ) -> S3Result<Received> {
         if len > self.limits.max_object_size {
             return Err(S3Error::new(S3ErrorCode::EntityTooLarge));
         }
-        let mut tmp = self.temp().await?;
+        let (mut tmp, key) = self.temp_for(dest).await?;
         let mut md5 = Md5::new();
         let errors = CopyErrors {
             reading: "reading the copy source",
             writing,
         };
-        let copied = tmp
-            .append_from(file, start, len, &errors, |chunk| md5.update(chunk))
-            .await?;
+        let copied = match unlocked {
+            None if !dest.encrypts() => {
+                tmp.append_from(src.file, start, len, &errors, |chunk| md5.update(chunk))
+                    .await?
+            }
+            unlocked => {
+                let mut body = Stored::plain(src.file, unlocked, start, len).await?;
+                let mut copied = 0u64;
+                while let Some(chunk) = body.next().await {
+                    let chunk = chunk.map_err(|e| internal(errors.reading, e))?;
+                    md5.update(&chunk);
+                    tmp.put(&chunk).await.map_err(|e| internal(errors.writing, e))?;
+                    copied += chunk.len() as u64;
+                }
+                copied
+            }
+        };
         if copied != len {
             return Err(internal(writing, "the source changed during the copy"));
         }
-        Ok((tmp, md5.finalize()))
+        Ok(Received {
+            tmp,
+            size: len,
+            md5: md5.finalize(),
+            sums: Sums::default(),
+            encryption: key.and_then(|key| dest.record(vec![Segment { key, size: len }])),
+        })
     }
 
-    /// Streams `body` into a temporary file, hashing it, and checks the
-    /// length and digests before anything becomes visible.
+    /// Streams `body` into a temporary file, hashing it (and encrypting it
+    /// as `protection` asks), and checks the length and digests before
+    /// anything becomes visible.
     pub(super) async fn receive(
         &self,
         body: Option<StreamingBlob>,
         content_length: Option<i64>,
         expected: &mut Expected,
         trailers: Option<s3s::TrailingHeaders>,
-    ) -> S3Result<(TempFile, u64, [u8; 16], Sums)> {
+        protection: &Protection,
+    ) -> S3Result<Received> {
         let max = self.limits.max_object_size;
         if let Some(n) = content_length
             && u64::try_from(n).unwrap_or(u64::MAX) > max
@@ -70,7 +115,7 @@ impl FsStore {
                 format!("{n} bytes is over this server's limit of {max}"),
             ));
         }
-        let mut tmp = self.temp().await?;
+        let (mut tmp, key) = self.temp_for(protection).await?;
         let mut md5 = Md5::new();
         let mut sums = expected.hasher()?;
         let mut size = 0u64;
@@ -91,8 +136,7 @@ impl FsStore {
                 }
                 md5.update(&chunk);
                 sums.update(&chunk);
-                tmp.out
-                    .write_all(&chunk)
+                tmp.put(&chunk)
                     .await
                     .map_err(|e| internal("writing an object", e))?;
             }
@@ -111,7 +155,13 @@ impl FsStore {
         // algorithm header that announced them.
         expected.add_trailers(trailers)?;
         expected.verify(&md5, &computed)?;
-        Ok((tmp, size, md5, computed))
+        Ok(Received {
+            tmp,
+            size,
+            md5,
+            sums: computed,
+            encryption: key.and_then(|key| protection.record(vec![Segment { key, size }])),
+        })
     }
 }
 
@@ -142,8 +192,7 @@ impl TempFile {
                 break;
             }
             seen(&buf[..n]);
-            self.out
-                .write_all(&buf[..n])
+            self.put(&buf[..n])
                 .await
                 .map_err(|e| internal(errors.writing, e))?;
             copied += n as u64;
