@@ -147,6 +147,11 @@ class Boto3(_Front):
     ``put_from`` of more than ``multipart_threshold`` bytes is a multipart
     upload (CreateMultipartUpload, RDMA UploadParts of ``part_size``,
     CompleteMultipartUpload; AbortMultipartUpload if a part fails).
+
+    ``extra_args`` go with every request, as boto3's own ``ExtraArgs`` do:
+    ``VersionId`` (GetObject), ``ServerSideEncryption`` (PutObject and
+    CreateMultipartUpload), the ``SSECustomer*`` keys (all of them; SSE-C
+    needs https). Make one ``Boto3`` per object's arguments.
     """
 
     def __init__(
@@ -157,15 +162,30 @@ class Boto3(_Front):
         fallback: bool = True,
         multipart_threshold: int = MULTIPART_THRESHOLD,
         part_size: int = PART_SIZE,
+        extra_args: Optional[dict] = None,
     ):
         super().__init__(client, multipart_threshold, part_size)
         install(s3)
         self.s3 = s3
+        extra = dict(extra_args or {})
+        unknown = set(extra) - _EXTRA_ARGS
+        if unknown:
+            raise ValueError(f"extra_args: {sorted(unknown)} are not among {sorted(_EXTRA_ARGS)}")
+        sse_c = {k: v for k, v in extra.items() if k.startswith("SSECustomer")}
+        self._args = {
+            "get_object": {k: v for k, v in extra.items() if k != "ServerSideEncryption"},
+            "put_object": {k: v for k, v in extra.items() if k != "VersionId"},
+            "create_multipart_upload": {k: v for k, v in extra.items() if k != "VersionId"},
+            "upload_part": sse_c,
+            "complete_multipart_upload": sse_c,
+        }
         self.fallback = fallback
         self.last_etag: Optional[str] = None
         self._tls = threading.local()  # this thread's last transfer: its ETag, and whether by RDMA
 
     def _transfer(self, get: bool, buf, offset, nbytes, method, params, op) -> int:
+        params = {**params, **self._args[method]}
+
         def go(reg, at, n):
             ex = _Exchange(self.s3, method, params)
             try:
@@ -216,7 +236,7 @@ class Boto3(_Front):
 
     def _head(self, bucket, key) -> dict:
         with s3_errors("HeadObject"):
-            r = self.s3.head_object(Bucket=bucket, Key=key)
+            r = self.s3.head_object(Bucket=bucket, Key=key, **self._args["get_object"])
         mtime = r.get("LastModified")
         return {"size": int(r.get("ContentLength", 0)), "etag": r.get("ETag"), "mtime": mtime.timestamp() if mtime is not None else None}
 
@@ -232,7 +252,7 @@ class Boto3(_Front):
 
     def _create(self, bucket, key) -> str:
         with s3_errors("CreateMultipartUpload"):
-            return self.s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+            return self.s3.create_multipart_upload(Bucket=bucket, Key=key, **self._args["create_multipart_upload"])["UploadId"]
 
     def _part(self, buf, bucket, key, upload, number, offset, n) -> Tuple[Optional[str], bool]:
         self.upload_part_from(buf, bucket, key, upload, number, offset=offset, nbytes=n)
@@ -241,7 +261,7 @@ class Boto3(_Front):
     def _complete(self, bucket, key, upload, parts, n, rdma) -> None:
         done = [{"PartNumber": number, "ETag": etag} for number, etag in parts]
         with s3_errors("CompleteMultipartUpload"):
-            resp = self.s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": done})
+            resp = self.s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": done}, **self._args["complete_multipart_upload"])
         self.last_etag = resp.get("ETag")
 
     def _abort(self, bucket, key, upload) -> None:
@@ -251,6 +271,9 @@ class Boto3(_Front):
         """UploadPart ``number`` of ``upload_id``; returns the bytes sent."""
         params = {"Bucket": bucket, "Key": key, "UploadId": upload_id, "PartNumber": number, "Body": b"", "ContentLength": 0}
         return self._transfer(False, buf, offset, nbytes, "upload_part", params, "UploadPart")
+
+
+_EXTRA_ARGS = {"VersionId", "ServerSideEncryption", "SSECustomerAlgorithm", "SSECustomerKey", "SSECustomerKeyMD5"}
 
 
 def reg_off(buf: Any, reg: Any) -> int:

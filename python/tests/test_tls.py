@@ -106,3 +106,36 @@ def test_a_certificate_from_another_ca_is_refused(client, tls, monkeypatch):
     assert not buf.any(), "bytes landed from a server that was not trusted"
     with pytest.raises(hipobj.HipObjError, match="no CERTIFICATE"):
         hipobj.S3(client, endpoint, AK, SK, ca_bundle=os.devnull)
+
+
+def test_encrypted_objects_move_by_rdma_through_boto3(client, tls):
+    """SSE-C and SSE-S3 objects, PUT and GET by RDMA through boto3 with
+    ``extra_args``: byte-exact, and an SSE-C object refuses a GET without
+    its key (nothing lands)."""
+    endpoint, ca, _ = tls
+    b3 = _boto3(endpoint, ca)
+    b3.create_bucket(Bucket="sse")
+    src = np.random.default_rng(9).integers(0, 256, (3 << 20) + 5, dtype=np.uint8)
+    key = bytes(range(32))
+    sse_c = hipobj.Boto3(client, b3, fallback=False, extra_args={"SSECustomerAlgorithm": "AES256", "SSECustomerKey": key})
+    assert sse_c.put_from(src, "sse", "c") == src.nbytes and sse_c._tls.rdma is True
+    dst = np.zeros_like(src)
+    assert sse_c.get_into(dst, "sse", "c") == src.nbytes and sse_c._tls.rdma is True
+    assert np.array_equal(src, dst)
+    head = b3.head_object(Bucket="sse", Key="c", SSECustomerAlgorithm="AES256", SSECustomerKey=key)
+    assert head["SSECustomerAlgorithm"] == "AES256"
+    plain = hipobj.Boto3(client, b3, fallback=False)
+    dst = np.zeros_like(src)
+    with pytest.raises(hipobj.HipObjError) as e:
+        plain.get_into(dst, "sse", "c")
+    assert getattr(e.value, "status", None) == 400, e.value
+    assert not dst.any(), "bytes landed without the key"
+
+    sse_s3 = hipobj.Boto3(client, b3, fallback=False, extra_args={"ServerSideEncryption": "AES256"})
+    assert sse_s3.put_from(src, "sse", "s3") == src.nbytes and sse_s3._tls.rdma is True
+    dst = np.zeros_like(src)
+    assert plain.get_into(dst, "sse", "s3") == src.nbytes and plain._tls.rdma is True
+    assert np.array_equal(src, dst)
+    assert b3.head_object(Bucket="sse", Key="s3")["ServerSideEncryption"] == "AES256"
+    with pytest.raises(ValueError):
+        hipobj.Boto3(client, b3, extra_args={"Tagging": "a=b"})

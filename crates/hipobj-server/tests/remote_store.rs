@@ -81,6 +81,43 @@ async fn session(c: &aws_sdk_s3::Client, b: &str) -> Answers {
         c.get_bucket_location().bucket(b).send().await,
         |o| format!("{:?}", o.location_constraint().map(|l| l.as_str())),
     );
+    {
+        use aws_sdk_s3::types::{
+            ServerSideEncryption, ServerSideEncryptionByDefault, ServerSideEncryptionConfiguration,
+            ServerSideEncryptionRule,
+        };
+        let rule = ServerSideEncryptionRule::builder()
+            .apply_server_side_encryption_by_default(
+                ServerSideEncryptionByDefault::builder()
+                    .sse_algorithm(ServerSideEncryption::Aes256)
+                    .build()
+                    .unwrap(),
+            )
+            .build();
+        let config = ServerSideEncryptionConfiguration::builder()
+            .rules(rule)
+            .build()
+            .unwrap();
+        let put = c
+            .put_bucket_encryption()
+            .bucket(b)
+            .server_side_encryption_configuration(config)
+            .send()
+            .await;
+        a.note("put_bucket_encryption", put, |_| "set".into());
+        let got = c.get_bucket_encryption().bucket(b).send().await;
+        a.note("get_bucket_encryption", got, |o| {
+            let rules = o.server_side_encryption_configuration().map(|c| c.rules());
+            format!(
+                "{:?}",
+                rules.and_then(|r| r.first()).and_then(|r| r
+                    .apply_server_side_encryption_by_default()
+                    .map(|d| d.sse_algorithm().as_str().to_owned()))
+            )
+        });
+        let del = c.delete_bucket_encryption().bucket(b).send().await;
+        a.note("delete_bucket_encryption", del, |_| "cleared".into());
+    }
     let body = || ByteStream::from_static(b"hello, gateway");
     let put = c.put_object().bucket(b).key("k1").body(body()).send().await;
     a.note("put_object", put, |o| format!("etag: {}", o.e_tag().is_some()));

@@ -8,6 +8,7 @@
 //! <root>/.tmp/                        files being written
 //! <root>/.uploads/<upload id>/        a multipart upload: upload.json, part-00001, ...
 //! <root>/.keys/sse-s3.key             the SSE-S3 master key (unless configured elsewhere)
+//! <root>/.encryption/<bucket>         a bucket's default encryption (PutBucketEncryption)
 //! ```
 //!
 //! An object file holds the data, then its metadata as JSON, then the
@@ -28,6 +29,7 @@
 //! * `conditions`: conditional reads and writes (If-Match and friends);
 //! * `object`: what is stored with an object and how a read describes it;
 //! * `sse`: encryption at rest (SSE-S3, SSE-C): keys, chunks, ranges;
+//! * `bucket_encryption`: a bucket's default encryption;
 //! * `listing`: ListObjects (both versions), ListObjectVersions, ListBuckets;
 //! * `uploads`: multipart uploads and their parts;
 //! * `s3`: only `impl S3 for FsStore`, each operation in terms of the above.
@@ -39,6 +41,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use s3s::dto::{self, ETag, Timestamp};
 use s3s::{S3Error, S3ErrorCode};
 
+mod bucket_encryption;
 mod checksums;
 mod conditions;
 mod layout;

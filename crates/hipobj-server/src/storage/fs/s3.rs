@@ -80,7 +80,10 @@ impl S3 for FsStore {
         // with them), never left behind unlistable.
         self.abort_uploads_of(&req.input.bucket).await?;
         match tokio::fs::remove_dir(&dir).await {
-            Ok(()) => Ok(S3Response::new(dto::DeleteBucketOutput {})),
+            Ok(()) => {
+                self.clear_bucket_encryption(&req.input.bucket).await?;
+                Ok(S3Response::new(dto::DeleteBucketOutput {}))
+            }
             Err(e) if io_kind(&e) == std::io::ErrorKind::DirectoryNotEmpty => Err(s3_error!(BucketNotEmpty)),
             Err(e) if io_kind(&e) == std::io::ErrorKind::NotFound => Err(s3_error!(NoSuchBucket)),
             Err(e) => Err(internal("deleting a bucket", e)),
@@ -105,6 +108,46 @@ impl S3 for FsStore {
         Ok(S3Response::new(dto::GetBucketLocationOutput {
             location_constraint: (region != US_EAST_1).then(|| region.clone().into()),
         }))
+    }
+
+    async fn put_bucket_encryption(
+        &self,
+        req: S3Request<dto::PutBucketEncryptionInput>,
+    ) -> S3Result<S3Response<dto::PutBucketEncryptionOutput>> {
+        let input = req.input;
+        self.set_bucket_encryption(&input.bucket, &input.server_side_encryption_configuration)
+            .await?;
+        Ok(S3Response::new(dto::PutBucketEncryptionOutput {}))
+    }
+
+    async fn get_bucket_encryption(
+        &self,
+        req: S3Request<dto::GetBucketEncryptionInput>,
+    ) -> S3Result<S3Response<dto::GetBucketEncryptionOutput>> {
+        self.existing_bucket(&req.input.bucket).await?;
+        let Some(algorithm) = self.bucket_encryption(&req.input.bucket).await? else {
+            return Err(s3_error!(ServerSideEncryptionConfigurationNotFoundError));
+        };
+        Ok(S3Response::new(dto::GetBucketEncryptionOutput {
+            server_side_encryption_configuration: Some(dto::ServerSideEncryptionConfiguration {
+                rules: vec![dto::ServerSideEncryptionRule {
+                    apply_server_side_encryption_by_default: Some(dto::ServerSideEncryptionByDefault {
+                        sse_algorithm: dto::ServerSideEncryption::from(algorithm.to_owned()),
+                        kms_master_key_id: None,
+                    }),
+                    bucket_key_enabled: None,
+                }],
+            }),
+        }))
+    }
+
+    async fn delete_bucket_encryption(
+        &self,
+        req: S3Request<dto::DeleteBucketEncryptionInput>,
+    ) -> S3Result<S3Response<dto::DeleteBucketEncryptionOutput>> {
+        self.existing_bucket(&req.input.bucket).await?;
+        self.clear_bucket_encryption(&req.input.bucket).await?;
+        Ok(S3Response::new(dto::DeleteBucketEncryptionOutput {}))
     }
 
     async fn list_buckets(
@@ -135,6 +178,7 @@ impl S3 for FsStore {
         let cond = WriteCondition::of(input.if_match.clone(), input.if_none_match.clone())?;
         let protection =
             Protection::of_write(input.server_side_encryption.as_ref(), customer_headers!(input))?;
+        let protection = self.with_default(&input.bucket, protection).await?;
         let mut expected = expected_of!(input, req);
         let got = self
             .receive(
@@ -415,6 +459,7 @@ impl S3 for FsStore {
         let source_key = Protection::of_customer(customer_headers!(copy_source input))?;
         let protection =
             Protection::of_write(input.server_side_encryption.as_ref(), customer_headers!(input))?;
+        let protection = self.with_default(&input.bucket, protection).await?;
         let st = Self::read_if(&src, read_conditions!(copy_source input), true).await?;
         // As S3: a copy onto itself must change something (the metadata or
         // the encryption).
@@ -477,6 +522,7 @@ impl S3 for FsStore {
         self.existing_bucket(&input.bucket).await?;
         let protection =
             Protection::of_write(input.server_side_encryption.as_ref(), customer_headers!(input))?;
+        let protection = self.with_default(&input.bucket, protection).await?;
         self.sweep_stale_uploads().await;
         let id = uuid::Uuid::new_v4().simple().to_string();
         let dir = self.upload_dir(&id)?;

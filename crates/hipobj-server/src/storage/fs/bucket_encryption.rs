@@ -1,0 +1,92 @@
+//! A bucket's default encryption (PutBucketEncryption): SSE-S3 for every
+//! object written without encryption headers of its own. Kept as a small
+//! file per bucket in `.encryption/`; SSE-KMS defaults are refused (501),
+//! since SSE-KMS is.
+
+use s3s::dto;
+use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
+
+use super::sse::Protection;
+use super::{FsStore, internal, io_kind};
+
+/// What the file of a bucket with SSE-S3 by default holds.
+const SSE_S3: &str = "AES256";
+
+impl FsStore {
+    fn encryption_file(&self, bucket: &str) -> std::path::PathBuf {
+        self.root.join(".encryption").join(bucket)
+    }
+
+    /// Sets the bucket's default: SSE-S3 is the only one served.
+    pub(super) async fn set_bucket_encryption(
+        &self,
+        bucket: &str,
+        config: &dto::ServerSideEncryptionConfiguration,
+    ) -> S3Result<()> {
+        self.existing_bucket(bucket).await?;
+        let mut algorithms = config
+            .rules
+            .iter()
+            .filter_map(|r| r.apply_server_side_encryption_by_default.as_ref());
+        let (Some(rule), None) = (algorithms.next(), algorithms.next()) else {
+            return Err(s3_error!(
+                MalformedXML,
+                "the configuration needs exactly one ApplyServerSideEncryptionByDefault rule"
+            ));
+        };
+        match rule.sse_algorithm.as_str() {
+            SSE_S3 => {}
+            kms if kms.starts_with("aws:kms") => {
+                return Err(S3Error::with_message(
+                    S3ErrorCode::NotImplemented,
+                    format!("{kms} is not implemented by this server"),
+                ));
+            }
+            other => {
+                return Err(S3Error::with_message(
+                    S3ErrorCode::InvalidArgument,
+                    format!("The encryption method specified is not supported: {other}"),
+                ));
+            }
+        }
+        let path = self.encryption_file(bucket);
+        let write = async {
+            tokio::fs::create_dir_all(self.root.join(".encryption")).await?;
+            tokio::fs::write(&path, SSE_S3).await
+        };
+        write
+            .await
+            .map_err(|e| internal("recording a bucket's encryption", e))
+    }
+
+    /// The bucket's default (`None`: objects are not encrypted unless asked).
+    pub(super) async fn bucket_encryption(&self, bucket: &str) -> S3Result<Option<&'static str>> {
+        match tokio::fs::read_to_string(self.encryption_file(bucket)).await {
+            Ok(s) if s.trim() == SSE_S3 => Ok(Some(SSE_S3)),
+            Ok(_) => Err(internal("reading a bucket's encryption", "unknown algorithm")),
+            Err(e) if io_kind(&e) == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(internal("reading a bucket's encryption", e)),
+        }
+    }
+
+    /// Removes the bucket's default (nothing to remove is no error).
+    pub(super) async fn clear_bucket_encryption(&self, bucket: &str) -> S3Result<()> {
+        match tokio::fs::remove_file(self.encryption_file(bucket)).await {
+            Ok(()) => Ok(()),
+            Err(e) if io_kind(&e) == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(internal("removing a bucket's encryption", e)),
+        }
+    }
+
+    /// What a write asks for, the bucket's default filling in when it
+    /// names no encryption of its own.
+    pub(super) async fn with_default(&self, bucket: &str, asked: Protection) -> S3Result<Protection> {
+        if asked.encrypts() {
+            return Ok(asked);
+        }
+        Ok(match self.bucket_encryption(bucket).await? {
+            Some(_) => Protection::Server,
+            None => asked,
+        })
+    }
+}
