@@ -15,8 +15,14 @@ pub struct Config {
     pub address: SocketAddr,
     /// Access keys that may sign requests (SigV4).
     pub credentials: Vec<AccessKey>,
+    /// How owners are named, by access key.
+    pub accounts: Vec<Account>,
     /// Serve unsigned requests too (off unless configured).
     pub anonymous: bool,
+    /// Serve the unsigned requests that buckets' and objects' canned ACLs
+    /// allow (`public-read`, `public-read-write`; fs store), and no others
+    /// (off unless configured). Never RDMA.
+    pub public_access: bool,
     /// Who may use which bucket.
     pub access: AccessConfig,
     /// Where objects live.
@@ -48,7 +54,9 @@ impl Default for Config {
         Self {
             address: SocketAddr::from(([127, 0, 0, 1], 9000)),
             credentials: Vec::new(),
+            accounts: Vec::new(),
             anonymous: false,
+            public_access: false,
             access: AccessConfig::default(),
             storage: StorageConfig::default(),
             limits: Limits::default(),
@@ -72,6 +80,20 @@ pub struct AccessKey {
     pub access_key: String,
     /// The secret key.
     pub secret_key: String,
+}
+
+/// How ACLs and listings name the account of an access key (without an
+/// entry: the access key is both its id and its display name).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Account {
+    /// The access key.
+    pub access_key: String,
+    /// The account's canonical user id.
+    pub user_id: String,
+    /// The account's display name (default: its user id).
+    #[serde(default)]
+    pub display_name: Option<String>,
 }
 
 impl std::fmt::Debug for AccessKey {

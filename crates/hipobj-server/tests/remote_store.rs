@@ -121,6 +121,34 @@ async fn session(c: &aws_sdk_s3::Client, b: &str) -> Answers {
     let body = || ByteStream::from_static(b"hello, gateway");
     let put = c.put_object().bucket(b).key("k1").body(body()).send().await;
     a.note("put_object", put, |o| format!("etag: {}", o.e_tag().is_some()));
+    {
+        use aws_sdk_s3::types::{BucketCannedAcl, ObjectCannedAcl};
+        let perms = |g: &[aws_sdk_s3::types::Grant]| {
+            g.iter()
+                .map(|g| g.permission().map(|p| p.as_str().to_owned()).unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let put = c
+            .put_bucket_acl()
+            .bucket(b)
+            .acl(BucketCannedAcl::Private)
+            .send()
+            .await;
+        a.note("put_bucket_acl", put, |_| "private".into());
+        let got = c.get_bucket_acl().bucket(b).send().await;
+        a.note("get_bucket_acl", got, |o| perms(o.grants()));
+        let put = c
+            .put_object_acl()
+            .bucket(b)
+            .key("k1")
+            .acl(ObjectCannedAcl::Private)
+            .send()
+            .await;
+        a.note("put_object_acl", put, |_| "private".into());
+        let got = c.get_object_acl().bucket(b).key("k1").send().await;
+        a.note("get_object_acl", got, |o| perms(o.grants()));
+    }
     let head = c.head_object().bucket(b).key("k1").send().await;
     a.note("head_object", head, |o| format!("{:?}", o.content_length()));
     let got = c.get_object().bucket(b).key("k1").send().await;

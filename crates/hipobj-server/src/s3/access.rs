@@ -25,6 +25,7 @@ use s3s::dto;
 use s3s::path::S3Path;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Result, s3_error};
 
+use crate::storage::Requester;
 use crate::storage::names::check_key;
 
 /// The access policy.
@@ -36,7 +37,25 @@ pub struct Policy {
     pub owners: super::owners::Owners,
     /// Accept SSE-C keys on plain-HTTP connections.
     pub sse_c_over_http: bool,
+    /// The store serves canned ACLs (the fs store): a requester other than
+    /// a bucket's owner may do what they grant.
+    pub acls: bool,
+    /// Serve unsigned requests that the ACLs allow (off unless configured).
+    pub public_access: bool,
 }
+
+/// The operations a bucket's or an object's ACL can open to a requester
+/// other than the bucket's owner; everything else is the owner's alone.
+const ACL_OPERATIONS: &[&str] = &[
+    "GetObject",
+    "HeadObject",
+    "ListObjects",
+    "ListObjectsV2",
+    "ListObjectVersions",
+    "PutObject",
+    "DeleteObject",
+    "DeleteObjects",
+];
 
 /// The signed header names of a SigV4 request, from the Authorization
 /// header or the presigned URL's query.
@@ -147,7 +166,7 @@ fn presign_expires(uri: &http::Uri) -> Option<&str> {
 
 /// Refuses headers asking for features this server does not implement,
 /// so that nothing is stored without the protection the client asked for.
-fn refuse_unimplemented(headers: &http::HeaderMap) -> S3Result<()> {
+fn refuse_unimplemented(headers: &http::HeaderMap, acls: bool) -> S3Result<()> {
     for (name, value) in headers {
         let n = name.as_str();
         let kms_value = n == "x-amz-server-side-encryption"
@@ -166,9 +185,11 @@ fn refuse_unimplemented(headers: &http::HeaderMap) -> S3Result<()> {
                 .then_some("object lock")
         } else if n.starts_with("x-amz-grant-") {
             Some("ACL grants")
+        } else if n == "x-amz-acl" && acls {
+            None
         } else if n == "x-amz-acl" {
             (!matches!(value.to_str(), Ok("private" | "bucket-owner-full-control")))
-                .then_some("ACLs other than private")
+                .then_some("ACLs other than private with this storage back end")
         } else if n == "x-amz-tagging" {
             Some("object tagging")
         } else {
@@ -262,32 +283,51 @@ fn check_signed(headers: &http::HeaderMap, uri: &http::Uri) -> S3Result<()> {
 impl S3Access for Policy {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
         let signed = cx.credentials().is_some();
+        let acl_op = self.acls && ACL_OPERATIONS.contains(&cx.s3_op().name());
+        let mut requester = Requester::Owner;
         if !signed && !self.anonymous {
-            return Err(s3_error!(
-                AccessDenied,
-                "anonymous access is off on this server: sign the request (AWS SigV4)"
-            ));
+            if !(self.public_access && acl_op) {
+                return Err(s3_error!(
+                    AccessDenied,
+                    "anonymous access is off on this server: sign the request (AWS SigV4)"
+                ));
+            }
+            if cx.headers().contains_key(hipobj_proto::TOKEN_HEADER) {
+                return Err(s3_error!(
+                    AccessDenied,
+                    "RDMA is never served to an unsigned request: sign it (AWS SigV4)"
+                ));
+            }
+            requester = Requester::Anonymous;
         }
         if signed {
             check_signed(cx.headers(), cx.uri())?;
         }
-        refuse_unimplemented(cx.headers())?;
+        refuse_unimplemented(cx.headers(), self.acls)?;
         check_customer_key_transport(cx, self.sse_c_over_http)?;
         check_content_md5(cx.headers())?;
         if let S3Path::Object { key, .. } = cx.s3_path() {
             check_key(key)?;
         }
         if let Some(who) = cx.credentials().map(|c| c.access_key.clone()) {
-            match cx.s3_path() {
+            let owned = match cx.s3_path() {
                 S3Path::Bucket { bucket } if cx.s3_op().name() == "CreateBucket" => {
-                    self.owners.claim(bucket, &who).await?;
+                    self.owners.claim(bucket, &who).await
                 }
                 S3Path::Bucket { bucket } | S3Path::Object { bucket, .. } => {
-                    self.owners.check(bucket, &who).await?;
+                    self.owners.check(bucket, &who).await
                 }
-                S3Path::Root => {}
+                S3Path::Root => Ok(()),
+            };
+            match owned {
+                Ok(()) => {}
+                // Another key's bucket: what its ACLs grant, decided by the
+                // store, and nothing more.
+                Err(e) if acl_op && *e.code() == S3ErrorCode::AccessDenied => requester = Requester::Other,
+                Err(e) => return Err(e),
             }
         }
+        cx.extensions_mut().insert(requester);
         if signed && cx.headers().contains_key(hipobj_proto::TOKEN_HEADER) {
             let covered = signed_headers(cx.headers(), cx.uri())
                 .is_some_and(|h| h.iter().any(|n| n == hipobj_proto::TOKEN_HEADER));

@@ -24,6 +24,8 @@ pub fn s3_service(layer: RdmaLayer, config: &Config) -> Result<S3Service, crate:
         anonymous: config.anonymous,
         owners: super::owners::Owners::new(config)?,
         sse_c_over_http: config.encryption.sse_c_over_http,
+        acls: matches!(config.storage, crate::config::StorageConfig::Fs { .. }),
+        public_access: config.public_access,
     });
     Ok(b.build())
 }

@@ -16,6 +16,21 @@ pub mod remote;
 
 use std::sync::Arc;
 
+/// Who a request comes from, as the access policy (`crate::s3::access`)
+/// found it, in the request's extensions: a store that serves ACLs lets a
+/// requester other than the bucket's owner do what the ACLs grant, and
+/// nothing else.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Requester {
+    /// The bucket's owner (or a key it is shared with, or any request when
+    /// anonymous access is on).
+    Owner,
+    /// Another signed key.
+    Other,
+    /// An unsigned request, with public access on.
+    Anonymous,
+}
+
 use crate::config::{Config, StorageConfig};
 
 /// Opens the back end the configuration names.
@@ -30,6 +45,14 @@ pub fn open(config: &Config) -> Result<Arc<dyn s3s::S3>, crate::Error> {
                 refuse_delete_with_uploads: config.limits.refuse_delete_with_uploads,
                 region: config.region.clone(),
                 sse_s3_key_file: config.encryption.sse_s3_key_file.clone(),
+                accounts: config
+                    .accounts
+                    .iter()
+                    .map(|a| {
+                        let name = a.display_name.clone().unwrap_or_else(|| a.user_id.clone());
+                        (a.access_key.clone(), (a.user_id.clone(), name))
+                    })
+                    .collect(),
             };
             let store = fs::FsStore::open(data_dir, limits)
                 .map_err(|e| crate::Error::Storage(format!("{}: {e}", data_dir.display())))?;

@@ -9,6 +9,7 @@
 //! <root>/.uploads/<upload id>/        a multipart upload: upload.json, part-00001, ...
 //! <root>/.keys/sse-s3.key             the SSE-S3 master key (unless configured elsewhere)
 //! <root>/.encryption/<bucket>         a bucket's default encryption (PutBucketEncryption)
+//! <root>/.acls/<bucket>               a bucket's canned ACL, unless private
 //! ```
 //!
 //! An object file holds the data, then its metadata as JSON, then the
@@ -30,6 +31,7 @@
 //! * `object`: what is stored with an object and how a read describes it;
 //! * `sse`: encryption at rest (SSE-S3, SSE-C): keys, chunks, ranges;
 //! * `bucket_encryption`: a bucket's default encryption;
+//! * `acl`: canned ACLs on buckets and objects, and who they let in;
 //! * `listing`: ListObjects (both versions), ListObjectVersions, ListBuckets;
 //! * `uploads`: multipart uploads and their parts;
 //! * `s3`: only `impl S3 for FsStore`, each operation in terms of the above.
@@ -41,6 +43,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use s3s::dto::{self, ETag, Timestamp};
 use s3s::{S3Error, S3ErrorCode};
 
+mod acl;
 mod bucket_encryption;
 mod checksums;
 mod conditions;
@@ -73,6 +76,9 @@ pub struct FsLimits {
     /// The SSE-S3 master key's file (`None`: `.keys/sse-s3.key` in the
     /// data directory), created with a fresh key if missing.
     pub sse_s3_key_file: Option<PathBuf>,
+    /// The user id and display name of an access key's account (owners in
+    /// ACLs and listings; others are named by their access key).
+    pub accounts: std::collections::BTreeMap<String, (String, String)>,
 }
 
 /// AWS's first region, whose GetBucketLocation answer is empty.
@@ -88,6 +94,7 @@ impl Default for FsLimits {
             refuse_delete_with_uploads: false,
             region: US_EAST_1.into(),
             sse_s3_key_file: None,
+            accounts: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -149,11 +156,17 @@ impl FsStore {
             .ok()
             .map(|o| o.trim().to_owned())
             .filter(|o| !o.is_empty());
-        let id = recorded
+        let key = recorded
             .or_else(|| asking.as_ref().map(|c| c.access_key.clone()))
             .unwrap_or_else(|| "hipobj".into());
+        let (id, name) = self
+            .limits
+            .accounts
+            .get(&key)
+            .cloned()
+            .unwrap_or_else(|| (key.clone(), key));
         dto::Owner {
-            display_name: Some(id.clone()),
+            display_name: Some(name),
             id: Some(id),
         }
     }

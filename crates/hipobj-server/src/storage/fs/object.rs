@@ -10,6 +10,7 @@ use s3s::dto::{self, Timestamp};
 use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
 use serde::{Deserialize, Serialize};
 
+use super::acl::Canned;
 use super::checksums::Sums;
 use super::i64_of;
 use super::sse::Encryption;
@@ -35,6 +36,9 @@ pub(super) struct Meta {
     /// How the data is encrypted (`None`: it is not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) encryption: Option<Encryption>,
+    /// The object's canned ACL (`None`: private).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) acl: Option<Canned>,
 }
 
 /// The headers an object keeps (Content-Type and friends, x-amz-meta-*).

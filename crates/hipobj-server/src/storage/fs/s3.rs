@@ -4,6 +4,7 @@
 use s3s::dto::{self, ETag, StreamingBlob, Timestamp};
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 
+use super::acl::{Access, Canned, requester};
 use super::checksums::{Sums, checksum_enabled, expected_of};
 use super::conditions::{ReadConditions, WriteCondition, read_conditions};
 use super::layout::Stored;
@@ -41,10 +42,15 @@ impl S3 for FsStore {
                 ),
             ));
         }
+        let acl = Canned::parse(req.input.acl.as_ref().map(|a| a.as_str()), false)?;
         match tokio::fs::create_dir(&dir).await {
-            Ok(()) => Ok(S3Response::new(dto::CreateBucketOutput {
-                location: Some(format!("/{}", req.input.bucket)),
-            })),
+            Ok(()) => {
+                self.set_bucket_acl(&req.input.bucket, acl.unwrap_or_default())
+                    .await?;
+                Ok(S3Response::new(dto::CreateBucketOutput {
+                    location: Some(format!("/{}", req.input.bucket)),
+                }))
+            }
             // The key that asks owns the bucket (s3::owners refused any
             // other): as AWS in us-east-1, creating it again succeeds and
             // changes nothing; in any other region it is
@@ -150,6 +156,79 @@ impl S3 for FsStore {
         Ok(S3Response::new(dto::DeleteBucketEncryptionOutput {}))
     }
 
+    async fn get_bucket_acl(
+        &self,
+        req: S3Request<dto::GetBucketAclInput>,
+    ) -> S3Result<S3Response<dto::GetBucketAclOutput>> {
+        let bucket = &req.input.bucket;
+        self.existing_bucket(bucket).await?;
+        let owner = self.bucket_owner(bucket, &req.credentials).await;
+        let acl = self.bucket_acl(bucket).await?;
+        Ok(S3Response::new(dto::GetBucketAclOutput {
+            grants: Some(acl.grants(&owner)),
+            owner: Some(owner),
+        }))
+    }
+
+    async fn put_bucket_acl(
+        &self,
+        req: S3Request<dto::PutBucketAclInput>,
+    ) -> S3Result<S3Response<dto::PutBucketAclOutput>> {
+        let input = req.input;
+        self.existing_bucket(&input.bucket).await?;
+        let owner = self.bucket_owner(&input.bucket, &req.credentials).await;
+        let acl = match (input.acl.as_ref(), input.access_control_policy.as_ref()) {
+            (Some(a), None) => Canned::parse(Some(a.as_str()), false)?.unwrap_or_default(),
+            (None, Some(p)) => Canned::of_policy(p, &owner)?,
+            _ => {
+                return Err(s3_error!(
+                    InvalidRequest,
+                    "give either the x-amz-acl header or an AccessControlPolicy body"
+                ));
+            }
+        };
+        self.set_bucket_acl(&input.bucket, acl).await?;
+        Ok(S3Response::new(dto::PutBucketAclOutput {}))
+    }
+
+    async fn get_object_acl(
+        &self,
+        req: S3Request<dto::GetObjectAclInput>,
+    ) -> S3Result<S3Response<dto::GetObjectAclOutput>> {
+        let input = req.input;
+        let path = self.object_path(&input.bucket, &input.key).await?;
+        let Some(st) = Self::read_stored(&path).await? else {
+            return Err(s3_error!(NoSuchKey));
+        };
+        let owner = self.bucket_owner(&input.bucket, &req.credentials).await;
+        Ok(S3Response::new(dto::GetObjectAclOutput {
+            grants: Some(st.meta.acl.unwrap_or_default().grants(&owner)),
+            owner: Some(owner),
+            ..Default::default()
+        }))
+    }
+
+    async fn put_object_acl(
+        &self,
+        req: S3Request<dto::PutObjectAclInput>,
+    ) -> S3Result<S3Response<dto::PutObjectAclOutput>> {
+        let input = req.input;
+        let path = self.object_path(&input.bucket, &input.key).await?;
+        let owner = self.bucket_owner(&input.bucket, &req.credentials).await;
+        let acl = match (input.acl.as_ref(), input.access_control_policy.as_ref()) {
+            (Some(a), None) => Canned::parse(Some(a.as_str()), true)?.unwrap_or_default(),
+            (None, Some(p)) => Canned::of_policy(p, &owner)?,
+            _ => {
+                return Err(s3_error!(
+                    InvalidRequest,
+                    "give either the x-amz-acl header or an AccessControlPolicy body"
+                ));
+            }
+        };
+        self.rewrite_record(&path, |m| m.acl = Some(acl)).await?;
+        Ok(S3Response::new(dto::PutObjectAclOutput::default()))
+    }
+
     async fn list_buckets(
         &self,
         req: S3Request<dto::ListBucketsInput>,
@@ -175,6 +254,9 @@ impl S3 for FsStore {
     ) -> S3Result<S3Response<dto::PutObjectOutput>> {
         let input = req.input;
         let dest = self.object_path(&input.bucket, &input.key).await?;
+        self.check_bucket_access(&input.bucket, &requester(&req.extensions), Access::Write)
+            .await?;
+        let acl = Canned::parse(input.acl.as_ref().map(|a| a.as_str()), true)?;
         let cond = WriteCondition::of(input.if_match.clone(), input.if_none_match.clone())?;
         let protection =
             Protection::of_write(input.server_side_encryption.as_ref(), customer_headers!(input))?;
@@ -199,6 +281,7 @@ impl S3 for FsStore {
             parts: Vec::new(),
             upload_id: None,
             encryption: got.encryption,
+            acl,
         };
         self.finish_if(got.tmp, &meta, &dest, cond).await?;
         tracing::debug!(bucket = %input.bucket, key = %meta.key, size = meta.size, etag = %meta.etag, "stored");
@@ -225,7 +308,10 @@ impl S3 for FsStore {
         let input = req.input;
         let path = self.object_path(&input.bucket, &input.key).await?;
         let asked = Protection::of_customer(customer_headers!(input))?;
-        let st = Self::read_if(&path, read_conditions!(input), false).await?;
+        let who = requester(&req.extensions);
+        let st = self
+            .read_as(&input.bucket, &path, &who, read_conditions!(input))
+            .await?;
         // As S3: a part that is not there, before a key that is missing.
         let (range, parts_count) = st.meta.selection(input.range.as_ref(), input.part_number)?;
         let unlocked = st.unlock(&asked, &self.master)?;
@@ -253,7 +339,10 @@ impl S3 for FsStore {
         let input = req.input;
         let path = self.object_path(&input.bucket, &input.key).await?;
         let asked = Protection::of_customer(customer_headers!(input))?;
-        let st = Self::read_if(&path, read_conditions!(input), false).await?;
+        let who = requester(&req.extensions);
+        let st = self
+            .read_as(&input.bucket, &path, &who, read_conditions!(input))
+            .await?;
         st.unlock(&asked, &self.master)?;
         let meta = st.meta;
         let sums = checksum_enabled(input.checksum_mode.as_ref());
@@ -309,6 +398,8 @@ impl S3 for FsStore {
         req: S3Request<dto::DeleteObjectInput>,
     ) -> S3Result<S3Response<dto::DeleteObjectOutput>> {
         let path = self.object_path(&req.input.bucket, &req.input.key).await?;
+        self.check_bucket_access(&req.input.bucket, &requester(&req.extensions), Access::Write)
+            .await?;
         match tokio::fs::remove_file(&path).await {
             Ok(()) => {}
             Err(e) if io_kind(&e) == std::io::ErrorKind::NotFound => {}
@@ -323,6 +414,8 @@ impl S3 for FsStore {
     ) -> S3Result<S3Response<dto::DeleteObjectsOutput>> {
         let input = req.input;
         let dir = self.existing_bucket(&input.bucket).await?;
+        self.check_bucket_access(&input.bucket, &requester(&req.extensions), Access::Write)
+            .await?;
         if input.delete.objects.len() > 1000 {
             return Err(s3_error!(
                 MalformedXML,
@@ -365,6 +458,8 @@ impl S3 for FsStore {
         req: S3Request<dto::ListObjectsV2Input>,
     ) -> S3Result<S3Response<dto::ListObjectsV2Output>> {
         let input = req.input;
+        self.check_bucket_access(&input.bucket, &requester(&req.extensions), Access::Read)
+            .await?;
         let after_token = match &input.continuation_token {
             Some(t) => Some(
                 unhex(t)
@@ -411,6 +506,8 @@ impl S3 for FsStore {
         req: S3Request<dto::ListObjectsInput>,
     ) -> S3Result<S3Response<dto::ListObjectsOutput>> {
         let input = req.input;
+        self.check_bucket_access(&input.bucket, &requester(&req.extensions), Access::Read)
+            .await?;
         let args = ListArgs::of(
             input.prefix.as_deref(),
             input.delimiter,
@@ -497,6 +594,7 @@ impl S3 for FsStore {
             parts: Vec::new(),
             upload_id: None,
             encryption: got.encryption,
+            acl: Canned::parse(input.acl.as_ref().map(|a| a.as_str()), true)?,
         };
         self.finish(got.tmp, &new, &dest).await?;
         let enc = Described::of(new.encryption.as_ref());
@@ -536,6 +634,7 @@ impl S3 for FsStore {
             attrs: attrs_of!(input),
             initiated_ms: now_ms(),
             encryption: protection.upload_mode(),
+            acl: Canned::parse(input.acl.as_ref().map(|a| a.as_str()), true)?,
         };
         let json = serde_json::to_vec(&up).map_err(|e| internal("encoding an upload", e))?;
         tokio::fs::write(dir.join("upload.json"), json)
@@ -772,6 +871,8 @@ impl S3 for FsStore {
         // Buckets are not versioned: every object is its only version, the
         // null version, and there are no delete markers.
         let input = req.input;
+        self.check_bucket_access(&input.bucket, &requester(&req.extensions), Access::Read)
+            .await?;
         let args = ListArgs::of(
             input.prefix.as_deref(),
             input.delimiter,

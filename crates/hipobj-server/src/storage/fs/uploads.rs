@@ -14,6 +14,7 @@ use s3s::dto;
 use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
 use serde::{Deserialize, Serialize};
 
+use super::acl::Canned;
 use super::checksums::Sums;
 use super::layout::{TempFile, part_file};
 use super::listing::{encode_key, wants_url};
@@ -36,6 +37,9 @@ pub(super) struct Upload {
     /// How the parts are encrypted (`None`: they are not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) encryption: Option<UploadMode>,
+    /// The object's canned ACL (`None`: private).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) acl: Option<Canned>,
 }
 
 /// UploadPart's and UploadPartCopy's part number: 1 to 10000.
@@ -268,6 +272,7 @@ impl FsStore {
             parts: chosen.iter().map(|(_, m)| m.size).collect(),
             upload_id: Some(upload_id.to_owned()),
             encryption,
+            acl: up.acl,
         };
         Ok((tmp, meta))
     }

@@ -1,0 +1,290 @@
+//! Canned ACLs (`private`, `public-read`, `public-read-write`,
+//! `authenticated-read`, and for objects `bucket-owner-read` and
+//! `bucket-owner-full-control`) on buckets and objects, and the checks that
+//! let a requester other than the bucket's owner read or write what they
+//! grant (`crate::storage::Requester`, set by the access policy).
+//!
+//! Only canned ACLs: a bucket's is a small file in `.acls/`, an object's is
+//! in its record. Grants to particular accounts or e-mail addresses are not
+//! served (501); an ACL sent as XML is accepted when it is one of the canned
+//! ones written out. What a canned ACL grants, as S3: the owner has
+//! FULL_CONTROL; `public-read` adds READ for everyone (AllUsers),
+//! `public-read-write` READ and WRITE for everyone, `authenticated-read`
+//! READ for every signed requester (AuthenticatedUsers). READ on a bucket
+//! lists it, WRITE on a bucket writes and deletes objects in it, READ on an
+//! object reads it. Nobody but the owner reads or changes an ACL.
+
+use s3s::dto;
+use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
+use serde::{Deserialize, Serialize};
+
+use super::conditions::ReadConditions;
+use super::layout::Stored;
+use super::object::Meta;
+use super::write::CopyErrors;
+use super::{FsStore, internal, io_kind};
+use crate::storage::Requester;
+
+const ALL_USERS: &str = "http://acs.amazonaws.com/groups/global/AllUsers";
+const AUTHENTICATED_USERS: &str = "http://acs.amazonaws.com/groups/global/AuthenticatedUsers";
+
+/// A canned ACL.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(super) enum Canned {
+    #[default]
+    Private,
+    PublicRead,
+    PublicReadWrite,
+    AuthenticatedRead,
+    BucketOwnerRead,
+    BucketOwnerFullControl,
+}
+
+/// What an ACL can grant beyond the owner's full control.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Access {
+    Read,
+    Write,
+}
+
+impl Canned {
+    /// The ACL a header names (`None`: no header); an object's ACLs
+    /// include the two bucket-owner ones, which with one owner are private.
+    pub(super) fn parse(v: Option<&str>, object: bool) -> S3Result<Option<Self>> {
+        let Some(v) = v else { return Ok(None) };
+        Ok(Some(match v {
+            "private" => Self::Private,
+            "public-read" => Self::PublicRead,
+            "public-read-write" => Self::PublicReadWrite,
+            "authenticated-read" => Self::AuthenticatedRead,
+            "bucket-owner-read" if object => Self::BucketOwnerRead,
+            "bucket-owner-full-control" if object => Self::BucketOwnerFullControl,
+            other => {
+                return Err(S3Error::with_message(
+                    S3ErrorCode::InvalidArgument,
+                    format!("{other} is not a canned ACL"),
+                ));
+            }
+        }))
+    }
+
+    /// Whether `who` may do `what` under this ACL.
+    pub(super) fn allows(self, who: &Requester, what: Access) -> bool {
+        matches!(
+            (who, self, what),
+            (Requester::Owner, ..)
+                | (_, Self::PublicRead | Self::PublicReadWrite, Access::Read)
+                | (_, Self::PublicReadWrite, Access::Write)
+                | (Requester::Other, Self::AuthenticatedRead, Access::Read)
+        )
+    }
+
+    fn group_grants(self) -> Vec<(&'static str, &'static str)> {
+        match self {
+            Self::PublicRead => vec![(ALL_USERS, dto::Permission::READ)],
+            Self::PublicReadWrite => vec![
+                (ALL_USERS, dto::Permission::READ),
+                (ALL_USERS, dto::Permission::WRITE),
+            ],
+            Self::AuthenticatedRead => vec![(AUTHENTICATED_USERS, dto::Permission::READ)],
+            _ => Vec::new(),
+        }
+    }
+
+    /// The ACL as GetBucketAcl and GetObjectAcl answer it: the group
+    /// grants, then the owner's (the order S3 answers in).
+    pub(super) fn grants(self, owner: &dto::Owner) -> dto::Grants {
+        let mut out: dto::Grants = self
+            .group_grants()
+            .into_iter()
+            .map(|(uri, permission)| dto::Grant {
+                grantee: Some(dto::Grantee {
+                    display_name: None,
+                    id: None,
+                    type_: dto::Type::from_static(dto::Type::GROUP),
+                    email_address: None,
+                    uri: Some(uri.to_owned()),
+                }),
+                permission: Some(dto::Permission::from_static(permission)),
+            })
+            .collect();
+        out.push(dto::Grant {
+            grantee: Some(dto::Grantee {
+                display_name: owner.display_name.clone(),
+                id: owner.id.clone(),
+                type_: dto::Type::from_static(dto::Type::CANONICAL_USER),
+                email_address: None,
+                uri: None,
+            }),
+            permission: Some(dto::Permission::from_static(dto::Permission::FULL_CONTROL)),
+        });
+        out
+    }
+
+    /// The canned ACL an XML policy writes out; grants of anything else
+    /// (other accounts, e-mail addresses, other permissions) are 501.
+    pub(super) fn of_policy(p: &dto::AccessControlPolicy, owner: &dto::Owner) -> S3Result<Self> {
+        let mut groups: Vec<(String, String)> = Vec::new();
+        for g in p.grants.iter().flatten() {
+            let (Some(who), Some(perm)) = (&g.grantee, &g.permission) else {
+                return Err(s3_error!(
+                    MalformedACLError,
+                    "a grant names no grantee or no permission"
+                ));
+            };
+            match (who.type_.as_str(), who.uri.as_deref(), who.id.as_deref()) {
+                (dto::Type::GROUP, Some(uri), _) => groups.push((uri.to_owned(), perm.as_str().to_owned())),
+                // The owner keeps full control whatever the policy says.
+                (dto::Type::CANONICAL_USER, _, Some(id))
+                    if Some(id) == owner.id.as_deref() && perm.as_str() == dto::Permission::FULL_CONTROL => {}
+                (dto::Type::CANONICAL_USER, _, Some(_)) => {
+                    return Err(S3Error::with_message(
+                        S3ErrorCode::NotImplemented,
+                        "grants to accounts other than the owner are not implemented by this server (canned ACLs only)",
+                    ));
+                }
+                _ => {
+                    return Err(S3Error::with_message(
+                        S3ErrorCode::NotImplemented,
+                        "grants by e-mail address or of this kind are not implemented by this server (canned ACLs only)",
+                    ));
+                }
+            }
+        }
+        groups.sort();
+        for c in [
+            Self::Private,
+            Self::PublicRead,
+            Self::PublicReadWrite,
+            Self::AuthenticatedRead,
+        ] {
+            let mut want: Vec<(String, String)> = c
+                .group_grants()
+                .into_iter()
+                .map(|(u, p)| (u.to_owned(), p.to_owned()))
+                .collect();
+            want.sort();
+            if want == groups {
+                return Ok(c);
+            }
+        }
+        Err(S3Error::with_message(
+            S3ErrorCode::NotImplemented,
+            "this combination of group grants is not a canned ACL, and only canned ACLs are implemented by this server",
+        ))
+    }
+}
+
+/// Refuses `who` unless `acl` allows `what`: 403, as S3.
+pub(super) fn check(acl: Canned, who: &Requester, what: Access) -> S3Result<()> {
+    if acl.allows(who, what) {
+        Ok(())
+    } else {
+        Err(s3_error!(AccessDenied))
+    }
+}
+
+/// Who is asking, from a request's extensions (none: the owner, as for a
+/// request the access policy let through untouched).
+pub(super) fn requester(ext: &http::Extensions) -> Requester {
+    ext.get::<Requester>().cloned().unwrap_or(Requester::Owner)
+}
+
+impl FsStore {
+    fn acl_file(&self, bucket: &str) -> std::path::PathBuf {
+        self.root.join(".acls").join(bucket)
+    }
+
+    /// The bucket's ACL (private unless set).
+    pub(super) async fn bucket_acl(&self, bucket: &str) -> S3Result<Canned> {
+        match tokio::fs::read_to_string(self.acl_file(bucket)).await {
+            Ok(s) => serde_json::from_str(&s).map_err(|e| internal("reading a bucket's ACL", e)),
+            Err(e) if io_kind(&e) == std::io::ErrorKind::NotFound => Ok(Canned::Private),
+            Err(e) => Err(internal("reading a bucket's ACL", e)),
+        }
+    }
+
+    /// Sets the bucket's ACL (`private` removes the file).
+    pub(super) async fn set_bucket_acl(&self, bucket: &str, acl: Canned) -> S3Result<()> {
+        let path = self.acl_file(bucket);
+        if acl == Canned::Private {
+            return match tokio::fs::remove_file(&path).await {
+                Ok(()) => Ok(()),
+                Err(e) if io_kind(&e) == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(internal("removing a bucket's ACL", e)),
+            };
+        }
+        let json = serde_json::to_string(&acl).map_err(|e| internal("encoding an ACL", e))?;
+        let write = async {
+            tokio::fs::create_dir_all(self.root.join(".acls")).await?;
+            let tmp = path.with_extension("new");
+            tokio::fs::write(&tmp, json).await?;
+            tokio::fs::rename(&tmp, &path).await
+        };
+        write.await.map_err(|e| internal("recording a bucket's ACL", e))
+    }
+
+    /// Checks that `who` may do `what` in the bucket.
+    pub(super) async fn check_bucket_access(
+        &self,
+        bucket: &str,
+        who: &Requester,
+        what: Access,
+    ) -> S3Result<()> {
+        if *who == Requester::Owner {
+            return Ok(());
+        }
+        check(self.bucket_acl(bucket).await?, who, what)
+    }
+
+    /// The object at `path` of `bucket`, if `who` may read it and then the
+    /// conditions hold: ACLs first, so that a requester without access
+    /// learns nothing from a 304 or 412, and a missing key is 403 to a
+    /// requester who may not list the bucket, as S3.
+    pub(super) async fn read_as(
+        &self,
+        bucket: &str,
+        path: &std::path::Path,
+        who: &Requester,
+        cond: ReadConditions<'_>,
+    ) -> S3Result<Stored> {
+        let Some(st) = Self::read_stored(path).await? else {
+            self.check_bucket_access(bucket, who, Access::Read).await?;
+            return Err(s3_error!(NoSuchKey));
+        };
+        check(st.meta.acl.unwrap_or_default(), who, Access::Read)?;
+        cond.check(&st.meta, false)?;
+        Ok(st)
+    }
+
+    /// Writes the object at `path` again with its record changed by `edit`
+    /// (the data copied as it is stored), in place of the old file:
+    /// readers see the old record or the new one. Conditional writers take
+    /// turns with this.
+    pub(super) async fn rewrite_record(
+        &self,
+        path: &std::path::Path,
+        edit: impl FnOnce(&mut Meta),
+    ) -> S3Result<()> {
+        let _turn = self.cond_lock.lock().await;
+        let Some(st) = Self::read_stored(path).await? else {
+            return Err(s3_error!(NoSuchKey));
+        };
+        let mut meta = st.meta;
+        let len = meta.stored_len();
+        let mut tmp = self.temp().await?;
+        let errors = CopyErrors {
+            reading: "reading an object",
+            writing: "writing an object",
+        };
+        if tmp.append_from(st.file, 0, len, &errors, |_| {}).await? != len {
+            return Err(internal(
+                "rewriting an object",
+                "the object changed while it was copied",
+            ));
+        }
+        edit(&mut meta);
+        self.finish(tmp, &meta, path).await
+    }
+}

@@ -1,0 +1,233 @@
+//! Canned ACLs as an attacker meets them: a stranger with no key (public
+//! access on, and off) and another signed key of the same server. Each may
+//! do what the bucket's or object's ACL grants and nothing else: no private
+//! object, no ETag through a 304, no existence of a key through a 404, no
+//! ACL read or changed, and never RDMA without a signature.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{BucketCannedAcl, ObjectCannedAcl};
+use hipobj_server::config::AccessKey;
+use support::{client, client_for, code, raw, start};
+
+const OTHER: &str = "hipobj-other";
+const OTHER_SK: &str = "hipobj-other-secret";
+
+fn unsigned(method: &str, path: &str, extra: &str) -> String {
+    format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra}Content-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn acls_open_exactly_what_they_grant() {
+    let (h, _dir) = start(|c| {
+        c.public_access = true;
+        c.credentials.push(AccessKey {
+            access_key: OTHER.into(),
+            secret_key: OTHER_SK.into(),
+        });
+    })
+    .await;
+    let owner = client(&h);
+    let other = client_for(&h.endpoint(), OTHER, OTHER_SK);
+    owner.create_bucket().bucket("priv").send().await.unwrap();
+    owner
+        .create_bucket()
+        .bucket("pub")
+        .acl(BucketCannedAcl::PublicRead)
+        .send()
+        .await
+        .unwrap();
+    owner
+        .create_bucket()
+        .bucket("drop")
+        .acl(BucketCannedAcl::PublicReadWrite)
+        .send()
+        .await
+        .unwrap();
+    let put = |b: &'static str, k: &'static str, acl: Option<ObjectCannedAcl>| {
+        owner
+            .put_object()
+            .bucket(b)
+            .key(k)
+            .set_acl(acl)
+            .body(ByteStream::from_static(b"secret bytes"))
+            .send()
+    };
+    put("priv", "private", None).await.unwrap();
+    put("priv", "open", Some(ObjectCannedAcl::PublicRead))
+        .await
+        .unwrap();
+    put("pub", "private", None).await.unwrap();
+    put("pub", "signed", Some(ObjectCannedAcl::AuthenticatedRead))
+        .await
+        .unwrap();
+    let etag = put("pub", "open", Some(ObjectCannedAcl::PublicRead))
+        .await
+        .unwrap()
+        .e_tag
+        .unwrap();
+
+    // A stranger: public objects, public listings, nothing else.
+    let a = h.addr();
+    let get = |path: &str| {
+        let req = unsigned("GET", path, "");
+        async move { raw(a, &req).await }
+    };
+    let (st, body) = get("/priv/open").await;
+    assert!(st == 200 && body.ends_with("secret bytes"), "{st}");
+    assert_eq!(get("/pub/open").await.0, 200);
+    for path in [
+        "/priv/private",
+        "/pub/private",
+        "/pub/signed",
+        "/priv?list-type=2",
+        "/priv",
+    ] {
+        assert_eq!(get(path).await.0, 403, "a stranger read {path}");
+    }
+    let (st, listing) = get("/pub?list-type=2").await;
+    assert!(st == 200 && listing.contains("<Key>private</Key>"), "{st}");
+    // A key that does not exist is 403 where the stranger cannot list.
+    assert_eq!(get("/priv/nothing-here").await.0, 403);
+    assert_eq!(get("/pub/nothing-here").await.0, 404);
+    // No ETag of a private object through a condition.
+    let cond = format!("If-None-Match: {etag}\r\n");
+    assert_eq!(raw(a, &unsigned("GET", "/pub/private", &cond)).await.0, 403);
+    assert_eq!(raw(a, &unsigned("HEAD", "/pub/private", &cond)).await.0, 403);
+    // No ACLs, no writes but where the bucket grants WRITE.
+    for (m, path) in [
+        ("GET", "/pub?acl"),
+        ("GET", "/pub/open?acl"),
+        ("PUT", "/pub/open?acl"),
+        ("PUT", "/pub/new"),
+        ("DELETE", "/pub/open"),
+        ("PUT", "/priv/new"),
+        ("POST", "/drop/new?uploads"),
+    ] {
+        let extra = if path.ends_with("?acl") && m == "PUT" {
+            "x-amz-acl: public-read-write\r\n"
+        } else {
+            ""
+        };
+        assert_eq!(
+            raw(a, &unsigned(m, path, extra)).await.0,
+            403,
+            "a stranger did {m} {path}"
+        );
+    }
+    assert_eq!(raw(a, &unsigned("PUT", "/drop/new", "")).await.0, 200);
+    // Never RDMA for a stranger, even on a public object.
+    let token = format!("{}: 00\r\n", hipobj_proto::TOKEN_HEADER);
+    let (st, body) = raw(a, &unsigned("GET", "/pub/open", &token)).await;
+    assert!(st == 403 && body.contains("RDMA"), "{st}");
+
+    // Another signed key: what the ACLs grant to signed requesters.
+    let read = |b: &'static str, k: &'static str| other.get_object().bucket(b).key(k).send();
+    assert!(read("pub", "open").await.is_ok());
+    assert!(read("pub", "signed").await.is_ok());
+    assert!(read("priv", "open").await.is_ok());
+    for (b, k) in [("pub", "private"), ("priv", "private")] {
+        let e = read(b, k).await.unwrap_err();
+        assert_eq!(code(&e), "AccessDenied", "{b}/{k}");
+    }
+    let e = other.get_bucket_acl().bucket("pub").send().await.unwrap_err();
+    assert_eq!(code(&e), "AccessDenied");
+    let e = other
+        .put_object_acl()
+        .bucket("pub")
+        .key("private")
+        .acl(ObjectCannedAcl::PublicRead)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "AccessDenied");
+    let e = other
+        .copy_object()
+        .bucket("drop")
+        .key("stolen")
+        .copy_source("pub/private")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "AccessDenied", "a copy out of a private object");
+    assert!(other.list_objects_v2().bucket("priv").send().await.is_err());
+    let e = other
+        .put_object()
+        .bucket("pub")
+        .key("x")
+        .body(ByteStream::from_static(b"x"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "AccessDenied");
+    other
+        .put_object()
+        .bucket("drop")
+        .key("x")
+        .body(ByteStream::from_static(b"x"))
+        .send()
+        .await
+        .unwrap();
+
+    // The owner sees the ACLs as S3 writes them.
+    let acl = owner.get_bucket_acl().bucket("drop").send().await.unwrap();
+    let perms: Vec<_> = acl
+        .grants()
+        .iter()
+        .map(|g| g.permission().map(|p| p.as_str().to_owned()).unwrap_or_default())
+        .collect();
+    assert_eq!(perms, ["READ", "WRITE", "FULL_CONTROL"]);
+    // Making an object private again closes it at once.
+    owner
+        .put_object_acl()
+        .bucket("priv")
+        .key("open")
+        .acl(ObjectCannedAcl::Private)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get("/priv/open").await.0, 403);
+    let got = owner
+        .get_object()
+        .bucket("priv")
+        .key("open")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        &got.body.collect().await.unwrap().into_bytes()[..],
+        b"secret bytes"
+    );
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_public_access_a_stranger_reads_nothing() {
+    let (h, _dir) = start(|_| {}).await;
+    let owner = client(&h);
+    owner
+        .create_bucket()
+        .bucket("pub")
+        .acl(BucketCannedAcl::PublicRead)
+        .send()
+        .await
+        .unwrap();
+    owner
+        .put_object()
+        .bucket("pub")
+        .key("open")
+        .acl(ObjectCannedAcl::PublicRead)
+        .body(ByteStream::from_static(b"x"))
+        .send()
+        .await
+        .unwrap();
+    for path in ["/pub/open", "/pub?list-type=2"] {
+        // (Unsigned: with public access off, refused before any ACL.)
+        assert_eq!(raw(h.addr(), &unsigned("GET", path, "")).await.0, 403, "{path}");
+    }
+    h.shutdown().await;
+}
