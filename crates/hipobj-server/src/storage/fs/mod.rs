@@ -7,6 +7,8 @@
 //! <root>/<bucket>/h-<sha256 of key>   one file per object (longer keys)
 //! <root>/.tmp/                        files being written
 //! <root>/.uploads/<upload id>/        a multipart upload: upload.json, part-00001, ...
+//! <root>/.versioning/<bucket>         Enabled or Suspended (no file: never versioned)
+//! <root>/<bucket>/v-<object file>/    the versions of a key (see `versions`)
 //! ```
 //!
 //! An object file holds the data, then its metadata as JSON, then the
@@ -27,6 +29,7 @@
 //! * `object`: what is stored with an object and how a read describes it;
 //! * `listing`: ListObjects (both versions), ListObjectVersions, ListBuckets;
 //! * `uploads`: multipart uploads and their parts;
+//! * `versions`: bucket versioning, the versions of a key on disk;
 //! * `s3`: only `impl S3 for FsStore`, each operation in terms of the above.
 
 use std::path::{Path, PathBuf};
@@ -43,6 +46,7 @@ mod listing;
 mod object;
 mod s3;
 mod uploads;
+mod versions;
 mod write;
 
 /// Limits of the filesystem store.
@@ -87,8 +91,11 @@ pub struct FsStore {
     root: PathBuf,
     limits: FsLimits,
     counter: AtomicU64,
-    /// Held between the check and the commit of an If-Match write.
+    /// Held between the check and the commit of a conditional write, and
+    /// around every change to a key's versions.
     cond_lock: tokio::sync::Mutex<()>,
+    /// Bucket versioning states read or written so far.
+    versioning: versions::Known,
     /// When stale uploads were last swept (`now_ms`), 0: never.
     last_sweep_ms: AtomicU64,
 }
@@ -111,6 +118,7 @@ impl FsStore {
             limits,
             counter: AtomicU64::new(0),
             cond_lock: tokio::sync::Mutex::new(()),
+            versioning: versions::Known::default(),
             last_sweep_ms: AtomicU64::new(0),
         })
     }

@@ -82,7 +82,10 @@ impl S3 for FsStore {
         // with them), never left behind unlistable.
         self.abort_uploads_of(&req.input.bucket).await?;
         match tokio::fs::remove_dir(&dir).await {
-            Ok(()) => Ok(S3Response::new(dto::DeleteBucketOutput {})),
+            Ok(()) => {
+                self.forget_versioning(&req.input.bucket).await;
+                Ok(S3Response::new(dto::DeleteBucketOutput {}))
+            }
             Err(e) if io_kind(&e) == std::io::ErrorKind::DirectoryNotEmpty => Err(s3_error!(BucketNotEmpty)),
             Err(e) if io_kind(&e) == std::io::ErrorKind::NotFound => Err(s3_error!(NoSuchBucket)),
             Err(e) => Err(internal("deleting a bucket", e)),
@@ -133,7 +136,7 @@ impl S3 for FsStore {
         req: S3Request<dto::PutObjectInput>,
     ) -> S3Result<S3Response<dto::PutObjectOutput>> {
         let input = req.input;
-        let dest = self.object_path(&input.bucket, &input.key).await?;
+        self.object_path(&input.bucket, &input.key).await?;
         let cond = WriteCondition::of(input.if_match.clone(), input.if_none_match.clone())?;
         let mut expected = expected_of!(input, req);
         let (tmp, size, md5, computed) = self
@@ -144,8 +147,8 @@ impl S3 for FsStore {
                 req.trailing_headers,
             )
             .await?;
-        let meta = Meta {
-            key: input.key,
+        let mut meta = Meta {
+            key: input.key.clone(),
             size,
             etag: hex(&md5),
             modified_ms: now_ms(),
@@ -153,11 +156,15 @@ impl S3 for FsStore {
             sums: computed,
             parts: Vec::new(),
             upload_id: None,
+            ..Default::default()
         };
-        self.finish_if(tmp, &meta, &dest, cond).await?;
+        let version_id = self
+            .store_object(&input.bucket, &input.key, tmp, &mut meta, cond)
+            .await?;
         tracing::debug!(bucket = %input.bucket, key = %meta.key, size, etag = %meta.etag, "stored");
         Ok(S3Response::new(dto::PutObjectOutput {
             e_tag: Some(ETag::Strong(meta.etag)),
+            version_id,
             size: Some(i64_of(size)),
             checksum_crc32: meta.sums.crc32,
             checksum_crc32c: meta.sums.crc32c,
@@ -173,8 +180,15 @@ impl S3 for FsStore {
         req: S3Request<dto::GetObjectInput>,
     ) -> S3Result<S3Response<dto::GetObjectOutput>> {
         let input = req.input;
-        let path = self.object_path(&input.bucket, &input.key).await?;
-        let Stored { meta, mut file } = Self::read_if(&path, read_conditions!(input), false).await?;
+        let (Stored { meta, mut file }, version_id) = self
+            .read_version_if(
+                &input.bucket,
+                &input.key,
+                input.version_id.as_deref(),
+                read_conditions!(input),
+                false,
+            )
+            .await?;
         let size = meta.size;
         let (range, parts_count) = meta.selection(input.range.as_ref(), input.part_number)?;
         let (start, len) = range.as_ref().map_or((0, size), |r| (r.start, r.end - r.start));
@@ -192,6 +206,7 @@ impl S3 for FsStore {
             content_length: Some(i64_of(len)),
             content_range,
             parts_count,
+            version_id,
         })))
     }
 
@@ -200,8 +215,15 @@ impl S3 for FsStore {
         req: S3Request<dto::HeadObjectInput>,
     ) -> S3Result<S3Response<dto::HeadObjectOutput>> {
         let input = req.input;
-        let path = self.object_path(&input.bucket, &input.key).await?;
-        let Stored { meta, .. } = Self::read_if(&path, read_conditions!(input), false).await?;
+        let (Stored { meta, .. }, version_id) = self
+            .read_version_if(
+                &input.bucket,
+                &input.key,
+                input.version_id.as_deref(),
+                read_conditions!(input),
+                false,
+            )
+            .await?;
         let sums = checksum_enabled(input.checksum_mode.as_ref());
         let parts_count = input
             .part_number
@@ -210,6 +232,7 @@ impl S3 for FsStore {
         Ok(S3Response::new(described!(dto::HeadObjectOutput, meta, sums, {
             content_length: Some(i64_of(size)),
             parts_count,
+            version_id,
         })))
     }
 
@@ -218,8 +241,15 @@ impl S3 for FsStore {
         req: S3Request<dto::GetObjectAttributesInput>,
     ) -> S3Result<S3Response<dto::GetObjectAttributesOutput>> {
         let input = req.input;
-        let path = self.object_path(&input.bucket, &input.key).await?;
-        let Stored { meta, .. } = Self::read_if(&path, ReadConditions::default(), false).await?;
+        let (Stored { meta, .. }, version_id) = self
+            .read_version_if(
+                &input.bucket,
+                &input.key,
+                input.version_id.as_deref(),
+                ReadConditions::default(),
+                false,
+            )
+            .await?;
         // SDKs send the list as one header, "ETag, Checksum, ...".
         let wants = |a: &str| {
             input
@@ -243,6 +273,7 @@ impl S3 for FsStore {
             last_modified: Some(timestamp(meta.modified_ms)),
             object_parts,
             checksum,
+            version_id,
             ..Default::default()
         }))
     }
@@ -251,13 +282,16 @@ impl S3 for FsStore {
         &self,
         req: S3Request<dto::DeleteObjectInput>,
     ) -> S3Result<S3Response<dto::DeleteObjectOutput>> {
-        let path = self.object_path(&req.input.bucket, &req.input.key).await?;
-        match tokio::fs::remove_file(&path).await {
-            Ok(()) => {}
-            Err(e) if io_kind(&e) == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(internal("deleting an object", e)),
-        }
-        Ok(S3Response::new(dto::DeleteObjectOutput::default()))
+        let input = req.input;
+        let gone = match input.version_id.as_deref() {
+            Some(id) => self.delete_version(&input.bucket, &input.key, id).await?,
+            None => self.delete_newest(&input.bucket, &input.key).await?,
+        };
+        Ok(S3Response::new(dto::DeleteObjectOutput {
+            delete_marker: gone.marker.then_some(true),
+            version_id: gone.version_id,
+            ..Default::default()
+        }))
     }
 
     async fn delete_objects(
@@ -265,7 +299,7 @@ impl S3 for FsStore {
         req: S3Request<dto::DeleteObjectsInput>,
     ) -> S3Result<S3Response<dto::DeleteObjectsOutput>> {
         let input = req.input;
-        let dir = self.existing_bucket(&input.bucket).await?;
+        self.existing_bucket(&input.bucket).await?;
         if input.delete.objects.len() > 1000 {
             return Err(s3_error!(
                 MalformedXML,
@@ -275,18 +309,18 @@ impl S3 for FsStore {
         let mut deleted = Vec::new();
         let mut errors = Vec::new();
         for obj in input.delete.objects {
-            let r = match check_key(&obj.key) {
-                Err(e) => Err(e),
-                Ok(()) => match tokio::fs::remove_file(dir.join(Self::file_name(&obj.key))).await {
-                    Ok(()) => Ok(()),
-                    Err(e) if io_kind(&e) == std::io::ErrorKind::NotFound => Ok(()),
-                    Err(e) => Err(internal("deleting an object", e)),
-                },
+            let r = match obj.version_id.as_deref() {
+                Some(id) => self.delete_version(&input.bucket, &obj.key, id).await,
+                None => self.delete_newest(&input.bucket, &obj.key).await,
             };
             match r {
-                Ok(()) => deleted.push(dto::DeletedObject {
+                // A marker made answers with its id; a version removed with
+                // its own id, and whether it was a marker.
+                Ok(gone) => deleted.push(dto::DeletedObject {
                     key: Some(obj.key),
-                    ..Default::default()
+                    delete_marker: gone.marker.then_some(true),
+                    delete_marker_version_id: gone.version_id.clone().filter(|_| gone.marker),
+                    version_id: gone.version_id.filter(|_| obj.version_id.is_some()),
                 }),
                 Err(e) => errors.push(dto::Error {
                     key: Some(obj.key),
@@ -392,24 +426,33 @@ impl S3 for FsStore {
         req: S3Request<dto::CopyObjectInput>,
     ) -> S3Result<S3Response<dto::CopyObjectOutput>> {
         let input = req.input;
-        let (src_bucket, src_key) = bucket_key_source(&input.copy_source)?;
+        let (src_bucket, src_key, src_version) = bucket_key_source(&input.copy_source)?;
         let src = self.object_path(src_bucket, src_key).await?;
         let dest = self.object_path(&input.bucket, &input.key).await?;
         let replace = input
             .metadata_directive
             .as_ref()
             .is_some_and(|d| d.as_str() == dto::MetadataDirective::REPLACE);
-        if src == dest && !replace {
+        // Copying an older version over its key is how S3 restores it.
+        if src == dest && !replace && src_version.is_none() {
             return Err(s3_error!(
                 InvalidRequest,
                 "copying an object onto itself needs the REPLACE metadata directive"
             ));
         }
-        let Stored { meta, file } = Self::read_if(&src, read_conditions!(copy_source input), true).await?;
+        let (Stored { meta, file }, copy_source_version_id) = self
+            .read_version_if(
+                src_bucket,
+                src_key,
+                src_version,
+                read_conditions!(copy_source input),
+                true,
+            )
+            .await?;
         let (tmp, md5) = self.copy_range(file, 0, meta.size, "writing the copy").await?;
         let attrs = if replace { attrs_of!(input) } else { meta.attrs };
-        let new = Meta {
-            key: input.key,
+        let mut new = Meta {
+            key: input.key.clone(),
             size: meta.size,
             etag: if meta.parts.is_empty() {
                 meta.etag
@@ -421,14 +464,19 @@ impl S3 for FsStore {
             sums: meta.sums,
             parts: Vec::new(),
             upload_id: None,
+            ..Default::default()
         };
-        self.finish(tmp, &new, &dest).await?;
+        let version_id = self
+            .store_object(&input.bucket, &input.key, tmp, &mut new, WriteCondition::None)
+            .await?;
         Ok(S3Response::new(dto::CopyObjectOutput {
             copy_object_result: Some(dto::CopyObjectResult {
                 e_tag: Some(ETag::Strong(new.etag)),
                 last_modified: Some(timestamp(new.modified_ms)),
                 ..Default::default()
             }),
+            copy_source_version_id,
+            version_id,
             ..Default::default()
         }))
     }
@@ -494,6 +542,7 @@ impl S3 for FsStore {
             sums: computed,
             parts: Vec::new(),
             upload_id: None,
+            ..Default::default()
         };
         self.store_part(tmp, &meta, &dir, input.part_number).await?;
         Ok(S3Response::new(dto::UploadPartOutput {
@@ -514,13 +563,20 @@ impl S3 for FsStore {
         let input = req.input;
         check_key(&input.key)?;
         check_part_number(input.part_number)?;
-        let (src_bucket, src_key) = bucket_key_source(&input.copy_source)?;
+        let (src_bucket, src_key, src_version) = bucket_key_source(&input.copy_source)?;
         let owner = req.credentials.as_ref().map(|c| c.access_key.as_str());
         let (dir, _) = self
             .load_upload(&input.upload_id, &input.bucket, &input.key, owner)
             .await?;
-        let src = self.object_path(src_bucket, src_key).await?;
-        let Stored { meta, file } = Self::read_if(&src, read_conditions!(copy_source input), true).await?;
+        let (Stored { meta, file }, copy_source_version_id) = self
+            .read_version_if(
+                src_bucket,
+                src_key,
+                src_version,
+                read_conditions!(copy_source input),
+                true,
+            )
+            .await?;
         let (start, len) = match input.copy_source_range.as_deref() {
             None => (0, meta.size),
             Some(r) => copy_source_range(r, meta.size)?,
@@ -535,6 +591,7 @@ impl S3 for FsStore {
             sums: Sums::default(),
             parts: Vec::new(),
             upload_id: None,
+            ..Default::default()
         };
         self.store_part(tmp, &part, &dir, input.part_number).await?;
         Ok(S3Response::new(dto::UploadPartCopyOutput {
@@ -543,6 +600,7 @@ impl S3 for FsStore {
                 last_modified: Some(timestamp(part.modified_ms)),
                 ..Default::default()
             }),
+            copy_source_version_id,
             ..Default::default()
         }))
     }
@@ -626,12 +684,17 @@ impl S3 for FsStore {
             .filter(|p| !p.is_empty())
             .ok_or_else(|| s3_error!(MalformedXML, "the request lists no parts"))?;
         let chosen = self.chosen_parts(&dir, &wanted).await?;
-        let (tmp, meta) = self.assemble(&dir, &chosen, up, &input.upload_id).await?;
-        self.finish_if(tmp, &meta, &dest, cond).await?;
+        let (tmp, mut meta) = self.assemble(&dir, &chosen, up, &input.upload_id).await?;
+        let version_id = self
+            .store_object(&input.bucket, &input.key, tmp, &mut meta, cond)
+            .await?;
         if let Err(e) = tokio::fs::remove_dir_all(&dir).await {
             tracing::warn!("removing the finished upload {}: {e}", dir.display());
         }
-        Ok(S3Response::new(completed(&input.bucket, &input.key, meta.etag)))
+        Ok(S3Response::new(dto::CompleteMultipartUploadOutput {
+            version_id,
+            ..completed(&input.bucket, &input.key, meta.etag)
+        }))
     }
 
     async fn list_multipart_uploads(
@@ -646,49 +709,25 @@ impl S3 for FsStore {
         &self,
         req: S3Request<dto::ListObjectVersionsInput>,
     ) -> S3Result<S3Response<dto::ListObjectVersionsOutput>> {
-        // Buckets are not versioned: every object is its only version, the
-        // null version, and there are no delete markers.
+        let owner = self.bucket_owner(&req.input.bucket, &req.credentials).await;
+        Ok(S3Response::new(self.version_page(req.input, owner).await?))
+    }
+
+    async fn put_bucket_versioning(
+        &self,
+        req: S3Request<dto::PutBucketVersioningInput>,
+    ) -> S3Result<S3Response<dto::PutBucketVersioningOutput>> {
         let input = req.input;
-        let args = ListArgs::of(
-            input.prefix.as_deref(),
-            input.delimiter,
-            input.max_keys,
-            input.encoding_type.as_ref(),
-        )?;
-        let marker = input.key_marker.filter(|m| !m.is_empty());
-        let listing = self.list_page(&input.bucket, &args, marker.as_deref()).await?;
-        let url = args.url;
-        let versions = listing
-            .contents(url, None)
-            .into_iter()
-            .map(|o| dto::ObjectVersion {
-                key: o.key,
-                size: o.size,
-                e_tag: o.e_tag,
-                last_modified: o.last_modified,
-                is_latest: Some(true),
-                version_id: Some("null".into()),
-                storage_class: Some(dto::ObjectVersionStorageClass::from_static(
-                    dto::ObjectVersionStorageClass::STANDARD,
-                )),
-                ..Default::default()
-            })
-            .collect();
-        Ok(S3Response::new(dto::ListObjectVersionsOutput {
-            name: Some(input.bucket),
-            prefix: args.prefix_out(),
-            delimiter: args.delimiter_out(),
-            key_marker: args.marker_out(marker.as_deref()),
-            version_id_marker: Some(input.version_id_marker.unwrap_or_default()),
-            max_keys: args.max_keys_out(),
-            is_truncated: Some(listing.truncated),
-            next_key_marker: listing.next.as_deref().map(|k| encode_key(k, url)),
-            next_version_id_marker: listing.truncated.then(|| "null".to_owned()),
-            encoding_type: input.encoding_type,
-            versions: Some(versions),
-            common_prefixes: listing.common_prefixes(url),
-            ..Default::default()
-        }))
+        self.set_versioning(&input.bucket, &input.versioning_configuration)
+            .await?;
+        Ok(S3Response::new(dto::PutBucketVersioningOutput {}))
+    }
+
+    async fn get_bucket_versioning(
+        &self,
+        req: S3Request<dto::GetBucketVersioningInput>,
+    ) -> S3Result<S3Response<dto::GetBucketVersioningOutput>> {
+        Ok(S3Response::new(self.get_versioning(&req.input.bucket).await?))
     }
 
     async fn abort_multipart_upload(
@@ -707,10 +746,15 @@ impl S3 for FsStore {
     }
 }
 
-/// The bucket and key of a copy source (the only kind this store copies).
-fn bucket_key_source(source: &dto::CopySource) -> S3Result<(&str, &str)> {
+/// The bucket, key and version id of a copy source (the only kind this
+/// store copies).
+fn bucket_key_source(source: &dto::CopySource) -> S3Result<(&str, &str, Option<&str>)> {
     match source {
-        dto::CopySource::Bucket { bucket, key, .. } => Ok((&**bucket, &**key)),
+        dto::CopySource::Bucket {
+            bucket,
+            key,
+            version_id,
+        } => Ok((&**bucket, &**key, version_id.as_deref())),
         _ => Err(s3_error!(
             NotImplemented,
             "only bucket/key copy sources are supported"

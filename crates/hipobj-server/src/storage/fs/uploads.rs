@@ -231,6 +231,7 @@ impl FsStore {
             sums: Sums::default(),
             parts: chosen.iter().map(|(_, m)| m.size).collect(),
             upload_id: Some(upload_id.to_owned()),
+            ..Default::default()
         };
         Ok((tmp, meta))
     }
