@@ -398,7 +398,7 @@ impl FsStore {
     /// Makes `tmp` (filled, not sealed) the new object `key` if `cond`
     /// holds: in a bucket never versioned as [`FsStore::finish_if`], else
     /// as a new version (the null version while versioning is suspended).
-    /// Sets `meta`'s version id; returns the id to report.
+    /// Sets `meta`'s version id; returns it (`None` for a null version).
     pub(super) async fn store_object(
         &self,
         bucket: &str,
@@ -428,7 +428,9 @@ impl FsStore {
         };
         cond.check(newest.as_ref())?;
         self.add_version(&mut vs, tmp, &id, false).await?;
-        Ok(Some(id))
+        // A write while versioning is suspended makes the null version,
+        // and S3 names no version in its answer.
+        Ok(meta.version_id.clone())
     }
 
     /// DeleteObject without a version id: removes the object in a bucket
