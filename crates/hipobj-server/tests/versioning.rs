@@ -593,3 +593,21 @@ async fn a_stale_current_name_is_tolerated() {
     assert_eq!(std::fs::read(&current).unwrap()[..5], *b"newer");
     h.shutdown().await;
 }
+
+/// What a crash while adding a key's first version can leave, an empty
+/// version folder, lists nothing and does not keep the bucket from being
+/// deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_empty_version_folder_is_no_object() {
+    let (h, dir) = start(|_| {}).await;
+    let c = client(&h);
+    c.create_bucket().bucket("bkt").send().await.unwrap();
+    versioning(&c, "bkt", BucketVersioningStatus::Enabled).await;
+    std::fs::create_dir(dir.path().join("bkt").join("v-o-6b")).unwrap();
+    assert!(listed_keys(&c, "bkt").await.is_empty());
+    assert!(all_versions(&c, "bkt").await.is_empty());
+    let e = c.get_object().bucket("bkt").key("k").send().await.unwrap_err();
+    assert_eq!(code(&e), "NoSuchKey");
+    c.delete_bucket().bucket("bkt").send().await.unwrap();
+    h.shutdown().await;
+}

@@ -69,6 +69,7 @@ impl S3 for FsStore {
     ) -> S3Result<S3Response<dto::DeleteBucketOutput>> {
         let dir = self.existing_bucket(&req.input.bucket).await?;
         self.sweep_stale_uploads().await;
+        self.drop_empty_folders(&dir).await?;
         if self.has_objects(&dir).await? {
             return Err(s3_error!(BucketNotEmpty));
         }

@@ -169,7 +169,7 @@ impl Versions {
             Err(e) if io_kind(&e) == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(internal("reading versions", e)),
         }
-        list.sort_by(|a, b| b.seq.cmp(&a.seq));
+        list.sort_by_key(|v| std::cmp::Reverse(v.seq));
         let top = list.first().map_or(0, |v| v.seq);
         let mut stale = Vec::new();
         let mut seen_null = false;
@@ -349,24 +349,37 @@ impl FsStore {
             return Ok((Self::read_if(&path, cond, copy).await?, None));
         }
         let dir = self.existing_bucket(bucket).await?;
-        let vs = Versions::load(&dir, key).await?;
         let no_version = || s3_error!(NoSuchVersion, "The specified version does not exist.");
-        let chosen = match version_id {
-            None => vs.list.first().ok_or_else(|| {
-                if copy {
-                    s3_error!(NoSuchKey, "the copy source does not exist")
-                } else {
-                    s3_error!(NoSuchKey)
-                }
-            })?,
-            Some(id) => vs.find(id).and_then(|i| vs.list.get(i)).ok_or_else(no_version)?,
+        let no_key = || {
+            if copy {
+                s3_error!(NoSuchKey, "the copy source does not exist")
+            } else {
+                s3_error!(NoSuchKey)
+            }
         };
-        let Some(st) = Self::read_stored(&chosen.path).await? else {
-            // Removed since the folder was read.
-            return Err(match version_id {
-                Some(_) => no_version(),
-                None => s3_error!(NoSuchKey),
-            });
+        // Reads take no lock: a version removed between reading the folder
+        // and opening the file is looked for once more.
+        let mut tries = 0;
+        let (chosen, st) = loop {
+            tries += 1;
+            let mut vs = Versions::load(&dir, key).await?;
+            let i = match version_id {
+                None if vs.list.is_empty() => return Err(no_key()),
+                None => 0,
+                Some(id) => vs.find(id).ok_or_else(no_version)?,
+            };
+            let chosen = vs.list.swap_remove(i);
+            match Self::read_stored(&chosen.path).await? {
+                Some(st) => break (chosen, st),
+                None if tries < 2 => {}
+                None => {
+                    return Err(if version_id.is_some() {
+                        no_version()
+                    } else {
+                        no_key()
+                    });
+                }
+            }
         };
         if st.meta.delete_marker {
             return Err(match (version_id, copy) {
@@ -574,6 +587,27 @@ impl FsStore {
         }
         // Fails, as it should, while the folder holds a version.
         let _ = tokio::fs::remove_dir(&vs.folder).await;
+    }
+
+    /// Removes the empty version folders of the bucket folder `dir` (a
+    /// crash while adding a first version can leave one), so that they do
+    /// not keep DeleteBucket from deleting a bucket that lists nothing.
+    pub(super) async fn drop_empty_folders(&self, dir: &Path) -> S3Result<()> {
+        let _turn = self.cond_lock.lock().await;
+        let mut rd = tokio::fs::read_dir(dir)
+            .await
+            .map_err(|e| internal("reading a bucket", e))?;
+        while let Some(ent) = rd
+            .next_entry()
+            .await
+            .map_err(|e| internal("reading a bucket", e))?
+        {
+            if ent.file_name().to_str().is_some_and(|n| n.starts_with(FOLDER)) {
+                // Fails, as it should, for a folder that holds versions.
+                let _ = tokio::fs::remove_dir(ent.path()).await;
+            }
+        }
+        Ok(())
     }
 
     /// The key a name in a bucket folder stands for, and whether the name
