@@ -121,8 +121,8 @@ async fn identity(path: &Path) -> S3Result<Option<(u64, u64)>> {
     }
 }
 
-/// `404 NoSuchKey` for a key whose newest version is the delete marker
-/// `id`, with the headers S3 sends.
+/// The error `code` about the delete marker `id`, with the headers S3
+/// sends with it (`x-amz-delete-marker`, `x-amz-version-id`).
 fn marker_error(code: S3ErrorCode, message: &str, id: &str) -> S3Error {
     let mut e = S3Error::with_message(code, message.to_owned());
     let mut h = http::HeaderMap::new();
