@@ -15,7 +15,8 @@ use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{
-    CompletedMultipartUpload, CompletedPart, Delete, ObjectAttributes, ObjectIdentifier,
+    BucketVersioningStatus, CompletedMultipartUpload, CompletedPart, Delete, ObjectAttributes,
+    ObjectIdentifier, VersioningConfiguration,
 };
 use hipobj_server::config::{RemoteConfig, StorageConfig};
 use hipobj_server::storage::operations::OPERATIONS;
@@ -196,6 +197,19 @@ async fn session(c: &aws_sdk_s3::Client, b: &str) -> Answers {
     a.note("delete_objects", del, |o| {
         keys(o.deleted().iter().map(|x| x.key()))
     });
+    // Versioning last: the deletes above would otherwise leave markers.
+    let vc = VersioningConfiguration::builder()
+        .status(BucketVersioningStatus::Suspended)
+        .build();
+    let set = c
+        .put_bucket_versioning()
+        .bucket(b)
+        .versioning_configuration(vc)
+        .send()
+        .await;
+    a.note("put_bucket_versioning", set, |_| "set".into());
+    let got = c.get_bucket_versioning().bucket(b).send().await;
+    a.note("get_bucket_versioning", got, |o| format!("{:?}", o.status()));
     let del = c.delete_bucket().bucket(b).send().await;
     a.note("delete_bucket", del, |_| "deleted".into());
     a

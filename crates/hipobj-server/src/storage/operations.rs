@@ -44,6 +44,8 @@ macro_rules! s3_operations {
                 complete_multipart_upload: CompleteMultipartUploadInput => CompleteMultipartUploadOutput,
                 abort_multipart_upload: AbortMultipartUploadInput => AbortMultipartUploadOutput,
                 list_multipart_uploads: ListMultipartUploadsInput => ListMultipartUploadsOutput,
+                put_bucket_versioning: PutBucketVersioningInput => PutBucketVersioningOutput,
+                get_bucket_versioning: GetBucketVersioningInput => GetBucketVersioningOutput,
             }
             bytes {
                 get_object: GetObjectInput => GetObjectOutput,

@@ -258,16 +258,15 @@ impl FsStore {
         Ok(st)
     }
 
-    /// Writes the object at `path` again with its record changed by `edit`
-    /// (the data copied as it is stored), in place of the old file:
-    /// readers see the old record or the new one. Conditional writers take
-    /// turns with this.
-    pub(super) async fn rewrite_record(
+    /// Writes the object file at `path` again with its record changed by
+    /// `edit` (the data copied as it is stored), in place of the old file:
+    /// readers see the old record or the new one. The caller holds
+    /// `cond_lock`, so that no conditional or versioned write interleaves.
+    pub(super) async fn rewrite_file(
         &self,
         path: &std::path::Path,
         edit: impl FnOnce(&mut Meta),
     ) -> S3Result<()> {
-        let _turn = self.cond_lock.lock().await;
         let Some(st) = Self::read_stored(path).await? else {
             return Err(s3_error!(NoSuchKey));
         };

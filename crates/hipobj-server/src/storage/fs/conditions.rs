@@ -135,6 +135,27 @@ impl WriteCondition {
             (None, None) => Ok(Self::None),
         }
     }
+
+    /// Whether the write may replace `current` (the object the key names
+    /// now, `None` if none): `412 PreconditionFailed` otherwise, `404` for
+    /// If-Match on no object.
+    pub(super) fn check(&self, current: Option<&Meta>) -> S3Result<()> {
+        let failed = |what: &str| {
+            S3Error::with_message(
+                S3ErrorCode::PreconditionFailed,
+                format!("At least one of the pre-conditions you specified did not hold ({what})"),
+            )
+        };
+        match (self, current) {
+            (Self::None, _) | (Self::Absent | Self::NoneMatch(_), None) => Ok(()),
+            (Self::Absent, Some(_)) => Err(failed("If-None-Match: * and the object exists")),
+            (Self::NoneMatch(not), Some(m)) if etag_matches(not, &m.etag) => Err(failed("If-None-Match")),
+            (Self::NoneMatch(_), Some(_)) => Ok(()),
+            (Self::Matches(_), None) => Err(s3_error!(NoSuchKey, "If-Match: the object does not exist")),
+            (Self::Matches(want), Some(m)) if !etag_matches(want, &m.etag) => Err(failed("If-Match")),
+            (Self::Matches(_), Some(_)) => Ok(()),
+        }
+    }
 }
 
 impl FsStore {
@@ -174,31 +195,12 @@ impl FsStore {
                     Err(e) => Err(internal("committing an object", e)),
                 }
             }
-            WriteCondition::NoneMatch(not) => {
-                let _turn = self.cond_lock.lock().await;
-                if let Some(st) = Self::read_stored(dest).await?
-                    && etag_matches(&not, &st.meta.etag)
-                {
-                    return Err(s3_error!(
-                        PreconditionFailed,
-                        "At least one of the pre-conditions you specified did not hold (If-None-Match)"
-                    ));
-                }
-                self.finish(tmp, meta, dest).await
-            }
-            WriteCondition::Matches(want) => {
+            WriteCondition::NoneMatch(_) | WriteCondition::Matches(_) => {
                 // Conditional writers of this store take turns between the
                 // check and the rename.
                 let _turn = self.cond_lock.lock().await;
-                let Some(st) = Self::read_stored(dest).await? else {
-                    return Err(s3_error!(NoSuchKey, "If-Match: the object does not exist"));
-                };
-                if !etag_matches(&want, &st.meta.etag) {
-                    return Err(s3_error!(
-                        PreconditionFailed,
-                        "At least one of the pre-conditions you specified did not hold (If-Match)"
-                    ));
-                }
+                let current = Self::read_stored(dest).await?;
+                cond.check(current.as_ref().map(|st| &st.meta))?;
                 self.finish(tmp, meta, dest).await
             }
         }

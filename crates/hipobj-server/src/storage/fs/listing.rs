@@ -10,7 +10,7 @@ use s3s::dto::{self, ETag, Timestamp};
 use s3s::{S3Result, s3_error};
 
 use super::object::Meta;
-use super::{FsStore, i64_of, internal, timestamp, unhex};
+use super::{FsStore, i64_of, internal, timestamp};
 use crate::storage::names::check_bucket;
 
 /// What the three object listings ask alike: the prefix, the delimiter,
@@ -83,6 +83,7 @@ impl FsStore {
     /// The keys of a bucket, sorted, with the file holding each.
     pub(super) async fn keys(&self, dir: &Path, prefix: &str) -> S3Result<Vec<(String, PathBuf)>> {
         let mut out = Vec::new();
+        let mut folders = Vec::new();
         let mut rd = tokio::fs::read_dir(dir)
             .await
             .map_err(|e| internal("listing a bucket", e))?;
@@ -93,23 +94,21 @@ impl FsStore {
         {
             let name = ent.file_name();
             let Some(name) = name.to_str() else { continue };
-            let key = if let Some(h) = name.strip_prefix("o-") {
-                match unhex(h).and_then(|b| String::from_utf8(b).ok()) {
-                    Some(k) => k,
-                    None => continue,
-                }
-            } else if name.starts_with("h-") {
-                match Self::read_stored(&ent.path()).await? {
-                    Some(st) => st.meta.key,
-                    None => continue,
-                }
-            } else {
+            let Some((key, folder)) = Self::key_of_name(dir, name).await? else {
                 continue;
             };
-            if key.starts_with(prefix) {
+            if !key.starts_with(prefix) {
+                continue;
+            }
+            if folder {
+                folders.push(key);
+            } else {
                 out.push((key, ent.path()));
             }
         }
+        // A key with versions lists as its newest version, if that is not
+        // a delete marker.
+        Self::newest_of_folders(dir, folders, &mut out).await?;
         out.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(out)
     }

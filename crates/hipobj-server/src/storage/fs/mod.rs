@@ -10,6 +10,8 @@
 //! <root>/.keys/sse-s3.key             the SSE-S3 master key (unless configured elsewhere)
 //! <root>/.encryption/<bucket>         a bucket's default encryption (PutBucketEncryption)
 //! <root>/.acls/<bucket>               a bucket's canned ACL, unless private
+//! <root>/.versioning/<bucket>         Enabled or Suspended (no file: never versioned)
+//! <root>/<bucket>/v-<object file>/    the versions of a key (see `versions`)
 //! ```
 //!
 //! An object file holds the data, then its metadata as JSON, then the
@@ -34,6 +36,7 @@
 //! * `acl`: canned ACLs on buckets and objects, and who they let in;
 //! * `listing`: ListObjects (both versions), ListObjectVersions, ListBuckets;
 //! * `uploads`: multipart uploads and their parts;
+//! * `versions`: bucket versioning, the versions of a key on disk;
 //! * `s3`: only `impl S3 for FsStore`, each operation in terms of the above.
 
 use std::path::{Path, PathBuf};
@@ -53,6 +56,7 @@ mod object;
 mod s3;
 mod sse;
 mod uploads;
+mod versions;
 mod write;
 
 /// Limits of the filesystem store.
@@ -105,8 +109,11 @@ pub struct FsStore {
     root: PathBuf,
     limits: FsLimits,
     counter: AtomicU64,
-    /// Held between the check and the commit of an If-Match write.
+    /// Held between the check and the commit of a conditional write, and
+    /// around every change to a key's versions.
     cond_lock: tokio::sync::Mutex<()>,
+    /// Bucket versioning states read or written so far.
+    versioning: versions::Known,
     /// When stale uploads were last swept (`now_ms`), 0: never.
     last_sweep_ms: AtomicU64,
     /// The key-encryption key of SSE-S3 objects.
@@ -136,6 +143,7 @@ impl FsStore {
             limits,
             counter: AtomicU64::new(0),
             cond_lock: tokio::sync::Mutex::new(()),
+            versioning: versions::Known::default(),
             last_sweep_ms: AtomicU64::new(0),
             master,
         })

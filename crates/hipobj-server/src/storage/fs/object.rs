@@ -39,6 +39,15 @@ pub(super) struct Meta {
     /// The object's canned ACL (`None`: private).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) acl: Option<Canned>,
+    /// Which version of its key this file is (`versions`); `None` for the
+    /// null version, which is also every object of a bucket that was never
+    /// versioned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) version_id: Option<String>,
+    /// A delete marker: a version with no data that says the key was
+    /// deleted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(super) delete_marker: bool,
 }
 
 /// The headers an object keeps (Content-Type and friends, x-amz-meta-*).

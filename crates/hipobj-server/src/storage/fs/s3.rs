@@ -13,6 +13,7 @@ use super::object::{Meta, attrs_of, described};
 use super::sse::{Described, Mode, Protection, customer_headers};
 use super::uploads::{Upload, check_part_number, copy_source_range};
 use super::{FsStore, US_EAST_1, hex, i64_of, internal, io_kind, now_ms, timestamp, unhex};
+use crate::storage::Requester;
 use crate::storage::names::check_key;
 
 #[async_trait::async_trait]
@@ -73,6 +74,7 @@ impl S3 for FsStore {
     ) -> S3Result<S3Response<dto::DeleteBucketOutput>> {
         let dir = self.existing_bucket(&req.input.bucket).await?;
         self.sweep_stale_uploads().await;
+        self.drop_empty_folders(&dir).await?;
         if self.has_objects(&dir).await? {
             return Err(s3_error!(BucketNotEmpty));
         }
@@ -88,6 +90,7 @@ impl S3 for FsStore {
         match tokio::fs::remove_dir(&dir).await {
             Ok(()) => {
                 self.clear_bucket_encryption(&req.input.bucket).await?;
+                self.forget_versioning(&req.input.bucket).await;
                 Ok(S3Response::new(dto::DeleteBucketOutput {}))
             }
             Err(e) if io_kind(&e) == std::io::ErrorKind::DirectoryNotEmpty => Err(s3_error!(BucketNotEmpty)),
@@ -196,10 +199,15 @@ impl S3 for FsStore {
         req: S3Request<dto::GetObjectAclInput>,
     ) -> S3Result<S3Response<dto::GetObjectAclOutput>> {
         let input = req.input;
-        let path = self.object_path(&input.bucket, &input.key).await?;
-        let Some(st) = Self::read_stored(&path).await? else {
-            return Err(s3_error!(NoSuchKey));
-        };
+        let (st, _) = self
+            .read_version_if(
+                &input.bucket,
+                &input.key,
+                input.version_id.as_deref(),
+                (ReadConditions::default(), &Requester::Owner),
+                false,
+            )
+            .await?;
         let owner = self.bucket_owner(&input.bucket, &req.credentials).await;
         Ok(S3Response::new(dto::GetObjectAclOutput {
             grants: Some(st.meta.acl.unwrap_or_default().grants(&owner)),
@@ -213,7 +221,7 @@ impl S3 for FsStore {
         req: S3Request<dto::PutObjectAclInput>,
     ) -> S3Result<S3Response<dto::PutObjectAclOutput>> {
         let input = req.input;
-        let path = self.object_path(&input.bucket, &input.key).await?;
+        self.object_path(&input.bucket, &input.key).await?;
         let owner = self.bucket_owner(&input.bucket, &req.credentials).await;
         let acl = match (input.acl.as_ref(), input.access_control_policy.as_ref()) {
             (Some(a), None) => Canned::parse(Some(a.as_str()), true)?.unwrap_or_default(),
@@ -225,7 +233,10 @@ impl S3 for FsStore {
                 ));
             }
         };
-        self.rewrite_record(&path, |m| m.acl = Some(acl)).await?;
+        self.edit_version(&input.bucket, &input.key, input.version_id.as_deref(), |m| {
+            m.acl = Some(acl);
+        })
+        .await?;
         Ok(S3Response::new(dto::PutObjectAclOutput::default()))
     }
 
@@ -253,7 +264,7 @@ impl S3 for FsStore {
         req: S3Request<dto::PutObjectInput>,
     ) -> S3Result<S3Response<dto::PutObjectOutput>> {
         let input = req.input;
-        let dest = self.object_path(&input.bucket, &input.key).await?;
+        self.object_path(&input.bucket, &input.key).await?;
         self.check_bucket_access(&input.bucket, &requester(&req.extensions), Access::Write)
             .await?;
         let acl = Canned::parse(input.acl.as_ref().map(|a| a.as_str()), true)?;
@@ -271,23 +282,25 @@ impl S3 for FsStore {
                 &protection,
             )
             .await?;
-        let meta = Meta {
-            key: input.key,
+        let mut meta = Meta {
+            key: input.key.clone(),
             size: got.size,
             etag: protection.etag(&got.md5),
             modified_ms: now_ms(),
             attrs: attrs_of!(input),
             sums: got.sums,
-            parts: Vec::new(),
-            upload_id: None,
             encryption: got.encryption,
             acl,
+            ..Default::default()
         };
-        self.finish_if(got.tmp, &meta, &dest, cond).await?;
+        let version_id = self
+            .store_object(&input.bucket, &input.key, got.tmp, &mut meta, cond)
+            .await?;
         tracing::debug!(bucket = %input.bucket, key = %meta.key, size = meta.size, etag = %meta.etag, "stored");
         let enc = Described::of(meta.encryption.as_ref());
         Ok(S3Response::new(dto::PutObjectOutput {
             e_tag: Some(ETag::Strong(meta.etag)),
+            version_id,
             size: Some(i64_of(meta.size)),
             checksum_crc32: meta.sums.crc32,
             checksum_crc32c: meta.sums.crc32c,
@@ -300,17 +313,21 @@ impl S3 for FsStore {
             ..Default::default()
         }))
     }
-
     async fn get_object(
         &self,
         req: S3Request<dto::GetObjectInput>,
     ) -> S3Result<S3Response<dto::GetObjectOutput>> {
         let input = req.input;
-        let path = self.object_path(&input.bucket, &input.key).await?;
         let asked = Protection::of_customer(customer_headers!(input))?;
         let who = requester(&req.extensions);
-        let st = self
-            .read_as(&input.bucket, &path, &who, read_conditions!(input))
+        let (st, version_id) = self
+            .read_version_if(
+                &input.bucket,
+                &input.key,
+                input.version_id.as_deref(),
+                (read_conditions!(input), &who),
+                false,
+            )
             .await?;
         // As S3: a part that is not there, before a key that is missing.
         let (range, parts_count) = st.meta.selection(input.range.as_ref(), input.part_number)?;
@@ -329,19 +346,24 @@ impl S3 for FsStore {
             content_length: Some(i64_of(len)),
             content_range,
             parts_count,
+            version_id,
         })))
     }
-
     async fn head_object(
         &self,
         req: S3Request<dto::HeadObjectInput>,
     ) -> S3Result<S3Response<dto::HeadObjectOutput>> {
         let input = req.input;
-        let path = self.object_path(&input.bucket, &input.key).await?;
         let asked = Protection::of_customer(customer_headers!(input))?;
         let who = requester(&req.extensions);
-        let st = self
-            .read_as(&input.bucket, &path, &who, read_conditions!(input))
+        let (st, version_id) = self
+            .read_version_if(
+                &input.bucket,
+                &input.key,
+                input.version_id.as_deref(),
+                (read_conditions!(input), &who),
+                false,
+            )
             .await?;
         st.unlock(&asked, &self.master)?;
         let meta = st.meta;
@@ -353,17 +375,24 @@ impl S3 for FsStore {
         Ok(S3Response::new(described!(dto::HeadObjectOutput, meta, sums, {
             content_length: Some(i64_of(size)),
             parts_count,
+            version_id,
         })))
     }
-
     async fn get_object_attributes(
         &self,
         req: S3Request<dto::GetObjectAttributesInput>,
     ) -> S3Result<S3Response<dto::GetObjectAttributesOutput>> {
         let input = req.input;
-        let path = self.object_path(&input.bucket, &input.key).await?;
         let asked = Protection::of_customer(customer_headers!(input))?;
-        let st = Self::read_if(&path, ReadConditions::default(), false).await?;
+        let (st, version_id) = self
+            .read_version_if(
+                &input.bucket,
+                &input.key,
+                input.version_id.as_deref(),
+                (ReadConditions::default(), &Requester::Owner),
+                false,
+            )
+            .await?;
         st.unlock(&asked, &self.master)?;
         let meta = st.meta;
         // SDKs send the list as one header, "ETag, Checksum, ...".
@@ -389,6 +418,7 @@ impl S3 for FsStore {
             last_modified: Some(timestamp(meta.modified_ms)),
             object_parts,
             checksum,
+            version_id,
             ..Default::default()
         }))
     }
@@ -397,23 +427,26 @@ impl S3 for FsStore {
         &self,
         req: S3Request<dto::DeleteObjectInput>,
     ) -> S3Result<S3Response<dto::DeleteObjectOutput>> {
-        let path = self.object_path(&req.input.bucket, &req.input.key).await?;
-        self.check_bucket_access(&req.input.bucket, &requester(&req.extensions), Access::Write)
+        let input = req.input;
+        self.object_path(&input.bucket, &input.key).await?;
+        self.check_bucket_access(&input.bucket, &requester(&req.extensions), Access::Write)
             .await?;
-        match tokio::fs::remove_file(&path).await {
-            Ok(()) => {}
-            Err(e) if io_kind(&e) == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(internal("deleting an object", e)),
-        }
-        Ok(S3Response::new(dto::DeleteObjectOutput::default()))
+        let gone = match input.version_id.as_deref() {
+            Some(id) => self.delete_version(&input.bucket, &input.key, id).await?,
+            None => self.delete_newest(&input.bucket, &input.key).await?,
+        };
+        Ok(S3Response::new(dto::DeleteObjectOutput {
+            delete_marker: gone.marker.then_some(true),
+            version_id: gone.version_id,
+            ..Default::default()
+        }))
     }
-
     async fn delete_objects(
         &self,
         req: S3Request<dto::DeleteObjectsInput>,
     ) -> S3Result<S3Response<dto::DeleteObjectsOutput>> {
         let input = req.input;
-        let dir = self.existing_bucket(&input.bucket).await?;
+        self.existing_bucket(&input.bucket).await?;
         self.check_bucket_access(&input.bucket, &requester(&req.extensions), Access::Write)
             .await?;
         if input.delete.objects.len() > 1000 {
@@ -425,18 +458,18 @@ impl S3 for FsStore {
         let mut deleted = Vec::new();
         let mut errors = Vec::new();
         for obj in input.delete.objects {
-            let r = match check_key(&obj.key) {
-                Err(e) => Err(e),
-                Ok(()) => match tokio::fs::remove_file(dir.join(Self::file_name(&obj.key))).await {
-                    Ok(()) => Ok(()),
-                    Err(e) if io_kind(&e) == std::io::ErrorKind::NotFound => Ok(()),
-                    Err(e) => Err(internal("deleting an object", e)),
-                },
+            let r = match obj.version_id.as_deref() {
+                Some(id) => self.delete_version(&input.bucket, &obj.key, id).await,
+                None => self.delete_newest(&input.bucket, &obj.key).await,
             };
             match r {
-                Ok(()) => deleted.push(dto::DeletedObject {
+                // A marker made answers with its id; a version removed with
+                // its own id, and whether it was a marker.
+                Ok(gone) => deleted.push(dto::DeletedObject {
                     key: Some(obj.key),
-                    ..Default::default()
+                    delete_marker: gone.marker.then_some(true),
+                    delete_marker_version_id: gone.version_id.clone().filter(|_| gone.marker),
+                    version_id: gone.version_id.filter(|_| obj.version_id.is_some()),
                 }),
                 Err(e) => errors.push(dto::Error {
                     key: Some(obj.key),
@@ -452,7 +485,6 @@ impl S3 for FsStore {
             ..Default::default()
         }))
     }
-
     async fn list_objects_v2(
         &self,
         req: S3Request<dto::ListObjectsV2Input>,
@@ -546,7 +578,7 @@ impl S3 for FsStore {
         req: S3Request<dto::CopyObjectInput>,
     ) -> S3Result<S3Response<dto::CopyObjectOutput>> {
         let input = req.input;
-        let (src_bucket, src_key) = bucket_key_source(&input.copy_source)?;
+        let (src_bucket, src_key, src_version) = bucket_key_source(&input.copy_source)?;
         let src = self.object_path(src_bucket, src_key).await?;
         let dest = self.object_path(&input.bucket, &input.key).await?;
         let replace = input
@@ -557,10 +589,24 @@ impl S3 for FsStore {
         let protection =
             Protection::of_write(input.server_side_encryption.as_ref(), customer_headers!(input))?;
         let protection = self.with_default(&input.bucket, protection).await?;
-        let st = Self::read_if(&src, read_conditions!(copy_source input), true).await?;
+        let (st, copy_source_version_id) = self
+            .read_version_if(
+                src_bucket,
+                src_key,
+                src_version,
+                (read_conditions!(copy_source input), &Requester::Owner),
+                true,
+            )
+            .await?;
         // As S3: a copy onto itself must change something (the metadata or
-        // the encryption).
-        if src == dest && !replace && !protection.encrypts() && st.meta.encryption.is_none() {
+        // the encryption); copying an older version over its key is how S3
+        // restores it.
+        if src == dest
+            && !replace
+            && src_version.is_none()
+            && !protection.encrypts()
+            && st.meta.encryption.is_none()
+        {
             return Err(s3_error!(
                 InvalidRequest,
                 "copying an object onto itself needs the REPLACE metadata directive"
@@ -584,19 +630,20 @@ impl S3 for FsStore {
         } else {
             hex(&got.md5)
         };
-        let new = Meta {
-            key: input.key,
+        let mut new = Meta {
+            key: input.key.clone(),
             size: meta.size,
             etag,
             modified_ms: now_ms(),
             attrs,
             sums: meta.sums,
-            parts: Vec::new(),
-            upload_id: None,
             encryption: got.encryption,
             acl: Canned::parse(input.acl.as_ref().map(|a| a.as_str()), true)?,
+            ..Default::default()
         };
-        self.finish(got.tmp, &new, &dest).await?;
+        let version_id = self
+            .store_object(&input.bucket, &input.key, got.tmp, &mut new, WriteCondition::None)
+            .await?;
         let enc = Described::of(new.encryption.as_ref());
         Ok(S3Response::new(dto::CopyObjectOutput {
             copy_object_result: Some(dto::CopyObjectResult {
@@ -604,13 +651,14 @@ impl S3 for FsStore {
                 last_modified: Some(timestamp(new.modified_ms)),
                 ..Default::default()
             }),
+            copy_source_version_id,
+            version_id,
             server_side_encryption: enc.server_side_encryption,
             sse_customer_algorithm: enc.sse_customer_algorithm,
             sse_customer_key_md5: enc.sse_customer_key_md5,
             ..Default::default()
         }))
     }
-
     async fn create_multipart_upload(
         &self,
         req: S3Request<dto::CreateMultipartUploadInput>,
@@ -707,7 +755,7 @@ impl S3 for FsStore {
         let input = req.input;
         check_key(&input.key)?;
         check_part_number(input.part_number)?;
-        let (src_bucket, src_key) = bucket_key_source(&input.copy_source)?;
+        let (src_bucket, src_key, src_version) = bucket_key_source(&input.copy_source)?;
         let owner = req.credentials.as_ref().map(|c| c.access_key.as_str());
         let (dir, up) = self
             .load_upload(&input.upload_id, &input.bucket, &input.key, owner)
@@ -716,8 +764,15 @@ impl S3 for FsStore {
         protection.check_part(up.encryption.as_ref())?;
         let protection = protection.for_part(up.encryption.as_ref());
         let source_key = Protection::of_customer(customer_headers!(copy_source input))?;
-        let src = self.object_path(src_bucket, src_key).await?;
-        let st = Self::read_if(&src, read_conditions!(copy_source input), true).await?;
+        let (st, copy_source_version_id) = self
+            .read_version_if(
+                src_bucket,
+                src_key,
+                src_version,
+                (read_conditions!(copy_source input), &Requester::Owner),
+                true,
+            )
+            .await?;
         let unlocked = st.unlock(&source_key, &self.master)?;
         let range = match input.copy_source_range.as_deref() {
             None => (0, st.meta.size),
@@ -744,6 +799,7 @@ impl S3 for FsStore {
             server_side_encryption: enc.server_side_encryption,
             sse_customer_algorithm: enc.sse_customer_algorithm,
             sse_customer_key_md5: enc.sse_customer_key_md5,
+            copy_source_version_id,
             ..Default::default()
         }))
     }
@@ -829,14 +885,17 @@ impl S3 for FsStore {
             .filter(|p| !p.is_empty())
             .ok_or_else(|| s3_error!(MalformedXML, "the request lists no parts"))?;
         let chosen = self.chosen_parts(&dir, &wanted).await?;
-        let (tmp, meta) = self.assemble(&dir, &chosen, up, &input.upload_id).await?;
-        self.finish_if(tmp, &meta, &dest, cond).await?;
+        let (tmp, mut meta) = self.assemble(&dir, &chosen, up, &input.upload_id).await?;
+        let version_id = self
+            .store_object(&input.bucket, &input.key, tmp, &mut meta, cond)
+            .await?;
         if let Err(e) = tokio::fs::remove_dir_all(&dir).await {
             tracing::warn!("removing the finished upload {}: {e}", dir.display());
         }
         let enc = Described::of(meta.encryption.as_ref());
         let mut done = completed(&input.bucket, &input.key, meta.etag);
         done.server_side_encryption = enc.server_side_encryption;
+        done.version_id = version_id;
         let mut resp = S3Response::new(done);
         // s3s's output has no SSE-C fields; S3 sends them.
         for (name, value) in [
@@ -868,53 +927,28 @@ impl S3 for FsStore {
         &self,
         req: S3Request<dto::ListObjectVersionsInput>,
     ) -> S3Result<S3Response<dto::ListObjectVersionsOutput>> {
-        // Buckets are not versioned: every object is its only version, the
-        // null version, and there are no delete markers.
-        let input = req.input;
-        self.check_bucket_access(&input.bucket, &requester(&req.extensions), Access::Read)
+        self.check_bucket_access(&req.input.bucket, &requester(&req.extensions), Access::Read)
             .await?;
-        let args = ListArgs::of(
-            input.prefix.as_deref(),
-            input.delimiter,
-            input.max_keys,
-            input.encoding_type.as_ref(),
-        )?;
-        let marker = input.key_marker.filter(|m| !m.is_empty());
-        let listing = self.list_page(&input.bucket, &args, marker.as_deref()).await?;
-        let url = args.url;
-        let versions = listing
-            .contents(url, None)
-            .into_iter()
-            .map(|o| dto::ObjectVersion {
-                key: o.key,
-                size: o.size,
-                e_tag: o.e_tag,
-                last_modified: o.last_modified,
-                is_latest: Some(true),
-                version_id: Some("null".into()),
-                storage_class: Some(dto::ObjectVersionStorageClass::from_static(
-                    dto::ObjectVersionStorageClass::STANDARD,
-                )),
-                ..Default::default()
-            })
-            .collect();
-        Ok(S3Response::new(dto::ListObjectVersionsOutput {
-            name: Some(input.bucket),
-            prefix: args.prefix_out(),
-            delimiter: args.delimiter_out(),
-            key_marker: args.marker_out(marker.as_deref()),
-            version_id_marker: Some(input.version_id_marker.unwrap_or_default()),
-            max_keys: args.max_keys_out(),
-            is_truncated: Some(listing.truncated),
-            next_key_marker: listing.next.as_deref().map(|k| encode_key(k, url)),
-            next_version_id_marker: listing.truncated.then(|| "null".to_owned()),
-            encoding_type: input.encoding_type,
-            versions: Some(versions),
-            common_prefixes: listing.common_prefixes(url),
-            ..Default::default()
-        }))
+        let owner = self.bucket_owner(&req.input.bucket, &req.credentials).await;
+        Ok(S3Response::new(self.version_page(req.input, owner).await?))
     }
 
+    async fn put_bucket_versioning(
+        &self,
+        req: S3Request<dto::PutBucketVersioningInput>,
+    ) -> S3Result<S3Response<dto::PutBucketVersioningOutput>> {
+        let input = req.input;
+        self.set_versioning(&input.bucket, &input.versioning_configuration)
+            .await?;
+        Ok(S3Response::new(dto::PutBucketVersioningOutput {}))
+    }
+
+    async fn get_bucket_versioning(
+        &self,
+        req: S3Request<dto::GetBucketVersioningInput>,
+    ) -> S3Result<S3Response<dto::GetBucketVersioningOutput>> {
+        Ok(S3Response::new(self.get_versioning(&req.input.bucket).await?))
+    }
     async fn abort_multipart_upload(
         &self,
         req: S3Request<dto::AbortMultipartUploadInput>,
@@ -931,10 +965,15 @@ impl S3 for FsStore {
     }
 }
 
-/// The bucket and key of a copy source (the only kind this store copies).
-fn bucket_key_source(source: &dto::CopySource) -> S3Result<(&str, &str)> {
+/// The bucket, key and version id of a copy source (the only kind this
+/// store copies).
+fn bucket_key_source(source: &dto::CopySource) -> S3Result<(&str, &str, Option<&str>)> {
     match source {
-        dto::CopySource::Bucket { bucket, key, .. } => Ok((&**bucket, &**key)),
+        dto::CopySource::Bucket {
+            bucket,
+            key,
+            version_id,
+        } => Ok((&**bucket, &**key, version_id.as_deref())),
         _ => Err(s3_error!(
             NotImplemented,
             "only bucket/key copy sources are supported"

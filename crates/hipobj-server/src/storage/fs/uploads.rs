@@ -273,6 +273,7 @@ impl FsStore {
             upload_id: Some(upload_id.to_owned()),
             encryption,
             acl: up.acl,
+            ..Default::default()
         };
         Ok((tmp, meta))
     }
