@@ -525,7 +525,8 @@ async fn copies_uploads_and_conditions_use_versions() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_writers_keep_every_version() {
-    let (h, _dir) = start(|_| {}).await;
+    use std::os::unix::fs::MetadataExt;
+    let (h, dir) = start(|_| {}).await;
     let c = client(&h);
     c.create_bucket().bucket("bkt").send().await.unwrap();
     versioning(&c, "bkt", BucketVersioningStatus::Enabled).await;
@@ -552,6 +553,23 @@ async fn concurrent_writers_keep_every_version() {
     assert_eq!(head.version_id(), Some(newest.1.as_str()));
     let current = get(&c, "bkt", "k", None).await;
     assert_eq!(get(&c, "bkt", "k", Some(&newest.1)).await, current);
+    // On disk: each version has its own place in the order, and the object
+    // file is the newest of them, not merely some version.
+    let bucket = dir.path().join("bkt");
+    let mut entries: Vec<String> = std::fs::read_dir(bucket.join("v-o-6b"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    entries.sort();
+    let seqs: std::collections::HashSet<_> = entries
+        .iter()
+        .map(|n| n.split('-').next().unwrap().to_owned())
+        .collect();
+    assert_eq!(seqs.len(), 16, "two versions share a place: {entries:?}");
+    let last = entries.last().unwrap();
+    assert!(last.ends_with(&newest.1));
+    let ino = |p: std::path::PathBuf| std::fs::metadata(p).unwrap().ino();
+    assert_eq!(ino(bucket.join("o-6b")), ino(bucket.join("v-o-6b").join(last)));
     h.shutdown().await;
 }
 
