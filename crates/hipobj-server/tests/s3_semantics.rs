@@ -320,7 +320,7 @@ async fn retried_complete_multipart_upload_succeeds() {
     h.shutdown().await;
 }
 
-/// SSE-KMS, object lock, ACLs beyond private and tagging are not
+/// SSE-KMS, object lock, grants to other accounts and tagging are not
 /// implemented: asking for them is `501 NotImplemented` and stores
 /// nothing (never plaintext where encryption was asked for). An SSE-C key
 /// on plain HTTP is refused (400) and nothing is stored, unless the server
@@ -358,7 +358,7 @@ async fn unimplemented_features_are_refused_not_ignored() {
             .send()
             .await,
         put().tagging("a=b").send().await,
-        put().acl(ObjectCannedAcl::PublicRead).send().await,
+        put().grant_read("id=someone-else").send().await,
         put()
             .object_lock_legal_hold_status(ObjectLockLegalHoldStatus::On)
             .send()

@@ -250,9 +250,11 @@ fn check_signed(headers: &http::HeaderMap, uri: &http::Uri) -> S3Result<()> {
     if let Some(exp) = presigned
         && exp.parse::<u64>().map_or(true, |e| e > MAX_PRESIGN_SECS)
     {
+        // 403, as S3 answers a presigned URL whose validity is negative or
+        // longer than a week (ceph/s3-tests' x_amz_expires cases).
         return Err(S3Error::with_message(
-            S3ErrorCode::AuthorizationQueryParametersError,
-            format!("X-Amz-Expires must be less than a week (in seconds) that is {MAX_PRESIGN_SECS}"),
+            S3ErrorCode::AccessDenied,
+            format!("X-Amz-Expires must be from 0 to a week (in seconds) that is {MAX_PRESIGN_SECS}"),
         ));
     }
     let signed = signed_headers(headers, uri).unwrap_or_default();

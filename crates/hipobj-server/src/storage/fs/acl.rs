@@ -122,6 +122,24 @@ impl Canned {
         out
     }
 
+    /// What a PutBucketAcl or PutObjectAcl sets: the `x-amz-acl` header
+    /// or the XML policy, exactly one of them.
+    pub(super) fn of_request(
+        header: Option<&str>,
+        policy: Option<&dto::AccessControlPolicy>,
+        owner: &dto::Owner,
+        object: bool,
+    ) -> S3Result<Self> {
+        match (header, policy) {
+            (Some(a), None) => Ok(Self::parse(Some(a), object)?.unwrap_or_default()),
+            (None, Some(p)) => Self::of_policy(p, owner),
+            _ => Err(s3_error!(
+                InvalidRequest,
+                "give either the x-amz-acl header or an AccessControlPolicy body"
+            )),
+        }
+    }
+
     /// The canned ACL an XML policy writes out; grants of anything else
     /// (other accounts, e-mail addresses, other permissions) are 501.
     pub(super) fn of_policy(p: &dto::AccessControlPolicy, owner: &dto::Owner) -> S3Result<Self> {

@@ -180,16 +180,12 @@ impl S3 for FsStore {
         let input = req.input;
         self.existing_bucket(&input.bucket).await?;
         let owner = self.bucket_owner(&input.bucket, &req.credentials).await;
-        let acl = match (input.acl.as_ref(), input.access_control_policy.as_ref()) {
-            (Some(a), None) => Canned::parse(Some(a.as_str()), false)?.unwrap_or_default(),
-            (None, Some(p)) => Canned::of_policy(p, &owner)?,
-            _ => {
-                return Err(s3_error!(
-                    InvalidRequest,
-                    "give either the x-amz-acl header or an AccessControlPolicy body"
-                ));
-            }
-        };
+        let acl = Canned::of_request(
+            input.acl.as_ref().map(|a| a.as_str()),
+            input.access_control_policy.as_ref(),
+            &owner,
+            false,
+        )?;
         self.set_bucket_acl(&input.bucket, acl).await?;
         Ok(S3Response::new(dto::PutBucketAclOutput {}))
     }
@@ -223,16 +219,12 @@ impl S3 for FsStore {
         let input = req.input;
         self.object_path(&input.bucket, &input.key).await?;
         let owner = self.bucket_owner(&input.bucket, &req.credentials).await;
-        let acl = match (input.acl.as_ref(), input.access_control_policy.as_ref()) {
-            (Some(a), None) => Canned::parse(Some(a.as_str()), true)?.unwrap_or_default(),
-            (None, Some(p)) => Canned::of_policy(p, &owner)?,
-            _ => {
-                return Err(s3_error!(
-                    InvalidRequest,
-                    "give either the x-amz-acl header or an AccessControlPolicy body"
-                ));
-            }
-        };
+        let acl = Canned::of_request(
+            input.acl.as_ref().map(|a| a.as_str()),
+            input.access_control_policy.as_ref(),
+            &owner,
+            true,
+        )?;
         self.edit_version(&input.bucket, &input.key, input.version_id.as_deref(), |m| {
             m.acl = Some(acl);
         })
