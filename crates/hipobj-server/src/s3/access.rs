@@ -250,11 +250,12 @@ fn check_signed(headers: &http::HeaderMap, uri: &http::Uri) -> S3Result<()> {
     if let Some(exp) = presigned
         && exp.parse::<u64>().map_or(true, |e| e > MAX_PRESIGN_SECS)
     {
-        // 403, as S3 answers a presigned URL whose validity is negative or
-        // longer than a week (ceph/s3-tests' x_amz_expires cases).
+        // 403, as S3 answers a presigned URL valid for longer than a week
+        // (ceph/s3-tests' x_amz_expires cases; s3s refuses a negative one
+        // with 400 before this check).
         return Err(S3Error::with_message(
             S3ErrorCode::AccessDenied,
-            format!("X-Amz-Expires must be from 0 to a week (in seconds) that is {MAX_PRESIGN_SECS}"),
+            format!("X-Amz-Expires must be less than a week (in seconds) that is {MAX_PRESIGN_SECS}"),
         ));
     }
     let signed = signed_headers(headers, uri).unwrap_or_default();
