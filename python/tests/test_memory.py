@@ -22,6 +22,7 @@ def test_errors_carry_code_and_name(client):
 
 def test_bad_input_is_refused_before_any_io(client, rdma_server, bucket):
     s3 = hipobj.S3(client, rdma_server.endpoint, "wrong-key", "wrong-secret")
+    gc.collect()  # what earlier tests left in reference cycles goes first
     before = client.registered_count()
     # Non-contiguous.
     with pytest.raises(hipobj.HipObjError) as e:
@@ -60,6 +61,7 @@ def test_bad_input_is_refused_before_any_io(client, rdma_server, bucket):
 def test_slices_share_one_registration(client):
     c = client.cache
     a = np.zeros((256, 1024), dtype=np.float32)
+    gc.collect()  # what earlier tests left in reference cycles goes first
     regs, n = c.registrations, client.registered_count()
     client.register(a)
     client.register(a[3:7])
@@ -74,6 +76,7 @@ def test_slices_share_one_registration(client):
 
 
 def test_registration_is_released_when_the_array_dies(client):
+    gc.collect()  # what earlier tests left in reference cycles goes first
     n = client.registered_count()
     a = np.ones(1 << 16, dtype=np.uint8)
     view = a[100:200]
@@ -87,6 +90,7 @@ def test_registration_is_released_when_the_array_dies(client):
 
 
 def test_objects_without_weakrefs_are_held_until_released(client):
+    gc.collect()  # what earlier tests left in reference cycles goes first
     n = client.registered_count()
     b = bytearray(4096)
     client.register(b)
@@ -140,6 +144,7 @@ def test_dlpack_producer_registers_host_memory(client):
     p = Producer(a)
     with pytest.raises(TypeError):
         memoryview(p)
+    gc.collect()  # what earlier tests left in reference cycles goes first
     n = client.registered_count()
     client.register(p)
     client.register(p)
@@ -156,6 +161,7 @@ class FakeCudaArray:
 
 
 def test_a_device_pointer_the_runtime_does_not_know_is_a_clear_error(client):
+    gc.collect()  # what earlier tests left in reference cycles goes first
     n = client.registered_count()
     with pytest.raises(hipobj.HipObjError) as e:
         client.register(FakeCudaArray(0x7F0000000000, 1 << 20))

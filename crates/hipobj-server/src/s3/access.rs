@@ -16,9 +16,16 @@
 //! does: on plain HTTP everyone on the path has read the key (the
 //! `sse_c_over_http` switch is for test rigs without TLS).
 //!
-//! And any request asking for what the server does not implement
-//! (SSE-KMS, object lock, ACLs other than private, tagging) is answered
-//! `501 NotImplemented` before anything is stored.
+//! Who asks goes down to the store in the request's extensions
+//! ([`Requester`]): the bucket's owner; another signed key, which the fs
+//! store lets do what the canned ACLs grant, and only for the operations of
+//! [`ACL_OPERATIONS`]; or, with `public_access`, an unsigned request, the
+//! same, and never with an RDMA token.
+//!
+//! And any request asking for what the server does not implement (SSE-KMS,
+//! object lock, grants to accounts, tagging, and with the S3 back end ACLs
+//! other than private) is answered `501 NotImplemented` before anything is
+//! stored.
 
 use s3s::access::{S3Access, S3AccessContext};
 use s3s::dto;
