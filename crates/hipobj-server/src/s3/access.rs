@@ -19,7 +19,7 @@
 //! Who asks goes down to the store in the request's extensions
 //! ([`Requester`]): the bucket's owner; another signed key, which the fs
 //! store lets do what the canned ACLs grant, and only for the operations of
-//! [`ACL_OPERATIONS`]; or, with `public_access`, an unsigned request, the
+//! `ACL_OPERATIONS`; or, with `public_access`, an unsigned request, the
 //! same, and never with an RDMA token.
 //!
 //! And any request asking for what the server does not implement (SSE-KMS,
