@@ -205,6 +205,55 @@ async fn acls_open_exactly_what_they_grant() {
     h.shutdown().await;
 }
 
+/// A bucket's ACL and default encryption go with the bucket: the next
+/// bucket of that name, whoever makes it, starts private and unencrypted
+/// by default (a public ACL left behind would publish its new owner's
+/// objects).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deleted_buckets_acl_does_not_open_the_next_bucket_of_its_name() {
+    let (h, _dir) = start(|c| {
+        c.public_access = true;
+        c.credentials.push(AccessKey {
+            access_key: OTHER.into(),
+            secret_key: OTHER_SK.into(),
+        });
+    })
+    .await;
+    let owner = client(&h);
+    let other = client_for(&h.endpoint(), OTHER, OTHER_SK);
+    owner
+        .create_bucket()
+        .bucket("reused")
+        .acl(BucketCannedAcl::PublicReadWrite)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        raw(h.addr(), &unsigned("GET", "/reused?list-type=2", "")).await.0,
+        200
+    );
+    owner.delete_bucket().bucket("reused").send().await.unwrap();
+    other.create_bucket().bucket("reused").send().await.unwrap();
+    other
+        .put_object()
+        .bucket("reused")
+        .key("mine")
+        .body(ByteStream::from_static(b"private"))
+        .send()
+        .await
+        .unwrap();
+    for (m, path) in [
+        ("GET", "/reused?list-type=2"),
+        ("GET", "/reused/mine"),
+        ("PUT", "/reused/x"),
+    ] {
+        assert_eq!(raw(h.addr(), &unsigned(m, path, "")).await.0, 403, "{m} {path}");
+    }
+    let acl = other.get_bucket_acl().bucket("reused").send().await.unwrap();
+    assert_eq!(acl.grants().len(), 1, "{:?}", acl.grants());
+    h.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn without_public_access_a_stranger_reads_nothing() {
     let (h, _dir) = start(|_| {}).await;

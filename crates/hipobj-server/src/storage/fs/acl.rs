@@ -4,8 +4,8 @@
 //! let a requester other than the bucket's owner read or write what they
 //! grant (`crate::storage::Requester`, set by the access policy).
 //!
-//! Only canned ACLs: a bucket's is a small file in `.acls/`, an object's is
-//! in its record. Grants to particular accounts or e-mail addresses are not
+//! Only canned ACLs: a bucket's is one of its settings (`settings`), an
+//! object's is in its record. Grants to particular accounts or e-mail addresses are not
 //! served (501); an ACL sent as XML is accepted when it is one of the canned
 //! ones written out. What a canned ACL grants, as S3: the owner has
 //! FULL_CONTROL; `public-read` adds READ for everyone (AllUsers),
@@ -21,8 +21,9 @@ use serde::{Deserialize, Serialize};
 use super::conditions::ReadConditions;
 use super::layout::Stored;
 use super::object::Meta;
+use super::settings::Setting;
 use super::write::CopyErrors;
-use super::{FsStore, internal, io_kind};
+use super::{FsStore, internal};
 use crate::storage::Requester;
 
 const ALL_USERS: &str = "http://acs.amazonaws.com/groups/global/AllUsers";
@@ -67,6 +68,18 @@ impl Canned {
                 ));
             }
         }))
+    }
+
+    /// The header value naming the ACL.
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            Self::Private => "private",
+            Self::PublicRead => "public-read",
+            Self::PublicReadWrite => "public-read-write",
+            Self::AuthenticatedRead => "authenticated-read",
+            Self::BucketOwnerRead => "bucket-owner-read",
+            Self::BucketOwnerFullControl => "bucket-owner-full-control",
+        }
     }
 
     /// Whether `who` may do `what` under this ACL.
@@ -210,37 +223,18 @@ pub(super) fn requester(ext: &http::Extensions) -> Requester {
 }
 
 impl FsStore {
-    fn acl_file(&self, bucket: &str) -> std::path::PathBuf {
-        self.root.join(".acls").join(bucket)
-    }
-
     /// The bucket's ACL (private unless set).
     pub(super) async fn bucket_acl(&self, bucket: &str) -> S3Result<Canned> {
-        match tokio::fs::read_to_string(self.acl_file(bucket)).await {
-            Ok(s) => serde_json::from_str(&s).map_err(|e| internal("reading a bucket's ACL", e)),
-            Err(e) if io_kind(&e) == std::io::ErrorKind::NotFound => Ok(Canned::Private),
-            Err(e) => Err(internal("reading a bucket's ACL", e)),
+        match self.setting(Setting::Acl, bucket).await? {
+            None => Ok(Canned::Private),
+            Some(v) => Ok(Canned::parse(Some(&v), false)?.unwrap_or_default()),
         }
     }
 
-    /// Sets the bucket's ACL (`private` removes the file).
+    /// Sets the bucket's ACL (`private` is no setting at all).
     pub(super) async fn set_bucket_acl(&self, bucket: &str, acl: Canned) -> S3Result<()> {
-        let path = self.acl_file(bucket);
-        if acl == Canned::Private {
-            return match tokio::fs::remove_file(&path).await {
-                Ok(()) => Ok(()),
-                Err(e) if io_kind(&e) == std::io::ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(internal("removing a bucket's ACL", e)),
-            };
-        }
-        let json = serde_json::to_string(&acl).map_err(|e| internal("encoding an ACL", e))?;
-        let write = async {
-            tokio::fs::create_dir_all(self.root.join(".acls")).await?;
-            let tmp = path.with_extension("new");
-            tokio::fs::write(&tmp, json).await?;
-            tokio::fs::rename(&tmp, &path).await
-        };
-        write.await.map_err(|e| internal("recording a bucket's ACL", e))
+        let value = (acl != Canned::Private).then(|| acl.as_str());
+        self.set_setting(Setting::Acl, bucket, value).await
     }
 
     /// Checks that `who` may do `what` in the bucket.

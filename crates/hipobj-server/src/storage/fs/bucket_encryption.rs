@@ -1,22 +1,19 @@
 //! A bucket's default encryption (PutBucketEncryption): SSE-S3 for every
-//! object written without encryption headers of its own. Kept as a small
-//! file per bucket in `.encryption/`; SSE-KMS defaults are refused (501),
+//! object written without encryption headers of its own, kept as one of
+//! the bucket's settings (`settings`); SSE-KMS defaults are refused (501),
 //! since SSE-KMS is.
 
 use s3s::dto;
 use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
 
+use super::settings::Setting;
 use super::sse::Protection;
-use super::{FsStore, internal, io_kind};
+use super::{FsStore, internal};
 
-/// What the file of a bucket with SSE-S3 by default holds.
+/// The setting of a bucket with SSE-S3 by default.
 const SSE_S3: &str = "AES256";
 
 impl FsStore {
-    fn encryption_file(&self, bucket: &str) -> std::path::PathBuf {
-        self.root.join(".encryption").join(bucket)
-    }
-
     /// Sets the bucket's default: SSE-S3 is the only one served.
     pub(super) async fn set_bucket_encryption(
         &self,
@@ -49,33 +46,21 @@ impl FsStore {
                 ));
             }
         }
-        let path = self.encryption_file(bucket);
-        let write = async {
-            tokio::fs::create_dir_all(self.root.join(".encryption")).await?;
-            tokio::fs::write(&path, SSE_S3).await
-        };
-        write
-            .await
-            .map_err(|e| internal("recording a bucket's encryption", e))
+        self.set_setting(Setting::Encryption, bucket, Some(SSE_S3)).await
     }
 
     /// The bucket's default (`None`: objects are not encrypted unless asked).
     pub(super) async fn bucket_encryption(&self, bucket: &str) -> S3Result<Option<&'static str>> {
-        match tokio::fs::read_to_string(self.encryption_file(bucket)).await {
-            Ok(s) if s.trim() == SSE_S3 => Ok(Some(SSE_S3)),
-            Ok(_) => Err(internal("reading a bucket's encryption", "unknown algorithm")),
-            Err(e) if io_kind(&e) == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(internal("reading a bucket's encryption", e)),
+        match self.setting(Setting::Encryption, bucket).await?.as_deref() {
+            None => Ok(None),
+            Some(SSE_S3) => Ok(Some(SSE_S3)),
+            Some(_) => Err(internal("reading a bucket's encryption", "unknown algorithm")),
         }
     }
 
     /// Removes the bucket's default (nothing to remove is no error).
     pub(super) async fn clear_bucket_encryption(&self, bucket: &str) -> S3Result<()> {
-        match tokio::fs::remove_file(self.encryption_file(bucket)).await {
-            Ok(()) => Ok(()),
-            Err(e) if io_kind(&e) == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(internal("removing a bucket's encryption", e)),
-        }
+        self.set_setting(Setting::Encryption, bucket, None).await
     }
 
     /// What a write asks for, the bucket's default filling in when it

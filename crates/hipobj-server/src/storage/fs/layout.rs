@@ -171,12 +171,16 @@ impl FsStore {
         Ok(self.root.join(".uploads").join(upload_id))
     }
 
-    pub(super) async fn temp(&self) -> S3Result<TempFile> {
+    /// A name in `.tmp` that nothing else has.
+    pub(super) fn temp_path(&self) -> PathBuf {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        let path = self
-            .root
+        self.root
             .join(".tmp")
-            .join(format!("{}-{n}", uuid::Uuid::new_v4().simple()));
+            .join(format!("{}-{n}", uuid::Uuid::new_v4().simple()))
+    }
+
+    pub(super) async fn temp(&self) -> S3Result<TempFile> {
+        let path = self.temp_path();
         let file = tokio::fs::OpenOptions::new()
             .write(true)
             .create_new(true)

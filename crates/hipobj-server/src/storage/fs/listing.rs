@@ -80,10 +80,11 @@ impl FsStore {
         .await
     }
 
-    /// The keys of a bucket, sorted, with the file holding each.
-    pub(super) async fn keys(&self, dir: &Path, prefix: &str) -> S3Result<Vec<(String, PathBuf)>> {
+    /// The entries of the bucket folder `dir` that name a key starting
+    /// with `prefix`, in no order: the key, whether the entry is the key's
+    /// folder of versions (else its object file), and the entry's path.
+    pub(super) async fn bucket_entries(dir: &Path, prefix: &str) -> S3Result<Vec<(String, bool, PathBuf)>> {
         let mut out = Vec::new();
-        let mut folders = Vec::new();
         let mut rd = tokio::fs::read_dir(dir)
             .await
             .map_err(|e| internal("listing a bucket", e))?;
@@ -94,16 +95,24 @@ impl FsStore {
         {
             let name = ent.file_name();
             let Some(name) = name.to_str() else { continue };
-            let Some((key, folder)) = Self::key_of_name(dir, name).await? else {
-                continue;
-            };
-            if !key.starts_with(prefix) {
-                continue;
+            if let Some((key, folder)) = Self::key_of_name(dir, name).await?
+                && key.starts_with(prefix)
+            {
+                out.push((key, folder, ent.path()));
             }
+        }
+        Ok(out)
+    }
+
+    /// The keys of a bucket, sorted, with the file holding each.
+    pub(super) async fn keys(&self, dir: &Path, prefix: &str) -> S3Result<Vec<(String, PathBuf)>> {
+        let mut out = Vec::new();
+        let mut folders = Vec::new();
+        for (key, folder, path) in Self::bucket_entries(dir, prefix).await? {
             if folder {
                 folders.push(key);
             } else {
-                out.push((key, ent.path()));
+                out.push((key, path));
             }
         }
         // A key with versions lists as its newest version, if that is not
@@ -207,15 +216,21 @@ impl Listing {
     /// The common prefixes, `None` if there are none (S3 then sends no
     /// element).
     pub(super) fn common_prefixes(&self, url: bool) -> Option<Vec<dto::CommonPrefix>> {
-        let prefixes = self
-            .prefixes
+        common_prefixes(&self.prefixes, url)
+    }
+}
+
+/// A listing's common prefixes as S3 answers them (none: no element),
+/// percent-encoded for `encoding-type=url`.
+pub(super) fn common_prefixes(prefixes: &[String], url: bool) -> Option<Vec<dto::CommonPrefix>> {
+    (!prefixes.is_empty()).then(|| {
+        prefixes
             .iter()
             .map(|p| dto::CommonPrefix {
                 prefix: Some(encode_key(p, url)),
             })
-            .collect::<Vec<_>>();
-        (!prefixes.is_empty()).then_some(prefixes)
-    }
+            .collect()
+    })
 }
 
 /// Percent-encodes a key for `encoding-type=url` (everything but

@@ -32,6 +32,7 @@
 //! * `conditions`: conditional reads and writes (If-Match and friends);
 //! * `object`: what is stored with an object and how a read describes it;
 //! * `sse`: encryption at rest (SSE-S3, SSE-C): keys, chunks, ranges;
+//! * `settings`: a bucket's settings on disk (versioning, encryption, ACL);
 //! * `bucket_encryption`: a bucket's default encryption;
 //! * `acl`: canned ACLs on buckets and objects, and who they let in;
 //! * `listing`: ListObjects (both versions), ListObjectVersions, ListBuckets;
@@ -54,6 +55,7 @@ mod layout;
 mod listing;
 mod object;
 mod s3;
+mod settings;
 mod sse;
 mod uploads;
 mod versions;
@@ -112,8 +114,8 @@ pub struct FsStore {
     /// Held between the check and the commit of a conditional write, and
     /// around every change to a key's versions.
     cond_lock: tokio::sync::Mutex<()>,
-    /// Bucket versioning states read or written so far.
-    versioning: versions::Known,
+    /// Bucket settings read or written so far (`settings`).
+    settings: settings::Cache,
     /// When stale uploads were last swept (`now_ms`), 0: never.
     last_sweep_ms: AtomicU64,
     /// The key-encryption key of SSE-S3 objects.
@@ -143,7 +145,7 @@ impl FsStore {
             limits,
             counter: AtomicU64::new(0),
             cond_lock: tokio::sync::Mutex::new(()),
-            versioning: versions::Known::default(),
+            settings: settings::Cache::default(),
             last_sweep_ms: AtomicU64::new(0),
             master,
         })

@@ -89,8 +89,7 @@ impl S3 for FsStore {
         self.abort_uploads_of(&req.input.bucket).await?;
         match tokio::fs::remove_dir(&dir).await {
             Ok(()) => {
-                self.clear_bucket_encryption(&req.input.bucket).await?;
-                self.forget_versioning(&req.input.bucket).await;
+                self.forget_settings(&req.input.bucket).await;
                 Ok(S3Response::new(dto::DeleteBucketOutput {}))
             }
             Err(e) if io_kind(&e) == std::io::ErrorKind::DirectoryNotEmpty => Err(s3_error!(BucketNotEmpty)),

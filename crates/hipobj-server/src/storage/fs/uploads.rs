@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::acl::Canned;
 use super::checksums::Sums;
 use super::layout::{TempFile, part_file};
-use super::listing::{encode_key, wants_url};
+use super::listing::{common_prefixes, encode_key, wants_url};
 use super::object::{Attrs, Meta};
 use super::sse::{Encryption, UploadMode};
 use super::write::CopyErrors;
@@ -461,14 +461,7 @@ impl FsStore {
             is_truncated: Some(truncated),
             encoding_type: input.encoding_type,
             uploads: Some(uploads),
-            common_prefixes: (!prefixes.is_empty()).then(|| {
-                prefixes
-                    .iter()
-                    .map(|p| dto::CommonPrefix {
-                        prefix: Some(encode_key(p, url)),
-                    })
-                    .collect()
-            }),
+            common_prefixes: common_prefixes(&prefixes, url),
             ..Default::default()
         })
     }

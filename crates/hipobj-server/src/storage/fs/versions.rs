@@ -39,7 +39,7 @@
 //!   removed; (3) an empty folder is removed. Stopping after (1) leaves the
 //!   version in place as the newest: as if it was never removed.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -49,8 +49,9 @@ use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
 use super::acl::{self, Access};
 use super::conditions::{ReadConditions, WriteCondition};
 use super::layout::{Stored, TempFile};
-use super::listing::{ListArgs, encode_key};
+use super::listing::{ListArgs, common_prefixes, encode_key};
 use super::object::Meta;
+use super::settings::Setting;
 use super::{FsStore, i64_of, internal, io_kind, now_ms, timestamp, unhex};
 use crate::storage::Requester;
 
@@ -58,8 +59,6 @@ use crate::storage::Requester;
 pub(super) const NULL: &str = "null";
 /// The folder of a key's versions is its object file's name after this.
 const FOLDER: &str = "v-";
-/// Where bucket states are kept, under the root.
-const STATES: &str = ".versioning";
 
 /// A bucket's versioning state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,9 +68,6 @@ pub(super) enum Status {
     Enabled,
     Suspended,
 }
-
-/// Bucket to its state, as read from `.versioning/` or last written.
-pub(super) type Known = std::sync::RwLock<HashMap<String, Status>>;
 
 /// One version of a key.
 struct Version {
@@ -239,20 +235,13 @@ impl Versions {
 impl FsStore {
     /// The versioning state of `bucket` (an existing bucket).
     pub(super) async fn versioning(&self, bucket: &str) -> S3Result<Status> {
-        if let Some(s) = self.versioning.read().ok().and_then(|k| k.get(bucket).copied()) {
-            return Ok(s);
-        }
-        let s = match tokio::fs::read_to_string(self.root.join(STATES).join(bucket)).await {
-            Ok(t) if t.trim() == dto::BucketVersioningStatus::ENABLED => Status::Enabled,
-            Ok(t) if t.trim() == dto::BucketVersioningStatus::SUSPENDED => Status::Suspended,
-            Ok(_) => Status::Off,
-            Err(e) if io_kind(&e) == std::io::ErrorKind::NotFound => Status::Off,
-            Err(e) => return Err(internal("reading a bucket's versioning", e)),
-        };
-        if let Ok(mut k) = self.versioning.write() {
-            k.insert(bucket.to_owned(), s);
-        }
-        Ok(s)
+        Ok(
+            match self.setting(Setting::Versioning, bucket).await?.as_deref() {
+                Some(dto::BucketVersioningStatus::ENABLED) => Status::Enabled,
+                Some(dto::BucketVersioningStatus::SUSPENDED) => Status::Suspended,
+                _ => Status::Off,
+            },
+        )
     }
 
     /// PutBucketVersioning: records the state (a temporary file renamed
@@ -286,21 +275,7 @@ impl FsStore {
             Status::Suspended => dto::BucketVersioningStatus::SUSPENDED,
             _ => dto::BucketVersioningStatus::ENABLED,
         };
-        let dir = self.root.join(STATES);
-        tokio::fs::create_dir_all(&dir)
-            .await
-            .map_err(|e| internal("recording versioning", e))?;
-        let tmp = self.root.join(".tmp").join(format!("{}-state", new_version_id()));
-        tokio::fs::write(&tmp, text)
-            .await
-            .map_err(|e| internal("recording versioning", e))?;
-        tokio::fs::rename(&tmp, dir.join(bucket))
-            .await
-            .map_err(|e| internal("recording versioning", e))?;
-        if let Ok(mut k) = self.versioning.write() {
-            k.insert(bucket.to_owned(), status);
-        }
-        Ok(())
+        self.set_setting(Setting::Versioning, bucket, Some(text)).await
     }
 
     /// GetBucketVersioning's answer: no status for a bucket never versioned.
@@ -315,19 +290,6 @@ impl FsStore {
             status: status.map(dto::BucketVersioningStatus::from_static),
             mfa_delete: None,
         })
-    }
-
-    /// Forgets the state of a bucket that is gone (DeleteBucket), so that a
-    /// bucket created again with its name starts unversioned.
-    pub(super) async fn forget_versioning(&self, bucket: &str) {
-        if let Err(e) = tokio::fs::remove_file(self.root.join(STATES).join(bucket)).await
-            && io_kind(&e) != std::io::ErrorKind::NotFound
-        {
-            tracing::warn!("removing the versioning state of {bucket}: {e}");
-        }
-        if let Ok(mut k) = self.versioning.write() {
-            k.remove(bucket);
-        }
     }
 
     /// The version `version_id` of `key` (the newest without one), if the
@@ -733,23 +695,11 @@ impl FsStore {
     /// Every key of the bucket folder `dir` that starts with `prefix` and
     /// has an object or versions, sorted.
     async fn version_keys(&self, dir: &Path, prefix: &str) -> S3Result<Vec<String>> {
-        let mut keys = Vec::new();
-        let mut rd = tokio::fs::read_dir(dir)
-            .await
-            .map_err(|e| internal("listing a bucket", e))?;
-        while let Some(ent) = rd
-            .next_entry()
-            .await
-            .map_err(|e| internal("listing a bucket", e))?
-        {
-            let name = ent.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if let Some((key, _)) = Self::key_of_name(dir, name).await?
-                && key.starts_with(prefix)
-            {
-                keys.push(key);
-            }
-        }
+        let mut keys: Vec<String> = Self::bucket_entries(dir, prefix)
+            .await?
+            .into_iter()
+            .map(|(key, _, _)| key)
+            .collect();
         keys.sort();
         keys.dedup();
         Ok(keys)
@@ -863,14 +813,7 @@ impl FsStore {
             encoding_type: input.encoding_type,
             versions: (!versions.is_empty()).then_some(versions),
             delete_markers: (!markers.is_empty()).then_some(markers),
-            common_prefixes: (!prefixes.is_empty()).then(|| {
-                prefixes
-                    .iter()
-                    .map(|p| dto::CommonPrefix {
-                        prefix: Some(encode_key(p, url)),
-                    })
-                    .collect()
-            }),
+            common_prefixes: common_prefixes(&prefixes, url),
             ..Default::default()
         })
     }
