@@ -9,6 +9,7 @@ import datetime
 import hashlib
 import os
 import sys
+import zlib
 
 import boto3
 from botocore.config import Config
@@ -275,6 +276,43 @@ if fs_store:
         e4 = write(k, b"data4", IfMatch=s3.head_object(Bucket=b, Key=k)["ETag"])["ETag"]
         check(s3.head_object(Bucket=b, Key=k)["ETag"] == e4, f"{name} If-Match: current ETag")
         s3.delete_object(Bucket=b, Key=k)
+    # Multipart checksums: the algorithm chosen at CreateMultipartUpload,
+    # each part's checksum (computed by botocore), the object's of them:
+    # SHA-256 COMPOSITE (hashlib over the parts' digests) and CRC32
+    # FULL_OBJECT (zlib over the whole object's bytes).
+    mp_parts = [data(5 << 20, 11), data(5 << 20, 12), data(1000, 13)]
+    whole_crc = base64.b64encode(zlib.crc32(b"".join(mp_parts)).to_bytes(4, "big")).decode()
+    composite = hashlib.sha256(b"".join(hashlib.sha256(p).digest() for p in mp_parts)).digest()
+    for alg, kind, want in [("SHA256", "COMPOSITE", base64.b64encode(composite).decode() + "-3"), ("CRC32", "FULL_OBJECT", whole_crc)]:
+        k, field = f"mpsum-{alg}", f"Checksum{alg}"
+        cr = s3.create_multipart_upload(Bucket=b, Key=k, ChecksumAlgorithm=alg, ChecksumType=kind)
+        check((cr.get("ChecksumAlgorithm"), cr.get("ChecksumType")) == (alg, kind), f"{alg}: CreateMultipartUpload echoes {cr.get('ChecksumType')}")
+        up = cr["UploadId"]
+        listed = []
+        for i, p in enumerate(mp_parts, 1):
+            r = s3.upload_part(Bucket=b, Key=k, UploadId=up, PartNumber=i, Body=p, ChecksumAlgorithm=alg)
+            listed.append({"PartNumber": i, "ETag": r["ETag"], field: r[field]})
+        check(error_code(s3.upload_part, Bucket=b, Key=k, UploadId=up, PartNumber=1, Body=b"x", ChecksumAlgorithm="SHA1" if alg != "SHA1" else "CRC32") == ("InvalidRequest", 400), f"{alg}: a part with another algorithm")
+        bad = dict(listed[0], **{field: listed[1][field]})
+        mpu = {"Parts": [bad] + listed[1:]}
+        got = error_code(s3.complete_multipart_upload, Bucket=b, Key=k, UploadId=up, MultipartUpload=mpu)
+        check(got == ("InvalidPart", 400), f"{alg}: a part listed with another part's checksum: {got}")
+        other = base64.b64encode(b"\0" * (32 if alg == "SHA256" else 4)).decode() + ("-3" if kind == "COMPOSITE" else "")
+        check(error_code(s3.complete_multipart_upload, Bucket=b, Key=k, UploadId=up, MultipartUpload={"Parts": listed}, **{field: other}) == ("BadDigest", 400), f"{alg}: a wrong whole-object checksum")
+        done = s3.complete_multipart_upload(Bucket=b, Key=k, UploadId=up, MultipartUpload={"Parts": listed}, **{field: want})
+        check((done.get(field), done.get("ChecksumType")) == (want, kind), f"{alg}: Complete gives {done.get(field)}, want {want}")
+        again = s3.complete_multipart_upload(Bucket=b, Key=k, UploadId=up, MultipartUpload={"Parts": listed})
+        check((again["ETag"], again.get(field)) == (done["ETag"], want), f"{alg}: a retried Complete says the same")
+        h = s3.head_object(Bucket=b, Key=k, ChecksumMode="ENABLED")
+        check((h.get(field), h.get("ChecksumType")) == (want, kind), f"{alg}: HEAD with checksum mode")
+        check(field not in s3.head_object(Bucket=b, Key=k), f"{alg}: HEAD without checksum mode has none")
+        g2 = s3.get_object(Bucket=b, Key=k, PartNumber=2, ChecksumMode="ENABLED")
+        check(g2["Body"].read() == mp_parts[1] and g2.get(field) == listed[1][field], f"{alg}: GET partNumber=2 has part 2's checksum")
+        ga = s3.get_object_attributes(Bucket=b, Key=k, ObjectAttributes=["Checksum", "ObjectParts"])
+        check(ga["Checksum"].get(field) == want and ga["Checksum"].get("ChecksumType") == kind, f"{alg}: GetObjectAttributes Checksum")
+        check([x.get(field) for x in ga["ObjectParts"]["Parts"]] == [x[field] for x in listed], f"{alg}: GetObjectAttributes parts' checksums")
+        s3.delete_object(Bucket=b, Key=k)
+    check(error_code(s3.create_multipart_upload, Bucket=b, Key="mpsum-bad", ChecksumAlgorithm="SHA256", ChecksumType="FULL_OBJECT") == ("InvalidRequest", 400), "SHA256 cannot be FULL_OBJECT")
 
 # Authentication beyond the signature itself, with botocore's own signers.
 

@@ -14,6 +14,10 @@ pub(super) struct Sums {
     pub(super) sha1: Option<String>,
     pub(super) sha256: Option<String>,
     pub(super) crc64nvme: Option<String>,
+    /// The values are COMPOSITE checksums of a multipart object's parts
+    /// (`upload_sums`), not of the object's bytes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(super) composite: bool,
 }
 
 impl Sums {
@@ -28,6 +32,7 @@ impl Sums {
             sha1: c.checksum_sha1,
             sha256: c.checksum_sha256,
             crc64nvme: c.checksum_crc64nvme,
+            composite: false,
         }
     }
 
@@ -39,7 +44,7 @@ impl Sums {
             checksum_sha1: self.sha1.clone(),
             checksum_sha256: self.sha256.clone(),
             checksum_crc64nvme: self.crc64nvme.clone(),
-            ..Default::default()
+            checksum_type: super::upload_sums::checksum_type(self),
         }
     }
 }
@@ -57,6 +62,7 @@ macro_rules! expected_of {
                 sha1: $input.checksum_sha1,
                 sha256: $input.checksum_sha256,
                 crc64nvme: $input.checksum_crc64nvme,
+                composite: false,
             },
             algorithm: $input
                 .checksum_algorithm

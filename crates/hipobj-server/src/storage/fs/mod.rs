@@ -37,6 +37,7 @@
 //! * `acl`: canned ACLs on buckets and objects, and who they let in;
 //! * `listing`: ListObjects (both versions), ListObjectVersions, ListBuckets;
 //! * `uploads`: multipart uploads and their parts;
+//! * `upload_sums`: an upload's checksum algorithm and the object's checksum of its parts';
 //! * `versions`: bucket versioning, the versions of a key on disk;
 //! * `s3`: only `impl S3 for FsStore`, each operation in terms of the above.
 
@@ -57,6 +58,7 @@ mod object;
 mod s3;
 mod settings;
 mod sse;
+mod upload_sums;
 mod uploads;
 mod versions;
 mod write;

@@ -14,6 +14,7 @@ use super::acl::Canned;
 use super::checksums::Sums;
 use super::i64_of;
 use super::sse::Encryption;
+use super::upload_sums;
 
 /// What is stored with each object (and each part of an upload).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -29,6 +30,10 @@ pub(super) struct Meta {
     /// Part sizes of an object made by CompleteMultipartUpload.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(super) parts: Vec<u64>,
+    /// Each part's checksum of a multipart object whose upload chose an
+    /// algorithm (the algorithm of `sums`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) part_sums: Vec<String>,
     /// The upload CompleteMultipartUpload made this object from, so that a
     /// retried Complete (its first answer lost) gets the same answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -107,15 +112,17 @@ macro_rules! attrs_of {
 pub(super) use attrs_of;
 
 /// A GetObject or HeadObject output (two types with the same fields)
-/// describing the object `$meta`, with its stored checksums if `$sums`
-/// (as S3, only for `x-amz-checksum-mode: ENABLED`: a client that did not
-/// ask may not expect to validate them), and the fields given.
+/// describing the object `$meta`, with the checksums `$sums` (from
+/// `Meta::read_sums`: as S3, only for `x-amz-checksum-mode: ENABLED`, as a
+/// client that did not ask may not expect to validate them), and the
+/// fields given.
 macro_rules! described {
     ($ty:path, $meta:expr, $sums:expr, { $($field:ident $(: $value:expr)?),* $(,)? }) => {{
         let meta: $crate::storage::fs::object::Meta = $meta;
         let enc = $crate::storage::fs::sse::Described::of(meta.encryption.as_ref());
         let a = meta.attrs;
-        let sums = if $sums { meta.sums } else { $crate::storage::fs::checksums::Sums::default() };
+        let sums: $crate::storage::fs::checksums::Sums = $sums;
+        let checksum_type = $crate::storage::fs::upload_sums::checksum_type(&sums);
         $ty {
             $($field $(: $value)?,)*
             accept_ranges: Some("bytes".into()),
@@ -132,6 +139,7 @@ macro_rules! described {
             checksum_crc32c: sums.crc32c,
             checksum_sha1: sums.sha1,
             checksum_sha256: sums.sha256,
+            checksum_type,
             checksum_crc64nvme: sums.crc64nvme,
             server_side_encryption: enc.server_side_encryption,
             sse_customer_algorithm: enc.sse_customer_algorithm,
@@ -144,6 +152,24 @@ macro_rules! described {
 pub(super) use described;
 
 impl Meta {
+    /// The checksums a read returns if it asked for them (`enabled`): the
+    /// object's for a read of all of it, part `n`'s for a read of a part
+    /// (`x-amz-part-number`) of an object whose upload chose an algorithm,
+    /// none for a range.
+    pub(super) fn read_sums(&self, part: Option<i32>, whole: bool, enabled: bool) -> Sums {
+        if !enabled {
+            return Sums::default();
+        }
+        let stored = part
+            .and_then(|n| usize::try_from(n).ok()?.checked_sub(1))
+            .and_then(|i| self.part_sums.get(i));
+        match stored {
+            Some(v) => upload_sums::of_part(&self.sums, v),
+            None if whole => self.sums.clone(),
+            None => Sums::default(),
+        }
+    }
+
     /// Bytes the data takes in the object's file.
     pub(super) fn stored_len(&self) -> u64 {
         self.encryption.as_ref().map_or(self.size, Encryption::stored_len)
@@ -221,10 +247,18 @@ impl Meta {
             .enumerate()
             .skip(after)
             .take(take)
-            .map(|(i, size)| dto::ObjectPart {
-                part_number: i32::try_from(i + 1).ok(),
-                size: Some(i64_of(*size)),
-                ..Default::default()
+            .map(|(i, size)| {
+                let sums = self.part_sums.get(i).map(|v| upload_sums::of_part(&self.sums, v));
+                let sums = sums.unwrap_or_default();
+                dto::ObjectPart {
+                    part_number: i32::try_from(i + 1).ok(),
+                    size: Some(i64_of(*size)),
+                    checksum_crc32: sums.crc32,
+                    checksum_crc32c: sums.crc32c,
+                    checksum_crc64nvme: sums.crc64nvme,
+                    checksum_sha1: sums.sha1,
+                    checksum_sha256: sums.sha256,
+                }
             })
             .collect();
         let last = page.last().and_then(|p| p.part_number);

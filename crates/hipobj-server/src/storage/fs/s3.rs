@@ -1,6 +1,7 @@
 //! The filesystem store as an S3 service: only `impl S3 for FsStore`,
 //! each operation in the terms of the store's other files.
 
+use s3s::checksum::ChecksumHasher;
 use s3s::dto::{self, ETag, StreamingBlob, Timestamp};
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 
@@ -11,7 +12,8 @@ use super::layout::Stored;
 use super::listing::{BucketPage, ListArgs, encode_key};
 use super::object::{Meta, attrs_of, described};
 use super::sse::{Described, Mode, Protection, customer_headers};
-use super::uploads::{Upload, check_part_number, copy_source_range};
+use super::upload_sums::{UploadChecksum, checksum_type};
+use super::uploads::{Upload, check_part_number, copy_source_range, object_sums};
 use super::{FsStore, US_EAST_1, hex, i64_of, internal, io_kind, now_ms, timestamp, unhex};
 use crate::storage::Requester;
 use crate::storage::names::check_key;
@@ -293,6 +295,7 @@ impl S3 for FsStore {
             e_tag: Some(ETag::Strong(meta.etag)),
             version_id,
             size: Some(i64_of(meta.size)),
+            checksum_type: checksum_type(&meta.sums),
             checksum_crc32: meta.sums.crc32,
             checksum_crc32c: meta.sums.crc32c,
             checksum_sha1: meta.sums.sha1,
@@ -330,8 +333,11 @@ impl S3 for FsStore {
         let whole = len == size;
         // A Range or a partNumber selects bytes: 206 with Content-Range.
         let content_range = range.map(|r| format!("bytes {}-{}/{size}", r.start, r.end.saturating_sub(1)));
-        // The whole object's checksums, only for the whole object.
-        let sums = whole && checksum_enabled(input.checksum_mode.as_ref());
+        let sums = meta.read_sums(
+            input.part_number,
+            whole,
+            checksum_enabled(input.checksum_mode.as_ref()),
+        );
         Ok(S3Response::new(described!(dto::GetObjectOutput, meta, sums, {
             body: Some(StreamingBlob::wrap(body)),
             content_length: Some(i64_of(len)),
@@ -358,7 +364,11 @@ impl S3 for FsStore {
             .await?;
         st.unlock(&asked, &self.master)?;
         let meta = st.meta;
-        let sums = checksum_enabled(input.checksum_mode.as_ref());
+        let sums = meta.read_sums(
+            input.part_number,
+            input.part_number.is_none() || meta.parts.len() <= 1,
+            checksum_enabled(input.checksum_mode.as_ref()),
+        );
         let parts_count = input
             .part_number
             .map(|_| i32::try_from(meta.parts.len().max(1)).unwrap_or(i32::MAX));
@@ -607,7 +617,13 @@ impl S3 for FsStore {
         let source_etag = st.meta.etag.clone();
         let meta = st.meta.clone();
         let got = self
-            .copy_range(st, unlocked, (0, meta.size), "writing the copy", &protection)
+            .copy_range(
+                (st, unlocked),
+                (0, meta.size),
+                ChecksumHasher::default(),
+                "writing the copy",
+                &protection,
+            )
             .await?;
         let attrs = if replace { attrs_of!(input) } else { meta.attrs };
         // The source's ETag is the MD5 of its bytes unless it was made of
@@ -660,6 +676,7 @@ impl S3 for FsStore {
         let protection =
             Protection::of_write(input.server_side_encryption.as_ref(), customer_headers!(input))?;
         let protection = self.with_default(&input.bucket, protection).await?;
+        let checksum = UploadChecksum::of(input.checksum_algorithm.as_ref(), input.checksum_type.as_ref())?;
         self.sweep_stale_uploads().await;
         let id = uuid::Uuid::new_v4().simple().to_string();
         let dir = self.upload_dir(&id)?;
@@ -674,6 +691,7 @@ impl S3 for FsStore {
             initiated_ms: now_ms(),
             encryption: protection.upload_mode(),
             acl: Canned::parse(input.acl.as_ref().map(|a| a.as_str()), true)?,
+            checksum,
         };
         let json = serde_json::to_vec(&up).map_err(|e| internal("encoding an upload", e))?;
         tokio::fs::write(dir.join("upload.json"), json)
@@ -684,6 +702,8 @@ impl S3 for FsStore {
             bucket: Some(input.bucket),
             key: Some(input.key),
             upload_id: Some(id),
+            checksum_algorithm: checksum.map(|c| c.algorithm.to_dto()),
+            checksum_type: checksum.map(|c| c.kind.to_dto()),
             server_side_encryption: enc.server_side_encryption,
             sse_customer_algorithm: enc.sse_customer_algorithm,
             sse_customer_key_md5: enc.sse_customer_key_md5,
@@ -706,6 +726,9 @@ impl S3 for FsStore {
         protection.check_part(up.encryption.as_ref())?;
         let protection = protection.for_part(up.encryption.as_ref());
         let mut expected = expected_of!(input, req);
+        if let Some(c) = up.checksum {
+            c.require(&mut expected)?;
+        }
         let got = self
             .receive(
                 input.body,
@@ -769,13 +792,15 @@ impl S3 for FsStore {
             None => (0, st.meta.size),
             Some(r) => copy_source_range(r, st.meta.size)?,
         };
+        let hasher = up.checksum.map(|c| c.algorithm.hasher()).unwrap_or_default();
         let got = self
-            .copy_range(st, unlocked, range, "writing the part", &protection)
+            .copy_range((st, unlocked), range, hasher, "writing the part", &protection)
             .await?;
         let part = Meta {
             size: got.size,
             etag: protection.etag(&got.md5),
             modified_ms: now_ms(),
+            sums: got.sums,
             encryption: got.encryption,
             ..Meta::default()
         };
@@ -785,7 +810,11 @@ impl S3 for FsStore {
             copy_part_result: Some(dto::CopyPartResult {
                 e_tag: Some(ETag::Strong(part.etag)),
                 last_modified: Some(timestamp(part.modified_ms)),
-                ..Default::default()
+                checksum_crc32: part.sums.crc32,
+                checksum_crc32c: part.sums.crc32c,
+                checksum_crc64nvme: part.sums.crc64nvme,
+                checksum_sha1: part.sums.sha1,
+                checksum_sha256: part.sums.sha256,
             }),
             server_side_encryption: enc.server_side_encryption,
             sse_customer_algorithm: enc.sse_customer_algorithm,
@@ -801,7 +830,7 @@ impl S3 for FsStore {
     ) -> S3Result<S3Response<dto::ListPartsOutput>> {
         let input = req.input;
         let owner = req.credentials.as_ref().map(|c| c.access_key.as_str());
-        let (dir, _) = self
+        let (dir, up) = self
             .load_upload(&input.upload_id, &input.bucket, &input.key, owner)
             .await?;
         let marker = input.part_number_marker.unwrap_or(0);
@@ -842,6 +871,8 @@ impl S3 for FsStore {
             max_parts: Some(i32::try_from(max).unwrap_or(1000)),
             is_truncated: Some(truncated),
             parts: Some(parts),
+            checksum_algorithm: up.checksum.map(|c| c.algorithm.to_dto()),
+            checksum_type: up.checksum.map(|c| c.kind.to_dto()),
             ..Default::default()
         }))
     }
@@ -860,8 +891,8 @@ impl S3 for FsStore {
             Ok(u) => u,
             Err(e) if *e.code() == S3ErrorCode::NoSuchUpload => {
                 // A retry whose first answer was lost gets that answer.
-                return match Self::completed_etag(&dest, &input.upload_id).await? {
-                    Some(etag) => Ok(S3Response::new(completed(&input.bucket, &input.key, etag))),
+                return match Self::completed_by(&dest, &input.upload_id).await? {
+                    Some(meta) => Ok(S3Response::new(completed(&input.bucket, &input.key, meta))),
                     None => Err(e),
                 };
             }
@@ -876,7 +907,19 @@ impl S3 for FsStore {
             .filter(|p| !p.is_empty())
             .ok_or_else(|| s3_error!(MalformedXML, "the request lists no parts"))?;
         let chosen = self.chosen_parts(&dir, &wanted).await?;
-        let (tmp, mut meta) = self.assemble(&dir, &chosen, up, &input.upload_id).await?;
+        let claimed = Sums {
+            crc32: input.checksum_crc32,
+            crc32c: input.checksum_crc32c,
+            sha1: input.checksum_sha1,
+            sha256: input.checksum_sha256,
+            crc64nvme: input.checksum_crc64nvme,
+            composite: false,
+        };
+        check_type(up.checksum, input.checksum_type.as_ref())?;
+        let (sums, part_sums) = object_sums(&up, &chosen, &wanted, &claimed)?;
+        let (tmp, mut meta) = self
+            .assemble(&dir, &chosen, up, (&input.upload_id, sums, part_sums))
+            .await?;
         let version_id = self
             .store_object(&input.bucket, &input.key, tmp, &mut meta, cond)
             .await?;
@@ -884,7 +927,7 @@ impl S3 for FsStore {
             tracing::warn!("removing the finished upload {}: {e}", dir.display());
         }
         let enc = Described::of(meta.encryption.as_ref());
-        let mut done = completed(&input.bucket, &input.key, meta.etag);
+        let mut done = completed(&input.bucket, &input.key, meta);
         done.server_side_encryption = enc.server_side_encryption;
         done.version_id = version_id;
         let mut resp = S3Response::new(done);
@@ -972,14 +1015,38 @@ fn bucket_key_source(source: &dto::CopySource) -> S3Result<(&str, &str, Option<&
     }
 }
 
-/// CompleteMultipartUpload's answer for the object `bucket`/`key` with
-/// `etag`.
-fn completed(bucket: &str, key: &str, etag: String) -> dto::CompleteMultipartUploadOutput {
+/// CompleteMultipartUpload's answer for the object `bucket`/`key` it made,
+/// described by `meta` (its ETag and checksums).
+fn completed(bucket: &str, key: &str, meta: Meta) -> dto::CompleteMultipartUploadOutput {
     dto::CompleteMultipartUploadOutput {
         bucket: Some(bucket.to_owned()),
         key: Some(key.to_owned()),
         location: Some(format!("/{bucket}/{key}")),
-        e_tag: Some(ETag::Strong(etag)),
+        e_tag: Some(ETag::Strong(meta.etag)),
+        checksum_type: checksum_type(&meta.sums),
+        checksum_crc32: meta.sums.crc32,
+        checksum_crc32c: meta.sums.crc32c,
+        checksum_sha1: meta.sums.sha1,
+        checksum_sha256: meta.sums.sha256,
+        checksum_crc64nvme: meta.sums.crc64nvme,
         ..Default::default()
+    }
+}
+
+/// CompleteMultipartUpload's `x-amz-checksum-type`, if given, must be the
+/// one the upload was created with.
+fn check_type(chosen: Option<UploadChecksum>, given: Option<&dto::ChecksumType>) -> S3Result<()> {
+    let Some(given) = given else { return Ok(()) };
+    let upload = chosen.map(|c| c.kind.to_dto());
+    match &upload {
+        Some(k) if k.as_str().eq_ignore_ascii_case(given.as_str()) => Ok(()),
+        _ => Err(S3Error::with_message(
+            S3ErrorCode::InvalidRequest,
+            format!(
+                "x-amz-checksum-type {} is not the upload's ({})",
+                given.as_str(),
+                upload.as_ref().map_or("none", |k| k.as_str())
+            ),
+        )),
     }
 }

@@ -20,6 +20,7 @@ use super::layout::{TempFile, part_file};
 use super::listing::{common_prefixes, encode_key, wants_url};
 use super::object::{Attrs, Meta};
 use super::sse::{Encryption, UploadMode};
+use super::upload_sums::UploadChecksum;
 use super::write::CopyErrors;
 use super::{FsStore, etag_of, hex, internal, io_kind, now_ms, strip_quotes, timestamp, unhex};
 
@@ -40,6 +41,9 @@ pub(super) struct Upload {
     /// The object's canned ACL (`None`: private).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) acl: Option<Canned>,
+    /// The checksum algorithm and type CreateMultipartUpload chose.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) checksum: Option<UploadChecksum>,
 }
 
 /// UploadPart's and UploadPartCopy's part number: 1 to 10000.
@@ -85,6 +89,22 @@ pub(super) fn copy_source_range(v: &str, size: u64) -> S3Result<(u64, u64)> {
 /// The parts CompleteMultipartUpload makes an object of, each with its
 /// number and record.
 pub(super) type Chosen = Vec<(i32, Meta)>;
+
+/// The object's checksums of the `chosen` parts, and each part's value, if
+/// the upload chose an algorithm (`upload_sums`); CompleteMultipartUpload
+/// `listed` the parts and `claimed` the object's checksum.
+pub(super) fn object_sums(
+    up: &Upload,
+    chosen: &Chosen,
+    listed: &[dto::CompletedPart],
+    claimed: &Sums,
+) -> S3Result<(Sums, Vec<String>)> {
+    let Some(c) = up.checksum else {
+        return Ok((Sums::default(), Vec::new()));
+    };
+    let parts: Vec<(i32, u64, &Sums)> = chosen.iter().map(|(n, m)| (*n, m.size, &m.sums)).collect();
+    c.complete(&parts, listed, claimed)
+}
 
 impl FsStore {
     pub(super) async fn load_upload(
@@ -145,14 +165,14 @@ impl FsStore {
             .map_err(|_| s3_error!(NoSuchUpload))
     }
 
-    /// The ETag of the object at `dest` if CompleteMultipartUpload made it
-    /// from `upload_id`: a retry whose first answer was lost finds the
+    /// The record of the object at `dest` if CompleteMultipartUpload made
+    /// it from `upload_id`: a retry whose first answer was lost finds the
     /// upload gone because it made the object that is there now.
-    pub(super) async fn completed_etag(dest: &Path, upload_id: &str) -> S3Result<Option<String>> {
+    pub(super) async fn completed_by(dest: &Path, upload_id: &str) -> S3Result<Option<Meta>> {
         Ok(Self::read_stored(dest)
             .await?
             .filter(|st| st.meta.upload_id.as_deref() == Some(upload_id))
-            .map(|st| st.meta.etag))
+            .map(|st| st.meta))
     }
 
     /// CompleteMultipartUpload's checks of the parts it lists against the
@@ -209,7 +229,7 @@ impl FsStore {
         dir: &Path,
         chosen: &Chosen,
         up: Upload,
-        upload_id: &str,
+        (upload_id, sums, part_sums): (&str, Sums, Vec<String>),
     ) -> S3Result<(TempFile, Meta)> {
         let total: u64 = chosen.iter().map(|(_, m)| m.size).sum();
         if total > self.limits.max_object_size.saturating_mul(10_000) {
@@ -268,8 +288,9 @@ impl FsStore {
             etag: format!("{}-{}", hex(&etag_md5.finalize()), chosen.len()),
             modified_ms: now_ms(),
             attrs: up.attrs,
-            sums: Sums::default(),
+            sums,
             parts: chosen.iter().map(|(_, m)| m.size).collect(),
+            part_sums,
             upload_id: Some(upload_id.to_owned()),
             encryption,
             acl: up.acl,

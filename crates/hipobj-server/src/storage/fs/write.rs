@@ -7,6 +7,7 @@ use std::io::SeekFrom;
 
 use bytes::Bytes;
 use futures::StreamExt;
+use s3s::checksum::ChecksumHasher;
 use s3s::crypto::{Checksum as _, Md5};
 use s3s::dto::StreamingBlob;
 use s3s::{S3Error, S3ErrorCode, S3Result};
@@ -46,14 +47,15 @@ impl FsStore {
 
     /// Copies the `len` plaintext bytes at `start` of a source object into
     /// a new temporary file (CopyObject, UploadPartCopy), decrypting the
-    /// source with `unlocked` and encrypting as `dest` asks: at most the
-    /// largest object, and all of them, or the source changed during the
-    /// copy. `writing` names the write in an error.
+    /// source with `unlocked`, encrypting as `dest` asks and computing the
+    /// checksums `sums` is set up for: at most the largest object, and all
+    /// of them, or the source changed during the copy. `writing` names the
+    /// write in an error.
     pub(super) async fn copy_range(
         &self,
-        src: Stored,
-        unlocked: Option<Unlocked>,
+        (src, unlocked): (Stored, Option<Unlocked>),
         (start, len): (u64, u64),
+        mut sums: ChecksumHasher,
         writing: &'static str,
         dest: &Protection,
     ) -> S3Result<Received> {
@@ -68,8 +70,11 @@ impl FsStore {
         };
         let copied = match unlocked {
             None if !dest.encrypts() => {
-                tmp.append_from(src.file, start, len, &errors, |chunk| md5.update(chunk))
-                    .await?
+                tmp.append_from(src.file, start, len, &errors, |chunk| {
+                    md5.update(chunk);
+                    sums.update(chunk);
+                })
+                .await?
             }
             unlocked => {
                 let mut body = Stored::plain(src.file, unlocked, start, len).await?;
@@ -77,6 +82,7 @@ impl FsStore {
                 while let Some(chunk) = body.next().await {
                     let chunk = chunk.map_err(|e| internal(errors.reading, e))?;
                     md5.update(&chunk);
+                    sums.update(&chunk);
                     tmp.put(&chunk).await.map_err(|e| internal(errors.writing, e))?;
                     copied += chunk.len() as u64;
                 }
@@ -90,7 +96,7 @@ impl FsStore {
             tmp,
             size: len,
             md5: md5.finalize(),
-            sums: Sums::default(),
+            sums: Sums::from_dto(sums.finalize()),
             encryption: key.and_then(|key| dest.record(vec![Segment { key, size: len }])),
         })
     }
