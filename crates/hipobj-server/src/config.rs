@@ -268,6 +268,13 @@ pub struct HttpConfig {
     /// the form's signature fields in these first bytes) while anonymous
     /// access is off.
     pub unauthenticated_body_limit: u64,
+    /// Most bytes of one request body sent chunked without a length
+    /// (`crate::unsized_body`), which the server holds in memory; a longer
+    /// one is `411 MissingContentLength`.
+    pub unsized_body_limit: u64,
+    /// Most bytes of such bodies held at once, all requests together; past
+    /// it a request is `503 SlowDown`.
+    pub unsized_body_budget: u64,
 }
 
 impl Default for HttpConfig {
@@ -281,6 +288,8 @@ impl Default for HttpConfig {
             body_min_rate: 1024,
             body_rate_window_secs: 20,
             unauthenticated_body_limit: 64 << 10,
+            unsized_body_limit: 64 << 20,
+            unsized_body_budget: 512 << 20,
         }
     }
 }

@@ -26,6 +26,7 @@ mod server;
 pub mod shares;
 pub mod storage;
 pub mod tls;
+pub mod unsized_body;
 
 pub use config::Config;
 pub use server::{Handle, Server};

@@ -48,6 +48,9 @@ pub struct Metrics {
     pub http_unauthenticated_bodies_cut: AtomicU64,
     /// aws-chunked bodies refused for ending without the zero-length chunk.
     pub http_chunked_bodies_unterminated: AtomicU64,
+    /// Chunked bodies without a length refused: longer than
+    /// `http.unsized_body_limit`, or past `http.unsized_body_budget`.
+    pub http_unsized_bodies_refused: AtomicU64,
 }
 
 /// Adds one to a counter.
@@ -154,6 +157,11 @@ impl Metrics {
                 "hipobj_http_chunked_bodies_unterminated_total",
                 "aws-chunked bodies refused without their final chunk",
                 g(&self.http_chunked_bodies_unterminated),
+            ),
+            (
+                "hipobj_http_unsized_bodies_refused_total",
+                "chunked bodies without a length refused at http.unsized_body_limit or http.unsized_body_budget",
+                g(&self.http_unsized_bodies_refused),
             ),
         ]
     }

@@ -92,6 +92,10 @@ impl Server {
             endpoints: config.metrics_endpoint,
             v2,
             bodies: crate::body::BodyLimits::new(&config.http, config.anonymous),
+            unsized_bodies: crate::unsized_body::Budget::new(
+                config.http.unsized_body_limit,
+                config.http.unsized_body_budget,
+            ),
         };
         let tls = crate::tls::Tls::from_config(&config.tls)?;
         let listener = TcpListener::bind(config.address)

@@ -47,6 +47,8 @@ pub struct Front {
     pub v2: crate::rdma::rc_v2::V2,
     /// What every request body is held to (`crate::body`).
     pub bodies: crate::body::BodyLimits,
+    /// Memory for chunked bodies without a length (`crate::unsized_body`).
+    pub unsized_bodies: Arc<crate::unsized_body::Budget>,
 }
 
 impl Front {
@@ -100,7 +102,23 @@ impl Front {
             .map(|c| c.0.clone());
         let (parts, body) = req.into_parts();
         let body = crate::body::Checked::new(&parts, body, self.bodies, conn, self.metrics.clone());
-        let req = http::Request::from_parts(parts, Body::http_body(body));
+        let body = if crate::unsized_body::is_unsized(&parts, &body) {
+            match self.unsized_bodies.collect(Box::pin(body)).await {
+                Ok(held) => Body::http_body(held),
+                Err(e) => {
+                    if !matches!(e, crate::unsized_body::Refused::Body(_)) {
+                        inc(&self.metrics.http_unsized_bodies_refused);
+                    }
+                    let mut resp = unsized_refusal(&e);
+                    tracing::debug!(%method, %path, status = resp.status().as_u16(), "request: {e}");
+                    with_request_id(&mut resp);
+                    return Ok(resp);
+                }
+            }
+        } else {
+            Body::http_body(body)
+        };
+        let req = http::Request::from_parts(parts, body);
         let resp = self.s3.call(req).await;
         match &resp {
             Ok(r) => tracing::debug!(%method, %path, status = r.status().as_u16(), "request"),
@@ -113,6 +131,36 @@ impl Front {
         with_request_id(&mut resp);
         Ok(resp)
     }
+}
+
+/// The S3 error for a chunked body without a length that was not taken.
+fn unsized_refusal(e: &crate::unsized_body::Refused) -> http::Response<Body> {
+    use crate::unsized_body::Refused;
+    let (status, code) = match e {
+        Refused::TooLong(_) => (http::StatusCode::LENGTH_REQUIRED, "MissingContentLength"),
+        Refused::Busy => (http::StatusCode::SERVICE_UNAVAILABLE, "SlowDown"),
+        Refused::Body(_) => (http::StatusCode::BAD_REQUEST, "IncompleteBody"),
+    };
+    let xml = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}</Code><Message>{}</Message></Error>",
+        xml_text(&e.to_string())
+    );
+    let mut resp = http::Response::new(Body::from(xml));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/xml"),
+    );
+    // The rest of a refused body is not read: the connection cannot carry
+    // another request.
+    resp.headers_mut()
+        .insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+    resp
+}
+
+/// `s` escaped for XML text.
+fn xml_text(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
 /// GetObjectAttributes returns its `<ETag>` without the quotes every other
