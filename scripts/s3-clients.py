@@ -398,6 +398,11 @@ check(http.request("GET", url, retries=False).status == 200, "a 7-day presigned 
 url = s3.generate_presigned_url("get_object", Params={"Bucket": b, "Key": "one"}, ExpiresIn=8 * 86400)
 st = http.request("GET", url, retries=False).status
 check(st == 403, f"an 8-day presigned URL is refused ({st})")
+for method, verb in [("get_object", "GET"), ("put_object", "PUT")]:
+    url = s3.generate_presigned_url(method, Params={"Bucket": b, "Key": "one"}, ExpiresIn=-7)
+    st = http.request(verb, url, body=b"no" if verb == "PUT" else None, retries=False).status
+    check(st == 403, f"a {verb} presigned with a negative expiry is refused ({st})")
+check(s3.get_object(Bucket=b, Key="one")["Body"].read() == data(1, 3), "the refused presigned PUT changed nothing")
 # Encryption at rest (the fs store's; a back end's own otherwise): SSE-S3
 # always, SSE-C keys only over https (on plain http everyone on the path
 # reads the key).

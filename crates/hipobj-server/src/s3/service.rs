@@ -95,6 +95,15 @@ impl Front {
         });
         let mut req = req;
         let uri = req.uri().clone();
+        if super::access::presign_expired_at_signing(&uri) {
+            let mut resp = error_response(
+                http::StatusCode::FORBIDDEN,
+                "AccessDenied",
+                "Request has expired: X-Amz-Expires is negative",
+            );
+            with_request_id(&mut resp);
+            return Ok(resp);
+        }
         super::access::date_for_sigv4(req.headers_mut(), &uri);
         let conn = req
             .extensions()
@@ -141,9 +150,19 @@ fn unsized_refusal(e: &crate::unsized_body::Refused) -> http::Response<Body> {
         Refused::Busy => (http::StatusCode::SERVICE_UNAVAILABLE, "SlowDown"),
         Refused::Body(_) => (http::StatusCode::BAD_REQUEST, "IncompleteBody"),
     };
+    let mut resp = error_response(status, code, &e.to_string());
+    // The rest of a refused body is not read: the connection cannot carry
+    // another request.
+    resp.headers_mut()
+        .insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+    resp
+}
+
+/// An S3 error answered before s3s.
+fn error_response(status: http::StatusCode, code: &str, message: &str) -> http::Response<Body> {
     let xml = format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}</Code><Message>{}</Message></Error>",
-        xml_text(&e.to_string())
+        xml_text(message)
     );
     let mut resp = http::Response::new(Body::from(xml));
     *resp.status_mut() = status;
@@ -151,10 +170,6 @@ fn unsized_refusal(e: &crate::unsized_body::Refused) -> http::Response<Body> {
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("application/xml"),
     );
-    // The rest of a refused body is not read: the connection cannot carry
-    // another request.
-    resp.headers_mut()
-        .insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
     resp
 }
 
