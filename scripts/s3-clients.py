@@ -403,6 +403,12 @@ for method, verb in [("get_object", "GET"), ("put_object", "PUT")]:
     st = http.request(verb, url, body=b"no" if verb == "PUT" else None, retries=False).status
     check(st == 403, f"a {verb} presigned with a negative expiry is refused ({st})")
 check(s3.get_object(Bucket=b, Key="one")["Body"].read() == data(1, 3), "the refused presigned PUT changed nothing")
+# CORS preflights, as S3 answers them for a bucket without CORS.
+url = s3.generate_presigned_url("get_object", Params={"Bucket": b, "Key": "one"}, ExpiresIn=600)
+check(http.request("OPTIONS", url, retries=False).status == 400, "a preflight without Origin is 400")
+pre = {"Origin": "https://example.com", "Access-Control-Request-Method": "GET"}
+check(http.request("OPTIONS", url, headers=pre, retries=False).status == 403, "a preflight is 403 without CORS")
+check(http.request("GET", url, retries=False).status == 200, "the URL itself works")
 # Encryption at rest (the fs store's; a back end's own otherwise): SSE-S3
 # always, SSE-C keys only over https (on plain http everyone on the path
 # reads the key).

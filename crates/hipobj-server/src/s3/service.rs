@@ -95,6 +95,11 @@ impl Front {
         });
         let mut req = req;
         let uri = req.uri().clone();
+        if req.method() == http::Method::OPTIONS {
+            let mut resp = preflight(req.headers());
+            with_request_id(&mut resp);
+            return Ok(resp);
+        }
         if super::access::presign_expired_at_signing(&uri) {
             let mut resp = error_response(
                 http::StatusCode::FORBIDDEN,
@@ -156,6 +161,28 @@ fn unsized_refusal(e: &crate::unsized_body::Refused) -> http::Response<Body> {
     resp.headers_mut()
         .insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
     resp
+}
+
+/// A CORS preflight (`OPTIONS`): this server has no CORS configuration,
+/// so S3's answers for a bucket without one: `400` for a preflight that
+/// lacks `Origin` or `Access-Control-Request-Method`, `403` for one that
+/// has them.
+fn preflight(headers: &http::HeaderMap) -> http::Response<Body> {
+    let complete = headers.contains_key(http::header::ORIGIN)
+        && headers.contains_key(http::header::ACCESS_CONTROL_REQUEST_METHOD);
+    if complete {
+        error_response(
+            http::StatusCode::FORBIDDEN,
+            "AccessForbidden",
+            "CORSResponse: CORS is not enabled for this bucket",
+        )
+    } else {
+        error_response(
+            http::StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "Insufficient information. Origin request header needed.",
+        )
+    }
 }
 
 /// An S3 error answered before s3s.
