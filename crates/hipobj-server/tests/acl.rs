@@ -280,3 +280,69 @@ async fn without_public_access_a_stranger_reads_nothing() {
     }
     h.shutdown().await;
 }
+
+/// A grant in an XML ACL names a user id or an e-mail address: one that
+/// names no account of the server is refused as S3 refuses it (400), one
+/// to another account is not implemented (501), and none of them changes
+/// the bucket's ACL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn grants_to_unknown_accounts_are_400_and_to_known_ones_501() {
+    use aws_sdk_s3::types::{AccessControlPolicy, Grant, Grantee, Owner, Permission, Type};
+    let (h, _dir) = start(|c| {
+        c.credentials.push(AccessKey {
+            access_key: OTHER.into(),
+            secret_key: OTHER_SK.into(),
+        });
+    })
+    .await;
+    let owner = client(&h);
+    owner
+        .create_bucket()
+        .bucket("bkt")
+        .acl(BucketCannedAcl::PublicRead)
+        .send()
+        .await
+        .unwrap();
+    let acl = owner.get_bucket_acl().bucket("bkt").send().await.unwrap();
+    let me = acl.owner().cloned().unwrap_or_else(|| Owner::builder().build());
+    let grant = |grantee: Grantee| {
+        AccessControlPolicy::builder()
+            .owner(me.clone())
+            .grants(
+                Grant::builder()
+                    .grantee(grantee)
+                    .permission(Permission::FullControl)
+                    .build(),
+            )
+            .build()
+    };
+    let by_id = |id: &str| {
+        Grantee::builder()
+            .r#type(Type::CanonicalUser)
+            .id(id)
+            .build()
+            .unwrap()
+    };
+    let by_mail = Grantee::builder()
+        .r#type(Type::AmazonCustomerByEmail)
+        .email_address("nobody@example.invalid")
+        .build()
+        .unwrap();
+    for (grantee, want) in [
+        (by_id("_foo"), "InvalidArgument"),
+        (by_mail, "UnresolvableGrantByEmailAddress"),
+        (by_id(OTHER), "NotImplemented"),
+    ] {
+        let e = owner
+            .put_bucket_acl()
+            .bucket("bkt")
+            .access_control_policy(grant(grantee))
+            .send()
+            .await
+            .unwrap_err();
+        assert_eq!(code(&e), want);
+    }
+    let after = owner.get_bucket_acl().bucket("bkt").send().await.unwrap();
+    assert_eq!(after.grants(), acl.grants(), "a refused ACL changed the bucket's");
+    h.shutdown().await;
+}

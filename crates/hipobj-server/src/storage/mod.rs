@@ -45,13 +45,16 @@ pub fn open(config: &Config) -> Result<Arc<dyn s3s::S3>, crate::Error> {
                 refuse_delete_with_uploads: config.limits.refuse_delete_with_uploads,
                 region: config.region.clone(),
                 sse_s3_key_file: config.encryption.sse_s3_key_file.clone(),
+                // Every key's account: its configured one, or one named by
+                // the key itself.
                 accounts: config
-                    .accounts
+                    .credentials
                     .iter()
-                    .map(|a| {
+                    .map(|c| (c.access_key.clone(), (c.access_key.clone(), c.access_key.clone())))
+                    .chain(config.accounts.iter().map(|a| {
                         let name = a.display_name.clone().unwrap_or_else(|| a.user_id.clone());
                         (a.access_key.clone(), (a.user_id.clone(), name))
-                    })
+                    }))
                     .collect(),
             };
             let store = fs::FsStore::open(data_dir, limits)

@@ -136,16 +136,17 @@ impl Canned {
     }
 
     /// What a PutBucketAcl or PutObjectAcl sets: the `x-amz-acl` header
-    /// or the XML policy, exactly one of them.
+    /// or the XML policy, exactly one of them; `is_account` says which
+    /// user ids name accounts of this server.
     pub(super) fn of_request(
         header: Option<&str>,
         policy: Option<&dto::AccessControlPolicy>,
-        owner: &dto::Owner,
+        (owner, is_account): (&dto::Owner, &dyn Fn(&str) -> bool),
         object: bool,
     ) -> S3Result<Self> {
         match (header, policy) {
             (Some(a), None) => Ok(Self::parse(Some(a), object)?.unwrap_or_default()),
-            (None, Some(p)) => Self::of_policy(p, owner),
+            (None, Some(p)) => Self::of_policy(p, owner, is_account),
             _ => Err(s3_error!(
                 InvalidRequest,
                 "give either the x-amz-acl header or an AccessControlPolicy body"
@@ -153,9 +154,16 @@ impl Canned {
         }
     }
 
-    /// The canned ACL an XML policy writes out; grants of anything else
-    /// (other accounts, e-mail addresses, other permissions) are 501.
-    pub(super) fn of_policy(p: &dto::AccessControlPolicy, owner: &dto::Owner) -> S3Result<Self> {
+    /// The canned ACL an XML policy writes out. A grant to a user id that
+    /// names no account is `400 InvalidArgument` and one to an e-mail
+    /// address `400 UnresolvableGrantByEmailAddress` (no account here has
+    /// one), as S3 answers them; grants to other accounts, and group
+    /// grants that make no canned ACL, are 501.
+    pub(super) fn of_policy(
+        p: &dto::AccessControlPolicy,
+        owner: &dto::Owner,
+        is_account: &dyn Fn(&str) -> bool,
+    ) -> S3Result<Self> {
         let mut groups: Vec<(String, String)> = Vec::new();
         for g in p.grants.iter().flatten() {
             let (Some(who), Some(perm)) = (&g.grantee, &g.permission) else {
@@ -169,6 +177,15 @@ impl Canned {
                 // The owner keeps full control whatever the policy says.
                 (dto::Type::CANONICAL_USER, _, Some(id))
                     if Some(id) == owner.id.as_deref() && perm.as_str() == dto::Permission::FULL_CONTROL => {}
+                (dto::Type::CANONICAL_USER, _, Some(id)) if !is_account(id) => {
+                    return Err(s3_error!(InvalidArgument, "Invalid id"));
+                }
+                (dto::Type::AMAZON_CUSTOMER_BY_EMAIL, _, _) => {
+                    return Err(S3Error::with_message(
+                        S3ErrorCode::UnresolvableGrantByEmailAddress,
+                        "The e-mail address you provided does not match any account on record.",
+                    ));
+                }
                 (dto::Type::CANONICAL_USER, _, Some(_)) => {
                     return Err(S3Error::with_message(
                         S3ErrorCode::NotImplemented,
@@ -178,7 +195,7 @@ impl Canned {
                 _ => {
                     return Err(S3Error::with_message(
                         S3ErrorCode::NotImplemented,
-                        "grants by e-mail address or of this kind are not implemented by this server (canned ACLs only)",
+                        "grants of this kind are not implemented by this server (canned ACLs only)",
                     ));
                 }
             }

@@ -85,7 +85,7 @@ pub struct FsLimits {
     /// data directory), created with a fresh key if missing.
     pub sse_s3_key_file: Option<PathBuf>,
     /// The user id and display name of an access key's account (owners in
-    /// ACLs and listings; others are named by their access key).
+    /// ACLs and listings; a key missing here is named by itself).
     pub accounts: std::collections::BTreeMap<String, (String, String)>,
 }
 
@@ -162,6 +162,11 @@ impl FsStore {
     /// (the record s3::owners keeps in `.owners/`; objects belong to their
     /// bucket's owner, as with S3's default object ownership), else the
     /// key asking, else this server.
+    /// Whether `id` is the user id of an account of this server.
+    fn is_account(&self, id: &str) -> bool {
+        self.limits.accounts.values().any(|(known, _)| known == id)
+    }
+
     async fn bucket_owner(&self, bucket: &str, asking: &Option<s3s::auth::Credentials>) -> dto::Owner {
         let recorded = tokio::fs::read_to_string(self.root.join(".owners").join(bucket))
             .await

@@ -184,7 +184,7 @@ impl S3 for FsStore {
         let acl = Canned::of_request(
             input.acl.as_ref().map(|a| a.as_str()),
             input.access_control_policy.as_ref(),
-            &owner,
+            (&owner, &|id| self.is_account(id)),
             false,
         )?;
         self.set_bucket_acl(&input.bucket, acl).await?;
@@ -223,7 +223,7 @@ impl S3 for FsStore {
         let acl = Canned::of_request(
             input.acl.as_ref().map(|a| a.as_str()),
             input.access_control_policy.as_ref(),
-            &owner,
+            (&owner, &|id| self.is_account(id)),
             true,
         )?;
         self.edit_version(&input.bucket, &input.key, input.version_id.as_deref(), |m| {
