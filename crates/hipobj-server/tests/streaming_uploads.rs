@@ -1,7 +1,9 @@
-//! PUTs whose body is `Transfer-Encoding: chunked` with no length (a
-//! stream of unknown size): stored byte for byte, the signed payload hash
-//! still checked, and the memory they take bounded per body and for all of
-//! them, against a stranger who opens many such uploads at once.
+//! Streaming uploads. PUTs whose body is `Transfer-Encoding: chunked` with
+//! no length (a stream of unknown size): stored byte for byte, the signed
+//! payload hash still checked, and the memory they take bounded per body
+//! and for all of them, against a stranger who opens many such uploads at
+//! once. And `Expect: 100-continue`: the body is asked for only when the
+//! request can succeed.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -11,7 +13,7 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 use support::sigv4;
 use support::wire::{connect_from, read_response, request_from};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const KEY: (&str, &str) = (support::AK, support::SK);
 
@@ -169,5 +171,47 @@ async fn held_bodies_stop_at_the_budget_for_a_stranger_with_many_sockets() {
             .any(|l| l == "hipobj_http_unsized_bodies_refused_total 2"),
         "{m}"
     );
+    h.shutdown().await;
+}
+
+/// `Expect: 100-continue`: a PUT that cannot succeed (no such bucket) is
+/// answered before its body is sent, one that can gets `100 Continue`, and
+/// then its body is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn expect_100_continue_asks_for_the_body_only_when_it_can_be_stored() {
+    let (h, _dir) = support::start(|_| {}).await;
+    let c = support::client(&h);
+    c.create_bucket().bucket("bkt").send().await.unwrap();
+    let data = support::pattern(100_000, 8);
+    for (path, want_continue) in [("/nobucket/k", false), ("/bkt/k", true)] {
+        let s = sigv4::sign("PUT", path, "127.0.0.1", "UNSIGNED-PAYLOAD", &[], KEY);
+        let head = s.head(
+            "PUT",
+            path,
+            &[
+                ("content-length", data.len().to_string()),
+                ("expect", "100-continue".into()),
+            ],
+        );
+        let mut conn = connect_from(ip(4), h.addr()).await.unwrap();
+        conn.write_all(head.as_bytes()).await.unwrap();
+        let mut first = vec![0u8; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(10), conn.read(&mut first))
+            .await
+            .expect("an answer before the body")
+            .unwrap();
+        let line = String::from_utf8_lossy(&first[..n]).lines().next().unwrap_or("").to_owned();
+        if want_continue {
+            assert_eq!(line, "HTTP/1.1 100 Continue", "{path}");
+            conn.write_all(&data).await.unwrap();
+            let mut rest = first[n..n].to_vec();
+            let r = read_response(&mut conn, &mut rest).await.unwrap();
+            assert_eq!(r.status, 200, "{path}: {}", String::from_utf8_lossy(&r.body));
+        } else {
+            assert!(line.starts_with("HTTP/1.1 404"), "{path}: {line}");
+        }
+    }
+    let got = c.get_object().bucket("bkt").key("k").send().await.unwrap();
+    assert_eq!(got.body.collect().await.unwrap().into_bytes().as_ref(), &data[..]);
     h.shutdown().await;
 }
