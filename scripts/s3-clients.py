@@ -9,6 +9,7 @@ import datetime
 import hashlib
 import os
 import sys
+import time
 import zlib
 
 import boto3
@@ -143,6 +144,16 @@ if fs_store:
     s3.abort_multipart_upload(Bucket=b, Key="pc2", UploadId=up5["UploadId"])
 
 if fs_store:
+    # An ACL change is not a write: HEAD and the listings keep the
+    # object's LastModified.
+    s3.put_object(Bucket=b, Key="acl-time", Body=b"t")
+    before = s3.head_object(Bucket=b, Key="acl-time")["LastModified"]
+    time.sleep(1.1)
+    s3.put_object_acl(Bucket=b, Key="acl-time", ACL="private")
+    # (HEAD says it to the second, a listing to the millisecond)
+    listed = [o["LastModified"].replace(microsecond=0) for o in s3.list_objects_v2(Bucket=b, Prefix="acl-time")["Contents"]]
+    check(s3.head_object(Bucket=b, Key="acl-time")["LastModified"] == before and listed == [before], f"LastModified after PutObjectAcl: {before} {listed}")
+    s3.delete_object(Bucket=b, Key="acl-time")
     # Pages of one entry with a delimiter: botocore's paginator stops with
     # "same next token received twice" if a page repeats a common prefix.
     for k in ["pg/a/1", "pg/a/2", "pg/b/1", "pg/c"]:

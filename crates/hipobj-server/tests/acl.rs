@@ -346,3 +346,46 @@ async fn grants_to_unknown_accounts_are_400_and_to_known_ones_501() {
     assert_eq!(after.grants(), acl.grants(), "a refused ACL changed the bucket's");
     h.shutdown().await;
 }
+
+/// `x-amz-expected-bucket-owner` naming someone else is 403 for everyone,
+/// even where the ACL would let the request in; naming the owner, the
+/// request goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_wrong_expected_bucket_owner_is_refused() {
+    let (h, _dir) = start(|c| c.public_access = true).await;
+    let owner = client(&h);
+    owner
+        .create_bucket()
+        .bucket("drop")
+        .acl(BucketCannedAcl::PublicReadWrite)
+        .send()
+        .await
+        .unwrap();
+    let me = support::AK;
+    for who in ["someone-else", me] {
+        let r = owner
+            .put_object()
+            .bucket("drop")
+            .key("k")
+            .expected_bucket_owner(who)
+            .body(ByteStream::from_static(b"x"))
+            .send()
+            .await;
+        assert_eq!(r.is_ok(), who == me, "owner's PUT naming {who}");
+        let (status, text) = raw(
+            h.addr(),
+            &unsigned(
+                "GET",
+                "/drop?list-type=2",
+                &format!("x-amz-expected-bucket-owner: {who}\r\n"),
+            ),
+        )
+        .await;
+        assert_eq!(
+            status,
+            if who == me { 200 } else { 403 },
+            "stranger's list naming {who}: {text}"
+        );
+    }
+    h.shutdown().await;
+}

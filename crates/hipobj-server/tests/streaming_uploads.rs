@@ -200,7 +200,11 @@ async fn expect_100_continue_asks_for_the_body_only_when_it_can_be_stored() {
             .await
             .expect("an answer before the body")
             .unwrap();
-        let line = String::from_utf8_lossy(&first[..n]).lines().next().unwrap_or("").to_owned();
+        let line = String::from_utf8_lossy(&first[..n])
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_owned();
         if want_continue {
             assert_eq!(line, "HTTP/1.1 100 Continue", "{path}");
             conn.write_all(&data).await.unwrap();

@@ -298,6 +298,27 @@ fn check_signed(headers: &http::HeaderMap, uri: &http::Uri) -> S3Result<()> {
     Ok(())
 }
 
+impl Policy {
+    /// `x-amz-expected-bucket-owner`: a request that names another owner
+    /// than the bucket's is `403 AccessDenied`, whoever sends it (S3's
+    /// guard against writing into a bucket that changed hands).
+    async fn check_expected_owner(&self, cx: &S3AccessContext<'_>) -> S3Result<()> {
+        let Some(expected) = cx.headers().get("x-amz-expected-bucket-owner") else {
+            return Ok(());
+        };
+        let (S3Path::Bucket { bucket } | S3Path::Object { bucket, .. }) = cx.s3_path() else {
+            return Ok(());
+        };
+        match self.owners.owner_id(bucket).await {
+            Some(id) if expected.as_bytes() != id.as_bytes() => Err(s3_error!(
+                AccessDenied,
+                "the bucket's owner is not x-amz-expected-bucket-owner"
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl S3Access for Policy {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
@@ -328,6 +349,7 @@ impl S3Access for Policy {
         if let S3Path::Object { key, .. } = cx.s3_path() {
             check_key(key)?;
         }
+        self.check_expected_owner(cx).await?;
         if let Some(who) = cx.credentials().map(|c| c.access_key.clone()) {
             let owned = match cx.s3_path() {
                 S3Path::Bucket { bucket } if cx.s3_op().name() == "CreateBucket" => {

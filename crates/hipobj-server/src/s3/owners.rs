@@ -32,6 +32,8 @@ pub struct Owners {
     /// Records already read or written: bucket to its owner, `None` where
     /// there is no record.
     known: Arc<RwLock<HashMap<String, Option<String>>>>,
+    /// Access key to the user id `[[accounts]]` gives it.
+    user_ids: HashMap<String, String>,
 }
 
 impl Owners {
@@ -58,7 +60,19 @@ impl Owners {
             data,
             shares,
             known: Arc::default(),
+            user_ids: config
+                .accounts
+                .iter()
+                .map(|a| (a.access_key.clone(), a.user_id.clone()))
+                .collect(),
         })
+    }
+
+    /// The user id of `bucket`'s owner (its account's, or its access key),
+    /// if recorded.
+    pub async fn owner_id(&self, bucket: &str) -> Option<String> {
+        let key = self.owner(bucket).await?;
+        Some(self.user_ids.get(&key).cloned().unwrap_or(key))
     }
 
     /// The key that owns `bucket`, if recorded.

@@ -4,7 +4,7 @@
 //! ListBuckets.
 
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 use s3s::dto::{self, ETag, Timestamp};
 use s3s::{S3Result, s3_error};
@@ -163,10 +163,9 @@ impl FsStore {
                     let Some(mut st) = Self::read_stored(&path).await? else {
                         continue;
                     };
-                    let modified = st.file.metadata().await.and_then(|m| m.modified()).ok();
                     listing.next = Some(key.clone());
                     st.meta.key = key;
-                    listing.objects.push((st.meta, modified));
+                    listing.objects.push(st.meta);
                 }
             }
         }
@@ -187,7 +186,7 @@ struct ListQuery<'a> {
 
 #[derive(Default)]
 pub(super) struct Listing {
-    pub(super) objects: Vec<(Meta, Option<SystemTime>)>,
+    pub(super) objects: Vec<Meta>,
     pub(super) prefixes: Vec<String>,
     pub(super) truncated: bool,
     /// The last key or common prefix returned, when truncated.
@@ -199,12 +198,14 @@ impl Listing {
     pub(super) fn contents(&self, url: bool, owner: Option<&dto::Owner>) -> Vec<dto::Object> {
         self.objects
             .iter()
-            .map(|(m, modified)| dto::Object {
+            .map(|m| dto::Object {
                 owner: owner.cloned(),
                 key: Some(encode_key(&m.key, url)),
                 size: Some(i64_of(m.size)),
                 e_tag: Some(ETag::Strong(m.etag.clone())),
-                last_modified: Some(modified.map_or_else(|| timestamp(m.modified_ms), Timestamp::from)),
+                // As HEAD and GET give it: when the object was written (an
+                // ACL change rewrites the file, not the object).
+                last_modified: Some(timestamp(m.modified_ms)),
                 storage_class: Some(dto::ObjectStorageClass::from_static(
                     dto::ObjectStorageClass::STANDARD,
                 )),

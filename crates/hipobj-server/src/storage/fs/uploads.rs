@@ -450,9 +450,18 @@ impl FsStore {
                 }
                 None => {
                     next = Some((up.key.clone(), id.clone()));
-                    let who = up.owner.clone().map(|o| dto::Owner {
-                        display_name: Some(o.clone()),
-                        id: Some(o),
+                    // The account of the key that started it.
+                    let who = up.owner.clone().map(|key| {
+                        let (id, name) = self
+                            .limits
+                            .accounts
+                            .get(&key)
+                            .cloned()
+                            .unwrap_or((key.clone(), key));
+                        dto::Owner {
+                            display_name: Some(name),
+                            id: Some(id),
+                        }
                     });
                     uploads.push(dto::MultipartUpload {
                         key: Some(encode_key(&up.key, url)),
