@@ -389,3 +389,143 @@ async fn a_wrong_expected_bucket_owner_is_refused() {
     }
     h.shutdown().await;
 }
+
+/// PublicAccessBlock, as the other key and a stranger meet it: with
+/// `IgnorePublicAcls` the public bucket and object let neither in, with
+/// `BlockPublicAcls` no public ACL can be set, and once the block is
+/// deleted the ACLs count again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_public_access_block_shuts_public_acls() {
+    use aws_sdk_s3::types::PublicAccessBlockConfiguration;
+    let (h, _dir) = start(|c| {
+        c.public_access = true;
+        c.credentials.push(AccessKey {
+            access_key: OTHER.into(),
+            secret_key: OTHER_SK.into(),
+        });
+    })
+    .await;
+    let owner = client(&h);
+    let other = client_for(&h.endpoint(), OTHER, OTHER_SK);
+    owner
+        .create_bucket()
+        .bucket("pub")
+        .acl(BucketCannedAcl::PublicRead)
+        .send()
+        .await
+        .unwrap();
+    owner
+        .put_object()
+        .bucket("pub")
+        .key("k")
+        .acl(ObjectCannedAcl::PublicRead)
+        .body(ByteStream::from_static(b"open"))
+        .send()
+        .await
+        .unwrap();
+    let reads = || async {
+        let listed = other.list_objects_v2().bucket("pub").send().await.is_ok();
+        let got = other.get_object().bucket("pub").key("k").send().await.is_ok();
+        let (anon, _) = raw(h.addr(), &unsigned("GET", "/pub/k", "")).await;
+        (listed, got, anon)
+    };
+    assert_eq!(reads().await, (true, true, 200));
+    let e = owner
+        .get_public_access_block()
+        .bucket("pub")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "NoSuchPublicAccessBlockConfiguration");
+    let block = |ignore: bool, block: bool| {
+        PublicAccessBlockConfiguration::builder()
+            .ignore_public_acls(ignore)
+            .block_public_acls(block)
+            .build()
+    };
+    let e = other
+        .put_public_access_block()
+        .bucket("pub")
+        .public_access_block_configuration(block(false, false))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "AccessDenied", "another key set the owner's block");
+    owner
+        .put_public_access_block()
+        .bucket("pub")
+        .public_access_block_configuration(block(true, false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reads().await, (false, false, 403));
+    owner
+        .put_public_access_block()
+        .bucket("pub")
+        .public_access_block_configuration(block(false, true))
+        .send()
+        .await
+        .unwrap();
+    let got = owner
+        .get_public_access_block()
+        .bucket("pub")
+        .send()
+        .await
+        .unwrap();
+    let c = got.public_access_block_configuration().unwrap();
+    assert_eq!(
+        (c.ignore_public_acls(), c.block_public_acls()),
+        (Some(false), Some(true))
+    );
+    let e = owner
+        .put_bucket_acl()
+        .bucket("pub")
+        .acl(BucketCannedAcl::PublicReadWrite)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "AccessDenied");
+    let e = owner
+        .put_object()
+        .bucket("pub")
+        .key("k2")
+        .acl(ObjectCannedAcl::PublicRead)
+        .body(ByteStream::from_static(b"x"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "AccessDenied");
+    owner
+        .put_object()
+        .bucket("pub")
+        .key("k2")
+        .body(ByteStream::from_static(b"x"))
+        .send()
+        .await
+        .unwrap();
+    // The ACLs set before the block still count: BlockPublicAcls alone
+    // refuses new public ACLs, it does not ignore the old ones.
+    assert_eq!(reads().await, (true, true, 200));
+    owner
+        .delete_public_access_block()
+        .bucket("pub")
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        owner
+            .get_public_access_block()
+            .bucket("pub")
+            .send()
+            .await
+            .is_err()
+    );
+    owner
+        .put_bucket_acl()
+        .bucket("pub")
+        .acl(BucketCannedAcl::PublicReadWrite)
+        .send()
+        .await
+        .unwrap();
+    h.shutdown().await;
+}

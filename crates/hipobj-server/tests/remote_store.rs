@@ -119,6 +119,27 @@ async fn session(c: &aws_sdk_s3::Client, b: &str) -> Answers {
         let del = c.delete_bucket_encryption().bucket(b).send().await;
         a.note("delete_bucket_encryption", del, |_| "cleared".into());
     }
+    {
+        use aws_sdk_s3::types::PublicAccessBlockConfiguration;
+        let config = PublicAccessBlockConfiguration::builder()
+            .block_public_acls(true)
+            .ignore_public_acls(false)
+            .build();
+        let put = c
+            .put_public_access_block()
+            .bucket(b)
+            .public_access_block_configuration(config)
+            .send()
+            .await;
+        a.note("put_public_access_block", put, |_| "set".into());
+        let got = c.get_public_access_block().bucket(b).send().await;
+        a.note("get_public_access_block", got, |o| {
+            let c = o.public_access_block_configuration();
+            format!("{:?}", c.map(|c| (c.block_public_acls(), c.ignore_public_acls())))
+        });
+        let del = c.delete_public_access_block().bucket(b).send().await;
+        a.note("delete_public_access_block", del, |_| "cleared".into());
+    }
     let body = || ByteStream::from_static(b"hello, gateway");
     let put = c.put_object().bucket(b).key("k1").body(body()).send().await;
     a.note("put_object", put, |o| format!("etag: {}", o.e_tag().is_some()));

@@ -46,6 +46,9 @@ macro_rules! s3_operations {
                 list_multipart_uploads: ListMultipartUploadsInput => ListMultipartUploadsOutput,
                 put_bucket_versioning: PutBucketVersioningInput => PutBucketVersioningOutput,
                 get_bucket_versioning: GetBucketVersioningInput => GetBucketVersioningOutput,
+                put_public_access_block: PutPublicAccessBlockInput => PutPublicAccessBlockOutput,
+                get_public_access_block: GetPublicAccessBlockInput => GetPublicAccessBlockOutput,
+                delete_public_access_block: DeletePublicAccessBlockInput => DeletePublicAccessBlockOutput,
             }
             bytes {
                 get_object: GetObjectInput => GetObjectOutput,

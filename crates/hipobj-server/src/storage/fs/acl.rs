@@ -83,6 +83,14 @@ impl Canned {
     }
 
     /// Whether `who` may do `what` under this ACL.
+    /// Whether the ACL grants anything to others than the owner.
+    pub(super) fn is_public(self) -> bool {
+        matches!(
+            self,
+            Self::PublicRead | Self::PublicReadWrite | Self::AuthenticatedRead
+        )
+    }
+
     pub(super) fn allows(self, who: &Requester, what: Access) -> bool {
         matches!(
             (who, self, what),
@@ -264,7 +272,11 @@ impl FsStore {
         if *who == Requester::Owner {
             return Ok(());
         }
-        check(self.bucket_acl(bucket).await?, who, what)
+        check(
+            self.counted_acl(bucket, self.bucket_acl(bucket).await?).await?,
+            who,
+            what,
+        )
     }
 
     /// The object at `path` of `bucket`, if `who` may read it and then the
@@ -282,7 +294,11 @@ impl FsStore {
             self.check_bucket_access(bucket, who, Access::Read).await?;
             return Err(s3_error!(NoSuchKey));
         };
-        check(st.meta.acl.unwrap_or_default(), who, Access::Read)?;
+        check(
+            self.counted_acl(bucket, st.meta.acl.unwrap_or_default()).await?,
+            who,
+            Access::Read,
+        )?;
         cond.check(&st.meta, false)?;
         Ok(st)
     }

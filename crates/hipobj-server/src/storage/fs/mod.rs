@@ -10,6 +10,7 @@
 //! <root>/.keys/sse-s3.key             the SSE-S3 master key (unless configured elsewhere)
 //! <root>/.encryption/<bucket>         a bucket's default encryption (PutBucketEncryption)
 //! <root>/.acls/<bucket>               a bucket's canned ACL, unless private
+//! <root>/.public-access/<bucket>      a bucket's PublicAccessBlock
 //! <root>/.versioning/<bucket>         Enabled or Suspended (no file: never versioned)
 //! <root>/<bucket>/v-<object file>/    the versions of a key (see `versions`)
 //! ```
@@ -35,6 +36,7 @@
 //! * `settings`: a bucket's settings on disk (versioning, encryption, ACL);
 //! * `bucket_encryption`: a bucket's default encryption;
 //! * `acl`: canned ACLs on buckets and objects, and who they let in;
+//! * `public_access`: a bucket's PublicAccessBlock and its ACL switches;
 //! * `listing`: ListObjects (both versions), ListObjectVersions, ListBuckets;
 //! * `uploads`: multipart uploads and their parts;
 //! * `upload_sums`: an upload's checksum algorithm and the object's checksum of its parts';
@@ -55,6 +57,7 @@ mod conditions;
 mod layout;
 mod listing;
 mod object;
+mod public_access;
 mod s3;
 mod settings;
 mod sse;

@@ -187,6 +187,7 @@ impl S3 for FsStore {
             (&owner, &|id| self.is_account(id)),
             false,
         )?;
+        self.check_acl_allowed(&input.bucket, Some(acl)).await?;
         self.set_bucket_acl(&input.bucket, acl).await?;
         Ok(S3Response::new(dto::PutBucketAclOutput {}))
     }
@@ -226,6 +227,7 @@ impl S3 for FsStore {
             (&owner, &|id| self.is_account(id)),
             true,
         )?;
+        self.check_acl_allowed(&input.bucket, Some(acl)).await?;
         self.edit_version(&input.bucket, &input.key, input.version_id.as_deref(), |m| {
             m.acl = Some(acl);
         })
@@ -261,6 +263,7 @@ impl S3 for FsStore {
         self.check_bucket_access(&input.bucket, &requester(&req.extensions), Access::Write)
             .await?;
         let acl = Canned::parse(input.acl.as_ref().map(|a| a.as_str()), true)?;
+        self.check_acl_allowed(&input.bucket, acl).await?;
         let cond = WriteCondition::of(input.if_match.clone(), input.if_none_match.clone())?;
         let protection =
             Protection::of_write(input.server_side_encryption.as_ref(), customer_headers!(input))?;
@@ -626,6 +629,8 @@ impl S3 for FsStore {
             )
             .await?;
         let attrs = if replace { attrs_of!(input) } else { meta.attrs };
+        let copy_acl = Canned::parse(input.acl.as_ref().map(|a| a.as_str()), true)?;
+        self.check_acl_allowed(&input.bucket, copy_acl).await?;
         // The source's ETag is the MD5 of its bytes unless it was made of
         // parts or under a client's key.
         let etag = if protection.encrypts() && !matches!(protection, Protection::Server) {
@@ -645,7 +650,7 @@ impl S3 for FsStore {
             attrs,
             sums: meta.sums,
             encryption: got.encryption,
-            acl: Canned::parse(input.acl.as_ref().map(|a| a.as_str()), true)?,
+            acl: copy_acl,
             ..Default::default()
         };
         let version_id = self
@@ -677,6 +682,8 @@ impl S3 for FsStore {
             Protection::of_write(input.server_side_encryption.as_ref(), customer_headers!(input))?;
         let protection = self.with_default(&input.bucket, protection).await?;
         let checksum = UploadChecksum::of(input.checksum_algorithm.as_ref(), input.checksum_type.as_ref())?;
+        let upload_acl = Canned::parse(input.acl.as_ref().map(|a| a.as_str()), true)?;
+        self.check_acl_allowed(&input.bucket, upload_acl).await?;
         self.sweep_stale_uploads().await;
         let id = uuid::Uuid::new_v4().simple().to_string();
         let dir = self.upload_dir(&id)?;
@@ -690,7 +697,7 @@ impl S3 for FsStore {
             attrs: attrs_of!(input),
             initiated_ms: now_ms(),
             encryption: protection.upload_mode(),
-            acl: Canned::parse(input.acl.as_ref().map(|a| a.as_str()), true)?,
+            acl: upload_acl,
             checksum,
         };
         let json = serde_json::to_vec(&up).map_err(|e| internal("encoding an upload", e))?;
@@ -983,6 +990,43 @@ impl S3 for FsStore {
     ) -> S3Result<S3Response<dto::GetBucketVersioningOutput>> {
         Ok(S3Response::new(self.get_versioning(&req.input.bucket).await?))
     }
+    async fn put_public_access_block(
+        &self,
+        req: S3Request<dto::PutPublicAccessBlockInput>,
+    ) -> S3Result<S3Response<dto::PutPublicAccessBlockOutput>> {
+        let input = req.input;
+        self.set_public_access_block(&input.bucket, Some(&input.public_access_block_configuration))
+            .await?;
+        Ok(S3Response::new(dto::PutPublicAccessBlockOutput {}))
+    }
+
+    async fn get_public_access_block(
+        &self,
+        req: S3Request<dto::GetPublicAccessBlockInput>,
+    ) -> S3Result<S3Response<dto::GetPublicAccessBlockOutput>> {
+        let bucket = &req.input.bucket;
+        self.existing_bucket(bucket).await?;
+        let Some(config) = self.public_access_block(bucket).await? else {
+            let mut e = S3Error::with_message(
+                S3ErrorCode::Custom("NoSuchPublicAccessBlockConfiguration".into()),
+                "The public access block configuration was not found",
+            );
+            e.set_status_code(http::StatusCode::NOT_FOUND);
+            return Err(e);
+        };
+        Ok(S3Response::new(dto::GetPublicAccessBlockOutput {
+            public_access_block_configuration: Some(config),
+        }))
+    }
+
+    async fn delete_public_access_block(
+        &self,
+        req: S3Request<dto::DeletePublicAccessBlockInput>,
+    ) -> S3Result<S3Response<dto::DeletePublicAccessBlockOutput>> {
+        self.set_public_access_block(&req.input.bucket, None).await?;
+        Ok(S3Response::new(dto::DeletePublicAccessBlockOutput {}))
+    }
+
     async fn abort_multipart_upload(
         &self,
         req: S3Request<dto::AbortMultipartUploadInput>,

@@ -1,5 +1,5 @@
-//! A bucket's settings (its versioning state, default encryption and canned
-//! ACL): one small text file per bucket and setting, in a dot folder of the
+//! A bucket's settings (its versioning state, default encryption, canned
+//! ACL and PublicAccessBlock): one small text file per bucket and setting, in a dot folder of the
 //! data directory (no bucket name starts with `.`). A write goes to a
 //! temporary file renamed into place; what was read or written is kept in
 //! memory, since this process is the store's only writer, so the requests
@@ -23,16 +23,24 @@ pub(super) enum Setting {
     Encryption,
     /// A canned ACL other than `private`.
     Acl,
+    /// A PublicAccessBlock (`public_access`).
+    PublicAccessBlock,
 }
 
 impl Setting {
-    const ALL: [Self; 3] = [Self::Versioning, Self::Encryption, Self::Acl];
+    const ALL: [Self; 4] = [
+        Self::Versioning,
+        Self::Encryption,
+        Self::Acl,
+        Self::PublicAccessBlock,
+    ];
 
     fn folder(self) -> &'static str {
         match self {
             Self::Versioning => ".versioning",
             Self::Encryption => ".encryption",
             Self::Acl => ".acls",
+            Self::PublicAccessBlock => ".public-access",
         }
     }
 }

@@ -376,7 +376,11 @@ impl FsStore {
                 ),
             }));
         }
-        acl::check(st.meta.acl.unwrap_or_default(), who, Access::Read)?;
+        acl::check(
+            self.counted_acl(bucket, st.meta.acl.unwrap_or_default()).await?,
+            who,
+            Access::Read,
+        )?;
         cond.check(&st.meta, copy)?;
         let id = (status != Status::Off || version_id.is_some()).then(|| chosen.id.clone());
         Ok((st, id))
