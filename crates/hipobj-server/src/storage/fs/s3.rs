@@ -616,6 +616,8 @@ impl S3 for FsStore {
                 "copying an object onto itself needs the REPLACE metadata directive"
             ));
         }
+        let copy_acl = Canned::parse(input.acl.as_ref().map(|a| a.as_str()), true)?;
+        self.check_acl_allowed(&input.bucket, copy_acl).await?;
         let unlocked = st.unlock(&source_key, &self.master)?;
         let source_etag = st.meta.etag.clone();
         let meta = st.meta.clone();
@@ -629,8 +631,6 @@ impl S3 for FsStore {
             )
             .await?;
         let attrs = if replace { attrs_of!(input) } else { meta.attrs };
-        let copy_acl = Canned::parse(input.acl.as_ref().map(|a| a.as_str()), true)?;
-        self.check_acl_allowed(&input.bucket, copy_acl).await?;
         // The source's ETag is the MD5 of its bytes unless it was made of
         // parts or under a client's key.
         let etag = if protection.encrypts() && !matches!(protection, Protection::Server) {
