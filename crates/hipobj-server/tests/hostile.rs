@@ -20,7 +20,7 @@ use hipobj_server::rdma::VerbsProvider;
 use hipobj_server::{Config, Handle, Server};
 use hipobj_softroce::{SoftConfig, SoftVerbs};
 use support::sigv4;
-use support::wire::{closed_within, connect_from, control, request_from};
+use support::wire::{closed_within, connect_from, control, metric, metrics, request_from};
 use tokio::io::AsyncWriteExt;
 
 const KEY: (&str, &str) = (support::AK, support::SK);
@@ -76,24 +76,6 @@ fn signed_get() -> Vec<u8> {
     s.head("GET", "/bkt/obj", &[]).into_bytes()
 }
 
-async fn metrics(h: &Handle) -> String {
-    let r = request_from(
-        ip(1),
-        h.addr(),
-        b"GET /.hipobj/metrics HTTP/1.1\r\nHost: x\r\n\r\n",
-        Duration::from_secs(10),
-    )
-    .await
-    .unwrap();
-    String::from_utf8_lossy(&r.body).into_owned()
-}
-
-fn metric(text: &str, name: &str) -> i64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(-1)
-}
-
 /// Finding 1: sockets from one address that never send a byte took every
 /// connection slot, so a signed GET and the health check from anywhere
 /// else waited for the idle timeout (120 s). Now one address holds at most
@@ -122,7 +104,7 @@ async fn idle_sockets_from_one_address_do_not_lock_others_out() {
     let got = got.unwrap_or_else(|e| panic!("the signed GET from another address: {e}"));
     assert_eq!((got.status, got.body.len()), (200, 4096));
     assert!(t.elapsed() < Duration::from_secs(10));
-    let m = metrics(&h).await;
+    let m = metrics(h.addr()).await;
     let open = metric(&m, "hipobj_http_connections");
     assert!((0..=70).contains(&open), "{open} connections open:\n{m}");
     assert!(
@@ -179,7 +161,7 @@ async fn stalled_bodies_are_cut_and_nothing_is_stored() {
         let e = c.head_object().bucket("bkt").key(key).send().await;
         assert!(e.is_err(), "{key} was stored");
     }
-    let m = metrics(&h).await;
+    let m = metrics(h.addr()).await;
     assert!(metric(&m, "hipobj_http_bodies_too_slow_total") >= 2, "{m}");
     h.shutdown().await;
 }
@@ -211,7 +193,7 @@ async fn an_unsigned_body_is_not_read_past_a_small_bound() {
         "the server is still reading an unsigned body past 64 KiB"
     );
     assert!(c.head_object().bucket("bkt").key("big").send().await.is_err());
-    let m = metrics(&h).await;
+    let m = metrics(h.addr()).await;
     assert_eq!(
         metric(&m, "hipobj_http_unauthenticated_bodies_cut_total"),
         1,
@@ -289,7 +271,7 @@ async fn one_key_cannot_take_every_rc_v2_session() {
         .await
         .unwrap();
     assert_eq!(r.status, 200, "another key after one key's flood: {r:?}");
-    let m = metrics(&h).await;
+    let m = metrics(h.addr()).await;
     assert_eq!(metric(&m, "hipobj_rdma_v2_staging_bytes"), 0, "{m}");
     assert_eq!(metric(&m, "hipobj_rdma_v2_busy_total"), busy, "{m}");
     h.shutdown().await;

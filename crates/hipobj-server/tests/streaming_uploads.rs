@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use support::sigv4;
-use support::wire::{connect_from, read_response, request_from};
+use support::wire::{connect_from, metric, metrics, read_response, request_from};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const KEY: (&str, &str) = (support::AK, support::SK);
@@ -157,20 +157,8 @@ async fn held_bodies_stop_at_the_budget_for_a_stranger_with_many_sockets() {
             "{key}"
         );
     }
-    let m = request_from(
-        ip(1),
-        h.addr(),
-        b"GET /.hipobj/metrics HTTP/1.1\r\nHost: x\r\n\r\n",
-        Duration::from_secs(10),
-    )
-    .await
-    .unwrap();
-    let m = String::from_utf8_lossy(&m.body).into_owned();
-    assert!(
-        m.lines()
-            .any(|l| l == "hipobj_http_unsized_bodies_refused_total 2"),
-        "{m}"
-    );
+    let m = metrics(h.addr()).await;
+    assert_eq!(metric(&m, "hipobj_http_unsized_bodies_refused_total"), 2, "{m}");
     h.shutdown().await;
 }
 

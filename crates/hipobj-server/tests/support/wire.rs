@@ -110,6 +110,26 @@ pub async fn request_from(
     })
 }
 
+/// The server's `/.hipobj/metrics` text, asked from 127.0.0.1.
+pub async fn metrics(server: SocketAddr) -> String {
+    let r = request_from(
+        Ipv4Addr::LOCALHOST,
+        server,
+        b"GET /.hipobj/metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    String::from_utf8_lossy(&r.body).into_owned()
+}
+
+/// The value of the metric `name` in `text`, -1 if it is not there.
+pub fn metric(text: &str, name: &str) -> i64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(-1)
+}
+
 /// Whether the server closes `s` (EOF or reset) within `limit`, reading
 /// and dropping whatever it sends first.
 pub async fn closed_within(s: &mut TcpStream, limit: Duration) -> bool {

@@ -49,6 +49,23 @@ impl Sums {
     }
 }
 
+/// The `x-amz-checksum-*` values of a PutObject, UploadPart or
+/// CompleteMultipartUpload input (types with the same fields).
+macro_rules! sums_of {
+    ($input:ident) => {
+        $crate::storage::fs::checksums::Sums {
+            crc32: $input.checksum_crc32,
+            crc32c: $input.checksum_crc32c,
+            sha1: $input.checksum_sha1,
+            sha256: $input.checksum_sha256,
+            crc64nvme: $input.checksum_crc64nvme,
+            composite: false,
+        }
+    };
+}
+
+pub(super) use sums_of;
+
 /// What a PutObject or UploadPart request says its body must be: its
 /// Content-MD5, its `x-amz-checksum-*` values, and the checksum algorithm
 /// (the two inputs are different types with the same fields).
@@ -56,14 +73,7 @@ macro_rules! expected_of {
     ($input:ident, $req:ident) => {
         $crate::storage::fs::checksums::Expected {
             content_md5: $input.content_md5.clone(),
-            sums: $crate::storage::fs::checksums::Sums {
-                crc32: $input.checksum_crc32,
-                crc32c: $input.checksum_crc32c,
-                sha1: $input.checksum_sha1,
-                sha256: $input.checksum_sha256,
-                crc64nvme: $input.checksum_crc64nvme,
-                composite: false,
-            },
+            sums: $crate::storage::fs::checksums::sums_of!($input),
             algorithm: $input
                 .checksum_algorithm
                 .or_else(|| $crate::storage::fs::checksums::sdk_algorithm(&$req.headers)),

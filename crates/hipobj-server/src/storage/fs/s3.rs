@@ -2,18 +2,19 @@
 //! each operation in the terms of the store's other files.
 
 use s3s::checksum::ChecksumHasher;
-use s3s::dto::{self, ETag, StreamingBlob, Timestamp};
+use s3s::dto::{self, ETag, StreamingBlob};
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 
 use super::acl::{Access, Canned, requester};
-use super::checksums::{Sums, checksum_enabled, expected_of};
+use super::checksums::{Sums, checksum_enabled, expected_of, sums_of};
 use super::conditions::{ReadConditions, WriteCondition, read_conditions};
 use super::layout::Stored;
 use super::listing::{BucketPage, ListArgs, encode_key};
 use super::object::{Meta, attrs_of, described};
 use super::sse::{Described, Mode, Protection, customer_headers};
-use super::upload_sums::{UploadChecksum, checksum_type};
-use super::uploads::{Upload, check_part_number, copy_source_range, object_sums};
+use super::upload_sums::{UploadChecksum, check_type, checksum_type};
+use super::uploads::{Upload, check_part_number, completed, copy_source_range, object_sums};
+use super::write::bucket_key_source;
 use super::{FsStore, US_EAST_1, hex, i64_of, internal, io_kind, now_ms, timestamp, unhex};
 use crate::storage::Requester;
 use crate::storage::names::check_key;
@@ -835,53 +836,8 @@ impl S3 for FsStore {
         &self,
         req: S3Request<dto::ListPartsInput>,
     ) -> S3Result<S3Response<dto::ListPartsOutput>> {
-        let input = req.input;
         let owner = req.credentials.as_ref().map(|c| c.access_key.as_str());
-        let (dir, up) = self
-            .load_upload(&input.upload_id, &input.bucket, &input.key, owner)
-            .await?;
-        let marker = input.part_number_marker.unwrap_or(0);
-        let max = input
-            .max_parts
-            .map_or(1000, |m| usize::try_from(m).unwrap_or(0).min(1000));
-        let all: Vec<_> = Self::list_parts_in(&dir)
-            .await?
-            .into_iter()
-            .filter(|p| p.0 > marker)
-            .collect();
-        let truncated = all.len() > max;
-        let parts: Vec<dto::Part> = all
-            .into_iter()
-            .take(max)
-            .map(|(n, m, modified)| dto::Part {
-                part_number: Some(n),
-                size: Some(i64_of(m.size)),
-                e_tag: Some(ETag::Strong(m.etag)),
-                last_modified: Some(Timestamp::from(modified)),
-                checksum_crc32: m.sums.crc32,
-                checksum_crc32c: m.sums.crc32c,
-                checksum_sha1: m.sums.sha1,
-                checksum_sha256: m.sums.sha256,
-                checksum_crc64nvme: m.sums.crc64nvme,
-            })
-            .collect();
-        Ok(S3Response::new(dto::ListPartsOutput {
-            bucket: Some(input.bucket),
-            key: Some(input.key),
-            upload_id: Some(input.upload_id),
-            part_number_marker: input.part_number_marker,
-            next_part_number_marker: if truncated {
-                parts.last().and_then(|p| p.part_number)
-            } else {
-                None
-            },
-            max_parts: Some(i32::try_from(max).unwrap_or(1000)),
-            is_truncated: Some(truncated),
-            parts: Some(parts),
-            checksum_algorithm: up.checksum.map(|c| c.algorithm.to_dto()),
-            checksum_type: up.checksum.map(|c| c.kind.to_dto()),
-            ..Default::default()
-        }))
+        Ok(S3Response::new(self.parts_page(req.input, owner).await?))
     }
 
     async fn complete_multipart_upload(
@@ -914,14 +870,7 @@ impl S3 for FsStore {
             .filter(|p| !p.is_empty())
             .ok_or_else(|| s3_error!(MalformedXML, "the request lists no parts"))?;
         let chosen = self.chosen_parts(&dir, &wanted).await?;
-        let claimed = Sums {
-            crc32: input.checksum_crc32,
-            crc32c: input.checksum_crc32c,
-            sha1: input.checksum_sha1,
-            sha256: input.checksum_sha256,
-            crc64nvme: input.checksum_crc64nvme,
-            composite: false,
-        };
+        let claimed = sums_of!(input);
         check_type(up.checksum, input.checksum_type.as_ref())?;
         let (sums, part_sums) = object_sums(&up, &chosen, &wanted, &claimed)?;
         let (tmp, mut meta) = self
@@ -1040,57 +989,5 @@ impl S3 for FsStore {
             .await
             .map_err(|e| internal("aborting an upload", e))?;
         Ok(S3Response::new(dto::AbortMultipartUploadOutput::default()))
-    }
-}
-
-/// The bucket, key and version id of a copy source (the only kind this
-/// store copies).
-fn bucket_key_source(source: &dto::CopySource) -> S3Result<(&str, &str, Option<&str>)> {
-    match source {
-        dto::CopySource::Bucket {
-            bucket,
-            key,
-            version_id,
-        } => Ok((&**bucket, &**key, version_id.as_deref())),
-        _ => Err(s3_error!(
-            NotImplemented,
-            "only bucket/key copy sources are supported"
-        )),
-    }
-}
-
-/// CompleteMultipartUpload's answer for the object `bucket`/`key` it made,
-/// described by `meta` (its ETag and checksums).
-fn completed(bucket: &str, key: &str, meta: Meta) -> dto::CompleteMultipartUploadOutput {
-    dto::CompleteMultipartUploadOutput {
-        bucket: Some(bucket.to_owned()),
-        key: Some(key.to_owned()),
-        location: Some(format!("/{bucket}/{key}")),
-        e_tag: Some(ETag::Strong(meta.etag)),
-        checksum_type: checksum_type(&meta.sums),
-        checksum_crc32: meta.sums.crc32,
-        checksum_crc32c: meta.sums.crc32c,
-        checksum_sha1: meta.sums.sha1,
-        checksum_sha256: meta.sums.sha256,
-        checksum_crc64nvme: meta.sums.crc64nvme,
-        ..Default::default()
-    }
-}
-
-/// CompleteMultipartUpload's `x-amz-checksum-type`, if given, must be the
-/// one the upload was created with.
-fn check_type(chosen: Option<UploadChecksum>, given: Option<&dto::ChecksumType>) -> S3Result<()> {
-    let Some(given) = given else { return Ok(()) };
-    let upload = chosen.map(|c| c.kind.to_dto());
-    match &upload {
-        Some(k) if k.as_str().eq_ignore_ascii_case(given.as_str()) => Ok(()),
-        _ => Err(S3Error::with_message(
-            S3ErrorCode::InvalidRequest,
-            format!(
-                "x-amz-checksum-type {} is not the upload's ({})",
-                given.as_str(),
-                upload.as_ref().map_or("none", |k| k.as_str())
-            ),
-        )),
     }
 }

@@ -335,6 +335,24 @@ impl UploadChecksum {
     }
 }
 
+/// CompleteMultipartUpload's `x-amz-checksum-type`, if given, must be the
+/// one the upload was created with.
+pub(super) fn check_type(chosen: Option<UploadChecksum>, given: Option<&dto::ChecksumType>) -> S3Result<()> {
+    let Some(given) = given else { return Ok(()) };
+    let upload = chosen.map(|c| c.kind.to_dto());
+    match &upload {
+        Some(k) if k.as_str().eq_ignore_ascii_case(given.as_str()) => Ok(()),
+        _ => Err(S3Error::with_message(
+            S3ErrorCode::InvalidRequest,
+            format!(
+                "x-amz-checksum-type {} is not the upload's ({})",
+                given.as_str(),
+                upload.as_ref().map_or("none", |k| k.as_str())
+            ),
+        )),
+    }
+}
+
 /// The checksums of a multipart object's part whose stored `value` is of
 /// the algorithm of the object's `sums`, reported with the object's type.
 pub(super) fn of_part(object: &Sums, value: &str) -> Sums {

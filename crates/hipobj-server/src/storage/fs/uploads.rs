@@ -1,16 +1,16 @@
 //! Multipart uploads in the filesystem store: the record of an upload and
 //! its parts, the checks a part and a CompleteMultipartUpload make, the
-//! concatenation of the chosen parts; listing uploads
-//! (ListMultipartUploads), finding the ones that keep a bucket from being
-//! deleted, and removing the ones abandoned for longer than the configured
-//! age.
+//! concatenation of the chosen parts and Complete's answer; listing
+//! uploads (ListMultipartUploads) and their parts (ListParts), finding the
+//! ones that keep a bucket from being deleted, and removing the ones
+//! abandoned for longer than the configured age.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use s3s::crypto::{Checksum as _, Md5};
-use s3s::dto;
+use s3s::dto::{self, ETag, Timestamp};
 use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
 use serde::{Deserialize, Serialize};
 
@@ -20,9 +20,9 @@ use super::layout::{TempFile, part_file};
 use super::listing::{common_prefixes, encode_key, wants_url};
 use super::object::{Attrs, Meta};
 use super::sse::{Encryption, UploadMode};
-use super::upload_sums::UploadChecksum;
+use super::upload_sums::{UploadChecksum, checksum_type};
 use super::write::CopyErrors;
-use super::{FsStore, etag_of, hex, internal, io_kind, now_ms, strip_quotes, timestamp, unhex};
+use super::{FsStore, etag_of, hex, i64_of, internal, io_kind, now_ms, strip_quotes, timestamp, unhex};
 
 /// Sweeps run at most this often (milliseconds), from CreateMultipartUpload.
 const SWEEP_EVERY_MS: u64 = 60_000;
@@ -104,6 +104,24 @@ pub(super) fn object_sums(
     };
     let parts: Vec<(i32, u64, &Sums)> = chosen.iter().map(|(n, m)| (*n, m.size, &m.sums)).collect();
     c.complete(&parts, listed, claimed)
+}
+
+/// CompleteMultipartUpload's answer for the object `bucket`/`key` it made,
+/// described by `meta` (its ETag and checksums).
+pub(super) fn completed(bucket: &str, key: &str, meta: Meta) -> dto::CompleteMultipartUploadOutput {
+    dto::CompleteMultipartUploadOutput {
+        bucket: Some(bucket.to_owned()),
+        key: Some(key.to_owned()),
+        location: Some(format!("/{bucket}/{key}")),
+        e_tag: Some(ETag::Strong(meta.etag)),
+        checksum_type: checksum_type(&meta.sums),
+        checksum_crc32: meta.sums.crc32,
+        checksum_crc32c: meta.sums.crc32c,
+        checksum_sha1: meta.sums.sha1,
+        checksum_sha256: meta.sums.sha256,
+        checksum_crc64nvme: meta.sums.crc64nvme,
+        ..Default::default()
+    }
 }
 
 impl FsStore {
@@ -297,6 +315,60 @@ impl FsStore {
             ..Default::default()
         };
         Ok((tmp, meta))
+    }
+
+    /// ListParts: the parts of the upload `input` names (started by the
+    /// key `owner`), a page at a time after the marker.
+    pub(super) async fn parts_page(
+        &self,
+        input: dto::ListPartsInput,
+        owner: Option<&str>,
+    ) -> S3Result<dto::ListPartsOutput> {
+        let (dir, up) = self
+            .load_upload(&input.upload_id, &input.bucket, &input.key, owner)
+            .await?;
+        let marker = input.part_number_marker.unwrap_or(0);
+        let max = input
+            .max_parts
+            .map_or(1000, |m| usize::try_from(m).unwrap_or(0).min(1000));
+        let all: Vec<_> = Self::list_parts_in(&dir)
+            .await?
+            .into_iter()
+            .filter(|p| p.0 > marker)
+            .collect();
+        let truncated = all.len() > max;
+        let parts: Vec<dto::Part> = all
+            .into_iter()
+            .take(max)
+            .map(|(n, m, modified)| dto::Part {
+                part_number: Some(n),
+                size: Some(i64_of(m.size)),
+                e_tag: Some(ETag::Strong(m.etag)),
+                last_modified: Some(Timestamp::from(modified)),
+                checksum_crc32: m.sums.crc32,
+                checksum_crc32c: m.sums.crc32c,
+                checksum_sha1: m.sums.sha1,
+                checksum_sha256: m.sums.sha256,
+                checksum_crc64nvme: m.sums.crc64nvme,
+            })
+            .collect();
+        Ok(dto::ListPartsOutput {
+            bucket: Some(input.bucket),
+            key: Some(input.key),
+            upload_id: Some(input.upload_id),
+            part_number_marker: input.part_number_marker,
+            next_part_number_marker: if truncated {
+                parts.last().and_then(|p| p.part_number)
+            } else {
+                None
+            },
+            max_parts: Some(i32::try_from(max).unwrap_or(1000)),
+            is_truncated: Some(truncated),
+            parts: Some(parts),
+            checksum_algorithm: up.checksum.map(|c| c.algorithm.to_dto()),
+            checksum_type: up.checksum.map(|c| c.kind.to_dto()),
+            ..Default::default()
+        })
     }
 
     /// Every upload in progress, with its directory, in no order.

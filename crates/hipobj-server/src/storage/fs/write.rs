@@ -1,7 +1,7 @@
 //! Filling a temporary file: from a request body (PutObject, UploadPart),
 //! measured against the limits and hashed as it streams, or from a range of
 //! a stored object (the copies, CompleteMultipartUpload); encrypted on the
-//! way when the new object is.
+//! way when the new object is. Also which object a copy source names.
 
 use std::io::SeekFrom;
 
@@ -9,8 +9,8 @@ use bytes::Bytes;
 use futures::StreamExt;
 use s3s::checksum::ChecksumHasher;
 use s3s::crypto::{Checksum as _, Md5};
-use s3s::dto::StreamingBlob;
-use s3s::{S3Error, S3ErrorCode, S3Result};
+use s3s::dto::{self, StreamingBlob};
+use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 use super::checksums::{Expected, Sums};
@@ -32,6 +32,22 @@ pub(super) struct Received {
     pub(super) md5: [u8; 16],
     pub(super) sums: Sums,
     pub(super) encryption: Option<Encryption>,
+}
+
+/// The bucket, key and version id of a copy source (the only kind this
+/// store copies).
+pub(super) fn bucket_key_source(source: &dto::CopySource) -> S3Result<(&str, &str, Option<&str>)> {
+    match source {
+        dto::CopySource::Bucket {
+            bucket,
+            key,
+            version_id,
+        } => Ok((&**bucket, &**key, version_id.as_deref())),
+        _ => Err(s3_error!(
+            NotImplemented,
+            "only bucket/key copy sources are supported"
+        )),
+    }
 }
 
 impl FsStore {
