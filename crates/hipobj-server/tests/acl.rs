@@ -15,6 +15,14 @@ use support::{client, client_for, code, raw, start};
 const OTHER: &str = "hipobj-other";
 const OTHER_SK: &str = "hipobj-other-secret";
 
+/// Gives the server a second key, `OTHER`, that owns none of the buckets.
+fn add_other_key(c: &mut hipobj_server::Config) {
+    c.credentials.push(AccessKey {
+        access_key: OTHER.into(),
+        secret_key: OTHER_SK.into(),
+    });
+}
+
 fn unsigned(method: &str, path: &str, extra: &str) -> String {
     format!(
         "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra}Content-Length: 0\r\nConnection: close\r\n\r\n"
@@ -25,10 +33,7 @@ fn unsigned(method: &str, path: &str, extra: &str) -> String {
 async fn acls_open_exactly_what_they_grant() {
     let (h, _dir) = start(|c| {
         c.public_access = true;
-        c.credentials.push(AccessKey {
-            access_key: OTHER.into(),
-            secret_key: OTHER_SK.into(),
-        });
+        add_other_key(c);
     })
     .await;
     let owner = client(&h);
@@ -213,10 +218,7 @@ async fn acls_open_exactly_what_they_grant() {
 async fn a_deleted_buckets_acl_does_not_open_the_next_bucket_of_its_name() {
     let (h, _dir) = start(|c| {
         c.public_access = true;
-        c.credentials.push(AccessKey {
-            access_key: OTHER.into(),
-            secret_key: OTHER_SK.into(),
-        });
+        add_other_key(c);
     })
     .await;
     let owner = client(&h);
@@ -289,10 +291,7 @@ async fn without_public_access_a_stranger_reads_nothing() {
 async fn grants_to_unknown_accounts_are_400_and_to_known_ones_501() {
     use aws_sdk_s3::types::{AccessControlPolicy, Grant, Grantee, Owner, Permission, Type};
     let (h, _dir) = start(|c| {
-        c.credentials.push(AccessKey {
-            access_key: OTHER.into(),
-            secret_key: OTHER_SK.into(),
-        });
+        add_other_key(c);
     })
     .await;
     let owner = client(&h);
@@ -399,10 +398,7 @@ async fn a_public_access_block_shuts_public_acls() {
     use aws_sdk_s3::types::PublicAccessBlockConfiguration;
     let (h, _dir) = start(|c| {
         c.public_access = true;
-        c.credentials.push(AccessKey {
-            access_key: OTHER.into(),
-            secret_key: OTHER_SK.into(),
-        });
+        add_other_key(c);
     })
     .await;
     let owner = client(&h);
