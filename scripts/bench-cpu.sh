@@ -25,11 +25,15 @@ export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench-secret AWS_REGION=us-
 # The server's soft NIC takes a loopback address of its own, not the
 # endpoint's: the client accepts it as one of the server's.
 export HIPOBJ_ALLOW_PEER_GID=any
+# A bench that fails (any transfer of a row failed) is named at the end and
+# makes the script fail, after every other bench has run.
+failed=()
 bench() {
     local name=$1
     shift
     "$bin/hipobj" bench s3://bench/cpu/ --endpoint-url "http://$addr" \
-        --nic-hint softroce0 --require-rdma --json-file "$out/$name.json" "$@" | tee "$out/$name.txt"
+        --nic-hint softroce0 --require-rdma --json-file "$out/$name.json" "$@" | tee "$out/$name.txt" ||
+        failed+=("$name")
 }
 # The CPU per transfer at 1 and at 256 in flight, both drivers.
 bench concurrency --calibrate --sizes 4KiB,1MiB --concurrency 1,256 --driver both --ops 512
@@ -37,3 +41,7 @@ bench concurrency --calibrate --sizes 4KiB,1MiB --concurrency 1,256 --driver bot
 for i in 1 2 3 4 5; do
     bench "single-$i" --sizes 4KiB,64MiB --concurrency 1
 done
+if ((${#failed[@]})); then
+    echo "bench-cpu: failed: ${failed[*]} (see $out)" >&2
+    exit 1
+fi

@@ -97,6 +97,11 @@ kind = "fs"
 data_dir = "$dir/data"
 [limits]
 fsync = false
+# The benches keep up to 256 transfers in flight from this one address:
+# the default share (64) would close or refuse the rest (docs/server.md,
+# "Limits").
+[http]
+max_connections_per_address = 1024
 [rdma]
 enabled = true
 device = "softroce0"

@@ -18,6 +18,7 @@ use tokio::task::JoinHandle;
 use super::bridge::{BlockingBody, ChannelBody, ChunkSender, blob, send_chunk};
 use super::{BYTES, ClientAddr, REPLY, Rdma, TOKEN, decline, error, invalid_token, target_error, with_reply};
 use crate::metrics::{Metrics, inc};
+use crate::storage::file_range::{FileRange, WantsFileRange};
 
 /// The RDMA layer: serves token requests itself, passes the rest to `inner`.
 pub struct RdmaLayer {
@@ -111,23 +112,33 @@ fn object_read_failed(e: std::io::Error) -> S3Error {
 }
 
 /// A GET's source: the store's GetObject, opened once the target has found
-/// the binding, its body read on the target's (blocking) thread.
+/// the binding, its bytes read on the target's (blocking) thread: from the
+/// object's file where the store offers it, else from the body.
 pub(super) struct StoreSource {
     rt: Handle,
     inner: Arc<dyn S3>,
     req: Option<S3Request<dto::GetObjectInput>>,
-    body: Option<BlockingBody>,
+    reader: Option<Reader>,
     resp: Option<S3Response<dto::GetObjectOutput>>,
+}
+
+/// Where an opened GET's bytes come from.
+enum Reader {
+    /// `pread` from the store's file into the slot.
+    File(FileRange),
+    /// The store's body stream, copied into the slot.
+    Body(BlockingBody),
 }
 
 impl StoreSource {
     /// A source that runs `req` on `inner` when the transfer opens it.
-    pub(super) fn new(rt: Handle, inner: Arc<dyn S3>, req: S3Request<dto::GetObjectInput>) -> Self {
+    pub(super) fn new(rt: Handle, inner: Arc<dyn S3>, mut req: S3Request<dto::GetObjectInput>) -> Self {
+        req.extensions.insert(WantsFileRange);
         Self {
             rt,
             inner,
             req: Some(req),
-            body: None,
+            reader: None,
             resp: None,
         }
     }
@@ -150,15 +161,25 @@ impl Source for StoreSource {
         let body = out.body.take().unwrap_or_else(|| {
             dto::StreamingBlob::wrap(futures::stream::empty::<Result<bytes::Bytes, std::io::Error>>())
         });
-        self.body = Some(BlockingBody::new(self.rt.clone(), body));
+        self.reader = Some(match resp.extensions.remove::<FileRange>() {
+            Some(f) if f.len() == len => Reader::File(f),
+            Some(_) => {
+                return Err(s3_error!(
+                    InternalError,
+                    "the store's file range is not the object's length"
+                ));
+            }
+            None => Reader::Body(BlockingBody::new(self.rt.clone(), body)),
+        });
         let partial = out.content_range.is_some();
         self.resp = Some(resp);
         Ok(Selected { len, partial })
     }
 
-    fn fill(&mut self, _off: u64, buf: &mut [u8]) -> Result<(), S3Error> {
-        match &mut self.body {
-            Some(b) => b.fill(buf).map_err(object_read_failed),
+    fn fill(&mut self, off: u64, buf: &mut [u8]) -> Result<(), S3Error> {
+        match &mut self.reader {
+            Some(Reader::File(f)) => f.read_at(off, buf).map_err(object_read_failed),
+            Some(Reader::Body(b)) => b.fill(buf).map_err(object_read_failed),
             None => Err(task_failed("the object was read before it was opened")),
         }
     }
@@ -307,13 +328,7 @@ impl RdmaLayer {
         let rdma = self.rdma()?;
         let caller = caller_of(&req);
         let _flight = InFlight::new(&self.metrics);
-        let mut src = StoreSource {
-            rt: Handle::current(),
-            inner: self.inner.clone(),
-            req: Some(req),
-            body: None,
-            resp: None,
-        };
+        let mut src = StoreSource::new(Handle::current(), self.inner.clone(), req);
         let (answer, src) = tokio::task::spawn_blocking(move || {
             let a = crate::cpu::mover(|| {
                 let src = &mut crate::cpu::StoreSide(&mut src);

@@ -7,8 +7,10 @@
 //!   AWS, moto) through aws-sdk-s3.
 //!
 //! [`operations`] is the list of the S3 operations served, which every
-//! wrapper of a store expands from.
+//! wrapper of a store expands from. [`file_range`] is how a store hands a
+//! GET's bytes to the RDMA mover as a range of a file.
 
+pub mod file_range;
 pub mod fs;
 pub mod names;
 pub mod operations;

@@ -13,6 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt, BufWriter};
 use super::object::Meta;
 use super::sse::{MasterKey, Protection, Sealer, Unlocked};
 use super::{FsStore, hex, internal, io_kind};
+use crate::storage::file_range::FileRange;
 use crate::storage::names::{check_bucket, check_key};
 
 const MAGIC: &[u8; 4] = b"HOB1";
@@ -110,6 +111,26 @@ impl Stored {
             None => asked.check_plain().map(|()| None),
             Some(e) => e.unlock(asked, master).map(Some),
         }
+    }
+
+    /// `file` back and, if `wanted`, the same `len` bytes at `start` as a
+    /// [`FileRange`] for a reader that takes them from the file (the RDMA
+    /// mover; `crate::storage::file_range`). Only for a plain object.
+    pub(super) async fn range_of(
+        file: tokio::fs::File,
+        start: u64,
+        len: u64,
+        wanted: bool,
+    ) -> S3Result<(tokio::fs::File, Option<FileRange>)> {
+        if !wanted {
+            return Ok((file, None));
+        }
+        let file = file.into_std().await;
+        let dup = file.try_clone().map_err(|e| internal("reading an object", e))?;
+        Ok((
+            tokio::fs::File::from_std(file),
+            Some(FileRange::new(dup, start, len)),
+        ))
     }
 
     /// The `len` plaintext bytes at `start` of the object in `file`: the
