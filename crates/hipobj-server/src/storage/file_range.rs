@@ -6,14 +6,14 @@
 //! stream's (a hop to the blocking pool) and then copied into the slot. A
 //! store whose object is a plain range of a file can say so instead: the
 //! RDMA layer asks with [`WantsFileRange`] in the request's extensions,
-//! and the store answers with a [`FileRange`] in the response's, beside
-//! the body it returns anyway. The mover then reads each chunk with one
-//! `pread` into the slot: one copy (the kernel's, out of the page cache)
-//! instead of two, and no hop.
+//! and the store answers with a [`FileRange`] in the response's and an
+//! empty body. The mover then reads each chunk with one `pread` into the
+//! slot: one copy (the kernel's, out of the page cache) instead of two,
+//! and no hop.
 //!
-//! A store only answers when the bytes in the file are the object's bytes
-//! (not encrypted), and the range is the same as the body's, so the two
-//! ways give the same bytes. The file is the one the store opened for
+//! A store only answers so when the bytes in the file are the object's
+//! bytes (not encrypted), and the range is the one the body would have
+//! held; otherwise it returns the body as for any GET. The file is the one the store opened for
 //! this GET: a later PUT of the key writes another file and renames it
 //! over, and this one keeps reading the version it opened.
 

@@ -13,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt, BufWriter};
 use super::object::Meta;
 use super::sse::{MasterKey, Protection, Sealer, Unlocked};
 use super::{FsStore, hex, internal, io_kind};
-use crate::storage::file_range::FileRange;
+use crate::storage::file_range::{FileRange, WantsFileRange};
 use crate::storage::names::{check_bucket, check_key};
 
 const MAGIC: &[u8; 4] = b"HOB1";
@@ -113,24 +113,22 @@ impl Stored {
         }
     }
 
-    /// `file` back and, if `wanted`, the same `len` bytes at `start` as a
-    /// [`FileRange`] for a reader that takes them from the file (the RDMA
-    /// mover; `crate::storage::file_range`). Only for a plain object.
-    pub(super) async fn range_of(
+    /// A GET's body and, for a plain object whose request asked for it
+    /// with [`WantsFileRange`] (the RDMA mover), the same bytes as a
+    /// [`FileRange`] of `file` instead, with an empty body: that reader
+    /// takes every byte from the file, so nothing seeks or reads for a
+    /// stream it would drop.
+    pub(super) async fn body_of(
         file: tokio::fs::File,
-        start: u64,
-        len: u64,
-        wanted: bool,
-    ) -> S3Result<(tokio::fs::File, Option<FileRange>)> {
-        if !wanted {
-            return Ok((file, None));
+        unlocked: Option<Unlocked>,
+        (start, len): (u64, u64),
+        asked: &http::Extensions,
+    ) -> S3Result<(PlainStream, Option<FileRange>)> {
+        if unlocked.is_none() && asked.get::<WantsFileRange>().is_some() {
+            let range = FileRange::new(file.into_std().await, start, len);
+            return Ok((Box::pin(futures::stream::empty()), Some(range)));
         }
-        let file = file.into_std().await;
-        let dup = file.try_clone().map_err(|e| internal("reading an object", e))?;
-        Ok((
-            tokio::fs::File::from_std(file),
-            Some(FileRange::new(dup, start, len)),
-        ))
+        Ok((Self::plain(file, unlocked, start, len).await?, None))
     }
 
     /// The `len` plaintext bytes at `start` of the object in `file`: the

@@ -17,7 +17,6 @@ use super::uploads::{Upload, check_part_number, completed, copy_source_range, ob
 use super::write::bucket_key_source;
 use super::{FsStore, US_EAST_1, hex, i64_of, internal, io_kind, now_ms, timestamp, unhex};
 use crate::storage::Requester;
-use crate::storage::file_range::WantsFileRange;
 use crate::storage::names::check_key;
 
 #[async_trait::async_trait]
@@ -334,10 +333,7 @@ impl S3 for FsStore {
         let Stored { meta, file } = st;
         let size = meta.size;
         let (start, len) = range.as_ref().map_or((0, size), |r| (r.start, r.end - r.start));
-        // The RDMA mover reads a plain object's bytes from the file itself.
-        let wanted = unlocked.is_none() && req.extensions.get::<WantsFileRange>().is_some();
-        let (file, in_file) = Stored::range_of(file, start, len, wanted).await?;
-        let body = Stored::plain(file, unlocked, start, len).await?;
+        let (body, in_file) = Stored::body_of(file, unlocked, (start, len), &req.extensions).await?;
         let whole = len == size;
         // A Range or a partNumber selects bytes: 206 with Content-Range.
         let content_range = range.map(|r| format!("bytes {}-{}/{size}", r.start, r.end.saturating_sub(1)));
