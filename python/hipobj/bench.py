@@ -2,7 +2,8 @@
 
 Against one S3 server (``--endpoint``, or a hipobj-server it starts on the
 soft RoCE NIC), with one state_dict of ``--size-mib`` MiB in ``--tensors``
-tensors, each path ``--repeat`` times (the median is reported):
+tensors, each path ``--repeat`` times in rounds (one run of every path,
+then the next round; the median is reported):
 
 - DCP save and load: hipobj.torch's S3RdmaStorageWriter / Reader,
   s3torchconnector's S3StorageWriter / Reader (if it is installed), and
@@ -11,7 +12,8 @@ tensors, each path ``--repeat`` times (the median is reported):
   ``torch.load``, what a program without a storage layer does.
 - A safetensors load: hipobj.torch.load_safetensors, boto3 ``get_object`` +
   ``safetensors.torch.load``, s3torchconnector's reader +
-  ``safetensors.torch.load``.
+  ``safetensors.torch.load``; repeated in one process, and as the first
+  load of a fresh interpreter (each path's client made before the clock).
 
 hipObject's loads are reported cold (a fresh hipobj.Client: a new NIC
 connection, nothing registered) and warm (the same client again, its
@@ -51,7 +53,7 @@ def start_server(data_dir: str) -> Tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
         [exe, "--address", "127.0.0.1:0", "--data-dir", data_dir, "--access-key", AK, "--secret-key", SK,
          "--rdma-device", "softroce0", "--max-transfer", str(4 << 30), "--max-object-size", str(8 << 30)],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, "HIPOBJ_LOG": "warn"},
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "HIPOBJ_LOG": "warn", "HIPOBJ_SOFTROCE_ADDR": "127.0.0.1"},
     )
     line = (proc.stdout.readline() if proc.stdout else "").strip()
     if not line.startswith("listening on "):
@@ -83,6 +85,20 @@ def timed(fn: Callable[[], None], repeat: int) -> List[float]:
         t0 = time.perf_counter()
         fn()
         out.append(time.perf_counter() - t0)
+    return out
+
+
+def round_robin(paths: Dict[Tuple[str, str], Callable[[], None]], repeat: int) -> Dict[Tuple[str, str], List[float]]:
+    """Each path timed ``repeat`` times, one round of every path after
+    another. A 1 GiB load's time depends on the state of the memory it
+    lands in (on a VM that returns freed memory to its host, fresh memory
+    costs the host a fault per page), which the previous path leaves: in
+    rounds every path follows every other alike, instead of the first
+    path of a block paying for the one before it."""
+    out: Dict[Tuple[str, str], List[float]] = {p: [] for p in paths}
+    for _ in range(repeat):
+        for p, fn in paths.items():
+            out[p].extend(timed(fn, 1))
     return out
 
 
@@ -133,32 +149,39 @@ class Bench:
         med = statistics.median(times)
         print(f"  {what:<22} {path:<34} {med:7.3f} s  {n / med / (1 << 30):6.2f} GiB/s", flush=True)
 
-    # DCP
+    def run(self, rows: Dict[Tuple[str, str], Callable[[], None]], n: int) -> None:
+        """Times ``rows`` (``(what, path): fn``) in rounds and reports each."""
+        for (what, path), times in round_robin(rows, self.args.repeat).items():
+            self.add(what, path, times, n)
 
-    def dcp_hipobj(self, sd, zero):
+    # DCP and torch.save: each adds its save and its load rows (the loads
+    # read what the saves wrote, so every save round runs before the
+    # first load round).
+
+    def dcp_hipobj(self, sd, zero, saves, loads, warm_ups):
         import torch.distributed.checkpoint as dcp
 
         import hipobj
         import hipobj.torch as ht
 
         path = f"s3://{self.bucket}/bench/dcp-hipobj"
-        n = nbytes(sd)
         client = hipobj.Client(nic_hint=self.args.nic)
         kw = self.kw()
-        self.add("DCP save", "hipobj.torch (RDMA)", timed(lambda: dcp.save(sd, storage_writer=ht.S3RdmaStorageWriter(path, client=client, **kw)), self.args.repeat), n)
+        saves["DCP save", "hipobj.torch (RDMA)"] = lambda: dcp.save(sd, storage_writer=ht.S3RdmaStorageWriter(path, client=client, **kw))
 
         def cold():
             c = hipobj.Client(nic_hint=self.args.nic)
             dcp.load(zero, storage_reader=ht.S3RdmaStorageReader(path, client=c, **kw))
             c.close()
 
-        self.add("DCP load, cold", "hipobj.torch (RDMA)", timed(cold, self.args.repeat), n)
-        dcp.load(zero, storage_reader=ht.S3RdmaStorageReader(path, client=client, **kw))
-        self.add("DCP load, warm", "hipobj.torch (RDMA)", timed(lambda: dcp.load(zero, storage_reader=ht.S3RdmaStorageReader(path, client=client, **kw)), self.args.repeat), n)
-        for k in sd:
-            assert zero[k].equal(sd[k]), k
+        def warm():
+            dcp.load(zero, storage_reader=ht.S3RdmaStorageReader(path, client=client, **kw))
 
-    def dcp_s3torchconnector(self, sd, zero):
+        loads["DCP load, cold", "hipobj.torch (RDMA)"] = cold
+        loads["DCP load, warm", "hipobj.torch (RDMA)"] = warm
+        warm_ups.append(warm)  # the warm client's registrations are made here, untimed
+
+    def dcp_s3torchconnector(self, sd, zero, saves, loads, warm_ups):
         try:
             from s3torchconnector import S3ClientConfig
             from s3torchconnector._s3client import S3Client
@@ -173,7 +196,6 @@ class Bench:
         os.environ.setdefault("AWS_SECRET_ACCESS_KEY", self.args.secret_key)
         conf = S3ClientConfig(force_path_style=True, max_attempts=1)
         path = f"s3://{self.bucket}/bench/dcp-s3tc"
-        n = nbytes(sd)
 
         def fs():
             return S3FileSystem("us-east-1", s3_client=S3Client("us-east-1", endpoint=self.endpoint, s3client_config=conf))
@@ -188,15 +210,11 @@ class Bench:
             r.fs = fs()
             dcp.load(zero, storage_reader=r)
 
-        self.add("DCP save", "s3torchconnector DCP", timed(save, self.args.repeat), n)
-        self.add("DCP load", "s3torchconnector DCP", timed(load, self.args.repeat), n)
-        for k in sd:
-            assert zero[k].equal(sd[k]), k
+        saves["DCP save", "s3torchconnector DCP"] = save
+        loads["DCP load", "s3torchconnector DCP"] = load
 
-    def torch_save_boto3(self, sd, zero):
+    def torch_save_boto3(self, sd, zero, saves, loads, warm_ups):
         import torch
-
-        n = nbytes(sd)
 
         def save():
             b = io.BytesIO()
@@ -209,8 +227,31 @@ class Bench:
             for k, v in got.items():
                 zero[k].copy_(v)
 
-        self.add("state_dict save", "boto3 + torch.save", timed(save, self.args.repeat), n)
-        self.add("state_dict load", "boto3 + torch.load", timed(load, self.args.repeat), n)
+        saves["state_dict save", "boto3 + torch.save"] = save
+        loads["state_dict load", "boto3 + torch.load"] = load
+
+    def checkpoints(self, sd, skip) -> None:
+        """The DCP and torch.save rows: every save in rounds, then every
+        load in rounds, then each path's loaded tensors checked."""
+        import torch
+
+        saves: Dict[Tuple[str, str], Callable[[], None]] = {}
+        loads: Dict[Tuple[str, str], Callable[[], None]] = {}
+        warm_ups: List[Callable[[], None]] = []
+        targets = []
+        for name, section in (("dcp-hipobj", self.dcp_hipobj), ("dcp-s3tc", self.dcp_s3torchconnector), ("boto3", self.torch_save_boto3)):
+            if name not in skip:
+                zero = {k: torch.zeros_like(v) for k, v in sd.items()}
+                section(sd, zero, saves, loads, warm_ups)
+                targets.append(zero)
+        n = nbytes(sd)
+        self.run(saves, n)
+        for fn in warm_ups:
+            fn()
+        self.run(loads, n)
+        for zero in targets:
+            for k in sd:
+                assert zero[k].equal(sd[k]), k
 
     # safetensors
 
@@ -226,6 +267,7 @@ class Bench:
         blob = st.save(sd)
         n = nbytes(sd)
         self.boto.put_object(Bucket=self.bucket, Key="bench/model.safetensors", Body=blob)
+        del blob
         url = f"s3://{self.bucket}/bench/model.safetensors"
 
         def cold():
@@ -233,13 +275,14 @@ class Bench:
             ht.load_safetensors(url, client=c, **self.kw())
             c.close()
 
-        self.add("safetensors load", "hipobj.torch (RDMA), cold", timed(cold, self.args.repeat), n)
         client = hipobj.Client(nic_hint=self.args.nic)
-        self.add("safetensors load", "hipobj.torch (RDMA), warm client", timed(lambda: ht.load_safetensors(url, client=client, **self.kw()), self.args.repeat), n)
-        self.add(
-            "safetensors load", "boto3 + safetensors.load",
-            timed(lambda: st.load(self.boto.get_object(Bucket=self.bucket, Key="bench/model.safetensors")["Body"].read()), self.args.repeat), n,
-        )
+        what = "safetensors load"
+        warm = lambda: ht.load_safetensors(url, client=client, **self.kw())  # noqa: E731
+        paths: Dict[Tuple[str, str], Callable[[], None]] = {
+            (what, "hipobj.torch (RDMA), cold"): cold,
+            (what, "hipobj.torch (RDMA), warm client"): warm,
+            (what, "boto3 + safetensors.load"): lambda: st.load(self.boto.get_object(Bucket=self.bucket, Key="bench/model.safetensors")["Body"].read()),
+        }
         try:
             from s3torchconnector import S3Checkpoint, S3ClientConfig
 
@@ -251,9 +294,55 @@ class Bench:
                 with ck.reader(url) as r:
                     st.load(r.read())
 
-            self.add("safetensors load", "s3torchconnector + safetensors.load", timed(s3tc, self.args.repeat), n)
+            paths[what, "s3torchconnector + safetensors.load"] = s3tc
         except Exception as e:
             print(f"  s3torchconnector safetensors: not run ({type(e).__name__}: {e})")
+        warm()  # the warm client's first load, untimed
+        self.run(paths, n)
+        self.first_loads(url, n)
+
+    def first_loads(self, url: str, n: int) -> None:
+        """Each path's first safetensors load in a fresh interpreter, its
+        client made before the clock starts: a model server's start-up,
+        where no path has memory or registrations from a load before."""
+        bucket, key = url[len("s3://"):].split("/", 1)
+        setup = {
+            "hipobj.torch (RDMA)": (
+                "import hipobj.torch as ht\n"
+                "kw = dict(endpoint_url=EP, aws_access_key_id=AK, aws_secret_access_key=SK, nic_hint=NIC)\n"
+                "ht.connect(**kw)\n"
+                "load = lambda: ht.load_safetensors(URL, **kw)\n"
+            ),
+            "boto3 + safetensors.load": (
+                "import boto3, safetensors.torch as st\n"
+                "from botocore.config import Config\n"
+                "c = boto3.client('s3', endpoint_url=EP, aws_access_key_id=AK, aws_secret_access_key=SK, region_name='us-east-1', config=Config(s3={'addressing_style': 'path'}))\n"
+                "load = lambda: st.load(c.get_object(Bucket=BUCKET, Key=KEY)['Body'].read())\n"
+            ),
+            "s3torchconnector + safetensors.load": (
+                "import os, safetensors.torch as st\n"
+                "os.environ['AWS_ACCESS_KEY_ID'], os.environ['AWS_SECRET_ACCESS_KEY'] = AK, SK\n"
+                "from s3torchconnector import S3Checkpoint, S3ClientConfig\n"
+                "ck = S3Checkpoint('us-east-1', endpoint=EP, s3client_config=S3ClientConfig(force_path_style=True, max_attempts=1))\n"
+                "def load():\n"
+                "    with ck.reader(URL) as r:\n"
+                "        return st.load(r.read())\n"
+            ),
+        }
+        consts = dict(EP=self.endpoint, AK=self.args.access_key, SK=self.args.secret_key, NIC=self.args.nic, URL=url, BUCKET=bucket, KEY=key)
+        head = "".join(f"{k} = {v!r}\n" for k, v in consts.items())
+        tail = "import time\nt = time.perf_counter()\nout = load()\nprint(time.perf_counter() - t)\n"
+        rows: Dict[Tuple[str, str], List[float]] = {("safetensors first load, new process", p): [] for p in setup}
+        for _ in range(self.args.repeat):
+            for (what, path) in rows:
+                r = subprocess.run([sys.executable, "-c", head + setup[path] + tail], capture_output=True, text=True)
+                if r.returncode != 0:
+                    print(f"  {what}, {path}: not run ({r.stderr.strip().splitlines()[-1:]})")
+                    break
+                rows[what, path].append(float(r.stdout.strip().splitlines()[-1]))
+        for (what, path), times in rows.items():
+            if len(times) == self.args.repeat:
+                self.add(what, path, times, n)
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -278,20 +367,12 @@ def main(argv: Optional[List[str]] = None) -> None:
         proc, endpoint = start_server(tmp.name)
         args.access_key, args.secret_key = AK, SK
     try:
-        import torch
-
         print(f"hipobj.bench: {args.size_mib} MiB in {args.tensors} tensors, medians of {args.repeat}, endpoint {endpoint}, NIC {args.nic}")
         print("import cost (fresh interpreter):", {m: import_cost(m) for m in ("hipobj", "hipobj.torch", "boto3", "s3torchconnector", "torch")})
         print("installed MiB:", {d: installed_mib(d) for d in ("hipobj", "boto3", "botocore", "s3torchconnector", "s3torchconnectorclient", "torch")})
         b = Bench(args, endpoint)
         sd = state_dict(args.size_mib << 20, args.tensors)
-        zero = {k: torch.zeros_like(v) for k, v in sd.items()}
-        if "dcp-hipobj" not in skip:
-            b.dcp_hipobj(sd, zero)
-        if "dcp-s3tc" not in skip:
-            b.dcp_s3torchconnector(sd, {k: torch.zeros_like(v) for k, v in sd.items()})
-        if "boto3" not in skip:
-            b.torch_save_boto3(sd, {k: torch.zeros_like(v) for k, v in sd.items()})
+        b.checkpoints(sd, skip)
         if "safetensors" not in skip:
             b.safetensors_all(sd)
         if args.json:

@@ -89,3 +89,57 @@ def test_a_truncated_header_is_a_clear_error(rdma_server, bucket):
     with pytest.raises(hipobj.HipObjError) as e:
         ht.load_safetensors(f"s3://{bucket}/st/bad.safetensors", **torch_conn_kw(rdma_server))
     assert e.value.name == "hipObjInvalidValue"
+
+
+def test_a_later_load_reuses_the_memory_of_dead_tensors_and_never_of_live_ones(rdma_server, bucket, tmp_path, counted):
+    import gc
+
+    from hipobj._host_blocks import HOST_BLOCKS
+
+    tensors = model_tensors(3)
+    local = tmp_path / "again.safetensors"
+    st_torch.save_file(tensors, str(local))
+    boto3_client(rdma_server.endpoint).upload_file(str(local), bucket, "st/again.safetensors")
+    reference = st_torch.load_file(str(local))
+    url = f"s3://{bucket}/st/again.safetensors"
+    kw = dict(run_bytes=4 << 20, **torch_conn_kw(rdma_server))
+
+    def spans(d):
+        out = set()
+        for t in d.values():
+            st = t.untyped_storage()
+            if st.nbytes():
+                out.add((st.data_ptr(), st.data_ptr() + st.nbytes()))
+        return out
+
+    def overlap(a, b):
+        return any(lo < hi2 and lo2 < hi for lo, hi in a for lo2, hi2 in b)
+
+    first = ht.load_safetensors(url, **kw)
+    second = ht.load_safetensors(url, **kw)
+    # Both loads alive: the second could reuse nothing of the first.
+    assert not overlap(spans(first), spans(second))
+    identical(reference, first)
+    identical(reference, second)
+
+    # One tensor of the second load kept: its block stays its own; the
+    # first load's blocks all died and come back.
+    kept_name = "big"
+    kept = second[kept_name]
+    kept_span = spans({kept_name: kept})
+    earlier = spans(first) | spans(second)
+    reused = HOST_BLOCKS.reused
+    del first, second
+    gc.collect()
+    stats = {}
+    with counted() as c:
+        third = ht.load_safetensors(url, stats=stats, **kw)
+    # Every run found a dead block of its size (each size was made twice).
+    assert HOST_BLOCKS.reused - reused == stats["gets"]
+    assert overlap(spans(third), earlier)
+    assert not overlap(spans(third), kept_span)
+    identical(reference, third)
+    assert kept.equal(reference[kept_name])
+    # The reused memory was written again, by RDMA, in full.
+    data = sum(t.numel() * t.element_size() for t in tensors.values())
+    assert c["rdma_bytes_written_total"] == data

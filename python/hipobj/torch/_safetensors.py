@@ -5,8 +5,10 @@ The header comes with one small ranged GET (two when it is larger than
 at most ``run_bytes`` each, and the server writes each run with one RDMA
 GET straight into a buffer that the run's tensors are views of: no copy
 after the bytes land (a tensor whose offset does not suit its dtype's
-alignment is the one exception, copied out once). Sharded models load
-through their ``model.safetensors.index.json``.
+alignment is the one exception, copied out once). On the host those
+buffers come from the process's pool of host blocks (``_host_blocks.py``),
+so a repeated load reuses memory already faulted and registered. Sharded
+models load through their ``model.safetensors.index.json``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import torch
 
 from .._client import Client
 from .._errors import error
+from .._host_blocks import HOST_BLOCKS
 from .._shared import DEFAULT_IN_FLIGHT, Piece, connect, parse_s3, runs
 
 __all__ = ["load_safetensors", "DTYPES"]
@@ -101,12 +104,24 @@ def _load_file(conn, bucket: str, key: str, device: Any, run_bytes: int, in_flig
     total = sum(p.length for p in pieces)
     limit = max(min(run_bytes, -(-total // max(in_flight, 1))), 1 << 20)
     groups = runs(pieces, limit)
-    bufs = [torch.empty(end - start, dtype=torch.uint8, device=device) for start, end, _ in groups]
+    if device.type == "cpu":
+        # Host memory from the process's pool (_host_blocks.py): a block
+        # that an earlier load's tensors no longer use comes back faulted
+        # and registered. The GET targets the array under each tensor,
+        # whose registration is keyed by the block's mapping and so
+        # outlives this load's tensors; `dests` goes with this frame.
+        taken = [HOST_BLOCKS.take(end - start) for start, end, _ in groups]
+        bufs = [t for t, _ in taken]
+        dests: List[Any] = [a for _, a in taken]
+        del taken
+    else:
+        bufs = [torch.empty(end - start, dtype=torch.uint8, device=device) for start, end, _ in groups]
+        dests = list(bufs)
 
     def fetch(i: int) -> None:
         start, end, _ = groups[i]
         rng = f"bytes={data_start + start}-{data_start + end - 1}"
-        conn.s3.get_into(bufs[i], bucket, key, nbytes=end - start, range=rng)
+        conn.s3.get_into(dests[i], bucket, key, nbytes=end - start, range=rng)
 
     pool = conn.executor()
     futures = []
@@ -150,7 +165,9 @@ def load_safetensors(
 
     ``endpoint_url``, ``aws_access_key_id``, ``aws_secret_access_key``,
     ``region_name``, ``nic_hint`` and ``fallback`` as for the DCP storage.
-    Tensors of one run share one storage. ``stats``, when given, is filled
+    Tensors of one run share one storage; on the host it is a block of the
+    process's pool, which takes the block back when they have all died
+    (``release_host_memory()``). ``stats``, when given, is filled
     with ``gets`` (RDMA GETs made), ``bytes`` and ``copied`` (tensors
     copied because their offset did not suit their dtype).
     """
