@@ -19,6 +19,7 @@ pub mod config;
 pub mod conn;
 pub mod cpu;
 pub mod logging;
+pub mod md5;
 pub mod metrics;
 pub mod rdma;
 pub mod s3;

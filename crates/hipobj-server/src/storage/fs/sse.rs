@@ -30,11 +30,11 @@ use std::io::{self, Write as _};
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::md5::Md5;
 use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 use aws_lc_rs::rand::{SecureRandom as _, SystemRandom};
 use bytes::Bytes;
 use futures::Stream;
-use s3s::crypto::{Checksum as _, Md5};
 use s3s::dto;
 use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
 use serde::{Deserialize, Serialize};

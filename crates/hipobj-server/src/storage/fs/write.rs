@@ -5,10 +5,10 @@
 
 use std::io::SeekFrom;
 
+use crate::md5::Md5;
 use bytes::Bytes;
 use futures::StreamExt;
 use s3s::checksum::ChecksumHasher;
-use s3s::crypto::{Checksum as _, Md5};
 use s3s::dto::{self, StreamingBlob};
 use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
