@@ -8,6 +8,9 @@
 #
 #   scripts/bench-cpu.sh [OUT_DIR]      (default /tmp/hipobj-bench-cpu)
 #
+# HIPOBJ_BENCH_BIN=DIR runs the hipobj-server and hipobj in DIR instead of
+# building the tree's (a "before" run of saved release binaries).
+#
 # Each bench's text (the rows and the goals' summary) goes to OUT_DIR/*.txt
 # and its JSON to OUT_DIR/*.json.
 set -euo pipefail
@@ -15,9 +18,13 @@ set -euo pipefail
 out=${1:-/tmp/hipobj-bench-cpu}
 rm -rf "$out"
 mkdir -p "$out"
-cargo build --release -p hipobj-server -p hipobj-cli
+if [[ -n ${HIPOBJ_BENCH_BIN:-} ]]; then
+    bin=$HIPOBJ_BENCH_BIN
+else
+    cargo build --release -p hipobj-server -p hipobj-cli
+    bin="$(target_dir)/release"
+fi
 ulimit -n 20000
-bin="$(target_dir)/release"
 server=
 trap '[[ -z $server ]] || stop_pids "$server"' EXIT
 start_bench_server "$bin" "$out"

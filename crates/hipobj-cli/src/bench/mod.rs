@@ -333,6 +333,15 @@ impl Gate {
     }
 }
 
+/// A plain HTTP GET's destination of `n` bytes, written now so that its
+/// pages are faulted before the row's clock and CPU sample start, as an
+/// RDMA row's registered buffers are. (`vec![0u8; n]` would come from
+/// calloc untouched, and at 256 in flight the row would pay for 256 fresh
+/// buffers' page faults inside its window.)
+fn get_buffer(n: usize) -> Vec<u8> {
+    vec![0xa5; n]
+}
+
 /// Runs one row with one OS thread per transfer in flight. The threads
 /// are started and their buffers made before the clock and the CPU sample
 /// start, and they stay alive until the closing sample is taken, so each
@@ -357,7 +366,7 @@ fn threads_row(
             let spawned = std::thread::Builder::new()
                 .name(format!("{}{i}", cpu::BENCH_THREAD_PREFIX))
                 .spawn_scoped(sc, move || {
-                    let mut dst = vec![0u8; if reg.is_none() && w.op == "GET" { w.n } else { 0 }];
+                    let mut dst = get_buffer(if reg.is_none() && w.op == "GET" { w.n } else { 0 });
                     let mut reg = reg;
                     gate.arrive(1);
                     loop {
@@ -497,7 +506,7 @@ fn async_row<'b>(
             let body = Bytes::from(vec![0xa5u8; w.n]);
             // The GET buffers are made before the clock starts.
             let mut dsts: Vec<Vec<u8>> = (0..w.conc)
-                .map(|_| vec![0u8; if w.op == "GET" { w.n } else { 0 }])
+                .map(|_| get_buffer(if w.op == "GET" { w.n } else { 0 }))
                 .collect();
             let a = cpu::sample();
             let t0 = Instant::now();
