@@ -107,15 +107,21 @@ class HostBlocks:
                 block = self._free.pop(i)
                 del self._sizes[i]
                 self._kept -= block.nbytes
+                self.reused += 1
         if block is None:
             block = _fresh(size)
-            self.made += 1
-        else:
-            self.reused += 1
+            with self._lock:
+                self.made += 1
         into = block[:n]
         f = weakref.finalize(into, self._returned, block)
         f.atexit = False
         return torch.from_numpy(into), into
+
+    def after_fork_in_child(self) -> None:
+        """A forked child's pool: a new lock, since another thread of the
+        parent may have held the old one at the fork. The free blocks are
+        the child's own copies, and stay."""
+        self._lock = threading.Lock()
 
     def _returned(self, block: np.ndarray) -> None:
         self._back.append(block)
@@ -155,6 +161,8 @@ class HostBlocks:
 
 
 HOST_BLOCKS = HostBlocks(_keep_bytes_from_env())
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=HOST_BLOCKS.after_fork_in_child)
 
 
 def release() -> int:
