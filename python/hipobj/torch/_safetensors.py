@@ -113,7 +113,6 @@ def _load_file(conn, bucket: str, key: str, device: Any, run_bytes: int, in_flig
         taken = [HOST_BLOCKS.take(end - start) for start, end, _ in groups]
         bufs = [t for t, _ in taken]
         dests: List[Any] = [a for _, a in taken]
-        del taken
     else:
         bufs = [torch.empty(end - start, dtype=torch.uint8, device=device) for start, end, _ in groups]
         dests = list(bufs)
