@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use hipobj_store::remote::RemoteConfig;
+
 /// Everything the server needs to start.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -156,41 +158,8 @@ impl Default for StorageConfig {
     }
 }
 
-/// The S3 service the S3 back end forwards to.
-#[derive(Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RemoteConfig {
-    /// Its URL, e.g. `http://127.0.0.1:9001`.
-    pub endpoint: String,
-    /// The region to sign for.
-    #[serde(default = "default_region")]
-    pub region: String,
-    /// Access key id at that service.
-    pub access_key: String,
-    /// Secret key at that service.
-    pub secret_key: String,
-    /// Path-style addressing (`/bucket/key`); most self-hosted services need it.
-    #[serde(default = "yes")]
-    pub path_style: bool,
-}
-
-impl std::fmt::Debug for RemoteConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RemoteConfig")
-            .field("endpoint", &self.endpoint)
-            .field("region", &self.region)
-            .field("access_key", &self.access_key)
-            .field("path_style", &self.path_style)
-            .finish_non_exhaustive()
-    }
-}
-
 fn default_region() -> String {
     "us-east-1".into()
-}
-
-fn yes() -> bool {
-    true
 }
 
 /// Encryption at rest (docs/server.md, "Encryption at rest").

@@ -8,8 +8,8 @@
 //! * [`rdma`]: the RDMA layer, which serves GetObject, PutObject and
 //!   UploadPart requests carrying `x-amz-rdma-token` and passes everything
 //!   else through;
-//! * [`storage`]: the store behind it, any [`s3s::S3`]: the filesystem
-//!   store, or a forwarder to another S3 service.
+//! * the store behind it (crate `hipobj-store`), any [`s3s::S3`]: the
+//!   filesystem store, or a forwarder to another S3 service.
 //!
 //! [`Server::start`] runs it in-process and returns a [`Handle`]; the
 //! `hipobj-server` binary is a thin command line over the same call.
@@ -19,13 +19,12 @@ pub mod config;
 pub mod conn;
 pub mod cpu;
 pub mod logging;
-pub mod md5;
 pub mod metrics;
 pub mod rdma;
 pub mod s3;
 mod server;
 pub mod shares;
-pub mod storage;
+mod store;
 pub mod tls;
 pub mod unsized_body;
 

@@ -64,7 +64,7 @@ impl Server {
             }
             (false, _) => None,
         };
-        let store = crate::storage::open(&config)?;
+        let store = crate::store::open(&config)?;
         let sessions = rdma.as_ref().map(|r| {
             Arc::new(hipobj_target::rc_v2::V2Sessions::new(
                 r.target().clone(),

@@ -2,7 +2,7 @@
 //! this process on loopback: one on the fs store, and a gateway whose store
 //! is the first one, reached through aws-sdk-s3 (`[storage] kind = "s3"`).
 //! The same aws-sdk-s3 session of every operation the server serves
-//! (`hipobj_server::storage::operations::OPERATIONS`) runs against each,
+//! (`hipobj_store::operations::OPERATIONS`) runs against each,
 //! in a bucket of its own, and the two must answer alike: the fs store
 //! with no `501 NotImplemented`, the gateway as the fs store did.
 #![allow(clippy::unwrap_used)]
@@ -19,7 +19,7 @@ use aws_sdk_s3::types::{
     ObjectIdentifier, VersioningConfiguration,
 };
 use hipobj_server::config::{RemoteConfig, StorageConfig};
-use hipobj_server::storage::operations::OPERATIONS;
+use hipobj_store::operations::OPERATIONS;
 
 /// What one operation answered: a summary of its result that does not
 /// depend on which server gave it, or its HTTP status and S3 code.

@@ -5,6 +5,8 @@
 //!   Verbs or GPU backend is compiled into it;
 //! - no backend crate depends on the core, not even for its tests;
 //! - the server does not depend on the client core;
+//! - the store depends on no workspace crate: nothing of RDMA, the wire
+//!   formats or the seams;
 //! - the core's modules are private (its API is what lib.rs re-exports);
 //! - the table of workspace dependencies in docs/architecture.md is exactly
 //!   the normal dependencies each workspace crate declares.
@@ -21,6 +23,8 @@ const BACKENDS: [&str; 4] = ["hipobj-ibverbs", "hipobj-softroce", "hipobj-gpu", 
 const CORE: &str = "hipobj";
 /// The server.
 const SERVER: &str = "hipobj-server";
+/// The server's stores.
+const STORE: &str = "hipobj-store";
 
 /// Each workspace crate's dependencies on workspace crates: (normal, any kind).
 type Graph = BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)>;
@@ -126,6 +130,23 @@ fn the_server_does_not_depend_on_the_client_core() {
     assert!(
         deps.contains("hipobj-system"),
         "{SERVER} no longer takes its platform from hipobj-system: {deps:?}"
+    );
+}
+
+#[test]
+fn the_store_depends_on_no_workspace_crate() {
+    let g = graph();
+    let (normal, any) = g
+        .get(STORE)
+        .unwrap_or_else(|| panic!("{STORE} is not a workspace crate"));
+    assert!(normal.is_empty(), "{STORE} depends on {normal:?}");
+    assert!(
+        any.is_empty(),
+        "{STORE} depends on {any:?}, even if only for tests"
+    );
+    assert!(
+        normal_closure(&g, SERVER).contains(STORE),
+        "{SERVER} no longer opens its store from {STORE}"
     );
 }
 

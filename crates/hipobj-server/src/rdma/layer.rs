@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 use super::bridge::{BlockingBody, ChannelBody, ChunkSender, blob, send_chunk};
 use super::{BYTES, ClientAddr, REPLY, Rdma, TOKEN, decline, error, invalid_token, target_error, with_reply};
 use crate::metrics::{Metrics, inc};
-use crate::storage::file_range::{FileRange, WantsFileRange};
+use hipobj_store::file_range::{FileRange, WantsFileRange};
 
 /// The RDMA layer: serves token requests itself, passes the rest to `inner`.
 pub struct RdmaLayer {
@@ -483,4 +483,4 @@ macro_rules! layer {
 
 // The metadata operations pass to the store as they are; the three that
 // carry bytes are served here when they carry a token.
-crate::storage::operations::s3_operations!(layer);
+hipobj_store::s3_operations!(layer);

@@ -201,7 +201,7 @@ impl V2 {
         p: PrepareRequest,
     ) -> http::Response<Body> {
         let (bucket, key) = (p.target.bucket().to_owned(), p.target.key().to_owned());
-        if let Err(e) = crate::storage::names::check_key(&key) {
+        if let Err(e) = hipobj_store::names::check_key(&key) {
             return store_fail(&e);
         }
         if let Err(e) = self.owners.check(&bucket, &caller.access_key).await {

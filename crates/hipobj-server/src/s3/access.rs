@@ -1,6 +1,6 @@
 //! Who may do what: signed requests (SigV4, checked by s3s against the
 //! configured keys), anonymous ones only when configured, object keys that
-//! pass `storage::names`, and headers that the signature covers.
+//! pass `hipobj_store::names`, and headers that the signature covers.
 //!
 //! Beyond what s3s checks, a signed request is refused when:
 //!
@@ -32,8 +32,8 @@ use s3s::dto;
 use s3s::path::S3Path;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Result, s3_error};
 
-use crate::storage::Requester;
-use crate::storage::names::check_key;
+use hipobj_store::Requester;
+use hipobj_store::names::check_key;
 
 /// The access policy.
 #[derive(Debug, Clone)]

@@ -130,7 +130,7 @@ impl Owners {
     /// bucket of that name; otherwise `key` is recorded as the owner.
     pub async fn claim(&self, bucket: &str, key: &str) -> S3Result<()> {
         let Some(dir) = &self.dir else { return Ok(()) };
-        if crate::storage::names::check_bucket(bucket).is_err() {
+        if hipobj_store::names::check_bucket(bucket).is_err() {
             // The store refuses the name with the right error.
             return Ok(());
         }

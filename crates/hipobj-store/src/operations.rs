@@ -1,5 +1,5 @@
 //! The S3 operations this server serves: the one list that every wrapper
-//! of a store (`crate::rdma::RdmaLayer`, `remote::Remote`) expands from, so
+//! of a store (the gateway's RDMA layer, [`crate::remote::Remote`]) expands from, so
 //! that an operation is named once. A method of [`s3s::S3`] that is not
 //! here is answered `501 NotImplemented` by every store, since the front
 //! passes nothing else down.
@@ -14,6 +14,7 @@
 /// Calls `$then! { metadata { name: Input => Output, ... } bytes { ... } }`
 /// with the operations the server serves (`Input` and `Output` name types
 /// of `s3s::dto`).
+#[macro_export]
 macro_rules! s3_operations {
     ($then:ident) => {
         $then! {
@@ -58,7 +59,6 @@ macro_rules! s3_operations {
         }
     };
 }
-pub(crate) use s3_operations;
 
 macro_rules! names {
     (

@@ -8,7 +8,44 @@ use aws_sdk_s3::config::{
 use aws_smithy_runtime_api::client::result::ConnectorError;
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, dto};
 
-use crate::config::RemoteConfig;
+use serde::{Deserialize, Serialize};
+
+/// The S3 service the S3 back end forwards to.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteConfig {
+    /// Its URL, e.g. `http://127.0.0.1:9001`.
+    pub endpoint: String,
+    /// The region to sign for.
+    #[serde(default = "default_region")]
+    pub region: String,
+    /// Access key id at that service.
+    pub access_key: String,
+    /// Secret key at that service.
+    pub secret_key: String,
+    /// Path-style addressing (`/bucket/key`); most self-hosted services need it.
+    #[serde(default = "yes")]
+    pub path_style: bool,
+}
+
+impl std::fmt::Debug for RemoteConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteConfig")
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .field("access_key", &self.access_key)
+            .field("path_style", &self.path_style)
+            .finish_non_exhaustive()
+    }
+}
+
+fn default_region() -> String {
+    "us-east-1".into()
+}
+
+fn yes() -> bool {
+    true
+}
 
 /// The proxy, with one change to its errors: a back end that gave no
 /// answer is `503 ServiceUnavailable` (see [`upstream`]).
@@ -106,7 +143,7 @@ macro_rules! forward {
 }
 
 // Every operation the server serves (super::operations), to the back end.
-super::operations::s3_operations!(forward);
+crate::s3_operations!(forward);
 
 #[cfg(test)]
 mod tests {

@@ -53,7 +53,7 @@ use super::listing::{ListArgs, common_prefixes, encode_key};
 use super::object::Meta;
 use super::settings::Setting;
 use super::{FsStore, i64_of, internal, io_kind, now_ms, timestamp, unhex};
-use crate::storage::Requester;
+use crate::Requester;
 
 /// The null version's id.
 pub(super) const NULL: &str = "null";

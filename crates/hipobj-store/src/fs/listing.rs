@@ -11,7 +11,7 @@ use s3s::{S3Result, s3_error};
 
 use super::object::Meta;
 use super::{FsStore, i64_of, internal, timestamp};
-use crate::storage::names::check_bucket;
+use crate::names::check_bucket;
 
 /// What the three object listings ask alike: the prefix, the delimiter,
 /// the page size and whether keys go back percent-encoded.

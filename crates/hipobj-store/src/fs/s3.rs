@@ -16,8 +16,8 @@ use super::upload_sums::{UploadChecksum, check_type, checksum_type};
 use super::uploads::{Upload, check_part_number, completed, copy_source_range, object_sums};
 use super::write::bucket_key_source;
 use super::{FsStore, US_EAST_1, hex, i64_of, internal, io_kind, now_ms, timestamp, unhex};
-use crate::storage::Requester;
-use crate::storage::names::check_key;
+use crate::Requester;
+use crate::names::check_key;
 
 #[async_trait::async_trait]
 impl S3 for FsStore {

@@ -13,8 +13,8 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt, BufWriter};
 use super::object::Meta;
 use super::sse::{MasterKey, Protection, Sealer, Unlocked};
 use super::{FsStore, hex, internal, io_kind};
-use crate::storage::file_range::{FileRange, WantsFileRange};
-use crate::storage::names::{check_bucket, check_key};
+use crate::file_range::{FileRange, WantsFileRange};
+use crate::names::{check_bucket, check_key};
 
 const MAGIC: &[u8; 4] = b"HOB1";
 const TRAILER: u64 = 8;

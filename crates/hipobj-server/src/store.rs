@@ -1,42 +1,13 @@
-//! Where objects live. Every back end is an [`s3s::S3`] implementation, so
-//! the RDMA layer (`crate::rdma`) and the HTTP front (`crate::s3`) work the
-//! same over each:
-//!
-//! * [`fs::FsStore`]: the embedded default, files under a data directory;
-//! * [`remote`]: forwards every request to another S3 service (MinIO, Ceph,
-//!   AWS, moto) through aws-sdk-s3.
-//!
-//! [`operations`] is the list of the S3 operations served, which every
-//! wrapper of a store expands from. [`file_range`] is how a store hands a
-//! GET's bytes to the RDMA mover as a range of a file.
-
-pub mod file_range;
-pub mod fs;
-pub mod names;
-pub mod operations;
-pub mod remote;
+//! Opens the store the configuration names (crate `hipobj-store`).
 
 use std::sync::Arc;
 
-/// Who a request comes from, as the access policy (`crate::s3::access`)
-/// found it, in the request's extensions: a store that serves ACLs lets a
-/// requester other than the bucket's owner do what the ACLs grant, and
-/// nothing else.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Requester {
-    /// The bucket's owner (or a key it is shared with, or any request when
-    /// anonymous access is on).
-    Owner,
-    /// Another signed key.
-    Other,
-    /// An unsigned request, with public access on.
-    Anonymous,
-}
+use hipobj_store::{fs, remote};
 
 use crate::config::{Config, StorageConfig};
 
 /// Opens the back end the configuration names.
-pub fn open(config: &Config) -> Result<Arc<dyn s3s::S3>, crate::Error> {
+pub(crate) fn open(config: &Config) -> Result<Arc<dyn s3s::S3>, crate::Error> {
     Ok(match &config.storage {
         StorageConfig::Fs { data_dir } => {
             let limits = fs::FsLimits {

@@ -147,14 +147,14 @@ pub(super) struct CustomerHeaders<'a> {
 /// with `copy_source`, those naming a copy source's key.
 macro_rules! customer_headers {
     ($input:ident) => {
-        $crate::storage::fs::sse::CustomerHeaders {
+        $crate::fs::sse::CustomerHeaders {
             algorithm: $input.sse_customer_algorithm.as_deref(),
             key: $input.sse_customer_key.as_deref(),
             key_md5: $input.sse_customer_key_md5.as_deref(),
         }
     };
     (copy_source $input:ident) => {
-        $crate::storage::fs::sse::CustomerHeaders {
+        $crate::fs::sse::CustomerHeaders {
             algorithm: $input.copy_source_sse_customer_algorithm.as_deref(),
             key: $input.copy_source_sse_customer_key.as_deref(),
             key_md5: $input.copy_source_sse_customer_key_md5.as_deref(),

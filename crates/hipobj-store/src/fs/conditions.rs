@@ -34,7 +34,7 @@ fn etag_matches(cond: &dto::ETagCondition, etag: &str) -> bool {
 /// CopyObject or UploadPartCopy input.
 macro_rules! read_conditions {
     ($input:ident) => {
-        $crate::storage::fs::conditions::ReadConditions {
+        $crate::fs::conditions::ReadConditions {
             if_match: $input.if_match.as_ref(),
             if_none_match: $input.if_none_match.as_ref(),
             if_modified_since: $input.if_modified_since.as_ref(),
@@ -42,7 +42,7 @@ macro_rules! read_conditions {
         }
     };
     (copy_source $input:ident) => {
-        $crate::storage::fs::conditions::ReadConditions {
+        $crate::fs::conditions::ReadConditions {
             if_match: $input.copy_source_if_match.as_ref(),
             if_none_match: $input.copy_source_if_none_match.as_ref(),
             if_modified_since: $input.copy_source_if_modified_since.as_ref(),

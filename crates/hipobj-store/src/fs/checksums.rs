@@ -53,7 +53,7 @@ impl Sums {
 /// CompleteMultipartUpload input (types with the same fields).
 macro_rules! sums_of {
     ($input:ident) => {
-        $crate::storage::fs::checksums::Sums {
+        $crate::fs::checksums::Sums {
             crc32: $input.checksum_crc32,
             crc32c: $input.checksum_crc32c,
             sha1: $input.checksum_sha1,
@@ -71,12 +71,12 @@ pub(super) use sums_of;
 /// (the two inputs are different types with the same fields).
 macro_rules! expected_of {
     ($input:ident, $req:ident) => {
-        $crate::storage::fs::checksums::Expected {
+        $crate::fs::checksums::Expected {
             content_md5: $input.content_md5.clone(),
-            sums: $crate::storage::fs::checksums::sums_of!($input),
+            sums: $crate::fs::checksums::sums_of!($input),
             algorithm: $input
                 .checksum_algorithm
-                .or_else(|| $crate::storage::fs::checksums::sdk_algorithm(&$req.headers)),
+                .or_else(|| $crate::fs::checksums::sdk_algorithm(&$req.headers)),
         }
     };
 }

@@ -2,7 +2,7 @@
 //! `authenticated-read`, and for objects `bucket-owner-read` and
 //! `bucket-owner-full-control`) on buckets and objects, and the checks that
 //! let a requester other than the bucket's owner read or write what they
-//! grant (`crate::storage::Requester`, set by the access policy).
+//! grant (`crate::Requester`, set by the access policy).
 //!
 //! Only canned ACLs: a bucket's is one of its settings (`settings`), an
 //! object's is in its record. Grants to particular accounts or e-mail addresses are not
@@ -24,7 +24,7 @@ use super::object::Meta;
 use super::settings::Setting;
 use super::write::CopyErrors;
 use super::{FsStore, internal};
-use crate::storage::Requester;
+use crate::Requester;
 
 const ALL_USERS: &str = "http://acs.amazonaws.com/groups/global/AllUsers";
 const AUTHENTICATED_USERS: &str = "http://acs.amazonaws.com/groups/global/AuthenticatedUsers";

@@ -97,9 +97,9 @@ pub(super) fn stored_encoding(e: Option<String>) -> Option<String> {
 /// fields).
 macro_rules! attrs_of {
     ($input:ident) => {
-        $crate::storage::fs::object::Attrs {
+        $crate::fs::object::Attrs {
             content_type: $input.content_type.map(|c| c.to_string()),
-            content_encoding: $crate::storage::fs::object::stored_encoding($input.content_encoding),
+            content_encoding: $crate::fs::object::stored_encoding($input.content_encoding),
             content_disposition: $input.content_disposition,
             content_language: $input.content_language,
             cache_control: $input.cache_control,
@@ -118,16 +118,16 @@ pub(super) use attrs_of;
 /// fields given.
 macro_rules! described {
     ($ty:path, $meta:expr, $sums:expr, { $($field:ident $(: $value:expr)?),* $(,)? }) => {{
-        let meta: $crate::storage::fs::object::Meta = $meta;
-        let enc = $crate::storage::fs::sse::Described::of(meta.encryption.as_ref());
+        let meta: $crate::fs::object::Meta = $meta;
+        let enc = $crate::fs::sse::Described::of(meta.encryption.as_ref());
         let a = meta.attrs;
-        let sums: $crate::storage::fs::checksums::Sums = $sums;
-        let checksum_type = $crate::storage::fs::upload_sums::checksum_type(&sums);
+        let sums: $crate::fs::checksums::Sums = $sums;
+        let checksum_type = $crate::fs::upload_sums::checksum_type(&sums);
         $ty {
             $($field $(: $value)?,)*
             accept_ranges: Some("bytes".into()),
             e_tag: Some(s3s::dto::ETag::Strong(meta.etag)),
-            last_modified: Some($crate::storage::fs::timestamp(meta.modified_ms)),
+            last_modified: Some($crate::fs::timestamp(meta.modified_ms)),
             metadata: a.metadata(),
             content_type: a.content_type.and_then(|c| c.parse().ok()),
             content_encoding: a.content_encoding,

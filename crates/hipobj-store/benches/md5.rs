@@ -19,7 +19,7 @@ fn md5(c: &mut Criterion) {
     g.sample_size(10);
     g.bench_function("aws_lc", |b| {
         b.iter(|| {
-            let mut m = hipobj_server::md5::Md5::new();
+            let mut m = hipobj_store::md5::Md5::new();
             in_chunks(&body, |c| m.update(c));
             m.finalize()
         })
