@@ -65,6 +65,7 @@ impl Server {
             (false, _) => None,
         };
         let store = crate::store::open(&config)?;
+        let owners = crate::s3::owners::Owners::new(&config)?;
         let sessions = rdma.as_ref().map(|r| {
             Arc::new(hipobj_target::rc_v2::V2Sessions::new(
                 r.target().clone(),
@@ -74,7 +75,7 @@ impl Server {
         let v2 = crate::rdma::rc_v2::V2 {
             sessions: sessions.clone(),
             store: store.clone(),
-            owners: crate::s3::owners::Owners::new(&config)?,
+            owners: owners.clone(),
             keys: Arc::new(
                 config
                     .credentials
@@ -86,7 +87,7 @@ impl Server {
         };
         let layer = RdmaLayer::new(store, rdma.clone(), metrics.clone());
         let front = Front {
-            s3: s3_service(layer, &config)?,
+            s3: s3_service(layer, &config, owners),
             metrics: metrics.clone(),
             rdma: rdma.clone(),
             endpoints: config.metrics_endpoint,

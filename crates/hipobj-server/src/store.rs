@@ -29,6 +29,7 @@ pub(crate) fn open(config: &Config) -> Result<Arc<dyn s3s::S3>, crate::Error> {
                         (a.access_key.clone(), (a.user_id.clone(), name))
                     }))
                     .collect(),
+                owner_records: config.access.bucket_owners,
             };
             let store = fs::FsStore::open(data_dir, limits)
                 .map_err(|e| crate::Error::Storage(format!("{}: {e}", data_dir.display())))?;

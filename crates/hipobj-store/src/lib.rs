@@ -11,11 +11,13 @@
 //! GET's bytes to the RDMA mover as a range of a file. [`md5`] is the
 //! ETag's MD5.
 
+pub mod disk;
 pub mod file_range;
 pub mod fs;
 pub mod md5;
 pub mod names;
 pub mod operations;
+pub mod owner_record;
 pub mod remote;
 
 /// Who a request comes from, as the gateway's access policy

@@ -12,8 +12,9 @@ use crate::config::Config;
 use crate::metrics::{Metrics, inc};
 use crate::rdma::{Rdma, RdmaLayer};
 
-/// Builds the s3s service over the RDMA layer, with auth and policy.
-pub fn s3_service(layer: RdmaLayer, config: &Config) -> Result<S3Service, crate::Error> {
+/// Builds the s3s service over the RDMA layer, with auth and policy;
+/// `owners` is the server's one set of ownership rules.
+pub fn s3_service(layer: RdmaLayer, config: &Config, owners: super::owners::Owners) -> S3Service {
     let mut b = S3ServiceBuilder::new(layer);
     let mut auth = SimpleAuth::new();
     for c in &config.credentials {
@@ -22,12 +23,12 @@ pub fn s3_service(layer: RdmaLayer, config: &Config) -> Result<S3Service, crate:
     b.set_auth(auth);
     b.set_access(Policy {
         anonymous: config.anonymous,
-        owners: super::owners::Owners::new(config)?,
+        owners,
         sse_c_over_http: config.encryption.sse_c_over_http,
         acls: matches!(config.storage, crate::config::StorageConfig::Fs { .. }),
         public_access: config.public_access,
     });
-    Ok(b.build())
+    b.build()
 }
 
 /// What every connection serves: `/.hipobj/metrics`, `/.hipobj/health`,

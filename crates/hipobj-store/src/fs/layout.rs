@@ -13,6 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt, BufWriter};
 use super::object::Meta;
 use super::sse::{MasterKey, Protection, Sealer, Unlocked};
 use super::{FsStore, hex, internal, io_kind};
+use crate::disk::{Durability, nonblocking as ndisk};
 use crate::file_range::{FileRange, WantsFileRange};
 use crate::names::{check_bucket, check_key};
 
@@ -60,7 +61,8 @@ impl TempFile {
         Ok(())
     }
 
-    /// Makes the file visible at `dest`, replacing what is there.
+    /// Makes the file visible at `dest`, replacing what is there: data
+    /// synced, renamed, then `dest`'s folder synced (`crate::disk`).
     pub(super) async fn commit(mut self, dest: &Path, sync: bool) -> std::io::Result<()> {
         self.out.flush().await?;
         if sync {
@@ -68,7 +70,7 @@ impl TempFile {
         }
         tokio::fs::rename(&self.path, dest).await?;
         self.done = true;
-        Ok(())
+        ndisk::sync_parent(dest, Durability::from_sync(sync)).await
     }
 
     /// Commits only if nothing is at `dest` yet: a hard link fails
@@ -79,9 +81,8 @@ impl TempFile {
         if sync {
             self.out.get_ref().sync_data().await?;
         }
-        tokio::fs::hard_link(&self.path, dest).await?;
         // Drop removes the temporary name; the object lives on at `dest`.
-        Ok(())
+        ndisk::hard_link(&self.path, dest, Durability::from_sync(sync)).await
     }
 }
 

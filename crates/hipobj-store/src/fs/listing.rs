@@ -12,6 +12,7 @@ use s3s::{S3Result, s3_error};
 use super::object::Meta;
 use super::{FsStore, i64_of, internal, timestamp};
 use crate::names::check_bucket;
+use crate::owner_record::{self, Lookup};
 
 /// What the three object listings ask alike: the prefix, the delimiter,
 /// the page size and whether keys go back percent-encoded.
@@ -346,11 +347,13 @@ impl FsStore {
             if !md.is_dir() {
                 continue;
             }
-            // Another key's bucket (the owner records that s3::owners
-            // keeps in `.owners/`) is not listed, as in S3.
+            // Another key's bucket (`crate::owner_record`) is not listed,
+            // as in S3; nor is one whose record is missing or damaged,
+            // since whose it is cannot be known.
             if let Some(who) = who
-                && let Ok(owner) = tokio::fs::read_to_string(self.root.join(".owners").join(name)).await
-                && owner.trim() != who
+                && self.limits.owner_records
+                && !matches!(owner_record::read(&self.root, name).await,
+                    Lookup::Found(r) if r.key == who)
             {
                 continue;
             }

@@ -50,6 +50,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use s3s::dto::{self, ETag, Timestamp};
 use s3s::{S3Error, S3ErrorCode};
 
+use crate::disk::{self, Durability};
+
 mod acl;
 mod bucket_encryption;
 mod checksums;
@@ -90,6 +92,10 @@ pub struct FsLimits {
     /// The user id and display name of an access key's account (owners in
     /// ACLs and listings; a key missing here is named by itself).
     pub accounts: std::collections::BTreeMap<String, (String, String)>,
+    /// Whether buckets have owner records (`crate::owner_record`, kept by
+    /// the gateway): ListBuckets then shows a key only the buckets whose
+    /// record names it, and none whose record is missing or damaged.
+    pub owner_records: bool,
 }
 
 /// AWS's first region, whose GetBucketLocation answer is empty.
@@ -106,6 +112,7 @@ impl Default for FsLimits {
             region: US_EAST_1.into(),
             sse_s3_key_file: None,
             accounts: std::collections::BTreeMap::new(),
+            owner_records: false,
         }
     }
 }
@@ -132,14 +139,15 @@ impl FsStore {
     /// files left in `.tmp` by an earlier run.
     pub fn open(root: impl AsRef<Path>, limits: FsLimits) -> std::io::Result<Self> {
         let root = root.as_ref();
-        std::fs::create_dir_all(root)?;
+        let d = Durability::from_sync(limits.sync);
+        disk::create_dir_all(root, d)?;
         let root = root.canonicalize()?;
         let tmp = root.join(".tmp");
         if tmp.exists() {
             std::fs::remove_dir_all(&tmp)?;
         }
-        std::fs::create_dir_all(&tmp)?;
-        std::fs::create_dir_all(root.join(".uploads"))?;
+        disk::create_dir_all(&tmp, d)?;
+        disk::create_dir_all(&root.join(".uploads"), d)?;
         let key_file = limits
             .sse_s3_key_file
             .clone()
@@ -154,6 +162,11 @@ impl FsStore {
             last_sweep_ms: AtomicU64::new(0),
             master,
         })
+    }
+
+    /// Whether changes are synced before they are acknowledged.
+    fn durability(&self) -> Durability {
+        Durability::from_sync(self.limits.sync)
     }
 
     /// The data directory.
@@ -171,11 +184,10 @@ impl FsStore {
     }
 
     async fn bucket_owner(&self, bucket: &str, asking: &Option<s3s::auth::Credentials>) -> dto::Owner {
-        let recorded = tokio::fs::read_to_string(self.root.join(".owners").join(bucket))
-            .await
-            .ok()
-            .map(|o| o.trim().to_owned())
-            .filter(|o| !o.is_empty());
+        let recorded = match crate::owner_record::read(&self.root, bucket).await {
+            crate::owner_record::Lookup::Found(r) => Some(r.key),
+            _ => None,
+        };
         let key = recorded
             .or_else(|| asking.as_ref().map(|c| c.access_key.clone()))
             .unwrap_or_else(|| "hipobj".into());

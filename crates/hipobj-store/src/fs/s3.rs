@@ -17,6 +17,7 @@ use super::uploads::{Upload, check_part_number, completed, copy_source_range, ob
 use super::write::bucket_key_source;
 use super::{FsStore, US_EAST_1, hex, i64_of, internal, io_kind, now_ms, timestamp, unhex};
 use crate::Requester;
+use crate::disk::nonblocking as ndisk;
 use crate::names::check_key;
 
 #[async_trait::async_trait]
@@ -47,7 +48,7 @@ impl S3 for FsStore {
             ));
         }
         let acl = Canned::parse(req.input.acl.as_ref().map(|a| a.as_str()), false)?;
-        match tokio::fs::create_dir(&dir).await {
+        match ndisk::create_dir(&dir, self.durability()).await {
             Ok(()) => {
                 self.set_bucket_acl(&req.input.bucket, acl.unwrap_or_default())
                     .await?;
@@ -90,7 +91,7 @@ impl S3 for FsStore {
         // As AWS: uploads in progress go with their bucket (and their parts
         // with them), never left behind unlistable.
         self.abort_uploads_of(&req.input.bucket).await?;
-        match tokio::fs::remove_dir(&dir).await {
+        match ndisk::remove_dir(&dir, self.durability()).await {
             Ok(()) => {
                 self.forget_settings(&req.input.bucket).await;
                 Ok(S3Response::new(dto::DeleteBucketOutput {}))
@@ -692,7 +693,7 @@ impl S3 for FsStore {
         self.sweep_stale_uploads().await;
         let id = uuid::Uuid::new_v4().simple().to_string();
         let dir = self.upload_dir(&id)?;
-        tokio::fs::create_dir(&dir)
+        ndisk::create_dir(&dir, self.durability())
             .await
             .map_err(|e| internal("creating an upload", e))?;
         let up = Upload {
@@ -706,9 +707,16 @@ impl S3 for FsStore {
             checksum,
         };
         let json = serde_json::to_vec(&up).map_err(|e| internal("encoding an upload", e))?;
-        tokio::fs::write(dir.join("upload.json"), json)
-            .await
-            .map_err(|e| internal("writing an upload", e))?;
+        // A crash before this rename leaves a folder with no upload.json,
+        // which no request finds and the sweep removes.
+        ndisk::write_atomic(
+            &self.temp_path(),
+            &dir.join("upload.json"),
+            json,
+            self.durability(),
+        )
+        .await
+        .map_err(|e| internal("writing an upload", e))?;
         let enc = Described::of_protection(&protection);
         Ok(S3Response::new(dto::CreateMultipartUploadOutput {
             bucket: Some(input.bucket),
@@ -883,7 +891,7 @@ impl S3 for FsStore {
         let version_id = self
             .store_object(&input.bucket, &input.key, tmp, &mut meta, cond)
             .await?;
-        if let Err(e) = tokio::fs::remove_dir_all(&dir).await {
+        if let Err(e) = ndisk::remove_dir_all(&dir, self.durability()).await {
             tracing::warn!("removing the finished upload {}: {e}", dir.display());
         }
         let enc = Described::of(meta.encryption.as_ref());
@@ -989,7 +997,7 @@ impl S3 for FsStore {
         let (dir, _) = self
             .load_upload(&input.upload_id, &input.bucket, &input.key, owner)
             .await?;
-        tokio::fs::remove_dir_all(&dir)
+        ndisk::remove_dir_all(&dir, self.durability())
             .await
             .map_err(|e| internal("aborting an upload", e))?;
         Ok(S3Response::new(dto::AbortMultipartUploadOutput::default()))

@@ -1,7 +1,8 @@
 //! A bucket's settings (its versioning state, default encryption, canned
 //! ACL and PublicAccessBlock): one small text file per bucket and setting, in a dot folder of the
 //! data directory (no bucket name starts with `.`). A write goes to a
-//! temporary file renamed into place; what was read or written is kept in
+//! temporary file, synced, renamed into place, its folder synced
+//! (`crate::disk::write_atomic`); what was read or written is kept in
 //! memory, since this process is the store's only writer, so the requests
 //! that consult a setting (every write asks for the default encryption)
 //! read no file. DeleteBucket forgets all of a bucket's settings, so that a
@@ -13,6 +14,7 @@ use std::sync::RwLock;
 use s3s::S3Result;
 
 use super::{FsStore, internal, io_kind};
+use crate::disk::nonblocking as ndisk;
 
 /// One setting of a bucket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -81,23 +83,18 @@ impl FsStore {
     /// Sets the bucket's setting `s` to `value`, or removes it (`None`).
     pub(super) async fn set_setting(&self, s: Setting, bucket: &str, value: Option<&str>) -> S3Result<()> {
         let path = self.setting_file(s, bucket);
+        let d = self.durability();
         let done = match value {
-            None => match tokio::fs::remove_file(&path).await {
+            None => match ndisk::remove_file(&path, d).await {
                 Err(e) if io_kind(&e) == std::io::ErrorKind::NotFound => Ok(()),
                 r => r,
             },
             Some(v) => {
                 let tmp = self.temp_path();
-                let write = async {
-                    tokio::fs::create_dir_all(self.root.join(s.folder())).await?;
-                    tokio::fs::write(&tmp, v).await?;
-                    tokio::fs::rename(&tmp, &path).await
-                };
-                let r = write.await;
-                if r.is_err() {
-                    let _ = tokio::fs::remove_file(&tmp).await;
+                match ndisk::create_dir_all(&self.root.join(s.folder()), d).await {
+                    Ok(()) => ndisk::write_atomic(&tmp, &path, v.as_bytes().to_vec(), d).await,
+                    Err(e) => Err(e),
                 }
-                r
             }
         };
         done.map_err(|e| internal("recording a bucket's settings", e))?;

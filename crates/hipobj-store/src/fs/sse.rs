@@ -95,7 +95,7 @@ impl MasterKey {
                 let key: [u8; KEY] =
                     random().map_err(|_| io::Error::other("no random bytes for the SSE-S3 key"))?;
                 if let Some(dir) = path.parent() {
-                    std::fs::create_dir_all(dir)?;
+                    crate::disk::create_dir_all(dir, crate::disk::Durability::Synced)?;
                 }
                 let tmp = path.with_extension(format!("new-{}", std::process::id()));
                 let mut f = std::fs::OpenOptions::new();
@@ -104,7 +104,8 @@ impl MasterKey {
                 std::os::unix::fs::OpenOptionsExt::mode(&mut f, 0o600);
                 let mut file = f.open(&tmp)?;
                 let written = file.write_all(&key).and_then(|()| file.sync_all());
-                let linked = written.and_then(|()| std::fs::hard_link(&tmp, path));
+                let linked = written
+                    .and_then(|()| crate::disk::hard_link(&tmp, path, crate::disk::Durability::Synced));
                 let _ = std::fs::remove_file(&tmp);
                 match linked {
                     Ok(()) => {

@@ -23,6 +23,7 @@ use super::sse::{Encryption, UploadMode};
 use super::upload_sums::{UploadChecksum, checksum_type};
 use super::write::CopyErrors;
 use super::{FsStore, etag_of, hex, i64_of, internal, io_kind, now_ms, strip_quotes, timestamp, unhex};
+use crate::disk::nonblocking as ndisk;
 
 /// Sweeps run at most this often (milliseconds), from CreateMultipartUpload.
 const SWEEP_EVERY_MS: u64 = 60_000;
@@ -409,7 +410,7 @@ impl FsStore {
     pub(super) async fn abort_uploads_of(&self, bucket: &str) -> S3Result<()> {
         for (_, dir, up) in self.all_uploads().await? {
             if up.bucket == bucket {
-                tokio::fs::remove_dir_all(&dir)
+                ndisk::remove_dir_all(&dir, self.durability())
                     .await
                     .map_err(|e| internal("aborting an upload of a deleted bucket", e))?;
             }
@@ -441,7 +442,7 @@ impl FsStore {
         let Ok(all) = self.all_uploads().await else { return };
         for (id, dir, up) in all {
             if now.saturating_sub(up.initiated_ms) > self.limits.upload_expiry_ms {
-                match tokio::fs::remove_dir_all(&dir).await {
+                match ndisk::remove_dir_all(&dir, self.durability()).await {
                     Ok(()) => tracing::info!(
                         upload = %id,
                         bucket = %up.bucket,

@@ -54,6 +54,7 @@ use super::object::Meta;
 use super::settings::Setting;
 use super::{FsStore, i64_of, internal, io_kind, now_ms, timestamp, unhex};
 use crate::Requester;
+use crate::disk::nonblocking as ndisk;
 
 /// The null version's id.
 pub(super) const NULL: &str = "null";
@@ -431,7 +432,7 @@ impl FsStore {
         let path = self.object_path(bucket, key).await?;
         let status = self.versioning(bucket).await?;
         if status == Status::Off {
-            return match tokio::fs::remove_file(&path).await {
+            return match ndisk::remove_file(&path, self.durability()).await {
                 Ok(()) => Ok(Deleted::default()),
                 Err(e) if io_kind(&e) == std::io::ErrorKind::NotFound => Ok(Deleted::default()),
                 Err(e) => Err(internal("deleting an object", e)),
@@ -486,7 +487,7 @@ impl FsStore {
         }
         let v = &vs.list[i];
         if !v.loose {
-            match tokio::fs::remove_file(&v.path).await {
+            match ndisk::remove_file(&v.path, self.durability()).await {
                 Ok(()) => {}
                 Err(e) if io_kind(&e) == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(internal("removing a version", e)),
@@ -500,14 +501,14 @@ impl FsStore {
     /// the newest (see the module documentation for the steps).
     async fn add_version(&self, vs: &mut Versions, tmp: TempFile, id: &str, marker: bool) -> S3Result<()> {
         let sync = self.limits.sync;
-        tokio::fs::create_dir_all(&vs.folder)
+        ndisk::create_dir_all(&vs.folder, self.durability())
             .await
             .map_err(|e| internal("creating a version folder", e))?;
         if let Some(first) = vs.list.first()
             && first.loose
         {
             let entry = vs.entry(NULL);
-            tokio::fs::hard_link(&vs.current, &entry)
+            ndisk::hard_link(&vs.current, &entry, self.durability())
                 .await
                 .map_err(|e| internal("keeping the null version", e))?;
             if let Some(v) = vs.list.first_mut() {
@@ -579,7 +580,7 @@ impl FsStore {
     /// Makes the object file a link to `to`, or removes it for `None`.
     async fn point_current(&self, current: &Path, to: Option<&Path>) -> S3Result<()> {
         let Some(to) = to else {
-            return match tokio::fs::remove_file(current).await {
+            return match ndisk::remove_file(current, self.durability()).await {
                 Ok(()) => Ok(()),
                 Err(e) if io_kind(&e) == std::io::ErrorKind::NotFound => Ok(()),
                 Err(e) => Err(internal("removing the current version's name", e)),
@@ -592,7 +593,7 @@ impl FsStore {
         tokio::fs::hard_link(to, &link)
             .await
             .map_err(|e| internal("linking the current version", e))?;
-        if let Err(e) = tokio::fs::rename(&link, current).await {
+        if let Err(e) = ndisk::rename(&link, current, self.durability()).await {
             let _ = tokio::fs::remove_file(&link).await;
             return Err(internal("linking the current version", e));
         }
@@ -603,7 +604,7 @@ impl FsStore {
     /// (best effort: what is left is tolerated and tidied next time).
     async fn tidy(&self, vs: &Versions) {
         for p in &vs.stale {
-            if let Err(e) = tokio::fs::remove_file(p).await
+            if let Err(e) = ndisk::remove_file(p, self.durability()).await
                 && io_kind(&e) != std::io::ErrorKind::NotFound
             {
                 tracing::warn!("removing {}: {e}", p.display());
