@@ -8,6 +8,8 @@ use clap::Parser;
 use hipobj_server::config::{AccessKey, StorageConfig};
 use hipobj_server::{Config, Server};
 
+mod fsck;
+
 /// An S3 server that also serves hipObject's RDMA transfers.
 #[derive(Parser)]
 #[command(version, about)]
@@ -55,6 +57,31 @@ struct Args {
     /// Print the effective configuration (secrets redacted) and exit.
     #[arg(long)]
     print_config: bool,
+    /// An offline command instead of serving.
+    #[command(subcommand)]
+    command: Option<Offline>,
+}
+
+/// Commands over a data directory, run with the server stopped.
+#[derive(clap::Subcommand, Debug)]
+enum Offline {
+    /// Report what the server would refuse or skip (owner records, bucket
+    /// settings, object files that do not read back) and repair what is
+    /// named; exit 1 when a problem remains.
+    Fsck {
+        #[command(flatten)]
+        args: fsck::FsckArgs,
+        /// Also check every stored byte against its block checksum.
+        #[arg(long)]
+        scrub: bool,
+    },
+    /// Check every stored byte of every object and part against its block
+    /// checksums, and name each one that disagrees; exit 1 if any does.
+    Scrub {
+        /// Data directory (else the configuration's).
+        #[arg(short, long)]
+        data_dir: Option<PathBuf>,
+    },
 }
 
 impl std::fmt::Debug for Args {
@@ -74,11 +101,20 @@ impl std::fmt::Debug for Args {
             .field("tls_cert", &self.tls_cert)
             .field("tls_key", &self.tls_key)
             .field("print_config", &self.print_config)
+            .field("command", &self.command)
             .finish()
     }
 }
 
 fn config(args: &Args) -> Result<Config, hipobj_server::Error> {
+    let c = unchecked_config(args)?;
+    c.validate()?;
+    Ok(c)
+}
+
+/// The configuration the file and flags give, not yet checked for serving
+/// (the offline commands need only its data directory).
+fn unchecked_config(args: &Args) -> Result<Config, hipobj_server::Error> {
     let mut c = match &args.config {
         Some(p) => Config::from_file(p)?,
         None => Config::default(),
@@ -124,7 +160,6 @@ fn config(args: &Args) -> Result<Config, hipobj_server::Error> {
         c.tls.cert = Some(cert.clone());
         c.tls.key = Some(key.clone());
     }
-    c.validate()?;
     Ok(c)
 }
 
@@ -182,6 +217,15 @@ fn main() -> ExitCode {
         eprintln!("hipobj-server: no log output: {e}");
     }
     let args = Args::parse();
+    if args.command.is_some() {
+        return match unchecked_config(&args) {
+            Ok(c) => args.command.map_or(ExitCode::SUCCESS, |cmd| offline(&c, cmd)),
+            Err(e) => {
+                eprintln!("hipobj-server: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let config = match config(&args) {
         Ok(c) => c,
         Err(e) => {
@@ -193,6 +237,7 @@ fn main() -> ExitCode {
         println!("{config:#?}");
         return ExitCode::SUCCESS;
     }
+
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     let rt = match hipobj_server::cpu::name_threads(&mut builder)
         .enable_all()
@@ -221,6 +266,33 @@ fn main() -> ExitCode {
         handle.shutdown().await;
         ExitCode::SUCCESS
     })
+}
+
+/// Runs an offline command on the configuration's data directory (or the
+/// one the command names).
+fn offline(config: &Config, cmd: Offline) -> ExitCode {
+    let configured = match &config.storage {
+        StorageConfig::Fs { data_dir } => Some(data_dir.clone()),
+        StorageConfig::S3(_) => None,
+    };
+    let (args, scrub) = match cmd {
+        Offline::Fsck { args, scrub } => (args, scrub),
+        Offline::Scrub { data_dir } => (
+            fsck::FsckArgs {
+                data_dir,
+                assign_owner: Vec::new(),
+                set: Vec::new(),
+            },
+            true,
+        ),
+    };
+    let Some(dir) = args.data_dir.clone().or(configured) else {
+        eprintln!(
+            "hipobj-server: the store is an S3 back end: fsck and scrub check a data directory (--data-dir)"
+        );
+        return ExitCode::from(2);
+    };
+    fsck::run(dir, config.access.bucket_owners, args, scrub)
 }
 
 #[cfg(test)]

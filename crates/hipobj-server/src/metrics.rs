@@ -196,6 +196,25 @@ impl Metrics {
                 n(staging),
             ));
         }
+        let damage = hipobj_store::damage::counts();
+        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        all.extend([
+            (
+                "hipobj_store_listing_skipped_total",
+                "damaged objects left out of listings (each fails only its own reads)",
+                n(damage.skipped_in_listings),
+            ),
+            (
+                "hipobj_store_checksum_mismatches_total",
+                "reads refused because stored bytes disagree with their checksum",
+                n(damage.checksum_mismatches),
+            ),
+            (
+                "hipobj_store_metadata_refusals_total",
+                "requests refused because a bucket's owner record or setting is missing or damaged",
+                n(damage.metadata_refusals),
+            ),
+        ]);
         for (name, help, v) in all {
             let kind = if name.ends_with("_total") {
                 "counter"

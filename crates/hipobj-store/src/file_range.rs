@@ -22,6 +22,8 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
+use crate::blocks::Checker;
+
 /// Put in a GetObject request's extensions by a reader that would take a
 /// [`FileRange`].
 #[derive(Clone, Copy, Debug)]
@@ -33,6 +35,9 @@ pub struct FileRange {
     file: Arc<File>,
     start: u64,
     len: u64,
+    /// Checks the blocks each read touches (the file's data starts at
+    /// offset 0); `None` for an object with no block sums.
+    checker: Option<Arc<Checker>>,
 }
 
 impl FileRange {
@@ -42,7 +47,16 @@ impl FileRange {
             file: Arc::new(file),
             start,
             len,
+            checker: None,
         }
+    }
+
+    /// The same range, each read checked against `checker` first: a read
+    /// whose blocks disagree with their sums fails, and the mover fails
+    /// the transfer before its proof, so the client never sees success.
+    pub fn checked(mut self, checker: Option<Checker>) -> Self {
+        self.checker = checker.map(Arc::new);
+        self
     }
 
     /// How many bytes the range holds.
@@ -70,7 +84,27 @@ impl FileRange {
                 ),
             ));
         }
-        self.file.read_exact_at(buf, self.start + off).map_err(|e| {
+        let at = self.start + off;
+        let Some(checker) = &self.checker else {
+            return self.read_exact_at(buf, at);
+        };
+        let (from, n) = checker.covering(at, buf.len() as u64);
+        let bad = |e: crate::blocks::Mismatch| io::Error::new(io::ErrorKind::InvalidData, e);
+        if from == at && n == buf.len() as u64 {
+            // Whole blocks: straight into the caller's buffer.
+            self.read_exact_at(buf, at)?;
+            return checker.check(from, buf).map_err(bad);
+        }
+        let mut run = vec![0u8; usize::try_from(n).map_err(io::Error::other)?];
+        self.read_exact_at(&mut run, from)?;
+        checker.check(from, &run).map_err(bad)?;
+        let lo = usize::try_from(at - from).map_err(io::Error::other)?;
+        buf.copy_from_slice(&run[lo..lo + buf.len()]);
+        Ok(())
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], at: u64) -> io::Result<()> {
+        self.file.read_exact_at(buf, at).map_err(|e| {
             if e.kind() == io::ErrorKind::UnexpectedEof {
                 io::Error::new(io::ErrorKind::UnexpectedEof, "the object ended before its length")
             } else {
@@ -114,6 +148,32 @@ mod tests {
             .read_at(u64::MAX, &mut buf)
             .expect_err("an offset that overflows");
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn a_checked_range_refuses_a_flipped_byte_in_any_block_it_touches() {
+        let block = crate::blocks::BLOCK as usize;
+        let mut data: Vec<u8> = (0..3 * block + 100).map(|i| (i % 251) as u8).collect();
+        let mut h = crate::blocks::BlockHasher::default();
+        h.update(&data);
+        let sums = h.finish();
+        let n = data.len() as u64;
+        let checker = || Some(sums.checker(n).expect("a checker"));
+        let r = FileRange::new(file_of(&data), 10, data.len() as u64 - 10).checked(checker());
+        let mut buf = vec![0u8; block];
+        r.read_at(0, &mut buf).expect("good bytes read");
+        assert_eq!(buf, &data[10..10 + block]);
+        data[2 * block + 7] ^= 0x40;
+        let r = FileRange::new(file_of(&data), 0, data.len() as u64).checked(checker());
+        let mut first = vec![0u8; block];
+        r.read_at(0, &mut first).expect("block 0 is good");
+        let mut small = vec![0u8; 3];
+        let e = r
+            .read_at(2 * block as u64 + 100, &mut small)
+            .expect_err("block 2 is bad");
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        let mut all = vec![0u8; data.len()];
+        assert!(r.read_at(0, &mut all).is_err());
     }
 
     #[test]

@@ -11,6 +11,8 @@
 //! GET's bytes to the RDMA mover as a range of a file. [`md5`] is the
 //! ETag's MD5.
 
+pub mod blocks;
+pub mod damage;
 pub mod disk;
 pub mod file_range;
 pub mod fs;

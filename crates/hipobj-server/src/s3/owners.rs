@@ -6,8 +6,8 @@
 //! generation), written durably before CreateBucket makes the bucket. The
 //! rules fail closed: an existing bucket whose record is missing, empty or
 //! unreadable refuses every key (500, with a message that names the
-//! repair, `hipobj-server fsck`, and the `hipobj_bucket_metadata_damaged_total`
-//! counter), never opens to all. The record of a deleted bucket stays until
+//! repair, `hipobj-server fsck`, and the counter
+//! `hipobj_store_metadata_refusals_total`), never opens to all. The record of a deleted bucket stays until
 //! the name is created again, by anyone.
 //!
 //! Every request checks its bucket's owner, so the records are read from
@@ -18,7 +18,6 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use hipobj_store::disk::Durability;
@@ -43,8 +42,6 @@ pub struct Owners {
     user_ids: HashMap<String, String>,
     /// Whether records are synced before CreateBucket goes on.
     durability: Durability,
-    /// Requests refused for a missing or damaged record.
-    damaged: Arc<AtomicU64>,
 }
 
 /// A bucket whose owner cannot be known: refused, whoever asks.
@@ -88,13 +85,7 @@ impl Owners {
                 .map(|a| (a.access_key.clone(), a.user_id.clone()))
                 .collect(),
             durability,
-            damaged: Arc::default(),
         })
-    }
-
-    /// How many requests were refused for a missing or damaged record.
-    pub fn damaged_refusals(&self) -> u64 {
-        self.damaged.load(Ordering::Relaxed)
     }
 
     /// The user id of `bucket`'s owner (its account's, or its access key),
@@ -142,7 +133,7 @@ impl Owners {
     /// The refusal of an existing bucket whose record is missing or
     /// damaged, logged and counted.
     fn refuse_damaged(&self, bucket: &str, why: &str) -> S3Error {
-        self.damaged.fetch_add(1, Ordering::Relaxed);
+        hipobj_store::damage::metadata_refusal();
         tracing::error!(bucket, "refusing a bucket whose owner record is unusable: {why}");
         damaged_error(bucket)
     }

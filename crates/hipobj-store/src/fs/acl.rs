@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use super::conditions::ReadConditions;
 use super::layout::Stored;
 use super::object::Meta;
-use super::settings::Setting;
+use super::settings::{Setting, damaged_setting};
 use super::write::CopyErrors;
 use super::{FsStore, internal};
 use crate::Requester;
@@ -252,7 +252,10 @@ impl FsStore {
     pub(super) async fn bucket_acl(&self, bucket: &str) -> S3Result<Canned> {
         match self.setting(Setting::Acl, bucket).await? {
             None => Ok(Canned::Private),
-            Some(v) => Ok(Canned::parse(Some(&v), false)?.unwrap_or_default()),
+            Some(v) => match Canned::parse(Some(&v), false) {
+                Ok(Some(c)) => Ok(c),
+                _ => Err(damaged_setting(Setting::Acl, bucket, &v)),
+            },
         }
     }
 
@@ -315,6 +318,7 @@ impl FsStore {
         let Some(st) = Self::read_stored(path).await? else {
             return Err(s3_error!(NoSuchKey));
         };
+        let checker = Stored::checker(&st.meta)?;
         let mut meta = st.meta;
         let len = meta.stored_len();
         let mut tmp = self.temp().await?;
@@ -322,7 +326,11 @@ impl FsStore {
             reading: "reading an object",
             writing: "writing an object",
         };
-        if tmp.append_from(st.file, 0, len, &errors, |_| {}).await? != len {
+        if tmp
+            .append_from((st.file, checker), 0, len, &errors, |_| {})
+            .await?
+            != len
+        {
             return Err(internal(
                 "rewriting an object",
                 "the object changed while it was copied",

@@ -6,12 +6,12 @@
 use s3s::dto;
 use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
 
-use super::settings::Setting;
+use super::FsStore;
+use super::settings::{Setting, damaged_setting};
 use super::sse::Protection;
-use super::{FsStore, internal};
 
 /// The setting of a bucket with SSE-S3 by default.
-const SSE_S3: &str = "AES256";
+pub(super) const SSE_S3: &str = "AES256";
 
 impl FsStore {
     /// Sets the bucket's default: SSE-S3 is the only one served.
@@ -54,7 +54,7 @@ impl FsStore {
         match self.setting(Setting::Encryption, bucket).await?.as_deref() {
             None => Ok(None),
             Some(SSE_S3) => Ok(Some(SSE_S3)),
-            Some(_) => Err(internal("reading a bucket's encryption", "unknown algorithm")),
+            Some(other) => Err(damaged_setting(Setting::Encryption, bucket, other)),
         }
     }
 

@@ -3,6 +3,8 @@
 //! object file self-describing (sealing it on write, reading it back).
 
 use std::io::SeekFrom;
+
+use futures::StreamExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
@@ -13,6 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt, BufWriter};
 use super::object::Meta;
 use super::sse::{MasterKey, Protection, Sealer, Unlocked};
 use super::{FsStore, hex, internal, io_kind};
+use crate::blocks::{BlockHasher, Checker};
 use crate::disk::{Durability, nonblocking as ndisk};
 use crate::file_range::{FileRange, WantsFileRange};
 use crate::names::{check_bucket, check_key};
@@ -31,6 +34,8 @@ pub(super) struct TempFile {
     sealer: Option<Sealer>,
     /// Ciphertext on its way to `out`.
     sealed: Vec<u8>,
+    /// The block sums of the data written so far (as stored).
+    blocks: BlockHasher,
 }
 
 impl TempFile {
@@ -42,10 +47,14 @@ impl TempFile {
     /// Writes object data: as it is, or encrypted.
     pub(super) async fn put(&mut self, data: &[u8]) -> std::io::Result<()> {
         match &mut self.sealer {
-            None => self.out.write_all(data).await,
+            None => {
+                self.blocks.update(data);
+                self.out.write_all(data).await
+            }
             Some(s) => {
                 self.sealed.clear();
                 s.push(data, &mut self.sealed)?;
+                self.blocks.update(&self.sealed);
                 self.out.write_all(&self.sealed).await
             }
         }
@@ -56,6 +65,7 @@ impl TempFile {
         if let Some(s) = self.sealer.take() {
             self.sealed.clear();
             s.finish(&mut self.sealed)?;
+            self.blocks.update(&self.sealed);
             self.out.write_all(&self.sealed).await?;
         }
         Ok(())
@@ -121,28 +131,60 @@ impl Stored {
     /// stream it would drop.
     pub(super) async fn body_of(
         file: tokio::fs::File,
-        unlocked: Option<Unlocked>,
+        (unlocked, checker): (Option<Unlocked>, Option<Checker>),
         (start, len): (u64, u64),
         asked: &http::Extensions,
     ) -> S3Result<(PlainStream, Option<FileRange>)> {
         if unlocked.is_none() && asked.get::<WantsFileRange>().is_some() {
-            let range = FileRange::new(file.into_std().await, start, len);
+            let range = FileRange::new(file.into_std().await, start, len).checked(checker);
             return Ok((Box::pin(futures::stream::empty()), Some(range)));
         }
-        Ok((Self::plain(file, unlocked, start, len).await?, None))
+        let mut body = Self::plain(file, (unlocked, checker), start, len).await?;
+        // The first chunk is read (and checked) before the answer, so that
+        // rotten bytes at the start of a read, which is all of a small
+        // object, are a clean 500 rather than a 200 cut short.
+        let first = match body.next().await {
+            None => return Ok((Box::pin(futures::stream::empty()), None)),
+            Some(Ok(chunk)) => chunk,
+            Some(Err(e)) => return Err(internal("reading an object", e)),
+        };
+        Ok((
+            Box::pin(futures::stream::once(async { Ok(first) }).chain(body)),
+            None,
+        ))
+    }
+
+    /// The block checker of the object's stored bytes (`None`: written
+    /// before block sums existed); sums that do not fit the file are
+    /// damage, and an error.
+    pub(super) fn checker(meta: &Meta) -> S3Result<Option<Checker>> {
+        meta.blocks
+            .as_ref()
+            .map(|b| {
+                b.checker(meta.stored_len())
+                    .map(|c| c.labelled(&meta.key))
+                    .map_err(|e| {
+                        crate::damage::checksum_mismatch();
+                        internal(&format!("reading the object {:?}", meta.key), e)
+                    })
+            })
+            .transpose()
     }
 
     /// The `len` plaintext bytes at `start` of the object in `file`: the
-    /// file's own bytes, or decrypted with `unlocked`.
+    /// file's own bytes, each block checked with `checker` where the
+    /// object has sums, or decrypted with `unlocked` (the cipher
+    /// authenticates every chunk).
     pub(super) async fn plain(
         mut file: tokio::fs::File,
-        unlocked: Option<Unlocked>,
+        (unlocked, checker): (Option<Unlocked>, Option<Checker>),
         start: u64,
         len: u64,
     ) -> S3Result<PlainStream> {
-        Ok(match unlocked {
-            Some(u) => Box::pin(u.stream(file, start, len)),
-            None => {
+        Ok(match (unlocked, checker) {
+            (Some(u), _) => Box::pin(u.stream(file, start, len)),
+            (None, Some(c)) => checked_stream(file, c, start, len),
+            (None, None) => {
                 file.seek(SeekFrom::Start(start))
                     .await
                     .map_err(|e| internal("reading an object", e))?;
@@ -213,6 +255,7 @@ impl FsStore {
             done: false,
             sealer: None,
             sealed: Vec::new(),
+            blocks: BlockHasher::default(),
         })
     }
 
@@ -225,8 +268,22 @@ impl FsStore {
         };
         let meta = Self::read_trailer(&mut file)
             .await
-            .map_err(|e| internal(&format!("reading {}", path.display()), e))?;
+            .map_err(|e| internal(&format!("reading the object file {}", path.display()), e))?;
         Ok(Some(Stored { meta, file }))
+    }
+
+    /// Reads an object file for a listing: a file that does not read back
+    /// is logged, counted (`crate::damage`) and left out, so that one
+    /// damaged object fails only its own reads, never the bucket's
+    /// listings.
+    pub(super) async fn read_listed(path: &Path) -> Option<Stored> {
+        match Self::read_stored(path).await {
+            Ok(st) => st,
+            Err(_) => {
+                crate::damage::skipped_in_listing();
+                None
+            }
+        }
     }
 
     async fn read_trailer(file: &mut tokio::fs::File) -> std::io::Result<Meta> {
@@ -264,14 +321,18 @@ impl FsStore {
 
     /// Appends the trailer (the file is then complete, not yet visible).
     pub(super) async fn seal(&self, mut tmp: TempFile, meta: &Meta) -> S3Result<TempFile> {
-        let json = serde_json::to_vec(meta).map_err(|e| internal("encoding metadata", e))?;
+        tmp.end_data()
+            .await
+            .map_err(|e| internal("writing an object", e))?;
+        let stored = Meta {
+            blocks: Some(tmp.blocks.finish()),
+            ..meta.clone()
+        };
+        let json = serde_json::to_vec(&stored).map_err(|e| internal("encoding metadata", e))?;
         let jlen = u32::try_from(json.len()).map_err(|e| internal("metadata too long", e))?;
         let mut trailer = json;
         trailer.extend_from_slice(&jlen.to_le_bytes());
         trailer.extend_from_slice(MAGIC);
-        tmp.end_data()
-            .await
-            .map_err(|e| internal("writing an object", e))?;
         tmp.out
             .write_all(&trailer)
             .await
@@ -292,4 +353,33 @@ impl FsStore {
 /// The file of part `n` in the upload directory `dir`.
 pub(super) fn part_file(dir: &Path, n: i32) -> PathBuf {
     dir.join(format!("part-{n:05}"))
+}
+
+/// Reads `len` stored bytes at `start` of `file` in runs of whole blocks,
+/// checks each run against `checker` and yields the asked bytes of it; a
+/// run that disagrees ends the stream with an error.
+fn checked_stream(file: tokio::fs::File, checker: Checker, start: u64, len: u64) -> PlainStream {
+    let end = start.saturating_add(len);
+    let (first, _) = checker.covering(start, len);
+    let run = 4 * checker.block();
+    let state = (file, first, checker);
+    Box::pin(futures::stream::try_unfold(
+        state,
+        move |(mut file, at, checker)| async move {
+            if at >= end {
+                return Ok(None);
+            }
+            let (from, n) = checker.covering(at, run.min(end - at));
+            let mut buf = vec![0u8; usize::try_from(n).map_err(std::io::Error::other)?];
+            file.seek(SeekFrom::Start(from)).await?;
+            file.read_exact(&mut buf).await?;
+            checker
+                .check(from, &buf)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+            let lo = usize::try_from(start.max(from) - from).map_err(std::io::Error::other)?;
+            let hi = usize::try_from((from + n).min(end) - from).map_err(std::io::Error::other)?;
+            let chunk = bytes::Bytes::from(buf).slice(lo..hi);
+            Ok(Some((chunk, (file, from + n, checker))))
+        },
+    ))
 }

@@ -161,7 +161,7 @@ impl FsStore {
                     listing.prefixes.push(cp);
                 }
                 None => {
-                    let Some(mut st) = Self::read_stored(&path).await? else {
+                    let Some(mut st) = Self::read_listed(&path).await else {
                         continue;
                     };
                     listing.next = Some(key.clone());

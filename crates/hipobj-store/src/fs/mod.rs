@@ -41,6 +41,7 @@
 //! * `uploads`: multipart uploads and their parts;
 //! * `upload_sums`: an upload's checksum algorithm and the object's checksum of its parts';
 //! * `versions`: bucket versioning, the versions of a key on disk;
+//! * `fsck`: the offline check and repair of a data directory (and `scrub`);
 //! * `s3`: only `impl S3 for FsStore`, each operation in terms of the above.
 
 use std::path::{Path, PathBuf};
@@ -52,10 +53,13 @@ use s3s::{S3Error, S3ErrorCode};
 
 use crate::disk::{self, Durability};
 
+pub use fsck::{Finding, FsckOptions, FsckReport, fsck};
+
 mod acl;
 mod bucket_encryption;
 mod checksums;
 mod conditions;
+mod fsck;
 mod layout;
 mod listing;
 mod object;
@@ -233,9 +237,14 @@ fn timestamp(ms: u64) -> Timestamp {
     Timestamp::from(UNIX_EPOCH + Duration::from_millis(ms))
 }
 
+/// A failure of the store's own: logged with `what` and the cause (which
+/// may name files of the data directory), answered with neither.
 fn internal(what: &str, e: impl std::fmt::Display) -> S3Error {
     tracing::error!("fs store: {what}: {e}");
-    S3Error::with_message(S3ErrorCode::InternalError, format!("{what}: {e}"))
+    S3Error::with_message(
+        S3ErrorCode::InternalError,
+        "The server met an internal error; its log has the details.",
+    )
 }
 
 fn io_kind(e: &std::io::Error) -> std::io::ErrorKind {

@@ -15,6 +15,7 @@ use super::checksums::Sums;
 use super::i64_of;
 use super::sse::Encryption;
 use super::upload_sums;
+use crate::blocks::BlockSums;
 
 /// What is stored with each object (and each part of an upload).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -53,6 +54,10 @@ pub(super) struct Meta {
     /// deleted.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(super) delete_marker: bool,
+    /// The stored bytes' block checksums (`crate::blocks`), computed as
+    /// they were written; `None` in files from before they existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) blocks: Option<BlockSums>,
 }
 
 /// The headers an object keeps (Content-Type and friends, x-amz-meta-*).

@@ -17,7 +17,7 @@ use s3s::{S3Result, s3_error};
 
 use super::FsStore;
 use super::acl::Canned;
-use super::settings::Setting;
+use super::settings::{Setting, damaged_setting};
 
 /// The four switches, stored as four `0`/`1` characters in S3's order.
 fn encode(c: &dto::PublicAccessBlockConfiguration) -> String {
@@ -32,14 +32,20 @@ fn encode(c: &dto::PublicAccessBlockConfiguration) -> String {
     .collect()
 }
 
-fn decode(s: &str) -> dto::PublicAccessBlockConfiguration {
-    let on = |i: usize| Some(s.as_bytes().get(i) == Some(&b'1'));
-    dto::PublicAccessBlockConfiguration {
+/// The configuration `encode` wrote; `None` for anything else (four
+/// digits, each 0 or 1).
+pub(super) fn decode(s: &str) -> Option<dto::PublicAccessBlockConfiguration> {
+    let b = s.as_bytes();
+    if b.len() != 4 || !b.iter().all(|c| matches!(c, b'0' | b'1')) {
+        return None;
+    }
+    let on = |i: usize| Some(b[i] == b'1');
+    Some(dto::PublicAccessBlockConfiguration {
         block_public_acls: on(0),
         ignore_public_acls: on(1),
         block_public_policy: on(2),
         restrict_public_buckets: on(3),
-    }
+    })
 }
 
 impl FsStore {
@@ -48,10 +54,12 @@ impl FsStore {
         &self,
         bucket: &str,
     ) -> S3Result<Option<dto::PublicAccessBlockConfiguration>> {
-        Ok(self
-            .setting(Setting::PublicAccessBlock, bucket)
-            .await?
-            .map(|s| decode(&s)))
+        match self.setting(Setting::PublicAccessBlock, bucket).await? {
+            None => Ok(None),
+            Some(s) => decode(&s)
+                .map(Some)
+                .ok_or_else(|| damaged_setting(Setting::PublicAccessBlock, bucket, &s)),
+        }
     }
 
     /// Sets the bucket's configuration, or removes it (`None`).
@@ -111,7 +119,14 @@ mod tests {
                 block_public_policy: Some(bits & 4 != 0),
                 restrict_public_buckets: Some(bits & 8 != 0),
             };
-            assert_eq!(decode(&encode(&c)), c, "{bits}");
+            assert_eq!(decode(&encode(&c)), Some(c), "{bits}");
+        }
+    }
+
+    #[test]
+    fn anything_encode_did_not_write_is_damage() {
+        for bad in ["", "1", "10101", "0a01", "    "] {
+            assert_eq!(decode(bad), None, "{bad:?}");
         }
     }
 }

@@ -331,10 +331,12 @@ impl S3 for FsStore {
         // As S3: a part that is not there, before a key that is missing.
         let (range, parts_count) = st.meta.selection(input.range.as_ref(), input.part_number)?;
         let unlocked = st.unlock(&asked, &self.master)?;
+        let checker = Stored::checker(&st.meta)?;
         let Stored { meta, file } = st;
         let size = meta.size;
         let (start, len) = range.as_ref().map_or((0, size), |r| (r.start, r.end - r.start));
-        let (body, in_file) = Stored::body_of(file, unlocked, (start, len), &req.extensions).await?;
+        let (body, in_file) =
+            Stored::body_of(file, (unlocked, checker), (start, len), &req.extensions).await?;
         let whole = len == size;
         // A Range or a partNumber selects bytes: 206 with Content-Range.
         let content_range = range.map(|r| format!("bytes {}-{}/{size}", r.start, r.end.saturating_sub(1)));

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::RwLock;
 
-use s3s::S3Result;
+use s3s::{S3Error, S3ErrorCode, S3Result};
 
 use super::{FsStore, internal, io_kind};
 use crate::disk::nonblocking as ndisk;
@@ -30,14 +30,14 @@ pub(super) enum Setting {
 }
 
 impl Setting {
-    const ALL: [Self; 4] = [
+    pub(super) const ALL: [Self; 4] = [
         Self::Versioning,
         Self::Encryption,
         Self::Acl,
         Self::PublicAccessBlock,
     ];
 
-    fn folder(self) -> &'static str {
+    pub(super) fn folder(self) -> &'static str {
         match self {
             Self::Versioning => ".versioning",
             Self::Encryption => ".encryption",
@@ -49,6 +49,35 @@ impl Setting {
 
 /// The settings read or written so far (`None`: the bucket has none).
 pub(super) type Cache = RwLock<HashMap<(Setting, String), Option<String>>>;
+
+impl Setting {
+    /// What the setting is called in messages.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Self::Versioning => "versioning state",
+            Self::Encryption => "default encryption",
+            Self::Acl => "ACL",
+            Self::PublicAccessBlock => "PublicAccessBlock",
+        }
+    }
+}
+
+/// The refusal of a request whose bucket's setting `s` cannot be read or
+/// makes no sense: logged, counted (`crate::damage`), and never taken as
+/// "not set" (an empty versioning state must not turn versioning off, an
+/// empty ACL must not drop a PublicAccessBlock's protection).
+pub(super) fn damaged_setting(s: Setting, bucket: &str, why: &str) -> S3Error {
+    crate::damage::metadata_refusal();
+    tracing::error!(bucket, "the bucket's {} setting is damaged: {why}", s.name());
+    S3Error::with_message(
+        S3ErrorCode::InternalError,
+        format!(
+            "the {} setting of bucket {bucket:?} is damaged, so the bucket refuses requests that depend on it; \
+             an operator can repair it with `hipobj-server fsck`",
+            s.name()
+        ),
+    )
+}
 
 impl FsStore {
     fn setting_file(&self, s: Setting, bucket: &str) -> std::path::PathBuf {
@@ -71,10 +100,14 @@ impl FsStore {
         if let Some(v) = known {
             return Ok(v);
         }
-        let v = match tokio::fs::read_to_string(self.setting_file(s, bucket)).await {
-            Ok(t) => Some(t.trim().to_owned()),
+        let v = match tokio::fs::read(self.setting_file(s, bucket)).await {
+            Ok(t) => match String::from_utf8(t).map(|t| t.trim().to_owned()) {
+                Ok(t) if !t.is_empty() => Some(t),
+                // Never remembered: a repair takes effect at once.
+                _ => return Err(damaged_setting(s, bucket, "empty or not text")),
+            },
             Err(e) if io_kind(&e) == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(internal("reading a bucket's settings", e)),
+            Err(e) => return Err(damaged_setting(s, bucket, &e.to_string())),
         };
         self.remember(s, bucket, v.clone());
         Ok(v)

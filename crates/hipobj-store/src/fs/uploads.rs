@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::acl::Canned;
 use super::checksums::Sums;
-use super::layout::{TempFile, part_file};
+use super::layout::{Stored, TempFile, part_file};
 use super::listing::{common_prefixes, encode_key, wants_url};
 use super::object::{Attrs, Meta};
 use super::sse::{Encryption, UploadMode};
@@ -160,7 +160,7 @@ impl FsStore {
                 continue;
             };
             let Ok(n) = n.parse::<i32>() else { continue };
-            if let Some(mut st) = Self::read_stored(&ent.path()).await? {
+            if let Some(mut st) = Self::read_listed(&ent.path()).await {
                 let modified = st
                     .file
                     .metadata()
@@ -289,7 +289,12 @@ impl FsStore {
             let md5 = unhex(&meta.etag).ok_or_else(|| internal("a part's ETag", "not hex"))?;
             etag_md5.update(&md5);
             let len = st.meta.stored_len();
-            if tmp.append_from(st.file, 0, len, &errors, |_| {}).await? != len {
+            let checker = Stored::checker(&st.meta)?;
+            if tmp
+                .append_from((st.file, checker), 0, len, &errors, |_| {})
+                .await?
+                != len
+            {
                 return Err(internal(
                     "completing an upload",
                     format!("part {n} is shorter than its record"),

@@ -51,7 +51,7 @@ use super::conditions::{ReadConditions, WriteCondition};
 use super::layout::{Stored, TempFile};
 use super::listing::{ListArgs, common_prefixes, encode_key};
 use super::object::Meta;
-use super::settings::Setting;
+use super::settings::{Setting, damaged_setting};
 use super::{FsStore, i64_of, internal, io_kind, now_ms, timestamp, unhex};
 use crate::Requester;
 use crate::disk::nonblocking as ndisk;
@@ -59,7 +59,7 @@ use crate::disk::nonblocking as ndisk;
 /// The null version's id.
 pub(super) const NULL: &str = "null";
 /// The folder of a key's versions is its object file's name after this.
-const FOLDER: &str = "v-";
+pub(super) const FOLDER: &str = "v-";
 
 /// A bucket's versioning state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -240,7 +240,8 @@ impl FsStore {
             match self.setting(Setting::Versioning, bucket).await?.as_deref() {
                 Some(dto::BucketVersioningStatus::ENABLED) => Status::Enabled,
                 Some(dto::BucketVersioningStatus::SUSPENDED) => Status::Suspended,
-                _ => Status::Off,
+                None => Status::Off,
+                Some(other) => return Err(damaged_setting(Setting::Versioning, bucket, other)),
             },
         )
     }
@@ -669,7 +670,7 @@ impl FsStore {
         } else {
             dir.join(name)
         };
-        Ok(Self::read_stored(&path).await?.map(|st| (st.meta.key, folder)))
+        Ok(Self::read_listed(&path).await.map(|st| (st.meta.key, folder)))
     }
 
     /// For the listings of current objects: replaces the entries of keys
@@ -688,7 +689,7 @@ impl FsStore {
         for key in &folders {
             let vs = Versions::load(dir, key).await?;
             let Some(v) = vs.list.first() else { continue };
-            if let Some(st) = Self::read_stored(&v.path).await?
+            if let Some(st) = Self::read_listed(&v.path).await
                 && !st.meta.delete_marker
             {
                 out.push((key.clone(), v.path.clone()));
@@ -770,7 +771,7 @@ impl FsStore {
                     skipping = id_marker.as_deref() != Some(v.id.as_str());
                     continue;
                 }
-                let Some(st) = Self::read_stored(&v.path).await? else {
+                let Some(st) = Self::read_listed(&v.path).await else {
                     continue;
                 };
                 if versions.len() + markers.len() + prefixes.len() >= args.max {

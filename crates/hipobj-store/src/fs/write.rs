@@ -17,6 +17,7 @@ use super::checksums::{Expected, Sums};
 use super::layout::{Stored, TempFile};
 use super::sse::{Encryption, Protection, Segment, Unlocked};
 use super::{FsStore, internal};
+use crate::blocks::Checker;
 
 /// How a copy names its failures: reading the source, writing the copy.
 pub(super) struct CopyErrors {
@@ -84,16 +85,17 @@ impl FsStore {
             reading: "reading the copy source",
             writing,
         };
+        let checker = Stored::checker(&src.meta)?;
         let copied = match unlocked {
             None if !dest.encrypts() => {
-                tmp.append_from(src.file, start, len, &errors, |chunk| {
+                tmp.append_from((src.file, checker), start, len, &errors, |chunk| {
                     md5.update(chunk);
                     sums.update(chunk);
                 })
                 .await?
             }
             unlocked => {
-                let mut body = Stored::plain(src.file, unlocked, start, len).await?;
+                let mut body = Stored::plain(src.file, (unlocked, checker), start, len).await?;
                 let mut copied = 0u64;
                 while let Some(chunk) = body.next().await {
                     let chunk = chunk.map_err(|e| internal(errors.reading, e))?;
@@ -193,12 +195,25 @@ impl TempFile {
     /// `len` if the file is shorter).
     pub(super) async fn append_from(
         &mut self,
-        mut file: tokio::fs::File,
+        (mut file, checker): (tokio::fs::File, Option<Checker>),
         start: u64,
         len: u64,
         errors: &CopyErrors,
         mut seen: impl FnMut(&[u8]),
     ) -> S3Result<u64> {
+        if let Some(checker) = checker {
+            // Every block is checked before a byte of it is copied, so
+            // rotten bytes never become a good copy's.
+            let mut body = Stored::plain(file, (None, Some(checker)), start, len).await?;
+            let mut copied = 0u64;
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk.map_err(|e| internal(errors.reading, e))?;
+                seen(&chunk);
+                self.put(&chunk).await.map_err(|e| internal(errors.writing, e))?;
+                copied += chunk.len() as u64;
+            }
+            return Ok(copied);
+        }
         file.seek(SeekFrom::Start(start))
             .await
             .map_err(|e| internal(errors.reading, e))?;
