@@ -76,15 +76,13 @@ pub fn write_atomic(tmp: &Path, dest: &Path, data: &[u8], d: Durability) -> std:
     sync_parent(dest, d)
 }
 
-/// Renames `from` to `to` (replacing it), then syncs `to`'s folder and, when
-/// it differs, `from`'s.
+/// Renames `from` to `to` (replacing it), then syncs `to`'s folder. The
+/// folder `from` leaves is not synced: callers rename out of `.tmp`, or
+/// within one folder, where the old name coming back after a crash is
+/// harmless.
 pub fn rename(from: &Path, to: &Path, d: Durability) -> std::io::Result<()> {
     std::fs::rename(from, to)?;
-    sync_parent(to, d)?;
-    if parent(from)? != parent(to)? {
-        sync_parent(from, d)?;
-    }
-    Ok(())
+    sync_parent(to, d)
 }
 
 /// Makes `to` a second name of the file `from` (failing if `to` exists),

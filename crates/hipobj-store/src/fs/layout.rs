@@ -78,9 +78,9 @@ impl TempFile {
         if sync {
             self.out.get_ref().sync_data().await?;
         }
-        tokio::fs::rename(&self.path, dest).await?;
+        ndisk::rename(&self.path, dest, Durability::from_sync(sync)).await?;
         self.done = true;
-        ndisk::sync_parent(dest, Durability::from_sync(sync)).await
+        Ok(())
     }
 
     /// Commits only if nothing is at `dest` yet: a hard link fails

@@ -106,7 +106,7 @@ impl MasterKey {
                 let written = file.write_all(&key).and_then(|()| file.sync_all());
                 let linked = written
                     .and_then(|()| crate::disk::hard_link(&tmp, path, crate::disk::Durability::Synced));
-                let _ = std::fs::remove_file(&tmp);
+                let _ = crate::disk::remove_file(&tmp, crate::disk::Durability::Synced);
                 match linked {
                     Ok(()) => {
                         tracing::warn!(
