@@ -125,39 +125,64 @@ impl Checker {
     }
 }
 
-/// Computes block sums as bytes are written.
-#[derive(Debug, Default)]
+/// Computes block sums as bytes are written, without copying them.
 pub struct BlockHasher {
     sums: Vec<u8>,
-    /// The bytes of the block being filled.
-    partial: Vec<u8>,
+    /// The block being filled, and how many of its bytes it has seen.
+    digest: crc_fast::Digest,
+    filled: u64,
+}
+
+impl Default for BlockHasher {
+    fn default() -> Self {
+        Self {
+            sums: Vec::new(),
+            digest: crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi),
+            filled: 0,
+        }
+    }
+}
+
+impl std::fmt::Debug for BlockHasher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockHasher")
+            .field("blocks", &(self.sums.len() / 4))
+            .field("filled", &self.filled)
+            .finish()
+    }
 }
 
 impl BlockHasher {
     /// Hashes the next stored bytes.
     pub fn update(&mut self, mut data: &[u8]) {
-        let block = usize::try_from(BLOCK).unwrap_or(usize::MAX);
-        if !self.partial.is_empty() {
-            let take = (block - self.partial.len()).min(data.len());
-            self.partial.extend_from_slice(&data[..take]);
-            data = &data[take..];
-            if self.partial.len() == block {
-                self.sums.extend_from_slice(&crc(&self.partial).to_le_bytes());
-                self.partial.clear();
+        while !data.is_empty() {
+            let room = usize::try_from(BLOCK - self.filled).unwrap_or(usize::MAX);
+            let take = room.min(data.len());
+            if take == room && self.filled == 0 {
+                // A whole block in one piece: one call.
+                self.push(crc(&data[..take]));
+            } else {
+                self.digest.update(&data[..take]);
+                self.filled += take as u64;
+                if self.filled == BLOCK {
+                    let sum = self.digest.finalize_reset();
+                    self.push(u32::try_from(sum).unwrap_or(0));
+                }
             }
+            data = &data[take..];
         }
-        while data.len() >= block {
-            self.sums.extend_from_slice(&crc(&data[..block]).to_le_bytes());
-            data = &data[block..];
-        }
-        self.partial.extend_from_slice(data);
+    }
+
+    fn push(&mut self, sum: u32) {
+        self.sums.extend_from_slice(&sum.to_le_bytes());
+        self.filled = 0;
     }
 
     /// The sums of everything hashed.
     pub fn finish(&mut self) -> BlockSums {
-        if !self.partial.is_empty() {
-            self.sums.extend_from_slice(&crc(&self.partial).to_le_bytes());
-            self.partial.clear();
+        if self.filled > 0 {
+            let sum = self.digest.finalize_reset();
+            self.push(u32::try_from(sum).unwrap_or(0));
         }
         BlockSums {
             block: BLOCK,
