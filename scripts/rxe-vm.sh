@@ -11,6 +11,12 @@
 # leaves the VM: it has no network card (-nic none); rxe's loopback path
 # carries the RDMA traffic.
 #
+# RXE_VM_DISK=FILE gives the VM a raw disk image as /dev/vda (ext4 loads;
+# the job mounts it), and RXE_VM_HOSTFWD=tcp:127.0.0.1:PORT-:GUESTPORT a
+# user-mode network card (eth0, 10.0.2.15) that reaches nothing but takes
+# connections from the host's loopback PORT: the power-cut test
+# (scripts/power-cut-test.sh) serves from the disk and kills the VM.
+#
 # --prepare only installs packages and builds the kernel/initramfs cache.
 # Needs root for apt-get (packages: Debian's, plus qemu-system-x86 from
 # bookworm-backports through a private apt configuration that leaves
@@ -22,7 +28,8 @@ set -euo pipefail
 WORK=${RXE_VM_DIR:-/var/tmp/hipobj-rxe-vm}
 TIMEOUT=${RXE_VM_TIMEOUT:-900}
 MODULES="crc32_generic virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci netfs
-fscache 9pnet 9p 9pnet_virtio udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rxe dummy veth sch_netem"
+fscache 9pnet 9p 9pnet_virtio udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rxe dummy veth sch_netem
+crc32c_generic crc16 mbcache jbd2 ext4 virtio_blk failover net_failover virtio_net"
 
 log() { printf 'rxe-vm: %s\n' "$*" >&2; }
 die() { log "$*"; exit 125; }
@@ -185,10 +192,17 @@ vmlinuz=$(ls "$WORK"/kernel/root/boot/vmlinuz-*)
 log "booting $(basename "$vmlinuz") under TCG; running: $*"
 start=$(date +%s)
 set +e
+extra=(-nic none)
+if [[ -n ${RXE_VM_HOSTFWD:-} ]]; then
+    extra=(-nic "user,model=virtio-net-pci,restrict=on,hostfwd=$RXE_VM_HOSTFWD")
+fi
+if [[ -n ${RXE_VM_DISK:-} ]]; then
+    extra+=(-drive "file=$RXE_VM_DISK,format=raw,if=virtio,cache=writeback")
+fi
 timeout "$TIMEOUT" qemu-system-x86_64 -accel tcg -m 2048 -smp 2 \
     -kernel "$vmlinuz" -initrd "$WORK/initrd.gz" \
     -append "console=ttyS0 quiet panic=-1" \
-    -nographic -nic none -no-reboot \
+    -nographic "${extra[@]}" -no-reboot \
     -virtfs local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap \
     </dev/null | tee "$WORK/console.log"
 set -e
