@@ -154,3 +154,144 @@ impl<T: Sink<Error = S3Error>> Sink for Guarded<T> {
         self.inner.commit()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, StorageConfig};
+
+    /// A GET's bytes and a PUT's, counted.
+    #[derive(Default)]
+    struct Store {
+        opened: bool,
+        filled: usize,
+        drained: Vec<u8>,
+    }
+
+    impl Source for Store {
+        type Error = S3Error;
+        fn open(&mut self) -> Result<Selected, S3Error> {
+            self.opened = true;
+            Ok(Selected {
+                len: 8,
+                partial: false,
+            })
+        }
+        fn fill(&mut self, _off: u64, buf: &mut [u8]) -> Result<(), S3Error> {
+            self.filled += buf.len();
+            Ok(())
+        }
+    }
+
+    impl Sink for Store {
+        type Error = S3Error;
+        fn open(&mut self, _len: u64) -> Result<(), S3Error> {
+            self.opened = true;
+            Ok(())
+        }
+        fn drain(&mut self, _off: u64, chunk: &[u8]) -> Result<(), S3Error> {
+            self.drained.extend_from_slice(chunk);
+            Ok(())
+        }
+        fn commit(&mut self) -> Result<(), S3Error> {
+            Ok(())
+        }
+    }
+
+    async fn make(owners: &Owners, dir: &std::path::Path, bucket: &str, key: &str) {
+        owners.claim(bucket, key).await.expect("claim");
+        std::fs::create_dir(dir.join(bucket)).expect("mkdir");
+    }
+
+    /// The bucket freed and made again by `key` between the steps.
+    async fn remake(owners: &Owners, dir: &std::path::Path, bucket: &str, key: &str) {
+        std::fs::remove_dir(dir.join(bucket)).expect("rmdir");
+        make(owners, dir, bucket, key).await;
+    }
+
+    fn owners(dir: &std::path::Path) -> Owners {
+        let mut c = Config {
+            storage: StorageConfig::Fs {
+                data_dir: dir.to_path_buf(),
+            },
+            ..Config::default()
+        };
+        c.limits.fsync = false;
+        Owners::new(&c).expect("owners")
+    }
+
+    /// The steps during a transfer (after READY's check): a GET's source
+    /// gives no byte once the bucket changed after the store opened it, a
+    /// PUT's sink takes nothing when it changed before the store opened,
+    /// and not the last chunk when it changed during the transfer.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_transfer_stops_at_the_first_step_after_its_bucket_changed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let o = owners(dir.path());
+        make(&o, dir.path(), "bkt", "u1").await;
+        let rt = Handle::current();
+        let same = || async { SameBucket::now(&o, "bkt", "u1").await.expect("allowed") };
+
+        // Unchanged: everything passes.
+        let mut src = Guarded::new(Store::default(), Some(same().await), rt.clone());
+        let src = tokio::task::spawn_blocking(move || {
+            assert!(Source::open(&mut src).is_ok());
+            assert!(src.fill(0, &mut [0u8; 8]).is_ok());
+            src
+        })
+        .await
+        .expect("join");
+        drop(src);
+
+        // GET: changed hands before the store opened.
+        let mut src = Guarded::new(Store::default(), Some(same().await), rt.clone());
+        remake(&o, dir.path(), "bkt", "u2").await;
+        let mut src = tokio::task::spawn_blocking(move || {
+            let Err(e) = Source::open(&mut src) else {
+                panic!("the GET was not refused");
+            };
+            assert_eq!(*e.code(), S3ErrorCode::AccessDenied);
+            src
+        })
+        .await
+        .expect("join");
+        assert_eq!(src.inner_mut().filled, 0);
+
+        // PUT: made again by its own owner before the store opened.
+        remake(&o, dir.path(), "bkt", "u1").await;
+        let mut sink = Guarded::new(Store::default(), Some(same().await), rt.clone());
+        remake(&o, dir.path(), "bkt", "u1").await;
+        let mut sink = tokio::task::spawn_blocking(move || {
+            assert!(Sink::open(&mut sink, 8).is_err());
+            sink
+        })
+        .await
+        .expect("join");
+        assert!(!sink.inner_mut().opened);
+
+        // PUT: changed during the transfer: the last chunk is kept back.
+        let mut sink = Guarded::new(Store::default(), Some(same().await), rt.clone());
+        let mut sink = tokio::task::spawn_blocking(move || {
+            assert!(Sink::open(&mut sink, 8).is_ok());
+            assert!(sink.drain(0, &[1u8; 4]).is_ok());
+            sink
+        })
+        .await
+        .expect("join");
+        remake(&o, dir.path(), "bkt", "u2").await;
+        let mut sink = tokio::task::spawn_blocking(move || {
+            assert!(sink.drain(4, &[2u8; 4]).is_err());
+            sink
+        })
+        .await
+        .expect("join");
+        assert_eq!(sink.inner_mut().drained, vec![1u8; 4]);
+
+        // No bucket recorded (a requester the owner model does not name):
+        // passes through.
+        let mut src = Guarded::new(Store::default(), None, rt);
+        tokio::task::spawn_blocking(move || assert!(Source::open(&mut src).is_ok()))
+            .await
+            .expect("join");
+    }
+}
