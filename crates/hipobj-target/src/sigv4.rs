@@ -707,6 +707,69 @@ mod tests {
         assert!(v("POST", path, None, &with_auth(&pairs, &unsigned_rdma), now).is_err());
     }
 
+    /// AWS's documented SigV4 examples (GET /test.txt with a Range, header
+    /// and presigned forms), and what changes them.
+    #[test]
+    fn s3_heads_verify_as_aws_documents_them() {
+        let keys = HashMap::from([(
+            "AKIAIOSFODNN7EXAMPLE".to_owned(),
+            "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY".to_owned(),
+        )]);
+        let now = parse_amz_date("20130524T000000Z").unwrap_or_default();
+        let auth = "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request,SignedHeaders=host;range;x-amz-content-sha256;x-amz-date,Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41";
+        let pairs = [
+            ("host", "examplebucket.s3.amazonaws.com"),
+            ("range", "bytes=0-9"),
+            ("x-amz-content-sha256", EMPTY_SHA256),
+            ("x-amz-date", "20130524T000000Z"),
+        ];
+        let v = |path: &str, q: Option<&str>, h: &[(&str, &[u8])], t: u64| {
+            verify_s3_head_at("GET", path, q, h, &keys, t)
+        };
+        assert_eq!(
+            v("/test.txt", None, &with_auth(&pairs, auth), now),
+            Ok(Some("AKIAIOSFODNN7EXAMPLE".to_owned()))
+        );
+        let mut range = pairs;
+        range[1].1 = "bytes=0-10";
+        assert!(matches!(
+            v("/test.txt", None, &with_auth(&range, auth), now),
+            Err(HeadRefusal::BadSignature(_))
+        ));
+        let stranger = auth.replace("AKIAIOSFODNN7EXAMPLE", "STRANGER");
+        assert_eq!(
+            v("/test.txt", None, &with_auth(&pairs, &stranger), now),
+            Err(HeadRefusal::UnknownKey)
+        );
+        assert!(matches!(
+            v("/test.txt", None, &with_auth(&pairs, auth), now + SKEW_SECS + 1),
+            Err(HeadRefusal::Refused(_))
+        ));
+        // No signature at all: left to the rules for unsigned requests.
+        let bare: Vec<(&str, &[u8])> = pairs.iter().map(|(n, v)| (*n, v.as_bytes())).collect();
+        assert_eq!(v("/test.txt", None, &bare, now), Ok(None));
+
+        let query = "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20130524%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Date=20130524T000000Z&X-Amz-Expires=86400&X-Amz-SignedHeaders=host&X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404";
+        let host: [(&str, &[u8]); 1] = [("host", b"examplebucket.s3.amazonaws.com")];
+        assert_eq!(
+            v("/test.txt", Some(query), &host, now + 3600),
+            Ok(Some("AKIAIOSFODNN7EXAMPLE".to_owned()))
+        );
+        assert!(matches!(
+            v("/test.txt", Some(query), &host, now + 86_401),
+            Err(HeadRefusal::Refused(_))
+        ));
+        assert!(matches!(
+            v("/other.txt", Some(query), &host, now),
+            Err(HeadRefusal::BadSignature(_))
+        ));
+        let sigv2 = "AWSAccessKeyId=AKIAIOSFODNN7EXAMPLE&Expires=1&Signature=x";
+        assert!(matches!(
+            v("/test.txt", Some(sigv2), &host, now),
+            Err(HeadRefusal::Refused(_))
+        ));
+    }
+
     /// RFC 4231 test case 2.
     #[test]
     fn hmac_is_rfc_4231() {
