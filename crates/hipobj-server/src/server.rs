@@ -85,7 +85,7 @@ impl Server {
             ),
             metrics: metrics.clone(),
         };
-        let layer = RdmaLayer::new(store, rdma.clone(), metrics.clone());
+        let layer = RdmaLayer::new(store, rdma.clone(), metrics.clone(), owners.clone());
         let front = Front {
             s3: s3_service(layer, &config, owners),
             metrics: metrics.clone(),

@@ -16,7 +16,22 @@
 //!
 //! The bytes are counted against the budget from their arrival until the
 //! body handed to s3s is dropped (the store has read it or given up).
+//!
+//! And only a request whose signature verifies is held at all (issue 37,
+//! finding 6: a made-up `Authorization` counted as signed, and 8 such
+//! bodies from a stranger took the budget from everyone's streaming
+//! uploads). s3s checks the signature only once it has the body, so
+//! [`check_signature`] checks what can be checked from the head alone
+//! before the first body byte is read: the SigV4 `Authorization` header
+//! (over the headers and the literal `x-amz-content-sha256`, a streaming
+//! body's seed), or a presigned URL's query signature. An unknown key is
+//! `403 InvalidAccessKeyId`, a wrong signature `403 SignatureDoesNotMatch`,
+//! anything else that cannot verify (SigV2, out of date, expired)
+//! `403 AccessDenied`; the body is never read and the connection closes.
+//! A request with no signature at all is left to the rules for unsigned
+//! requests (`crate::body`, and anonymous access).
 
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -63,6 +78,40 @@ pub enum Refused {
     /// The body failed while arriving (its own error, already counted).
     #[error("reading the body: {0}")]
     Body(String),
+    /// The request's signature does not verify: the S3 error code, and
+    /// why. No body byte was read.
+    #[error("{1}")]
+    Signature(&'static str, String),
+}
+
+/// Checks, from `parts` alone, that a request whose body would be held is
+/// signed by one of `keys` (access key to secret), or carries no signature
+/// at all; see the module documentation.
+pub fn check_signature(parts: &http::request::Parts, keys: &HashMap<String, String>) -> Result<(), Refused> {
+    use hipobj_target::sigv4::HeadRefusal;
+    let headers = crate::rdma::sigv4::header_pairs(&parts.headers);
+    match hipobj_target::sigv4::verify_s3_head_at(
+        parts.method.as_str(),
+        parts.uri.path(),
+        parts.uri.query(),
+        &headers,
+        keys,
+        hipobj_target::sigv4::now_secs(),
+    ) {
+        Ok(_) => Ok(()),
+        Err(HeadRefusal::UnknownKey) => Err(Refused::Signature(
+            "InvalidAccessKeyId",
+            "The AWS Access Key Id you provided does not exist in our records.".into(),
+        )),
+        Err(HeadRefusal::BadSignature(why)) => {
+            tracing::debug!("a body without a length refused before it was read: {why}");
+            Err(Refused::Signature(
+                "SignatureDoesNotMatch",
+                "The request signature we calculated does not match the signature you provided.".into(),
+            ))
+        }
+        Err(HeadRefusal::Refused(why)) => Err(Refused::Signature("AccessDenied", why)),
+    }
 }
 
 impl Budget {

@@ -148,6 +148,10 @@ pub struct Session {
     res: Resources,
     /// Given back when the session drops, after its resources.
     charge: Charge,
+    /// Which bucket the layer above found at PREPARE (its generation), to
+    /// compare at each later step: a bucket deleted and made again under
+    /// the same name is another bucket.
+    bucket_generation: Option<String>,
 }
 
 impl Session {
@@ -174,6 +178,11 @@ impl Session {
     /// The access key that prepared it.
     pub fn owner(&self) -> &str {
         &self.owner
+    }
+    /// The bucket's generation the layer above recorded at PREPARE
+    /// ([`V2Sessions::prepare_in`]).
+    pub fn bucket_generation(&self) -> Option<&str> {
+        self.bucket_generation.as_deref()
     }
 }
 
@@ -257,6 +266,19 @@ impl V2Sessions {
         caller: &Caller,
         req: &PrepareRequest,
         now: Instant,
+    ) -> Result<PrepareResponse, V2Failure<()>> {
+        self.prepare_in(caller, req, now, None)
+    }
+
+    /// [`V2Sessions::prepare`], recording `bucket_generation` (which
+    /// bucket of the target's name the layer above found) in the session,
+    /// for the layer to compare at READY and during the transfer.
+    pub fn prepare_in(
+        &self,
+        caller: &Caller,
+        req: &PrepareRequest,
+        now: Instant,
+        bucket_generation: Option<String>,
     ) -> Result<PrepareResponse, V2Failure<()>> {
         self.reap(now);
         let bad = |why: String| V2Failure::new(Status::BadRequest, why);
@@ -352,6 +374,7 @@ impl V2Sessions {
             deadline: now + self.config.prepare_timeout,
             res,
             charge,
+            bucket_generation,
         };
         lock(&self.sessions).insert(SessionId(id), session);
         Ok(response)

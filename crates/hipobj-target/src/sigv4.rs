@@ -322,6 +322,316 @@ pub fn amz_date_now() -> String {
     amz_date(now_secs())
 }
 
+/// Why an S3 request's signature was refused from its head alone, before
+/// any of its body was read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeadRefusal {
+    /// The access key is not one of the server's (S3's
+    /// `InvalidAccessKeyId`).
+    UnknownKey,
+    /// The signature is not the one the key would make (S3's
+    /// `SignatureDoesNotMatch`); why, for the log.
+    BadSignature(String),
+    /// Not a signature that could verify: malformed, not SigV4, out of
+    /// date or expired (S3's `AccessDenied`); why.
+    Refused(String),
+}
+
+/// S3's SigV4 URI encoding: unreserved bytes as they are, `/` too unless
+/// `slash`, everything else `%XX` in upper case.
+fn uri_encode(out: &mut String, s: &str, slash: bool) {
+    use std::fmt::Write as _;
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => out.push(b as char),
+            b'/' if !slash => out.push('/'),
+            _ => {
+                let _ = write!(out, "%{b:02X}");
+            }
+        }
+    }
+}
+
+/// Percent-decoding (`plus`: `+` is a space, as in a query); `None` for
+/// a bad escape or bytes that are not UTF-8.
+fn percent_decode(s: &str, plus: bool) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                let h = s.get(i + 1..i + 3)?;
+                out.push(u8::from_str_radix(h, 16).ok()?);
+                i += 3;
+            }
+            b'+' if plus => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// A query's `(name, value)` pairs, decoded as a form is.
+fn query_pairs(query: &str) -> Option<Vec<(String, String)>> {
+    query
+        .split('&')
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| {
+            let (n, v) = kv.split_once('=').unwrap_or((kv, ""));
+            Some((percent_decode(n, true)?, percent_decode(v, true)?))
+        })
+        .collect()
+}
+
+/// The canonical query string of `pairs`, without `X-Amz-Signature`.
+fn canonical_query(pairs: &[(String, String)]) -> String {
+    let mut enc: Vec<(String, String)> = pairs
+        .iter()
+        .filter(|(n, _)| n != "X-Amz-Signature")
+        .map(|(n, v)| {
+            let (mut en, mut ev) = (String::new(), String::new());
+            uri_encode(&mut en, n, true);
+            uri_encode(&mut ev, v, true);
+            (en, ev)
+        })
+        .collect();
+    // Stable, by name only: values of one name stay in the request's order.
+    enc.sort_by(|a, b| a.0.cmp(&b.0));
+    enc.iter()
+        .map(|(n, v)| format!("{n}={v}"))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// The canonical headers and the signed-header list of `names` (sorted):
+/// those the request carries, values trimmed, inner runs of white space
+/// one space, repeated ones joined by commas.
+fn canonical_headers(headers: &[(&str, &[u8])], names: &[&str]) -> Result<(String, String), HeadRefusal> {
+    let mut lines = String::new();
+    let mut list: Vec<&str> = Vec::new();
+    for n in names {
+        if *n == "authorization" {
+            continue;
+        }
+        let mut values = Vec::new();
+        for v in all(headers, n) {
+            let v = text(v).ok_or_else(|| HeadRefusal::Refused(format!("signed header {n} is not text")))?;
+            values.push(v.split_whitespace().collect::<Vec<_>>().join(" "));
+        }
+        if values.is_empty() {
+            continue;
+        }
+        lines.push_str(n);
+        lines.push(':');
+        lines.push_str(&values.join(","));
+        lines.push('\n');
+        list.push(n);
+    }
+    Ok((lines, list.join(";")))
+}
+
+/// What a SigV4 signature covers, however it travels.
+struct Signed<'a> {
+    access_key: &'a str,
+    date: &'a str,
+    region: &'a str,
+    service: &'a str,
+    amz_date: &'a str,
+    names: Vec<&'a str>,
+    signature: &'a str,
+}
+
+/// The credential scope `key/date/region/service/aws4_request`.
+fn scope(credential: &str) -> Result<[&str; 4], HeadRefusal> {
+    let parts: Vec<&str> = credential.split('/').collect();
+    match parts.as_slice() {
+        [key, date, region, service, "aws4_request"] if date.len() == 8 && !region.is_empty() => {
+            Ok([key, date, region, service])
+        }
+        _ => Err(HeadRefusal::Refused(
+            "the credential scope is not key/date/region/service/aws4_request".into(),
+        )),
+    }
+}
+
+/// Checks the signature of an S3 request from its head alone (method,
+/// path as sent, query, headers) at `now`, as far as it can be checked
+/// before the body: a SigV4 `Authorization` header over the headers and the
+/// literal `x-amz-content-sha256` (which, for a streaming body, is the
+/// seed of the chunk signatures), or a presigned URL's query signature.
+/// `Ok(None)`: the request carries no signature at all; `Ok(Some(key))`:
+/// signed by `key`. The body's own hash is left to the S3 layer, which
+/// checks the whole request again.
+pub fn verify_s3_head_at(
+    method: &str,
+    path: &str,
+    query: Option<&str>,
+    headers: &[(&str, &[u8])],
+    keys: &HashMap<String, String>,
+    now: u64,
+) -> Result<Option<String>, HeadRefusal> {
+    let refused = |why: &str| HeadRefusal::Refused(why.to_owned());
+    let pairs = match query {
+        Some(q) => query_pairs(q).ok_or_else(|| refused("the query string is not well encoded"))?,
+        None => Vec::new(),
+    };
+    let param = |name: &str| pairs.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+    let presigned = param("X-Amz-Signature").is_some();
+    let auth = first(headers, "authorization");
+    if !presigned && auth.is_none() {
+        if pairs
+            .iter()
+            .any(|(n, _)| n == "Signature" || n == "AWSAccessKeyId")
+        {
+            return Err(refused("SigV2 signatures are not accepted"));
+        }
+        return Ok(None);
+    }
+    let (signed, payload) = if presigned {
+        if param("X-Amz-Algorithm") != Some("AWS4-HMAC-SHA256") {
+            return Err(refused("X-Amz-Algorithm must be AWS4-HMAC-SHA256"));
+        }
+        let credential = param("X-Amz-Credential").ok_or_else(|| refused("X-Amz-Credential is missing"))?;
+        let [access_key, date, region, service] = scope(credential)?;
+        let amz_date = param("X-Amz-Date").ok_or_else(|| refused("X-Amz-Date is missing"))?;
+        let names = param("X-Amz-SignedHeaders")
+            .ok_or_else(|| refused("X-Amz-SignedHeaders is missing"))?
+            .split(';')
+            .collect();
+        let expires: u64 = param("X-Amz-Expires")
+            .and_then(|e| e.parse().ok())
+            .ok_or_else(|| refused("X-Amz-Expires is missing or not a number of seconds"))?;
+        let when = parse_amz_date(amz_date).ok_or_else(|| refused("X-Amz-Date is malformed"))?;
+        if when > now.saturating_add(SKEW_SECS) {
+            return Err(refused("X-Amz-Date is too far in the future"));
+        }
+        if now.saturating_sub(when) > expires {
+            return Err(refused("the presigned URL has expired"));
+        }
+        let signature = param("X-Amz-Signature").unwrap_or_default();
+        (
+            Signed {
+                access_key,
+                date,
+                region,
+                service,
+                amz_date,
+                names,
+                signature,
+            },
+            "UNSIGNED-PAYLOAD",
+        )
+    } else {
+        if all(headers, "authorization").count() != 1 {
+            return Err(refused("more than one Authorization header"));
+        }
+        let auth = auth
+            .and_then(text)
+            .ok_or_else(|| refused("the Authorization header is not text"))?;
+        let rest = auth
+            .strip_prefix("AWS4-HMAC-SHA256 ")
+            .ok_or_else(|| refused("only AWS4-HMAC-SHA256 signatures are accepted"))?;
+        let (mut credential, mut names, mut signature) = (None, None, None);
+        for part in rest.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            if let Some(v) = part.strip_prefix("Credential=") {
+                credential = Some(v);
+            } else if let Some(v) = part.strip_prefix("SignedHeaders=") {
+                names = Some(v);
+            } else if let Some(v) = part.strip_prefix("Signature=") {
+                signature = Some(v);
+            } else {
+                return Err(refused("the Authorization header has an unknown field"));
+            }
+        }
+        let (Some(credential), Some(names), Some(signature)) = (credential, names, signature) else {
+            return Err(refused(
+                "Authorization lacks Credential, SignedHeaders or Signature",
+            ));
+        };
+        let [access_key, date, region, service] = scope(credential)?;
+        let amz_date = first(headers, "x-amz-date")
+            .and_then(text)
+            .ok_or_else(|| refused("x-amz-date is missing"))?;
+        let payload = first(headers, "x-amz-content-sha256")
+            .and_then(text)
+            .ok_or_else(|| refused("x-amz-content-sha256 is missing"))?;
+        let when = parse_amz_date(amz_date).ok_or_else(|| refused("x-amz-date is malformed"))?;
+        if now.abs_diff(when) > SKEW_SECS {
+            // Checked after the key below: an unknown key is told so first.
+            if !keys.contains_key(access_key) {
+                return Err(HeadRefusal::UnknownKey);
+            }
+            return Err(refused("x-amz-date is more than 15 minutes from now"));
+        }
+        let mut names: Vec<&str> = names.split(';').collect();
+        names.sort_unstable();
+        (
+            Signed {
+                access_key,
+                date,
+                region,
+                service,
+                amz_date,
+                names,
+                signature,
+            },
+            payload,
+        )
+    };
+    let secret = keys.get(signed.access_key).ok_or(HeadRefusal::UnknownKey)?;
+    if signed.service != "s3" {
+        return Err(refused("the credential scope's service must be s3"));
+    }
+    if !signed.amz_date.starts_with(signed.date) {
+        return Err(HeadRefusal::BadSignature(
+            "the credential's date is not the request's".into(),
+        ));
+    }
+    let (header_lines, header_list) = canonical_headers(headers, &signed.names)?;
+    let query = canonical_query(&pairs);
+    let k_date = hmac(format!("AWS4{secret}").as_bytes(), signed.date.as_bytes());
+    let k_region = hmac(&k_date, signed.region.as_bytes());
+    let k_service = hmac(&k_region, signed.service.as_bytes());
+    let k_signing = hmac(&k_service, b"aws4_request");
+    // The path as S3 canonicalizes it (decoded, then encoded), and as sent.
+    let mut paths = Vec::with_capacity(2);
+    if let Some(decoded) = percent_decode(path, false) {
+        let mut p = String::new();
+        uri_encode(&mut p, &decoded, false);
+        paths.push(p);
+    }
+    paths.push(path.to_owned());
+    for p in &paths {
+        let canonical = format!("{method}\n{p}\n{query}\n{header_lines}\n{header_list}\n{payload}");
+        let to_sign = format!(
+            "AWS4-HMAC-SHA256\n{}\n{}/{}/{}/aws4_request\n{}",
+            signed.amz_date,
+            signed.date,
+            signed.region,
+            signed.service,
+            hex(&sha256(canonical.as_bytes()))
+        );
+        let want = hex(&hmac(&k_signing, to_sign.as_bytes()));
+        let same = want.len() == signed.signature.len()
+            && want
+                .bytes()
+                .zip(signed.signature.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0;
+        if same {
+            return Ok(Some(signed.access_key.to_owned()));
+        }
+    }
+    Err(HeadRefusal::BadSignature("the signature does not match".into()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -395,6 +705,69 @@ mod tests {
             &date,
         );
         assert!(v("POST", path, None, &with_auth(&pairs, &unsigned_rdma), now).is_err());
+    }
+
+    /// AWS's documented SigV4 examples (GET /test.txt with a Range, header
+    /// and presigned forms), and what changes them.
+    #[test]
+    fn s3_heads_verify_as_aws_documents_them() {
+        let keys = HashMap::from([(
+            "AKIAIOSFODNN7EXAMPLE".to_owned(),
+            "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY".to_owned(),
+        )]);
+        let now = parse_amz_date("20130524T000000Z").unwrap_or_default();
+        let auth = "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request,SignedHeaders=host;range;x-amz-content-sha256;x-amz-date,Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41";
+        let pairs = [
+            ("host", "examplebucket.s3.amazonaws.com"),
+            ("range", "bytes=0-9"),
+            ("x-amz-content-sha256", EMPTY_SHA256),
+            ("x-amz-date", "20130524T000000Z"),
+        ];
+        let v = |path: &str, q: Option<&str>, h: &[(&str, &[u8])], t: u64| {
+            verify_s3_head_at("GET", path, q, h, &keys, t)
+        };
+        assert_eq!(
+            v("/test.txt", None, &with_auth(&pairs, auth), now),
+            Ok(Some("AKIAIOSFODNN7EXAMPLE".to_owned()))
+        );
+        let mut range = pairs;
+        range[1].1 = "bytes=0-10";
+        assert!(matches!(
+            v("/test.txt", None, &with_auth(&range, auth), now),
+            Err(HeadRefusal::BadSignature(_))
+        ));
+        let stranger = auth.replace("AKIAIOSFODNN7EXAMPLE", "STRANGER");
+        assert_eq!(
+            v("/test.txt", None, &with_auth(&pairs, &stranger), now),
+            Err(HeadRefusal::UnknownKey)
+        );
+        assert!(matches!(
+            v("/test.txt", None, &with_auth(&pairs, auth), now + SKEW_SECS + 1),
+            Err(HeadRefusal::Refused(_))
+        ));
+        // No signature at all: left to the rules for unsigned requests.
+        let bare: Vec<(&str, &[u8])> = pairs.iter().map(|(n, v)| (*n, v.as_bytes())).collect();
+        assert_eq!(v("/test.txt", None, &bare, now), Ok(None));
+
+        let query = "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20130524%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Date=20130524T000000Z&X-Amz-Expires=86400&X-Amz-SignedHeaders=host&X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404";
+        let host: [(&str, &[u8]); 1] = [("host", b"examplebucket.s3.amazonaws.com")];
+        assert_eq!(
+            v("/test.txt", Some(query), &host, now + 3600),
+            Ok(Some("AKIAIOSFODNN7EXAMPLE".to_owned()))
+        );
+        assert!(matches!(
+            v("/test.txt", Some(query), &host, now + 86_401),
+            Err(HeadRefusal::Refused(_))
+        ));
+        assert!(matches!(
+            v("/other.txt", Some(query), &host, now),
+            Err(HeadRefusal::BadSignature(_))
+        ));
+        let sigv2 = "AWSAccessKeyId=AKIAIOSFODNN7EXAMPLE&Expires=1&Signature=x";
+        assert!(matches!(
+            v("/test.txt", Some(sigv2), &host, now),
+            Err(HeadRefusal::Refused(_))
+        ));
     }
 
     /// RFC 4231 test case 2.

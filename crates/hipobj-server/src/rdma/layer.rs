@@ -16,8 +16,11 @@ use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
 use super::bridge::{BlockingBody, ChannelBody, ChunkSender, blob, send_chunk};
+use super::same_bucket::{Guarded, SameBucket};
 use super::{BYTES, ClientAddr, REPLY, Rdma, TOKEN, decline, error, invalid_token, target_error, with_reply};
 use crate::metrics::{Metrics, inc};
+use crate::s3::owners::Owners;
+use hipobj_store::Requester;
 use hipobj_store::file_range::{FileRange, WantsFileRange};
 
 /// The RDMA layer: serves token requests itself, passes the rest to `inner`.
@@ -25,6 +28,9 @@ pub struct RdmaLayer {
     inner: Arc<dyn S3>,
     rdma: Option<Arc<Rdma>>,
     metrics: Arc<Metrics>,
+    /// Who owns which bucket: a transfer moves bytes only while its bucket
+    /// is the one the request was allowed in (`super::same_bucket`).
+    owners: Owners,
 }
 
 impl std::fmt::Debug for RdmaLayer {
@@ -267,8 +273,33 @@ impl<T, S> StoreSink<T, S> {
 
 impl RdmaLayer {
     /// The layer over `inner`; with `rdma` `None`, token requests get `501`.
-    pub fn new(inner: Arc<dyn S3>, rdma: Option<Arc<Rdma>>, metrics: Arc<Metrics>) -> Self {
-        Self { inner, rdma, metrics }
+    pub fn new(inner: Arc<dyn S3>, rdma: Option<Arc<Rdma>>, metrics: Arc<Metrics>, owners: Owners) -> Self {
+        Self {
+            inner,
+            rdma,
+            metrics,
+            owners,
+        }
+    }
+
+    /// The bucket a token request was allowed in, as it is now, to be
+    /// found again before the store is used: for the bucket's owner and
+    /// the keys it is shared with. `None` for a requester the owner model
+    /// does not name (anonymous access; another key a canned ACL lets in,
+    /// which the store checks itself at each call).
+    async fn same_bucket<T>(&self, req: &S3Request<T>, bucket: &str) -> S3Result<Option<SameBucket>> {
+        let Some(c) = &req.credentials else {
+            return Ok(None);
+        };
+        if matches!(
+            req.extensions.get::<Requester>(),
+            Some(Requester::Other | Requester::Anonymous)
+        ) {
+            return Ok(None);
+        }
+        SameBucket::now(&self.owners, bucket, &c.access_key)
+            .await
+            .map(Some)
     }
 
     /// The device, or `501` when RDMA is off.
@@ -327,9 +358,11 @@ impl RdmaLayer {
     ) -> S3Result<S3Response<dto::GetObjectOutput>> {
         let rdma = self.rdma()?;
         let caller = caller_of(&req);
+        let same = self.same_bucket(&req, &req.input.bucket).await?;
         let _flight = InFlight::new(&self.metrics);
-        let mut src = StoreSource::new(Handle::current(), self.inner.clone(), req);
-        let (answer, src) = tokio::task::spawn_blocking(move || {
+        let rt = Handle::current();
+        let mut src = Guarded::new(StoreSource::new(rt.clone(), self.inner.clone(), req), same, rt);
+        let (answer, mut src) = tokio::task::spawn_blocking(move || {
             let a = crate::cpu::mover(|| {
                 let src = &mut crate::cpu::StoreSide(&mut src);
                 rdma.target.serve(&caller, &token, Request::Get(src))
@@ -344,7 +377,9 @@ impl RdmaLayer {
             Err(e) => return Err(self.failure(e)),
         };
         let mut resp = src
+            .inner_mut()
             .resp
+            .take()
             .ok_or_else(|| task_failed("no response from the store"))?;
         inc(&self.metrics.rdma_gets);
         self.metrics
@@ -366,7 +401,13 @@ impl RdmaLayer {
 
     /// PUT and UploadPart: the target reads the token's bytes from the
     /// client while `store` takes them in.
-    async fn rdma_upload<T, S, F>(&self, caller: Caller, token: Token, store: S) -> S3Result<S3Response<T>>
+    async fn rdma_upload<T, S, F>(
+        &self,
+        caller: Caller,
+        same: Option<SameBucket>,
+        token: Token,
+        store: S,
+    ) -> S3Result<S3Response<T>>
     where
         T: Send + 'static,
         S: FnOnce(dto::StreamingBlob, i64) -> F + Send + 'static,
@@ -374,13 +415,18 @@ impl RdmaLayer {
     {
         let rdma = self.rdma()?;
         let _flight = InFlight::new(&self.metrics);
-        let mut sink = StoreSink {
-            rt: Handle::current(),
-            store: Some(store),
-            tx: None,
-            task: None,
-            resp: None,
-        };
+        let rt = Handle::current();
+        let mut sink = Guarded::new(
+            StoreSink {
+                rt: rt.clone(),
+                store: Some(store),
+                tx: None,
+                task: None,
+                resp: None,
+            },
+            same,
+            rt,
+        );
         let (answer, mut sink) = tokio::task::spawn_blocking(move || {
             let a = crate::cpu::mover(|| {
                 let sink = &mut crate::cpu::StoreSide(&mut sink);
@@ -393,15 +439,20 @@ impl RdmaLayer {
         // A transfer that stopped early leaves the store running on a body
         // that now ends in an error: it stores nothing, and its error is
         // the cause when the store stopped first.
-        let stored = sink.finish().await;
+        let stored = sink.inner_mut().finish().await;
         let (reply, bytes) = match answer {
             Ok(Answer::Done { reply, bytes, .. }) => (reply, bytes),
             Ok(Answer::Bind { reply, after_failure }) => return Err(self.bind(&reply, after_failure)),
+            // The bucket changed: that is why, whatever the store said of
+            // its body cut short.
+            Err(TargetError::Store(e)) if *e.code() == s3s::S3ErrorCode::AccessDenied => return Err(e),
             Err(TargetError::Store(e)) => return Err(stored.unwrap_or(e)),
             Err(e) => return Err(self.failure(e)),
         };
         let mut resp = sink
+            .inner_mut()
             .resp
+            .take()
             .ok_or_else(|| task_failed("no response from the store"))?;
         inc(&self.metrics.rdma_puts);
         self.metrics.rdma_bytes_read.fetch_add(bytes, Ordering::Relaxed);
@@ -448,8 +499,9 @@ macro_rules! layer {
                 self.failed(no_body(req.input.content_length))?;
                 let inner = self.inner.clone();
                 let caller = caller_of(&req);
+                let same = self.failed(self.same_bucket(&req, &req.input.bucket).await)?;
                 let r = self
-                    .rdma_upload(caller, token, move |body, len| {
+                    .rdma_upload(caller, same, token, move |body, len| {
                         req.input.body = Some(body);
                         req.input.content_length = Some(len);
                         async move { inner.put_object(req).await }
@@ -468,8 +520,9 @@ macro_rules! layer {
                 self.failed(no_body(req.input.content_length))?;
                 let inner = self.inner.clone();
                 let caller = caller_of(&req);
+                let same = self.failed(self.same_bucket(&req, &req.input.bucket).await)?;
                 let r = self
-                    .rdma_upload(caller, token, move |body, len| {
+                    .rdma_upload(caller, same, token, move |body, len| {
                         req.input.body = Some(body);
                         req.input.content_length = Some(len);
                         async move { inner.upload_part(req).await }

@@ -11,6 +11,7 @@ mod bridge;
 mod checksum;
 mod layer;
 pub mod rc_v2;
+mod same_bucket;
 pub mod sigv4;
 
 use std::net::{Ipv4Addr, SocketAddr};

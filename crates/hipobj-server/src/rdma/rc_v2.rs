@@ -22,6 +22,7 @@ use tokio::runtime::Handle;
 use super::ClientAddr;
 use super::checksum::Summed;
 use super::layer::{StoreSink, StoreSource};
+use super::same_bucket::{Guarded, SameBucket};
 use crate::metrics::{Metrics, inc};
 use crate::s3::owners::Owners;
 
@@ -204,9 +205,12 @@ impl V2 {
         if let Err(e) = hipobj_store::names::check_key(&key) {
             return store_fail(&e);
         }
-        if let Err(e) = self.owners.check(&bucket, &caller.access_key).await {
-            return store_fail(&e);
-        }
+        // Which bucket of this name the caller may use now: READY and the
+        // transfer compare it again (`super::same_bucket`).
+        let same = match SameBucket::now(&self.owners, &bucket, &caller.access_key).await {
+            Ok(s) => s,
+            Err(e) => return store_fail(&e),
+        };
         match p.op {
             Direction::Get => {
                 let mut b = dto::HeadObjectInput::builder();
@@ -244,9 +248,11 @@ impl V2 {
                 }
             }
         }
-        let made =
-            tokio::task::spawn_blocking(move || sessions.prepare(&caller, &p, std::time::Instant::now()))
-                .await;
+        let generation = same.generation().map(str::to_owned);
+        let made = tokio::task::spawn_blocking(move || {
+            sessions.prepare_in(&caller, &p, std::time::Instant::now(), generation)
+        })
+        .await;
         match made {
             Ok(Ok(resp)) => {
                 inc(&self.metrics.rdma_v2_sessions);
@@ -271,6 +277,18 @@ impl V2 {
         let s = claimed.session();
         let (op, size, offset, cookie) = (s.op(), s.size(), s.offset(), s.cookie());
         let (bucket, key) = (s.object().bucket().to_owned(), s.object().key().to_owned());
+        // The bucket PREPARE found must still be there, the caller's: a
+        // bucket deleted and made again since is another's (or another of
+        // the caller's), and the session ends here, before its QP connects.
+        let same = SameBucket::recorded(
+            &self.owners,
+            &bucket,
+            &caller.access_key,
+            s.bucket_generation().map(str::to_owned),
+        );
+        if let Err(e) = same.check().await {
+            return store_fail(&e);
+        }
         let rt = Handle::current();
         let _flight = super::layer::InFlight::new(&self.metrics);
         let (moved, etag, crc) = match op {
@@ -285,10 +303,14 @@ impl V2 {
                 let Ok(input) = b.build() else {
                     return fail(Status::Internal, "building the store request failed");
                 };
-                let mut src = Summed::new(StoreSource::new(
+                let mut src = Summed::new(Guarded::new(
+                    StoreSource::new(
+                        rt.clone(),
+                        self.store.clone(),
+                        self.store_request(input, http::Method::GET, &caller.access_key),
+                    ),
+                    Some(same),
                     rt,
-                    self.store.clone(),
-                    self.store_request(input, http::Method::GET, &caller.access_key),
                 ));
                 let ran = tokio::task::spawn_blocking(move || {
                     let m = sessions.run(claimed, Request::Get(&mut src));
@@ -309,11 +331,15 @@ impl V2 {
                     return fail(Status::Internal, "building the store request failed");
                 };
                 let mut req = self.store_request(input, http::Method::PUT, &caller.access_key);
-                let mut sink = Summed::new(StoreSink::new(rt, move |body, len| {
-                    req.input.body = Some(body);
-                    req.input.content_length = Some(len);
-                    async move { store.put_object(req).await }
-                }));
+                let mut sink = Summed::new(Guarded::new(
+                    StoreSink::new(rt.clone(), move |body, len| {
+                        req.input.body = Some(body);
+                        req.input.content_length = Some(len);
+                        async move { store.put_object(req).await }
+                    }),
+                    Some(same),
+                    rt,
+                ));
                 let (moved, mut sink) = match tokio::task::spawn_blocking(move || {
                     let m = sessions.run(claimed, Request::Put(&mut sink));
                     (m, sink)
@@ -324,12 +350,17 @@ impl V2 {
                     Err(e) => return fail(Status::Internal, &format!("the transfer task failed: {e}")),
                 };
                 let crc = sink.sum();
-                let stored = sink.inner_mut().finish().await;
+                let stored = sink.inner_mut().inner_mut().finish().await;
                 let moved = match moved {
+                    // The bucket changed: that is why, whatever the store
+                    // said of its body cut short.
+                    Err(V2Failure::Store(e)) if *e.code() == S3ErrorCode::AccessDenied => {
+                        Err(V2Failure::Store(e))
+                    }
                     Err(V2Failure::Store(e)) => Err(V2Failure::Store(stored.unwrap_or(e))),
                     m => m,
                 };
-                let out = sink.inner_mut().take_response().map(|r| r.output);
+                let out = sink.inner_mut().inner_mut().take_response().map(|r| r.output);
                 let etag = out
                     .as_ref()
                     .and_then(|o| o.e_tag.as_ref())

@@ -118,7 +118,13 @@ impl Front {
         let (parts, body) = req.into_parts();
         let body = crate::body::Checked::new(&parts, body, self.bodies, conn, self.metrics.clone());
         let body = if crate::unsized_body::is_unsized(&parts, &body) {
-            match self.unsized_bodies.collect(Box::pin(body)).await {
+            // The signature first: no body byte is held for a request that
+            // cannot verify (`crate::unsized_body::check_signature`).
+            let held = match crate::unsized_body::check_signature(&parts, &self.v2.keys) {
+                Ok(()) => self.unsized_bodies.collect(Box::pin(body)).await,
+                Err(e) => Err(e),
+            };
+            match held {
                 Ok(held) => Body::http_body(held),
                 Err(e) => {
                     if !matches!(e, crate::unsized_body::Refused::Body(_)) {
@@ -155,6 +161,7 @@ fn unsized_refusal(e: &crate::unsized_body::Refused) -> http::Response<Body> {
         Refused::TooLong(_) => (http::StatusCode::LENGTH_REQUIRED, "MissingContentLength"),
         Refused::Busy => (http::StatusCode::SERVICE_UNAVAILABLE, "SlowDown"),
         Refused::Body(_) => (http::StatusCode::BAD_REQUEST, "IncompleteBody"),
+        Refused::Signature(code, _) => (http::StatusCode::FORBIDDEN, *code),
     };
     let mut resp = error_response(status, code, &e.to_string());
     // The rest of a refused body is not read: the connection cannot carry
