@@ -60,6 +60,7 @@ mod endpoint;
 mod error;
 mod failover;
 pub mod plain;
+mod probe;
 mod rc_v2;
 pub mod tls;
 
@@ -234,9 +235,11 @@ impl RdmaS3Client {
         }
         let mut ex = Exchanger::new(self, bucket, key, op);
         let outcome = self.hipobj.get(reg, at.offset, at.len, &mut ex);
-        match self.conclude(outcome, ex.last.take(), op)? {
+        let last = ex.last.take();
+        let authority = last.as_ref().and_then(|e| e.authority.clone());
+        match self.conclude(outcome, last, op)? {
             Ok(t) => {
-                self.protocol.set(Protocol::Binding);
+                self.proven(authority);
                 Ok(t)
             }
             Err((_, Some(last)))
@@ -386,20 +389,38 @@ impl RdmaS3Client {
                 return self.declined_put(reg, at, bucket, key, op, "hipobj-rc-v2 has no UploadPart".into());
             }
             (Protocol::Plain(why), _) => return self.declined_put(reg, at, bucket, key, op, why),
-            (Protocol::Binding | Protocol::Unknown, _) => {}
+            (Protocol::Unknown, _) => match self.probe(bucket, key)? {
+                // A server that ignores tokens never sees a body-less write.
+                probe::Found::Plain(why) => {
+                    self.protocol.set(Protocol::Plain(why.clone()));
+                    return self.declined_put(reg, at, bucket, key, op, why);
+                }
+                probe::Found::RcV2 => {
+                    return match op {
+                        S3Call::Put if self.args.is_default() => self.v2_put(reg, at, bucket, key, true),
+                        S3Call::Put => self.declined_put(reg, at, bucket, key, op, NO_V2_ARGS.into()),
+                        _ => self.declined_put(
+                            reg,
+                            at,
+                            bucket,
+                            key,
+                            op,
+                            "hipobj-rc-v2 has no UploadPart".into(),
+                        ),
+                    };
+                }
+                probe::Found::Binding => {}
+            },
+            (Protocol::Binding, _) => {}
         }
         let mut ex = Exchanger::new(self, bucket, key, op);
         let outcome = self.hipobj.put(reg, at.offset, at.len, &mut ex);
-        match self.conclude(outcome, ex.last.take(), op)? {
+        let last = ex.last.take();
+        let authority = last.as_ref().and_then(|e| e.authority.clone());
+        match self.conclude(outcome, last, op)? {
             Ok(t) => {
-                self.protocol.set(Protocol::Binding);
+                self.proven(authority);
                 Ok(t)
-            }
-            Err((_, Some(last))) if last.unsupported() && self.protocol.get() == Protocol::Unknown => {
-                match op {
-                    S3Call::Put if self.args.is_default() => self.v2_put(reg, at, bucket, key, true),
-                    _ => self.declined_put(reg, at, bucket, key, op, "hipobj-rc-v2 has no UploadPart".into()),
-                }
             }
             Err((declined, _)) => {
                 self.protocol.set(Protocol::Plain(declined.clone()));
@@ -473,7 +494,19 @@ impl RdmaS3Client {
             })));
         };
         if let Err(e) = outcome {
-            return match last.declined() {
+            let declined = last.declined().map(|why| {
+                if !matches!(op, S3Call::Get { .. }) && last.stored_without_rdma() {
+                    // Only after a probe found the binding exchange here:
+                    // the endpoint mixes servers (docs/protocol.md, "A
+                    // token never harms a server that ignores it").
+                    format!(
+                        "{why}; this endpoint mixes servers that speak the RDMA protocol with servers that do not, and one of the latter may have stored an empty object"
+                    )
+                } else {
+                    why
+                }
+            });
+            return match declined {
                 // A 501 pointing to hipobj-rc-v2 is handed back even without
                 // fallback: the caller tries v2 before giving up.
                 Some(why) if self.fallback || last.unsupported() => Ok(Err((why, Some(last)))),
@@ -685,6 +718,9 @@ struct Exchanger<'a> {
     key: &'a str,
     op: S3Call<'a>,
     last: Option<Exchange>,
+    /// Whether any answer of this call carried an `x-amz-rdma-reply` other
+    /// than `501`: the server speaks the binding exchange.
+    spoke: bool,
 }
 
 impl<'a> Exchanger<'a> {
@@ -695,6 +731,7 @@ impl<'a> Exchanger<'a> {
             key,
             op,
             last: None,
+            spoke: false,
         }
     }
 }
@@ -707,6 +744,7 @@ impl Control for Exchanger<'_> {
             .block_on(self.client.send_rdma(self.bucket, self.key, self.op, token));
         let unreachable = ex.status.is_none();
         let why = ex.failure.as_ref().map(ToString::to_string);
+        self.spoke |= ex.speaks_binding();
         self.last = Some(ex);
         match (unreachable, why) {
             (true, Some(why)) => Err(ControlError(why)),

@@ -175,14 +175,24 @@ fn put_and_upload_part_send_no_body_and_sign_unsigned_payload() {
         .unwrap();
     assert!(t.rdma);
     let reqs = d.requests();
-    assert_eq!(reqs.len(), 3, "bind, put, part (the QP stays bound)");
-    for r in &reqs {
+    assert_eq!(
+        reqs.len(),
+        4,
+        "probe (bind, one-byte GET), put, part (the QP stays bound)"
+    );
+    // The first token requests to the endpoint are the probe's: a one-byte
+    // ranged GET, which no server can store.
+    for r in &reqs[..2] {
+        assert_eq!((r.method.as_str(), r.header("range")), ("GET", Some("bytes=0-0")));
+        check_token_request(r);
+    }
+    for r in &reqs[2..] {
         assert_eq!(r.method, "PUT");
         check_token_request(r);
         assert_eq!(r.header("x-amz-content-sha256"), Some("UNSIGNED-PAYLOAD"));
     }
-    assert!(reqs[2].target.contains("partNumber=3") && reqs[2].target.contains("uploadId=up1"));
-    let tok = hipobj_proto::Token::decode(reqs[1].token().unwrap().as_bytes()).unwrap();
+    assert!(reqs[3].target.contains("partNumber=3") && reqs[3].target.contains("uploadId=up1"));
+    let tok = hipobj_proto::Token::decode(reqs[2].token().unwrap().as_bytes()).unwrap();
     assert_eq!(tok.len, 4096);
 }
 

@@ -1,0 +1,168 @@
+//! A token never harms a server that ignores it (issue 38, finding 1): a
+//! PutObject that carries a token has no body, so a plain S3 server that
+//! took it would replace the object with an empty one (in a versioned
+//! bucket, add an empty version). Against a minimal plain S3 server with
+//! an existing object, in a versioned and an unversioned bucket, a put with
+//! fallback off leaves the object as it was, and a put with fallback
+//! replaces it in full; no empty object or version exists at any point, and
+//! no write that carries a token reaches the server.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use hipobj_platform::fake::FakePlatform;
+use hipobj_s3::{Protocol, RdmaS3Client, Span};
+use support::{Req, Resp, runtime, sdk, start};
+
+/// Every version of every key, oldest first; an unversioned bucket keeps
+/// one.
+type Store = Arc<Mutex<HashMap<String, Vec<Vec<u8>>>>>;
+
+/// A plain S3 server: PUT stores the body (whatever headers came with it,
+/// as a server that does not know the protocol does), GET and HEAD read the
+/// newest version, with a Range.
+fn plain_s3(store: Store, versioned: bool) -> impl Fn(&Req, usize) -> Resp + Send + Sync + 'static {
+    move |req: &Req, _| {
+        let path = req.target.split('?').next().unwrap_or("").to_owned();
+        let mut s = store.lock().unwrap();
+        match req.method.as_str() {
+            "PUT" => {
+                let versions = s.entry(path).or_default();
+                if !versioned {
+                    versions.clear();
+                }
+                versions.push(req.body.clone());
+                Resp::new(200).header("etag", format!("\"v{}\"", versions.len()))
+            }
+            "GET" | "HEAD" => {
+                let Some(obj) = s.get(&path).and_then(|v| v.last()) else {
+                    return Resp::error(404, "NoSuchKey");
+                };
+                let range = req
+                    .header("range")
+                    .and_then(|r| r.strip_prefix("bytes="))
+                    .and_then(|r| r.split_once('-'))
+                    .map(|(a, b)| (a.parse::<usize>().unwrap(), b.parse::<usize>().unwrap()));
+                match range {
+                    None => Resp::new(200).body(obj.clone()),
+                    Some((a, _)) if a >= obj.len() => Resp::error(416, "InvalidRange"),
+                    Some((a, b)) => {
+                        let b = b.min(obj.len() - 1);
+                        Resp::new(206)
+                            .header("content-range", format!("bytes {a}-{b}/{}", obj.len()))
+                            .body(obj[a..=b].to_vec())
+                    }
+                }
+            }
+            _ => Resp::error(405, "MethodNotAllowed"),
+        }
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed ^ (i >> 9) as u8)
+        .collect()
+}
+
+fn check(versioned: bool) {
+    let rt = runtime();
+    let store: Store = Arc::default();
+    let old = pattern(100 << 10, 1);
+    store.lock().unwrap().insert("/bkt/obj".into(), vec![old.clone()]);
+    let d = start(&rt, plain_s3(store.clone(), versioned));
+    let p = FakePlatform::host_only();
+    let h = hipobj::Client::builder(p.platform())
+        .nic_hint("fake0")
+        .build()
+        .unwrap();
+    let versions = |key: &str| store.lock().unwrap().get(key).cloned().unwrap_or_default();
+    // Compared whole, reported by length (the bytes would flood the log).
+    let same = |key: &str, want: &[Vec<u8>], what: &str| {
+        let got = versions(key);
+        let lens = |v: &[Vec<u8>]| v.iter().map(Vec::len).collect::<Vec<_>>();
+        assert!(
+            got == want,
+            "{what}: versions of {key} by length {:?}, want {:?}",
+            lens(&got),
+            lens(want)
+        );
+    };
+    let new = pattern(64 << 10, 2);
+    let reg = h.register(new.clone()).unwrap();
+
+    // Fallback off (`hipobj put --require-rdma`): an error, nothing stored.
+    let strict = RdmaS3Client::new(sdk(&d.endpoint()), h.clone(), rt.handle().clone()).fallback(false);
+    let e = strict
+        .put_object(&reg, Span::whole(new.len()), "bkt", "obj")
+        .unwrap_err();
+    assert!(e.is_declined(), "{e}");
+    same("/bkt/obj", &[old.clone()], "the object changed");
+    assert!(matches!(strict.protocol(), Protocol::Plain(_)));
+    // Sent again on the client that remembers the endpoint: the same.
+    assert!(
+        strict
+            .put_object(&reg, Span::whole(new.len()), "bkt", "obj")
+            .is_err()
+    );
+    let e = strict
+        .upload_part(&reg, Span::whole(new.len()), "bkt", "obj", "up1", 1)
+        .unwrap_err();
+    assert!(e.is_declined(), "{e}");
+    // A new key is not created either.
+    let fresh = RdmaS3Client::new(sdk(&d.endpoint()), h.clone(), rt.handle().clone()).fallback(false);
+    assert!(
+        fresh
+            .put_object(&reg, Span::whole(new.len()), "bkt", "fresh")
+            .is_err()
+    );
+    assert!(versions("/bkt/fresh").is_empty(), "an object was created");
+    same("/bkt/obj", &[old.clone()], "the object changed");
+
+    // With fallback: replaced in full, by one plain PUT.
+    let lenient = RdmaS3Client::new(sdk(&d.endpoint()), h.clone(), rt.handle().clone());
+    let t = lenient
+        .put_object(&reg, Span::whole(new.len()), "bkt", "obj")
+        .unwrap();
+    assert!(!t.rdma && t.declined.is_some(), "{t:?}");
+    let want = if versioned {
+        vec![old.clone(), new.clone()]
+    } else {
+        vec![new.clone()]
+    };
+    same("/bkt/obj", &want, "not one full replacement");
+    let t = lenient
+        .put_object(&reg, Span::whole(new.len()), "bkt", "fresh")
+        .unwrap();
+    assert!(!t.rdma);
+    same("/bkt/fresh", &[new.clone()], "not stored in full");
+
+    // No write that carried a token ever reached the server: each token
+    // request was the probe's one-byte GET.
+    let reqs = d.requests();
+    assert!(reqs.iter().any(|r| r.token().is_some()), "no probe was sent");
+    for r in reqs.iter().filter(|r| r.token().is_some()) {
+        assert_eq!(
+            (r.method.as_str(), r.header("range")),
+            ("GET", Some("bytes=0-0")),
+            "{r:?}"
+        );
+    }
+    assert!(
+        store.lock().unwrap().values().flatten().all(|v| !v.is_empty()),
+        "an empty object or version exists"
+    );
+}
+
+#[test]
+fn a_put_to_a_plain_server_in_an_unversioned_bucket_keeps_or_replaces_the_object_in_full() {
+    check(false);
+}
+
+#[test]
+fn a_put_to_a_plain_server_in_a_versioned_bucket_adds_no_empty_version() {
+    check(true);
+}
