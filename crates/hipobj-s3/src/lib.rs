@@ -189,6 +189,17 @@ impl RdmaS3Client {
         self.protocol.get()
     }
 
+    /// This client with `protocol` taken as found for its endpoint, without
+    /// asking: for a server the program knows (one it started itself).
+    /// Taking [`Protocol::Binding`] for a server that ignores the token
+    /// lets a PutObject store an empty object there (docs/protocol.md, "A
+    /// token never harms a server that ignores it").
+    #[must_use]
+    pub fn known_protocol(self, protocol: Protocol) -> Self {
+        self.protocol.set(protocol);
+        self
+    }
+
     /// Whether a declined transfer falls back to plain HTTP (the default) or
     /// fails with [`Error::is_declined`].
     #[must_use]
@@ -389,7 +400,7 @@ impl RdmaS3Client {
                 return self.declined_put(reg, at, bucket, key, op, "hipobj-rc-v2 has no UploadPart".into());
             }
             (Protocol::Plain(why), _) => return self.declined_put(reg, at, bucket, key, op, why),
-            (Protocol::Unknown, _) => match self.probe(bucket, key)? {
+            (Protocol::Unknown, _) => match self.probe(bucket, key, op.name())? {
                 // A server that ignores tokens never sees a body-less write.
                 probe::Found::Plain(why) => {
                     self.protocol.set(Protocol::Plain(why.clone()));
@@ -721,6 +732,9 @@ struct Exchanger<'a> {
     /// Whether any answer of this call carried an `x-amz-rdma-reply` other
     /// than `501`: the server speaks the binding exchange.
     spoke: bool,
+    /// The call is the probe of `probe.rs`: it ends at the first binding
+    /// round, which has answered the question, without a second request.
+    probe: bool,
 }
 
 impl<'a> Exchanger<'a> {
@@ -732,6 +746,7 @@ impl<'a> Exchanger<'a> {
             op,
             last: None,
             spoke: false,
+            probe: false,
         }
     }
 }
@@ -756,6 +771,11 @@ impl Control for Exchanger<'_> {
         let Some(ex) = &self.last else {
             return Err(ControlError("no request was sent".into()));
         };
+        if self.probe && ex.is_bind() {
+            return Err(ControlError(
+                "the probe is answered: the server speaks the binding exchange".into(),
+            ));
+        }
         let Some(value) = &ex.reply else {
             return Err(ControlError(match &ex.failure {
                 Some(e) => e.to_string(),

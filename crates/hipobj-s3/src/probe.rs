@@ -10,7 +10,8 @@
 //! (the byte, `404` or `416`), which changes nothing; a server that speaks
 //! the binding exchange answers `409` (a binding round: nothing is read or
 //! written) or, on a connection already bound to it, moves the byte into
-//! the probe's buffer; an hipobj-rc-v2 server answers `501` with
+//! the probe's buffer (a `409` ends the probe: it is not sent again after
+//! the binding round); an hipobj-rc-v2 server answers `501` with
 //! `x-amz-rdma-protocol-status: unsupported` (docs/protocol.md, "A token
 //! never harms a server that ignores it").
 
@@ -53,9 +54,15 @@ impl RdmaS3Client {
     /// Runs the probe for a write of `bucket`/`key`. A failure to reach the
     /// server, and an S3 error that any request would get (a wrong key or
     /// secret, `5xx`), is the write's error.
-    pub(crate) fn probe(&self, bucket: &str, key: &str) -> Result<Found> {
+    pub(crate) fn probe(&self, bucket: &str, key: &str, op: &str) -> Result<Found> {
+        self.probe_as_get(bucket, key)
+            .map_err(|e| e.renamed("GetObject", op))
+    }
+
+    fn probe_as_get(&self, bucket: &str, key: &str) -> Result<Found> {
         let mut reg = self.hipobj.register(vec![0u8; 1])?;
         let mut ex = Exchanger::new(self, bucket, key, S3Call::Get { range: Some(RANGE) });
+        ex.probe = true;
         let outcome = self.hipobj.get(&mut reg, 0, 1, &mut ex);
         let spoke = ex.spoke;
         let Some(last) = ex.last.take() else {

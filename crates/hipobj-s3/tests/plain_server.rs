@@ -100,7 +100,7 @@ fn check(versioned: bool) {
         .put_object(&reg, Span::whole(new.len()), "bkt", "obj")
         .unwrap_err();
     assert!(e.is_declined(), "{e}");
-    same("/bkt/obj", &[old.clone()], "the object changed");
+    same("/bkt/obj", std::slice::from_ref(&old), "the object changed");
     assert!(matches!(strict.protocol(), Protocol::Plain(_)));
     // Sent again on the client that remembers the endpoint: the same.
     assert!(
@@ -120,7 +120,7 @@ fn check(versioned: bool) {
             .is_err()
     );
     assert!(versions("/bkt/fresh").is_empty(), "an object was created");
-    same("/bkt/obj", &[old.clone()], "the object changed");
+    same("/bkt/obj", std::slice::from_ref(&old), "the object changed");
 
     // With fallback: replaced in full, by one plain PUT.
     let lenient = RdmaS3Client::new(sdk(&d.endpoint()), h.clone(), rt.handle().clone());
@@ -138,7 +138,7 @@ fn check(versioned: bool) {
         .put_object(&reg, Span::whole(new.len()), "bkt", "fresh")
         .unwrap();
     assert!(!t.rdma);
-    same("/bkt/fresh", &[new.clone()], "not stored in full");
+    same("/bkt/fresh", std::slice::from_ref(&new), "not stored in full");
 
     // No write that carried a token ever reached the server: each token
     // request was the probe's one-byte GET.
