@@ -186,7 +186,10 @@ fn s3_client(
                 aws_sdk_s3::error::DisplayErrorContext(e),
             )
         })?;
-    Ok(RdmaS3Client::new(s3, hipobj.clone(), rt.handle().clone()).fallback(false))
+    // The demo started this server itself: no probe before the first PUT.
+    Ok(RdmaS3Client::new(s3, hipobj.clone(), rt.handle().clone())
+        .fallback(false)
+        .known_protocol(hipobj_s3::Protocol::Binding))
 }
 
 /// The best times of the rounds, and the last PUT's ETag.

@@ -6,6 +6,7 @@ mod cpu;
 mod demo;
 mod devices;
 mod error;
+mod progress;
 mod s3;
 mod token;
 
