@@ -103,6 +103,9 @@ class _Exchange:
         # Whether any answer carried an x-amz-rdma-reply other than 501:
         # the server speaks the binding exchange.
         self.spoke = False
+        # The probe's exchange ends at the first such answer (a 409 answers
+        # the question; no second request).
+        self.probe = False
 
     def send_request(self, token: str) -> None:
         from botocore.exceptions import ClientError
@@ -128,7 +131,9 @@ class _Exchange:
         if reply is not None and reply.strip() and reply.split(":", 1)[0].strip() != "501":
             self.spoke = True
 
-    def recv_reply(self) -> str:
+    def recv_reply(self) -> Optional[str]:
+        if self.probe and self.spoke:
+            return None  # an empty reply ends the library's call
         return self.headers.get(_REPLY_HEADER, "")
 
     def declined(self) -> Optional[str]:
@@ -246,6 +251,7 @@ class Boto3(_Front):
         (a wrong secret, no answer) is raised as the write's."""
         params = {"Bucket": bucket, "Key": key, "Range": "bytes=0-0", **self._args["get_object"]}
         ex = _Exchange(self.s3, "get_object", params)
+        ex.probe = True
 
         def go(reg, at, n):
             try:
