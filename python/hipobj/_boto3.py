@@ -103,8 +103,8 @@ class _Exchange:
         # Whether any answer carried an x-amz-rdma-reply other than 501:
         # the server speaks the binding exchange.
         self.spoke = False
-        # The probe's exchange ends at the first such answer (a 409 answers
-        # the question; no second request).
+        # The probe's exchange ends at a 409 binding round (it answers the
+        # question; no second request).
         self.probe = False
 
     def send_request(self, token: str) -> None:
@@ -132,7 +132,7 @@ class _Exchange:
             self.spoke = True
 
     def recv_reply(self) -> Optional[str]:
-        if self.probe and self.spoke:
+        if self.probe and self.headers.get(_REPLY_HEADER, "").startswith("409:"):
             return None  # an empty reply ends the library's call
         return self.headers.get(_REPLY_HEADER, "")
 
