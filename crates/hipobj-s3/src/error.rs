@@ -17,6 +17,7 @@ pub struct Error {
     unreachable: bool,
     untrusted: bool,
     cut_off: bool,
+    never_sent: bool,
     detail: String,
 }
 
@@ -34,6 +35,7 @@ impl Error {
             unreachable: false,
             untrusted: false,
             cut_off: false,
+            never_sent: false,
             detail: detail.into(),
         }
     }
@@ -103,6 +105,7 @@ impl Error {
                 },
                 None => Self {
                     unreachable: true,
+                    never_sent: not_connected(e),
                     ..Self::new(ErrorKind::S3Error, format!("{op}: {}", unreachable_cause(e)))
                 },
             },
@@ -142,6 +145,13 @@ impl Error {
         self.unreachable
     }
 
+    /// Whether the request never reached the server: no connection was
+    /// made (refused, a name that did not resolve, a connect that failed or
+    /// timed out), so the server did nothing for it.
+    pub fn never_sent(&self) -> bool {
+        self.never_sent
+    }
+
     /// Whether the https endpoint's certificate was refused: it does not
     /// chain to the trusted roots (the CA bundle, or the system's), has
     /// expired, or does not name the host. Nothing was sent.
@@ -179,6 +189,14 @@ impl Error {
     pub(crate) fn renamed(mut self, from: &str, to: &str) -> Self {
         if let Some(rest) = self.detail.strip_prefix(from) {
             self.detail = format!("{to}{rest}");
+        }
+        self
+    }
+
+    /// This error as the last of `tries` tries of one call (retry.rs).
+    pub(crate) fn tried(mut self, tries: u32) -> Self {
+        if tries > 1 {
+            self.detail = format!("{} (after {tries} tries)", self.detail);
         }
         self
     }
@@ -241,6 +259,17 @@ fn has_io_kind(e: &(dyn std::error::Error + 'static), kind: std::io::ErrorKind) 
         at = next_cause(err);
     }
     false
+}
+
+/// Whether no connection was made for the request: refused, a name that
+/// did not resolve, or a TCP connect that failed (hyper's connector says
+/// "tcp connect error" for those, and only for those).
+fn not_connected(e: &(dyn std::error::Error + 'static)) -> bool {
+    let all = causes(e);
+    has_io_kind(e, std::io::ErrorKind::ConnectionRefused)
+        || all.contains("tcp connect error")
+        || all.contains("failed to lookup address")
+        || all.contains("dns error")
 }
 
 /// Whether the answer was not HTTP at all (hyper could not parse it): most

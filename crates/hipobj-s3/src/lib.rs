@@ -14,7 +14,9 @@
 //! - request checksums are only computed where S3 requires them and SDK
 //!   retries are off for these requests: a checksum of the empty body would
 //!   be wrong, and a retried request would pair one reply with another
-//!   request's token exchange;
+//!   request's token exchange; a transfer that failed before any byte could
+//!   move (no connection, `503 SlowDown`) is run again whole, with a new
+//!   token ([`TokenRetries`]);
 //! - the response's `x-amz-rdma-reply`, `x-amz-rdma-bytes-transferred`,
 //!   `ETag` and status are read from the raw response by an interceptor, so
 //!   the reply of a `409` binding answer, which the SDK turns into an error,
@@ -62,6 +64,7 @@ mod failover;
 pub mod plain;
 mod probe;
 mod rc_v2;
+mod retry;
 pub mod tls;
 
 use std::sync::Arc;
@@ -75,6 +78,7 @@ use capture::{Capture, Exchange};
 pub use error::{Error, Result};
 pub use failover::{Failed, Failover, FailoverClient, PlainFailover, RetryPolicy, Served};
 pub use rc_v2::Protocol;
+pub use retry::TokenRetries;
 
 /// Where in a registration a transfer reads or writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,6 +127,7 @@ pub struct RdmaS3Client {
     protocol: rc_v2::Memory,
     servers: endpoint::EndpointAddrs,
     args: ObjectArgs,
+    retries: TokenRetries,
 }
 
 /// Why a client with [`ObjectArgs`] does not use hipobj-rc-v2.
@@ -158,7 +163,18 @@ impl RdmaS3Client {
             protocol: rc_v2::Memory::default(),
             servers: endpoint::EndpointAddrs::default(),
             args: ObjectArgs::default(),
+            retries: TokenRetries::default(),
         }
+    }
+
+    /// How a transfer whose request carried a token is tried again (see
+    /// [`TokenRetries`]; docs/protocol.md, "Retries of requests that carry
+    /// a token"): by default 4 tries, pauses from 100 ms doubling up to 5 s,
+    /// with jitter.
+    #[must_use]
+    pub fn token_retries(mut self, retries: TokenRetries) -> Self {
+        self.retries = retries;
+        self
     }
 
     /// This client with `args` (a version to read, an encryption) on every
@@ -244,11 +260,14 @@ impl RdmaS3Client {
             Protocol::Plain(why) => return self.declined_get(reg, at, bucket, key, range, op, why),
             Protocol::Binding | Protocol::Unknown => {}
         }
-        let mut ex = Exchanger::new(self, bucket, key, op);
-        let outcome = self.hipobj.get(reg, at.offset, at.len, &mut ex);
-        let last = ex.last.take();
-        let authority = last.as_ref().and_then(|e| e.authority.clone());
-        match self.conclude(outcome, last, op)? {
+        let run = self.run_retried(bucket, key, op, false, |ex| {
+            self.hipobj.get(reg, at.offset, at.len, ex)
+        });
+        let authority = run.last.as_ref().and_then(|e| e.authority.clone());
+        match self
+            .conclude(run.outcome, run.last, op)
+            .map_err(|e| e.tried(run.tries))?
+        {
             Ok(t) => {
                 self.proven(authority);
                 Ok(t)
@@ -424,11 +443,14 @@ impl RdmaS3Client {
             },
             (Protocol::Binding, _) => {}
         }
-        let mut ex = Exchanger::new(self, bucket, key, op);
-        let outcome = self.hipobj.put(reg, at.offset, at.len, &mut ex);
-        let last = ex.last.take();
-        let authority = last.as_ref().and_then(|e| e.authority.clone());
-        match self.conclude(outcome, last, op)? {
+        let run = self.run_retried(bucket, key, op, false, |ex| {
+            self.hipobj.put(reg, at.offset, at.len, ex)
+        });
+        let authority = run.last.as_ref().and_then(|e| e.authority.clone());
+        match self
+            .conclude(run.outcome, run.last, op)
+            .map_err(|e| e.tried(run.tries))?
+        {
             Ok(t) => {
                 self.proven(authority);
                 Ok(t)
@@ -696,6 +718,52 @@ impl RdmaS3Client {
                 .map(|e| Error::from_sdk("UploadPart", &e)),
         };
         cap.finish(failure)
+    }
+}
+
+/// What [`RdmaS3Client::run_retried`] came to.
+struct Run {
+    outcome: hipobj::Result<()>,
+    last: Option<Exchange>,
+    /// Whether an answer of the last try spoke the binding exchange.
+    spoke: bool,
+    tries: u32,
+}
+
+impl RdmaS3Client {
+    /// Runs `call`, one hipObject transfer over a fresh [`Exchanger`] (so
+    /// a fresh token), and runs it again while it failed in a way that
+    /// moved no byte ([`retry::retry_reason`]), up to the client's
+    /// [`TokenRetries`], pausing between tries.
+    fn run_retried<'a>(
+        &'a self,
+        bucket: &'a str,
+        key: &'a str,
+        op: S3Call<'a>,
+        probe: bool,
+        mut call: impl FnMut(&mut Exchanger<'a>) -> hipobj::Result<()>,
+    ) -> Run {
+        let mut tries = 0u32;
+        loop {
+            let mut ex = Exchanger::new(self, bucket, key, op);
+            ex.probe = probe;
+            let outcome = call(&mut ex);
+            tries += 1;
+            let last = ex.last.take();
+            if outcome.is_err()
+                && tries < self.retries.attempts
+                && retry::retry_reason(last.as_ref()).is_some()
+            {
+                std::thread::sleep(self.retries.pause(tries - 1));
+                continue;
+            }
+            return Run {
+                outcome,
+                last,
+                spoke: ex.spoke,
+                tries,
+            };
+        }
     }
 }
 

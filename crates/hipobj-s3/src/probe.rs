@@ -21,7 +21,7 @@ use hipobj::{ErrorKind, Instance};
 
 use crate::capture::Exchange;
 use crate::error::{Error, Result};
-use crate::{Exchanger, RdmaS3Client, S3Call};
+use crate::{RdmaS3Client, S3Call};
 
 /// The probe's range: one byte, so that a plain server sends at most one.
 const RANGE: &str = "bytes=0-0";
@@ -61,11 +61,10 @@ impl RdmaS3Client {
 
     fn probe_as_get(&self, bucket: &str, key: &str) -> Result<Found> {
         let mut reg = self.hipobj.register(vec![0u8; 1])?;
-        let mut ex = Exchanger::new(self, bucket, key, S3Call::Get { range: Some(RANGE) });
-        ex.probe = true;
-        let outcome = self.hipobj.get(&mut reg, 0, 1, &mut ex);
-        let spoke = ex.spoke;
-        let Some(last) = ex.last.take() else {
+        let op = S3Call::Get { range: Some(RANGE) };
+        let run = self.run_retried(bucket, key, op, true, |ex| self.hipobj.get(&mut reg, 0, 1, ex));
+        let (outcome, spoke) = (run.outcome, run.spoke);
+        let Some(last) = run.last else {
             return Err(Error::from(outcome.err().unwrap_or_else(|| {
                 hipobj::Error::new(ErrorKind::InternalError, "the probe ended without an S3 exchange")
             })));
