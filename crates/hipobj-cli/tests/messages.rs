@@ -216,6 +216,17 @@ fn hipobj_nic_chooses_the_nic_as_nic_hint_does() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(!stderr(&o).contains("no RDMA"), "{}", stderr(&o));
     assert!(stderr(&o).contains("plain HTTP"), "{}", stderr(&o));
+    // `devices` says what init would choose with it.
+    let o = env.cmd(&ep).arg("devices").output().unwrap();
+    assert!(String::from_utf8_lossy(&o.stdout).contains("init would fail"));
+    let o = env
+        .cmd(&ep)
+        .env("HIPOBJ_NIC", "softroce0")
+        .arg("devices")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("init would choose, for no GPU: softroce0"), "{out}");
 }
 
 /// A pseudo-terminal: (the side the program writes, the side read here).
