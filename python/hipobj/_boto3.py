@@ -208,13 +208,16 @@ class Boto3(_Front):
                 # A PutObject or UploadPart with a token has no body: a
                 # server that ignores the token would store it empty. Probe
                 # first; a plain server gets the bytes by plain HTTP only.
-                if self._speaks is None:
-                    self._speaks = self._probe(params["Bucket"], params["Key"], op)
-                if self._speaks is not True:
-                    return self._declined(get, buf, reg, at, n, method, params, ex, op, str(self._speaks))
+                speaks = self._speaks if self._speaks is not None else self._probe(params["Bucket"], params["Key"], op)
+                if not isinstance(speaks, _Unsure):
+                    self._speaks = speaks  # an unsure answer is asked again next time
+                if speaks is not True:
+                    return self._declined(get, buf, reg, at, n, method, params, ex, op, str(speaks))
             try:
                 (reg.get if get else reg.put)(at, n, ex)
             except HipObjError:
+                if ex.spoke:
+                    self._proven()
                 why = ex.declined()
                 if why is None:
                     if ex.error is not None and _REPLY_HEADER not in ex.headers:
@@ -225,6 +228,7 @@ class Boto3(_Front):
                     raise
                 return self._declined(get, buf, reg, at, n, method, params, ex, op, why)
             self._tls.rdma = True
+            self._proven()
             self.last_etag = self._tls.etag = ex.headers.get("etag")
             if get:
                 got = ex.headers.get(_BYTES_HEADER)
@@ -262,16 +266,35 @@ class Boto3(_Front):
 
         self.client._run(bytearray(1), 0, 1, True, go)
         if ex.spoke:
+            self._proven()
             return True
         why = ex.declined()
         if why is not None:
             return why
         code = ((ex.error.response.get("Error", {}) or {}).get("Code") if ex.error is not None else None)
+        if ex.status in (404, 416):
+            # A plain server, or one that speaks the protocol reached over a
+            # connection another transfer bound to it (it then answers as
+            # any S3 server would): known if a transfer proved it.
+            if self.client._native.endpoint_proven(self._authority()):
+                return True
+            return _Unsure(f"the server did not show that it speaks the RDMA protocol (it answered a GetObject that carried a token with HTTP {ex.status} and no {_REPLY_HEADER})")
         if ex.status is not None and 400 <= ex.status < 500 and code not in _CREDENTIAL_CODES:
             return f"the server does not speak the RDMA protocol (it answered a GetObject that carried a token with HTTP {ex.status} and no {_REPLY_HEADER})"
         if ex.error is not None:
             raise from_client_error(op, ex.error) from ex.error
         raise error("hipObjS3Error", f"{op}: the server answered the probe with HTTP {ex.status}", status=ex.status)
+
+    def _authority(self) -> str:
+        """``host:port`` of the boto3 client's endpoint, as requests name it."""
+        from urllib.parse import urlsplit
+
+        return urlsplit(self.s3.meta.endpoint_url).netloc
+
+    def _proven(self) -> None:
+        """Notes that the endpoint speaks the binding exchange, for every front end of this client."""
+        self._speaks = True
+        self.client._native.note_endpoint_proven(self._authority())
 
     def _plain(self, get, buf, at, n, method, params, ex) -> int:
         mv = memoryview(buf).cast("B")
@@ -328,6 +351,12 @@ class Boto3(_Front):
         """UploadPart ``number`` of ``upload_id``; returns the bytes sent."""
         params = {"Bucket": bucket, "Key": key, "UploadId": upload_id, "PartNumber": number, "Body": b"", "ContentLength": 0}
         return self._transfer(False, buf, offset, nbytes, "upload_part", params, "UploadPart")
+
+
+class _Unsure(str):
+    """A probe's answer that does not tell (404 or 416 with no reply, on an
+    endpoint no transfer proved): this write goes over plain HTTP, and the
+    next one asks again."""
 
 
 # S3 error codes that any request with these credentials would get.

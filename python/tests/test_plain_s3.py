@@ -41,7 +41,7 @@ class _PlainS3(http.server.BaseHTTPRequestHandler):
         with self.server.lock:
             if self.headers.get("x-amz-rdma-token"):
                 self.server.token_methods.append("PUT")
-            if "?" in self.path and "uploadId" not in self.path:
+            if path.count("/") < 2:
                 return self._send(200)  # CreateBucket and the like
             versions = self.server.versions.setdefault(path, [])
             if not self.server.versioned:

@@ -77,6 +77,7 @@ pub use args::{CustomerKey, Encryption, ObjectArgs};
 use capture::{Capture, Exchange};
 pub use error::{Error, Result};
 pub use failover::{Failed, Failover, FailoverClient, PlainFailover, RetryPolicy, Served};
+pub use probe::{endpoint_proven, note_endpoint_proven};
 pub use rc_v2::Protocol;
 pub use retry::TokenRetries;
 
@@ -264,6 +265,10 @@ impl RdmaS3Client {
             self.hipobj.get(reg, at.offset, at.len, ex)
         });
         let authority = run.last.as_ref().and_then(|e| e.authority.clone());
+        if run.spoke {
+            // A 409 proves the binding exchange, whatever came after.
+            self.proven(authority.clone());
+        }
         match self
             .conclude(run.outcome, run.last, op)
             .map_err(|e| e.tried(run.tries))?
@@ -425,6 +430,7 @@ impl RdmaS3Client {
                     self.protocol.set(Protocol::Plain(why.clone()));
                     return self.declined_put(reg, at, bucket, key, op, why);
                 }
+                probe::Found::Unsure(why) => return self.declined_put(reg, at, bucket, key, op, why),
                 probe::Found::RcV2 => {
                     return match op {
                         S3Call::Put if self.args.is_default() => self.v2_put(reg, at, bucket, key, true),
@@ -447,6 +453,10 @@ impl RdmaS3Client {
             self.hipobj.put(reg, at.offset, at.len, ex)
         });
         let authority = run.last.as_ref().and_then(|e| e.authority.clone());
+        if run.spoke {
+            // A 409 proves the binding exchange, whatever came after.
+            self.proven(authority.clone());
+        }
         match self
             .conclude(run.outcome, run.last, op)
             .map_err(|e| e.tried(run.tries))?

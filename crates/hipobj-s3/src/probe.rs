@@ -35,6 +35,12 @@ pub(crate) enum Found {
     RcV2,
     /// A server that ignores the token, for the reason given.
     Plain(String),
+    /// `404` or `416` with no reply, from an endpoint not proven for this
+    /// instance: a plain server, or one that speaks the protocol reached
+    /// over a connection something else bound to it (which then answers
+    /// as any S3 server would). This write goes over plain HTTP, and
+    /// nothing is remembered: the next write asks again.
+    Unsure(String),
 }
 
 /// Endpoints (`host:port`) that a client over one hipObject instance has
@@ -48,6 +54,29 @@ static PROVEN: Mutex<Proven> = Mutex::new(Vec::new());
 
 fn proven_list() -> std::sync::MutexGuard<'static, Proven> {
     PROVEN.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Whether a transfer of `hipobj` to the endpoint `authority` (`host` or
+/// `host:port`, as requests name it) has seen it speak the binding
+/// exchange: a `409` or an RDMA success. For front ends that drive
+/// transfers themselves (Python's boto3 integration) and share an instance
+/// with an [`crate::RdmaS3Client`].
+pub fn endpoint_proven(hipobj: &hipobj::Client, authority: &str) -> bool {
+    let me = Arc::downgrade(hipobj.instance());
+    proven_list()
+        .iter()
+        .any(|(w, a)| w.ptr_eq(&me) && w.strong_count() > 0 && a == authority)
+}
+
+/// Notes that `authority` was seen to speak the binding exchange through
+/// `hipobj` (see [`endpoint_proven`]).
+pub fn note_endpoint_proven(hipobj: &hipobj::Client, authority: &str) {
+    let me = Arc::downgrade(hipobj.instance());
+    let mut list = proven_list();
+    list.retain(|(w, _)| w.strong_count() > 0);
+    if !list.iter().any(|(w, a)| w.ptr_eq(&me) && a == authority) {
+        list.push((me, authority.to_owned()));
+    }
 }
 
 impl RdmaS3Client {
@@ -81,25 +110,15 @@ impl RdmaS3Client {
     /// clients over the same hipObject instance.
     pub(crate) fn proven(&self, authority: Option<String>) {
         self.protocol.set(crate::Protocol::Binding);
-        let Some(authority) = authority else {
-            return;
-        };
-        let me = Arc::downgrade(self.hipobj.instance());
-        let mut list = proven_list();
-        list.retain(|(w, _)| w.strong_count() > 0);
-        if !list.iter().any(|(w, a)| w.ptr_eq(&me) && *a == authority) {
-            list.push((me, authority));
+        if let Some(a) = authority {
+            note_endpoint_proven(&self.hipobj, &a);
         }
     }
 
     fn was_proven(&self, ex: &Exchange) -> bool {
-        let Some(authority) = ex.authority.as_deref() else {
-            return false;
-        };
-        let me = Arc::downgrade(self.hipobj.instance());
-        proven_list()
-            .iter()
-            .any(|(w, a)| w.ptr_eq(&me) && w.strong_count() > 0 && a == authority)
+        ex.authority
+            .as_deref()
+            .is_some_and(|a| endpoint_proven(&self.hipobj, a))
     }
 }
 
@@ -123,8 +142,11 @@ fn classify(last: &Exchange, proven: bool, failed: Option<hipobj::Error>) -> Res
     );
     match status {
         404 | 416 if proven => Ok(Found::Binding),
-        // An S3 answer to the GET itself (no such key yet, an empty object,
-        // read access denied to a writer): what a plain server says.
+        404 | 416 => Ok(Found::Unsure(format!(
+            "the server did not show that it speaks the RDMA protocol (it answered a GetObject that carried a token with HTTP {status} and no x-amz-rdma-reply header)"
+        ))),
+        // An S3 answer to the GET itself (read access denied to a writer):
+        // what a plain server says.
         400..=499 if !credentials => Ok(Found::Plain(format!(
             "the server does not speak the RDMA protocol (it answered a GetObject that carried a token with HTTP {status} and no x-amz-rdma-reply header)"
         ))),
@@ -151,9 +173,15 @@ mod tests {
 
     #[test]
     fn a_plain_answer_to_the_probe_is_plain_and_never_a_binding() {
-        for s in [200, 206, 404, 416, 403] {
+        for s in [200, 206, 403] {
             assert!(
                 matches!(classify(&ex(s, None), false, None), Ok(Found::Plain(_))),
+                "HTTP {s}"
+            );
+        }
+        for s in [404, 416] {
+            assert!(
+                matches!(classify(&ex(s, None), false, None), Ok(Found::Unsure(_))),
                 "HTTP {s}"
             );
         }

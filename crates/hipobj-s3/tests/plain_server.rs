@@ -166,3 +166,59 @@ fn a_put_to_a_plain_server_in_an_unversioned_bucket_keeps_or_replaces_the_object
 fn a_put_to_a_plain_server_in_a_versioned_bucket_adds_no_empty_version() {
     check(true);
 }
+
+/// A server that speaks the binding exchange, reached by a second client
+/// over the same hipObject instance as a first one that bound a connection
+/// to it: the probe of a new key goes over that bound connection, and the
+/// server answers `404` as any S3 server would (no reply). The endpoint was
+/// proven by the first client, so the PUT still moves by RDMA.
+#[test]
+fn a_second_client_over_one_instance_keeps_rdma_for_a_new_key() {
+    use hipobj_proto::{Reply, Token};
+    let rt = runtime();
+    let p = FakePlatform::host_only();
+    let verbs = p.verbs.clone();
+    let bound: Arc<Mutex<std::collections::HashSet<u32>>> = Arc::default();
+    let d = start(&rt, move |req: &Req, _| {
+        let Some(t) = req.token().and_then(|t| Token::decode(t.as_bytes()).ok()) else {
+            return Resp::error(400, "InvalidRequest");
+        };
+        if bound.lock().unwrap().insert(t.qpn) {
+            let r = Reply::Bind {
+                token: support::server_token(),
+                psn: 0x42,
+            };
+            return Resp::error(409, "RDMABindRequired").header(hipobj_proto::REPLY_HEADER, r.to_string());
+        }
+        if req.method == "GET" {
+            if req.target.contains("/new") {
+                return Resp::error(404, "NoSuchKey");
+            }
+            assert!(verbs.deliver_write_with_imm(t.qpn, t.rkey, t.len as u32));
+        }
+        let r = Reply::Done {
+            status: 200,
+            token: support::server_token(),
+            bytes: t.len,
+        };
+        Resp::new(200)
+            .header(hipobj_proto::REPLY_HEADER, r.to_string())
+            .header(hipobj_proto::BYTES_HEADER, t.len.to_string())
+    });
+    let h = hipobj::Client::builder(p.platform())
+        .nic_hint("fake0")
+        .build()
+        .unwrap();
+    let first = RdmaS3Client::new(sdk(&d.endpoint()), h.clone(), rt.handle().clone());
+    let mut reg = h.register(vec![0u8; 4096]).unwrap();
+    assert!(
+        first
+            .get_object(&mut reg, Span::whole(4096), "bkt", "old", None)
+            .unwrap()
+            .rdma
+    );
+    let second = RdmaS3Client::new(sdk(&d.endpoint()), h.clone(), rt.handle().clone()).fallback(false);
+    let t = second.put_object(&reg, Span::whole(4096), "bkt", "new").unwrap();
+    assert!(t.rdma, "{t:?}");
+    assert_eq!(second.protocol(), Protocol::Binding);
+}
