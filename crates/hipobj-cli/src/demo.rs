@@ -183,7 +183,7 @@ fn s3_client(
         .map_err(|e| {
             fail(
                 "cannot create the bucket",
-                aws_sdk_s3::error::DisplayErrorContext(e),
+                hipobj_s3::Error::from_sdk("CreateBucket", &e),
             )
         })?;
     // The demo started this server itself: no probe before the first PUT.

@@ -522,6 +522,10 @@ fn bench_fails_naming_the_first_error_when_nothing_listens() {
         err.to_lowercase().contains("connect"),
         "the reason is named: {err}"
     );
+    assert!(
+        !err.contains("DispatchFailure(") && !err.contains("ConnectorError"),
+        "a Debug structure in: {err}"
+    );
     // The rows are still printed, each with its errors.
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     for r in v["results"].as_array().unwrap() {
