@@ -264,7 +264,7 @@ fo_lines=$(cat "$WORK"/c*.err | grep -c "failing over to" || true)
 fo_clients=$(grep -l "failing over to" "$WORK"/c*.err | wc -l || true)
 echo "  failover lines on stderr: $fo_lines, from $fo_clients clients"
 [ "$fo_lines" -gt 0 ] && pass "clients failed over" || fail "no client failed over"
-grep -h "failing over to" "$WORK"/c*.err | sed 's/: the S3 server could not be reached.*; failing/ ...; failing/' | sort | uniq -c | sed 's/^/    /'
+grep -h "failing over to" "$WORK"/c*.err | sed 's/: the S3 server \(could not be reached\|refused the connection\).*; failing/ ...; failing/' | sort | uniq -c | sed 's/^/    /'
 echo "  gateway 0 binds $(metric 0 hipobj_rdma_binds_total), gateway 2 binds $(metric 2 hipobj_rdma_binds_total)"
 LIVE="0 2"
 

@@ -6,7 +6,8 @@
 #      curl over https, with a CA and certificate made here by openssl,
 #      and a client trusting another CA (or none) refused;
 #   2. the same boto3 checks against the server with the S3 back end,
-#      fronting moto_server;
+#      fronting moto_server; then `hipobj put` straight to moto (a server
+#      that ignores the token) over an existing object;
 #   3. scale-out over that moto: three gateways, RDMA on the soft NIC, one
 #      killed with SIGKILL mid-transfer, the clients failing over.
 #
@@ -173,6 +174,39 @@ f.create_bucket(Bucket="through")
 f.put_object(Bucket="through", Key="k", Body=b"via hipobj-server")
 assert m.get_object(Bucket="through", Key="k")["Body"].read() == b"via hipobj-server", "moto does not hold the object"
 print("moto holds what went through hipobj-server")
+PY
+
+# --- 2b. hipobj put straight to moto, which ignores the token -------------
+# An existing object, a versioned and an unversioned bucket: `hipobj put
+# --require-rdma` leaves the object as it was, `hipobj put` replaces it in
+# full, and no empty object or version is ever stored (docs/protocol.md, "A
+# token never harms a server that ignores it"; issue 38, finding 1).
+"$venv/bin/python" - "http://127.0.0.1:$moto_port" "$(dirname "$bin")/hipobj" "$work" <<'PY'
+import os, subprocess, sys, boto3
+from botocore.config import Config
+moto, hipobj, work = sys.argv[1:4]
+m = boto3.client("s3", endpoint_url=moto, aws_access_key_id="moto", aws_secret_access_key="moto",
+                 region_name="us-east-1", config=Config(s3={"addressing_style": "path"}))
+env = {**os.environ, "AWS_ACCESS_KEY_ID": "moto", "AWS_SECRET_ACCESS_KEY": "moto", "AWS_REGION": "us-east-1",
+       "AWS_ENDPOINT_URL": moto, "HIPOBJ_NIC": "softroce0"}
+old, new = os.urandom(100 << 20), os.urandom(3 << 20)
+src = os.path.join(work, "new.bin")
+open(src, "wb").write(new)
+def sizes(b):
+    return sorted(v["Size"] for v in m.list_object_versions(Bucket=b, Prefix="obj").get("Versions", []))
+for b, versioned in (("tokenv", True), ("tokenu", False)):
+    m.create_bucket(Bucket=b)
+    if versioned:
+        m.put_bucket_versioning(Bucket=b, VersioningConfiguration={"Status": "Enabled"})
+    m.put_object(Bucket=b, Key="obj", Body=old)
+    r = subprocess.run([hipobj, "put", src, f"s3://{b}/obj", "--require-rdma"], env=env, capture_output=True, text=True)
+    assert r.returncode == 1 and "does not speak the RDMA protocol" in r.stderr, r.stderr
+    assert sizes(b) == [len(old)], f"{b}: --require-rdma changed the object: {sizes(b)}"
+    r = subprocess.run([hipobj, "put", src, f"s3://{b}/obj"], env=env, capture_output=True, text=True)
+    assert r.returncode == 0 and "plain HTTP" in r.stderr, r.stderr
+    assert sizes(b) == sorted([len(old), len(new)] if versioned else [len(new)]), f"{b}: {sizes(b)}"
+    assert m.get_object(Bucket=b, Key="obj")["Body"].read() == new, f"{b}: not the file's bytes"
+print("hipobj put to moto: the object unchanged or replaced in full, no empty version")
 PY
 
 # --- 3. scale-out: three gateways over moto, one killed mid-transfer ------

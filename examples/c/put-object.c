@@ -26,6 +26,16 @@ int main(int argc, char **argv) {
         fprintf(stderr, "hipObjBufRegisterHost: %s\n", hipObjGetErrorString(e.opError));
         return 1;
     }
+    /* Only to a server seen to speak the binding exchange: a plain one
+     * would store the empty body of the token request. */
+    enum s3_speaks speaks = s3_probe(argv[1], argv[2], argv[3]);
+    if (speaks != S3_BINDING) {
+        fprintf(stderr, "not sending a PutObject with a token: %s\n",
+                speaks == S3_PROBE_FAILED ? "the probe failed"
+                : speaks == S3_RC_V2      ? "the server speaks hipobj-rc-v2 only (see rc-v2-object.c)"
+                                          : "the server does not speak the RDMA protocol; send the file over plain HTTP");
+        return 1;
+    }
     struct s3_request req;
     s3_setup(&req, "PUT", argv[1], argv[2], argv[3]);
     hipObjOps_t ops = {s3_send, s3_recv};

@@ -257,7 +257,21 @@ int main(int argc, char **argv) {
     int v2 = 1;
     if (try_binding != NULL && strcmp(try_binding, "1") == 0) {
         hipObjOps_t ops = {s3_send, s3_recv};
-        e = put ? hipObjPut(NULL, buf, size, 0, &ops, &req) : hipObjGet(NULL, buf, size, 0, &ops, &req);
+        /* A PUT with a token goes only to a server seen to speak the
+         * binding exchange (a plain one would store its empty body). */
+        enum s3_speaks speaks = put ? s3_probe(endpoint, bucket, key) : S3_BINDING;
+        if (speaks == S3_PLAIN || speaks == S3_PROBE_FAILED) {
+            fprintf(stderr, "not sending a PutObject with a token: %s\n",
+                    speaks == S3_PLAIN ? "the server does not speak the RDMA protocol" : "the probe failed");
+            return 1;
+        }
+        if (speaks == S3_RC_V2) {
+            req.status = HIPOBJ_RDMA_REPLY_NOT_IMPLEMENTED;
+            req.unsupported = 1;
+            e.opError = hipObjS3Error;
+        } else {
+            e = put ? hipObjPut(NULL, buf, size, 0, &ops, &req) : hipObjGet(NULL, buf, size, 0, &ops, &req);
+        }
         if (e.opError == hipObjSuccess) {
             moved = (long long)size; /* hipObject checked the count */
             how = "the binding exchange";

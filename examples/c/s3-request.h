@@ -21,6 +21,9 @@ struct s3_request {
     long status;          /* the last HTTP status */
     unsigned long long bytes; /* x-amz-rdma-bytes-transferred */
     int unsupported;      /* x-amz-rdma-protocol-status: unsupported */
+    const char *range;    /* a Range header value, or NULL */
+    int spoke;            /* an x-amz-rdma-reply other than 501 came back */
+    int probe;            /* s3_probe's request: ends at the first such reply */
 };
 
 static size_t s3_header(char *line, size_t size, size_t n, void *userdata) {
@@ -38,6 +41,7 @@ static size_t s3_header(char *line, size_t size, size_t n, void *userdata) {
             memcpy(r->reply, v, vlen);
             r->reply_len = vlen;
         }
+        if (vlen > 0 && !(vlen >= 3 && strncmp(v, "501", 3) == 0)) r->spoke = 1;
     } else if (len > sizeof bytes - 1 && strncasecmp(line, bytes, sizeof bytes - 1) == 0) {
         r->bytes = strtoull(line + sizeof bytes - 1, NULL, 10);
     } else if (len > sizeof status - 1 && strncasecmp(line, status, sizeof status - 1) == 0) {
@@ -81,6 +85,11 @@ static int s3_send(void *ctx, const char *token, size_t token_len) {
     struct curl_slist *h = NULL;
     h = curl_slist_append(h, header);
     h = curl_slist_append(h, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+    char range[96];
+    if (r->range != NULL) {
+        snprintf(range, sizeof range, "Range: %s", r->range);
+        h = curl_slist_append(h, range);
+    }
     curl_easy_setopt(c, CURLOPT_URL, r->url);
     s3_tls(c);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
@@ -111,6 +120,7 @@ static int s3_send(void *ctx, const char *token, size_t token_len) {
 /* hipObjOps_t::recvReply: the response's x-amz-rdma-reply, if it had one. */
 static int s3_recv(void *ctx, char *reply, size_t *reply_len) {
     struct s3_request *r = ctx;
+    if (r->probe && r->spoke) return -1; /* answered: no second request */
     if (r->reply_len == 0 || r->reply_len > *reply_len) {
         fprintf(stderr, "HTTP %ld without a usable x-amz-rdma-reply\n", r->status);
         return -1;
@@ -150,6 +160,47 @@ static void s3_setup(struct s3_request *r, const char *method, const char *endpo
     }
     snprintf(r->url, sizeof r->url, "%s/%s/%s", endpoint, bucket, path);
     snprintf(r->userpwd, sizeof r->userpwd, "%s:%s", ak, sk);
+}
+
+/* What s3_probe found. */
+enum s3_speaks { S3_PROBE_FAILED = -1, S3_PLAIN = 0, S3_BINDING = 1, S3_RC_V2 = 2 };
+
+/* A PutObject with a token has no body: a server that ignores the token
+ * stores the empty body, replacing the object (docs/protocol.md, "A token
+ * never harms a server that ignores it"). So before the first write to an
+ * endpoint, ask with a request no server stores: a one-byte ranged
+ * GetObject of the key with a token (hipObjGet into a buffer of its own).
+ * S3_BINDING: an x-amz-rdma-reply other than 501 came back (a 409 binding
+ * round, or the byte moved); S3_RC_V2: 501 with
+ * x-amz-rdma-protocol-status: unsupported; S3_PLAIN: an answer without a
+ * reply (the byte, 404, 416): write over plain HTTP or not at all;
+ * S3_PROBE_FAILED: no answer, or the credentials were refused. */
+static inline enum s3_speaks s3_probe(const char *endpoint, const char *bucket, const char *key) {
+    struct s3_request r;
+    s3_setup(&r, "GET", endpoint, bucket, key);
+    r.range = "bytes=0-0";
+    r.probe = 1;
+    char *probe = malloc(64);
+    if (probe == NULL) return S3_PROBE_FAILED;
+    if (hipObjBufRegisterHost(probe, 64).opError != hipObjSuccess) {
+        free(probe);
+        return S3_PROBE_FAILED;
+    }
+    hipObjOps_t ops = {s3_send, s3_recv};
+    /* Its result is not the question; what came back is. */
+    (void)hipObjGet(NULL, probe, 1, 0, &ops, &r);
+    hipObjBufDeregister(probe);
+    free(probe);
+    if (r.spoke) return S3_BINDING;
+    /* elbencho turns the 501 of a ranged GET into 416 and keeps the header. */
+    if (r.unsupported) return S3_RC_V2;
+    if (r.status == 0 || r.status == 401 || r.status == 403 ||
+        (r.status >= 500 && r.status != HIPOBJ_RDMA_REPLY_NOT_IMPLEMENTED)) {
+        fprintf(stderr, "the probe GET got %s (check the endpoint and the credentials)\n",
+                r.status == 0 ? "no answer" : "an error status");
+        return S3_PROBE_FAILED;
+    }
+    return S3_PLAIN;
 }
 
 /* Starts hipObject on the NIC $HIPOBJ_NIC names (default: the soft NIC). */

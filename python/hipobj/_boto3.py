@@ -100,6 +100,12 @@ class _Exchange:
         self.response: Optional[dict] = None
         self.body: Optional[bytes] = None
         self.error: Optional[BaseException] = None
+        # Whether any answer carried an x-amz-rdma-reply other than 501:
+        # the server speaks the binding exchange.
+        self.spoke = False
+        # The probe's exchange ends at a 409 binding round (it answers the
+        # question; no second request).
+        self.probe = False
 
     def send_request(self, token: str) -> None:
         from botocore.exceptions import ClientError
@@ -121,8 +127,13 @@ class _Exchange:
             _tls.token = None
         self.status = meta.get("HTTPStatusCode")
         self.headers = {k.lower(): v for k, v in meta.get("HTTPHeaders", {}).items()}
+        reply = self.headers.get(_REPLY_HEADER)
+        if reply is not None and reply.strip() and reply.split(":", 1)[0].strip() != "501":
+            self.spoke = True
 
-    def recv_reply(self) -> str:
+    def recv_reply(self) -> Optional[str]:
+        if self.probe and self.headers.get(_REPLY_HEADER, "").startswith("409:"):
+            return None  # an empty reply ends the library's call
         return self.headers.get(_REPLY_HEADER, "")
 
     def declined(self) -> Optional[str]:
@@ -180,6 +191,11 @@ class Boto3(_Front):
             "complete_multipart_upload": sse_c,
         }
         self.fallback = fallback
+        # What the endpoint was found to speak before the first body-less
+        # write: None (not probed yet), True (the binding exchange), or why
+        # it does not (docs/protocol.md, "A token never harms a server that
+        # ignores it").
+        self._speaks: Any = None
         self.last_etag: Optional[str] = None
         self._tls = threading.local()  # this thread's last transfer: its ETag, and whether by RDMA
 
@@ -188,9 +204,20 @@ class Boto3(_Front):
 
         def go(reg, at, n):
             ex = _Exchange(self.s3, method, params)
+            if not get and self._speaks is not True:
+                # A PutObject or UploadPart with a token has no body: a
+                # server that ignores the token would store it empty. Probe
+                # first; a plain server gets the bytes by plain HTTP only.
+                speaks = self._speaks if self._speaks is not None else self._probe(params["Bucket"], params["Key"], op)
+                if not isinstance(speaks, _Unsure):
+                    self._speaks = speaks  # an unsure answer is asked again next time
+                if speaks is not True:
+                    return self._declined(get, buf, reg, at, n, method, params, ex, op, str(speaks))
             try:
                 (reg.get if get else reg.put)(at, n, ex)
             except HipObjError:
+                if ex.spoke:
+                    self._proven()
                 why = ex.declined()
                 if why is None:
                     if ex.error is not None and _REPLY_HEADER not in ex.headers:
@@ -199,15 +226,9 @@ class Boto3(_Front):
                         # missing reply the library saw next.
                         raise from_client_error(op, ex.error) from ex.error
                     raise
-                if not self.fallback:
-                    err = error("hipObjS3Error", f"{op}: the server declined RDMA ({why})", status=ex.status)
-                    err.declined = True
-                    raise err from None
-                _warn_declined(op, why)
-                self._tls.rdma = False
-                with s3_errors(op):
-                    return self._plain(get, buf, at - (reg_off(buf, reg)), n, method, params, ex)
+                return self._declined(get, buf, reg, at, n, method, params, ex, op, why)
             self._tls.rdma = True
+            self._proven()
             self.last_etag = self._tls.etag = ex.headers.get("etag")
             if get:
                 got = ex.headers.get(_BYTES_HEADER)
@@ -215,6 +236,65 @@ class Boto3(_Front):
             return n
 
         return self.client._run(buf, offset, nbytes, get, go)
+
+    def _declined(self, get, buf, reg, at, n, method, params, ex, op, why) -> int:
+        """The server declined RDMA: plain HTTP with a warning, or an error without fallback."""
+        if not self.fallback:
+            err = error("hipObjS3Error", f"{op}: the server declined RDMA ({why})", status=ex.status)
+            err.declined = True
+            raise err from None
+        _warn_declined(op, why)
+        self._tls.rdma = False
+        with s3_errors(op):
+            return self._plain(get, buf, at - (reg_off(buf, reg)), n, method, params, ex)
+
+    def _probe(self, bucket: str, key: str, op: str) -> Any:
+        """A one-byte ranged GetObject of ``key`` with a token, into a
+        buffer of its own: no server stores it. True if the server speaks
+        the binding exchange, else why not; an error any request would get
+        (a wrong secret, no answer) is raised as the write's."""
+        params = {"Bucket": bucket, "Key": key, "Range": "bytes=0-0", **self._args["get_object"]}
+        ex = _Exchange(self.s3, "get_object", params)
+        ex.probe = True
+
+        def go(reg, at, n):
+            try:
+                reg.get(at, n, ex)
+            except HipObjError:
+                pass
+            return 0
+
+        self.client._run(bytearray(1), 0, 1, True, go)
+        if ex.spoke:
+            self._proven()
+            return True
+        why = ex.declined()
+        if why is not None:
+            return why
+        code = ((ex.error.response.get("Error", {}) or {}).get("Code") if ex.error is not None else None)
+        if ex.status in (404, 416):
+            # A plain server, or one that speaks the protocol reached over a
+            # connection another transfer bound to it (it then answers as
+            # any S3 server would): known if a transfer proved it.
+            if self.client._native.endpoint_proven(self._authority()):
+                return True
+            return _Unsure(f"the server did not show that it speaks the RDMA protocol (it answered a GetObject that carried a token with HTTP {ex.status} and no {_REPLY_HEADER})")
+        if ex.status is not None and 400 <= ex.status < 500 and code not in _CREDENTIAL_CODES:
+            return f"the server does not speak the RDMA protocol (it answered a GetObject that carried a token with HTTP {ex.status} and no {_REPLY_HEADER})"
+        if ex.error is not None:
+            raise from_client_error(op, ex.error) from ex.error
+        raise error("hipObjS3Error", f"{op}: the server answered the probe with HTTP {ex.status}", status=ex.status)
+
+    def _authority(self) -> str:
+        """``host:port`` of the boto3 client's endpoint, as requests name it."""
+        from urllib.parse import urlsplit
+
+        return urlsplit(self.s3.meta.endpoint_url).netloc
+
+    def _proven(self) -> None:
+        """Notes that the endpoint speaks the binding exchange, for every front end of this client."""
+        self._speaks = True
+        self.client._native.note_endpoint_proven(self._authority())
 
     def _plain(self, get, buf, at, n, method, params, ex) -> int:
         mv = memoryview(buf).cast("B")
@@ -272,6 +352,15 @@ class Boto3(_Front):
         params = {"Bucket": bucket, "Key": key, "UploadId": upload_id, "PartNumber": number, "Body": b"", "ContentLength": 0}
         return self._transfer(False, buf, offset, nbytes, "upload_part", params, "UploadPart")
 
+
+class _Unsure(str):
+    """A probe's answer that does not tell (404 or 416 with no reply, on an
+    endpoint no transfer proved): this write goes over plain HTTP, and the
+    next one asks again."""
+
+
+# S3 error codes that any request with these credentials would get.
+_CREDENTIAL_CODES = {"SignatureDoesNotMatch", "InvalidAccessKeyId", "InvalidToken", "ExpiredToken"}
 
 _EXTRA_ARGS = {"VersionId", "ServerSideEncryption", "SSECustomerAlgorithm", "SSECustomerKey", "SSECustomerKeyMD5"}
 

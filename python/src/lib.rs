@@ -130,6 +130,18 @@ impl Client {
     fn connections(&self) -> usize {
         self.inner.instance().pool().size()
     }
+
+    /// Whether a transfer through this client saw the endpoint `authority`
+    /// (`host:port`) speak the binding exchange, by any front end
+    /// (docs/protocol.md, "A token never harms a server that ignores it").
+    fn endpoint_proven(&self, authority: &str) -> bool {
+        hipobj_s3::endpoint_proven(&self.inner, authority)
+    }
+
+    /// Notes that `authority` was seen to speak the binding exchange.
+    fn note_endpoint_proven(&self, authority: &str) {
+        hipobj_s3::note_endpoint_proven(&self.inner, authority);
+    }
 }
 
 /// The registration and size limits of the library.

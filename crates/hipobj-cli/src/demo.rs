@@ -183,10 +183,13 @@ fn s3_client(
         .map_err(|e| {
             fail(
                 "cannot create the bucket",
-                aws_sdk_s3::error::DisplayErrorContext(e),
+                hipobj_s3::Error::from_sdk("CreateBucket", &e),
             )
         })?;
-    Ok(RdmaS3Client::new(s3, hipobj.clone(), rt.handle().clone()).fallback(false))
+    // The demo started this server itself: no probe before the first PUT.
+    Ok(RdmaS3Client::new(s3, hipobj.clone(), rt.handle().clone())
+        .fallback(false)
+        .known_protocol(hipobj_s3::Protocol::Binding))
 }
 
 /// The best times of the rounds, and the last PUT's ETag.

@@ -6,6 +6,7 @@ mod cpu;
 mod demo;
 mod devices;
 mod error;
+mod progress;
 mod s3;
 mod token;
 
@@ -30,8 +31,8 @@ enum Command {
         /// The GPU to choose the closest NIC for (-1: the current GPU, or none).
         #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
         gpu: i32,
-        /// Devices that may be chosen, comma-separated (nicHint).
-        #[arg(long)]
+        /// Devices that may be chosen, comma-separated (nicHint; or HIPOBJ_NIC).
+        #[arg(long, env = "HIPOBJ_NIC")]
         nic_hint: Option<String>,
         /// Print JSON.
         #[arg(long)]

@@ -14,6 +14,7 @@ use hipobj::ErrorKind;
 use hipobj_s3::{FailoverClient, PlainFailover, RdmaS3Client, RetryPolicy, Span, Transfer};
 
 use crate::error::{CliError, CliResult};
+use crate::progress::Progress;
 
 /// Largest buffer one registration may cover.
 pub const MAX_PART: u64 = 4 << 30;
@@ -69,8 +70,9 @@ pub struct Conn {
     /// The region (default: from the environment or profile, else us-east-1).
     #[arg(long)]
     pub region: Option<String>,
-    /// RDMA devices that may be used, comma-separated (nicHint).
-    #[arg(long)]
+    /// RDMA devices that may be used, comma-separated (nicHint). The C examples and
+    /// hipobj.torch read the same variable.
+    #[arg(long, env = "HIPOBJ_NIC")]
     pub nic_hint: Option<String>,
     /// The GPU whose closest NIC to use (-1: the current GPU, or none).
     #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
@@ -241,14 +243,21 @@ impl Session {
     pub fn rdma_call<T>(
         &self,
         rdma: &Rdma,
+        url: &S3Url,
         call: impl FnMut(&RdmaS3Client) -> hipobj_s3::Result<T>,
     ) -> CliResult<T> {
         let gw = rdma.gateways.clone().starting_at(self.current());
         let r = gw.run(call);
         self.current.store(gw.current(), Ordering::Relaxed);
-        let served = r?;
-        self.note_failovers(&served.failed, served.endpoint);
-        Ok(served.value)
+        match r {
+            Ok(served) => {
+                self.note_failovers(&served.failed, served.endpoint);
+                Ok(served.value)
+            }
+            // The same sentence as a plain request's (a wrong secret reads
+            // the same on get and put).
+            Err(e) => Err(url_error(url, e)),
+        }
     }
 }
 
@@ -534,12 +543,28 @@ fn url_error(url: &S3Url, e: hipobj_s3::Error) -> CliError {
                 format!("{thing} does not exist ({what}, HTTP 404)"),
             )
         }
-        Some(403) => {
-            let code = e.s3_code().map_or_else(String::new, |c| format!("{c}, "));
+        // A wrong key or secret: HeadObject (get) has no body, so no code,
+        // and PutObject says SignatureDoesNotMatch; both read the same.
+        Some(403)
+            if matches!(
+                e.s3_code(),
+                None | Some("SignatureDoesNotMatch" | "InvalidAccessKeyId" | "InvalidToken" | "ExpiredToken")
+            ) =>
+        {
             CliError::coded(
                 ErrorKind::S3Error,
                 format!(
-                    "the server refused access to s3://{}/{} ({code}HTTP 403): check the credentials",
+                    "the server refused the credentials for s3://{}/{} (HTTP 403): check the access key and secret (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or the profile)",
+                    url.bucket, url.key
+                ),
+            )
+        }
+        Some(403) => {
+            let code = e.s3_code().unwrap_or("AccessDenied");
+            CliError::coded(
+                ErrorKind::S3Error,
+                format!(
+                    "the server refused access to s3://{}/{} ({code}, HTTP 403): check that these credentials may use the bucket",
                     url.bucket, url.key
                 ),
             )
@@ -565,6 +590,7 @@ pub fn get(session: &Session, url: &S3Url, target: &str, range: Option<&str>, pa
     let mut declines = Declines::default();
     let mut buf = vec![0u8; chunk_usize];
     let whole = range.is_none() && len == chunk;
+    let progress = Progress::new(&format!("get s3://{}/{}", url.bucket, url.key), len);
     match &session.rdma {
         Ok(client) => {
             // Registered memory is only ever copied out, never lent out
@@ -577,7 +603,7 @@ pub fn get(session: &Session, url: &S3Url, target: &str, range: Option<&str>, pa
                 let r = (!whole).then(|| format!("bytes={at}-{}", at + n - 1));
                 // A try that failed part way may have written part of the
                 // buffer; the try that succeeds writes all of it.
-                let t = session.rdma_call(client, |c| {
+                let t = session.rdma_call(client, url, |c| {
                     c.get_object(
                         &mut reg,
                         Span::whole(n as usize),
@@ -591,6 +617,7 @@ pub fn get(session: &Session, url: &S3Url, target: &str, range: Option<&str>, pa
                 let out = &mut out[..n as usize];
                 reg.read_into(0, out)?;
                 sink.write(out)?;
+                progress.add(n);
                 at += n;
             }
         }
@@ -603,6 +630,7 @@ pub fn get(session: &Session, url: &S3Url, target: &str, range: Option<&str>, pa
                 let got = plain_get(session, url, r, &mut buf[..n as usize])?;
                 check_count(got, n)?;
                 sink.write(&buf[..n as usize])?;
+                progress.add(n);
                 at += n;
             }
         }
@@ -745,12 +773,13 @@ pub fn put(session: &Session, src: &str, url: &S3Url, part_size: u64) -> CliResu
         usize::try_from(chunk)
             .map_err(|_| CliError::plain("--part-size is too large for this machine"))?
     ];
+    let progress = Progress::new(&format!("put s3://{}/{}", url.bucket, url.key), size);
     if size <= part_size {
         source.read_at(0, &mut buf)?;
-        return match &session.rdma {
+        let done = match &session.rdma {
             Ok(c) => {
                 let reg = c.client.register(std::mem::take(&mut buf))?;
-                let t = session.rdma_call(c, |g| {
+                let t = session.rdma_call(c, url, |g| {
                     g.put_object(&reg, Span::whole(size as usize), &url.bucket, &url.key)
                 })?;
                 declines.note(&t);
@@ -761,6 +790,8 @@ pub fn put(session: &Session, src: &str, url: &S3Url, part_size: u64) -> CliResu
                 plain_put(session, url, &buf, None).map(|_| ())
             }
         };
+        progress.add(size);
+        return done;
     }
     let up = session.plain(url, |s3| {
         let create = s3
@@ -786,6 +817,7 @@ pub fn put(session: &Session, src: &str, url: &S3Url, part_size: u64) -> CliResu
         size,
         &mut buf,
         &mut declines,
+        &progress,
     );
     match result {
         Ok(parts) => {
@@ -838,6 +870,7 @@ fn upload_parts(
     size: u64,
     buf: &mut [u8],
     declines: &mut Declines,
+    progress: &Progress,
 ) -> CliResult<Vec<aws_sdk_s3::types::CompletedPart>> {
     let mut parts = Vec::new();
     let mut number = 0i32;
@@ -853,11 +886,12 @@ fn upload_parts(
                 let part = &mut staging[..n as usize];
                 source.read_at(at, part)?;
                 reg.write_from(0, part)?;
-                let t = session.rdma_call(c, |g| {
+                let t = session.rdma_call(c, url, |g| {
                     g.upload_part(&reg, Span::whole(n as usize), &url.bucket, &url.key, id, number)
                 })?;
                 declines.note(&t);
                 parts.push(hipobj_s3::completed_part(number, t.etag));
+                progress.add(n);
                 at += n;
             }
         }
@@ -869,6 +903,7 @@ fn upload_parts(
                 source.read_at(at, &mut buf[..n as usize])?;
                 let etag = plain_put(session, url, &buf[..n as usize], Some((id, number)))?;
                 parts.push(hipobj_s3::completed_part(number, etag));
+                progress.add(n);
                 at += n;
             }
         }

@@ -264,7 +264,7 @@ fn failures_are_one_clear_line() {
         .cmd()
         .env("AWS_SECRET_ACCESS_KEY", "wrong")
         .args(["get", "s3://bkt/obj", out_s]));
-    fails_with(&o, "refused access to s3://bkt/obj");
+    fails_with(&o, "refused the credentials for s3://bkt/obj");
 
     // Nobody listening.
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -273,7 +273,7 @@ fn failures_are_one_clear_line() {
     let o = run(env
         .cmd()
         .args(["get", "s3://bkt/obj", out_s, "--endpoint-url", &dead]));
-    fails_with(&o, "could not be reached");
+    fails_with(&o, "refused the connection");
     fails_with(
         &run(env
             .cmd()
@@ -524,6 +524,10 @@ fn bench_fails_naming_the_first_error_when_nothing_listens() {
     assert!(
         err.to_lowercase().contains("connect"),
         "the reason is named: {err}"
+    );
+    assert!(
+        !err.contains("DispatchFailure(") && !err.contains("ConnectorError"),
+        "a Debug structure in: {err}"
     );
     // The rows are still printed, each with its errors.
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();

@@ -40,6 +40,8 @@ pub(crate) struct Exchange {
     /// The host the request was sent to (after the SDK resolved the
     /// endpoint): the server whose addresses a reply may name.
     pub host: Option<String>,
+    /// The request's `host[:port]`.
+    pub authority: Option<String>,
 }
 
 impl Exchange {
@@ -50,6 +52,23 @@ impl Exchange {
             .as_deref()
             .and_then(|r| hipobj_proto::parse_reply(r.as_bytes()).ok())
             .is_some_and(|r| matches!(r, hipobj_proto::Reply::Bind { .. }))
+    }
+
+    /// Whether the answer carried an `x-amz-rdma-reply` other than `501`
+    /// (a binding round, a success, a refusal): the server speaks the
+    /// binding exchange.
+    pub fn speaks_binding(&self) -> bool {
+        self.reply
+            .as_deref()
+            .and_then(|r| hipobj_proto::parse_reply(r.as_bytes()).ok())
+            .is_some_and(|r| r.http_code() != hipobj_proto::REPLY_NOT_IMPLEMENTED)
+    }
+
+    /// Whether a server took the request as a plain one: a success without
+    /// an `x-amz-rdma-reply` (for a PutObject, an object stored from the
+    /// empty body).
+    pub fn stored_without_rdma(&self) -> bool {
+        self.reply.is_none() && self.status.is_some_and(|s| (200..300).contains(&s))
     }
 
     /// Why RDMA was declined, when it was: reply `501`, HTTP 501 without a
@@ -158,13 +177,12 @@ impl Intercept for Capture {
         _rc: &RuntimeComponents,
         _cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        let host = ctx
-            .request()
-            .uri()
-            .parse::<http::Uri>()
-            .ok()
-            .and_then(|u| u.host().map(str::to_owned));
-        self.lock().host = host;
+        let uri = ctx.request().uri().parse::<http::Uri>().ok();
+        let mut ex = self.lock();
+        ex.host = uri.as_ref().and_then(|u| u.host().map(str::to_owned));
+        ex.authority = uri
+            .as_ref()
+            .and_then(|u| u.authority().map(|a| a.as_str().to_owned()));
         Ok(())
     }
 

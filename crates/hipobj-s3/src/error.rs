@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use hipobj::ErrorKind;
 
@@ -17,6 +17,7 @@ pub struct Error {
     unreachable: bool,
     untrusted: bool,
     cut_off: bool,
+    never_sent: bool,
     detail: String,
 }
 
@@ -34,6 +35,7 @@ impl Error {
             unreachable: false,
             untrusted: false,
             cut_off: false,
+            never_sent: false,
             detail: detail.into(),
         }
     }
@@ -103,19 +105,15 @@ impl Error {
                 },
                 None => Self {
                     unreachable: true,
-                    ..Self::new(
-                        ErrorKind::S3Error,
-                        format!(
-                            "{op}: the S3 server could not be reached: {}",
-                            DisplayErrorContext(e)
-                        ),
-                    )
+                    never_sent: not_connected(e),
+                    ..Self::new(ErrorKind::S3Error, format!("{op}: {}", unreachable_cause(e)))
                 },
             },
-            other => Self::new(
-                ErrorKind::S3Error,
-                format!("{op} failed: {}", DisplayErrorContext(other)),
-            ),
+            SdkError::ResponseError(_) if not_http(e) => Self {
+                unreachable: true,
+                ..Self::new(ErrorKind::S3Error, format!("{op}: {}", unreachable_cause(e)))
+            },
+            other => Self::new(ErrorKind::S3Error, format!("{op} failed: {}", causes(other))),
         }
     }
 
@@ -145,6 +143,13 @@ impl Error {
     /// effect; it never reports a success.
     pub fn is_unreachable(&self) -> bool {
         self.unreachable
+    }
+
+    /// Whether the request never reached the server: no connection was
+    /// made (refused, a name that did not resolve, a connect that failed or
+    /// timed out), so the server did nothing for it.
+    pub fn never_sent(&self) -> bool {
+        self.never_sent
     }
 
     /// Whether the https endpoint's certificate was refused: it does not
@@ -179,6 +184,23 @@ impl Error {
         self
     }
 
+    /// This error of the request `from` as one of `to`, the call it was
+    /// sent for (the probe's GetObject of a PutObject).
+    pub(crate) fn renamed(mut self, from: &str, to: &str) -> Self {
+        if let Some(rest) = self.detail.strip_prefix(from) {
+            self.detail = format!("{to}{rest}");
+        }
+        self
+    }
+
+    /// This error as the last of `tries` tries of one call (retry.rs).
+    pub(crate) fn tried(mut self, tries: u32) -> Self {
+        if tries > 1 {
+            self.detail = format!("{} (after {tries} tries)", self.detail);
+        }
+        self
+    }
+
     /// The sentence for people.
     pub fn detail(&self) -> &str {
         &self.detail
@@ -192,6 +214,96 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// The messages of `e` and the errors that caused it, outermost first,
+/// joined by `": "`, each once (an error that repeats its cause's message
+/// adds nothing). Never a `Debug` form: these are for people.
+pub(crate) fn causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut at = Some(e);
+    while let Some(err) = at {
+        let msg = err.to_string();
+        let msg = msg.trim();
+        if !msg.is_empty() && !out.iter().any(|m| m.contains(msg)) {
+            out.push(msg.to_owned());
+        }
+        at = next_cause(err);
+    }
+    out.join(": ")
+}
+
+/// The cause of `err`: an `io::Error`'s inner error (which its `source()`
+/// skips), else `source()`.
+fn next_cause<'a>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a (dyn std::error::Error + 'static)> {
+    match err
+        .downcast_ref::<std::io::Error>()
+        .and_then(std::io::Error::get_ref)
+    {
+        Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+        None => err.source(),
+    }
+}
+
+/// Whether an `io::Error` of `kind` is somewhere in `e`'s causes.
+fn has_io_kind(e: &(dyn std::error::Error + 'static), kind: std::io::ErrorKind) -> bool {
+    let mut at = Some(e);
+    while let Some(err) = at {
+        if err
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == kind)
+        {
+            return true;
+        }
+        at = next_cause(err);
+    }
+    false
+}
+
+/// Whether no connection was made for the request: refused, a name that
+/// did not resolve, or a TCP connect that failed (hyper's connector says
+/// "tcp connect error" for those, and only for those).
+fn not_connected(e: &(dyn std::error::Error + 'static)) -> bool {
+    let all = causes(e);
+    has_io_kind(e, std::io::ErrorKind::ConnectionRefused)
+        || all.contains("tcp connect error")
+        || all.contains("failed to lookup address")
+        || all.contains("dns error")
+}
+
+/// Whether the answer was not HTTP at all (hyper could not parse it): most
+/// often a TLS server spoken to with `http://`.
+fn not_http(e: &(dyn std::error::Error + 'static)) -> bool {
+    let all = causes(e);
+    all.contains("invalid HTTP version")
+        || all.contains("invalid HTTP status")
+        || all.contains("error parsing HTTP")
+}
+
+/// One sentence for a request that got no HTTP answer: the cause and what
+/// to do about it.
+fn unreachable_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    use std::io::ErrorKind as Io;
+    let all = causes(e);
+    if has_io_kind(e, Io::ConnectionRefused) {
+        "the S3 server refused the connection (nothing listens at the endpoint's address and port): check the endpoint URL and that the server is running".into()
+    } else if not_http(e) {
+        format!(
+            "the endpoint did not answer in HTTP ({all}): if it serves TLS, the endpoint URL must start with https://"
+        )
+    } else if all.contains("failed to lookup address") || all.contains("dns error") {
+        format!("the endpoint's host name could not be resolved ({all}): check the endpoint URL")
+    } else if has_io_kind(e, Io::TimedOut) || all.contains("timed out") || all.contains("timeout") {
+        format!("the S3 server did not answer in time ({all}): check the endpoint URL and the network")
+    } else if has_io_kind(e, Io::ConnectionReset)
+        || all.contains("connection closed before message completed")
+    {
+        format!("the S3 server closed the connection before it answered ({all})")
+    } else {
+        format!("the S3 server could not be reached: {all}")
+    }
+}
 
 /// Why a TLS client refused the server's certificate, when it did somewhere
 /// in the chain of `e`'s causes, and whether it was for naming another host. rustls reports it inside `io::Error`s (nested,

@@ -14,7 +14,9 @@
 //! - request checksums are only computed where S3 requires them and SDK
 //!   retries are off for these requests: a checksum of the empty body would
 //!   be wrong, and a retried request would pair one reply with another
-//!   request's token exchange;
+//!   request's token exchange; a transfer that failed before any byte could
+//!   move (no connection, `503 SlowDown`) is run again whole, with a new
+//!   token ([`TokenRetries`]);
 //! - the response's `x-amz-rdma-reply`, `x-amz-rdma-bytes-transferred`,
 //!   `ETag` and status are read from the raw response by an interceptor, so
 //!   the reply of a `409` binding answer, which the SDK turns into an error,
@@ -60,7 +62,9 @@ mod endpoint;
 mod error;
 mod failover;
 pub mod plain;
+mod probe;
 mod rc_v2;
+mod retry;
 pub mod tls;
 
 use std::sync::Arc;
@@ -73,7 +77,9 @@ pub use args::{CustomerKey, Encryption, ObjectArgs};
 use capture::{Capture, Exchange};
 pub use error::{Error, Result};
 pub use failover::{Failed, Failover, FailoverClient, PlainFailover, RetryPolicy, Served};
+pub use probe::{endpoint_proven, note_endpoint_proven};
 pub use rc_v2::Protocol;
+pub use retry::TokenRetries;
 
 /// Where in a registration a transfer reads or writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,6 +128,7 @@ pub struct RdmaS3Client {
     protocol: rc_v2::Memory,
     servers: endpoint::EndpointAddrs,
     args: ObjectArgs,
+    retries: TokenRetries,
 }
 
 /// Why a client with [`ObjectArgs`] does not use hipobj-rc-v2.
@@ -157,7 +164,18 @@ impl RdmaS3Client {
             protocol: rc_v2::Memory::default(),
             servers: endpoint::EndpointAddrs::default(),
             args: ObjectArgs::default(),
+            retries: TokenRetries::default(),
         }
+    }
+
+    /// How a transfer whose request carried a token is tried again (see
+    /// [`TokenRetries`]; docs/protocol.md, "Retries of requests that carry
+    /// a token"): by default 4 tries, pauses from 100 ms doubling up to 5 s,
+    /// with jitter.
+    #[must_use]
+    pub fn token_retries(mut self, retries: TokenRetries) -> Self {
+        self.retries = retries;
+        self
     }
 
     /// This client with `args` (a version to read, an encryption) on every
@@ -186,6 +204,17 @@ impl RdmaS3Client {
     /// found.
     pub fn protocol(&self) -> Protocol {
         self.protocol.get()
+    }
+
+    /// This client with `protocol` taken as found for its endpoint, without
+    /// asking: for a server the program knows (one it started itself).
+    /// Taking [`Protocol::Binding`] for a server that ignores the token
+    /// lets a PutObject store an empty object there (docs/protocol.md, "A
+    /// token never harms a server that ignores it").
+    #[must_use]
+    pub fn known_protocol(self, protocol: Protocol) -> Self {
+        self.protocol.set(protocol);
+        self
     }
 
     /// Whether a declined transfer falls back to plain HTTP (the default) or
@@ -232,11 +261,20 @@ impl RdmaS3Client {
             Protocol::Plain(why) => return self.declined_get(reg, at, bucket, key, range, op, why),
             Protocol::Binding | Protocol::Unknown => {}
         }
-        let mut ex = Exchanger::new(self, bucket, key, op);
-        let outcome = self.hipobj.get(reg, at.offset, at.len, &mut ex);
-        match self.conclude(outcome, ex.last.take(), op)? {
+        let run = self.run_retried(bucket, key, op, false, |ex| {
+            self.hipobj.get(reg, at.offset, at.len, ex)
+        });
+        let authority = run.last.as_ref().and_then(|e| e.authority.clone());
+        if run.spoke {
+            // A 409 proves the binding exchange, whatever came after.
+            self.proven(authority.clone());
+        }
+        match self
+            .conclude(run.outcome, run.last, op)
+            .map_err(|e| e.tried(run.tries))?
+        {
             Ok(t) => {
-                self.protocol.set(Protocol::Binding);
+                self.proven(authority);
                 Ok(t)
             }
             Err((_, Some(last)))
@@ -386,20 +424,46 @@ impl RdmaS3Client {
                 return self.declined_put(reg, at, bucket, key, op, "hipobj-rc-v2 has no UploadPart".into());
             }
             (Protocol::Plain(why), _) => return self.declined_put(reg, at, bucket, key, op, why),
-            (Protocol::Binding | Protocol::Unknown, _) => {}
-        }
-        let mut ex = Exchanger::new(self, bucket, key, op);
-        let outcome = self.hipobj.put(reg, at.offset, at.len, &mut ex);
-        match self.conclude(outcome, ex.last.take(), op)? {
-            Ok(t) => {
-                self.protocol.set(Protocol::Binding);
-                Ok(t)
-            }
-            Err((_, Some(last))) if last.unsupported() && self.protocol.get() == Protocol::Unknown => {
-                match op {
-                    S3Call::Put if self.args.is_default() => self.v2_put(reg, at, bucket, key, true),
-                    _ => self.declined_put(reg, at, bucket, key, op, "hipobj-rc-v2 has no UploadPart".into()),
+            (Protocol::Unknown, _) => match self.probe(bucket, key, op.name())? {
+                // A server that ignores tokens never sees a body-less write.
+                probe::Found::Plain(why) => {
+                    self.protocol.set(Protocol::Plain(why.clone()));
+                    return self.declined_put(reg, at, bucket, key, op, why);
                 }
+                probe::Found::Unsure(why) => return self.declined_put(reg, at, bucket, key, op, why),
+                probe::Found::RcV2 => {
+                    return match op {
+                        S3Call::Put if self.args.is_default() => self.v2_put(reg, at, bucket, key, true),
+                        S3Call::Put => self.declined_put(reg, at, bucket, key, op, NO_V2_ARGS.into()),
+                        _ => self.declined_put(
+                            reg,
+                            at,
+                            bucket,
+                            key,
+                            op,
+                            "hipobj-rc-v2 has no UploadPart".into(),
+                        ),
+                    };
+                }
+                probe::Found::Binding => {}
+            },
+            (Protocol::Binding, _) => {}
+        }
+        let run = self.run_retried(bucket, key, op, false, |ex| {
+            self.hipobj.put(reg, at.offset, at.len, ex)
+        });
+        let authority = run.last.as_ref().and_then(|e| e.authority.clone());
+        if run.spoke {
+            // A 409 proves the binding exchange, whatever came after.
+            self.proven(authority.clone());
+        }
+        match self
+            .conclude(run.outcome, run.last, op)
+            .map_err(|e| e.tried(run.tries))?
+        {
+            Ok(t) => {
+                self.proven(authority);
+                Ok(t)
             }
             Err((declined, _)) => {
                 self.protocol.set(Protocol::Plain(declined.clone()));
@@ -473,7 +537,19 @@ impl RdmaS3Client {
             })));
         };
         if let Err(e) = outcome {
-            return match last.declined() {
+            let declined = last.declined().map(|why| {
+                if !matches!(op, S3Call::Get { .. }) && last.stored_without_rdma() {
+                    // Only after a probe found the binding exchange here:
+                    // the endpoint mixes servers (docs/protocol.md, "A
+                    // token never harms a server that ignores it").
+                    format!(
+                        "{why}; this endpoint mixes servers that speak the RDMA protocol with servers that do not, and one of the latter may have stored an empty object"
+                    )
+                } else {
+                    why
+                }
+            });
+            return match declined {
                 // A 501 pointing to hipobj-rc-v2 is handed back even without
                 // fallback: the caller tries v2 before giving up.
                 Some(why) if self.fallback || last.unsupported() => Ok(Err((why, Some(last)))),
@@ -655,6 +731,52 @@ impl RdmaS3Client {
     }
 }
 
+/// What [`RdmaS3Client::run_retried`] came to.
+struct Run {
+    outcome: hipobj::Result<()>,
+    last: Option<Exchange>,
+    /// Whether an answer of the last try spoke the binding exchange.
+    spoke: bool,
+    tries: u32,
+}
+
+impl RdmaS3Client {
+    /// Runs `call`, one hipObject transfer over a fresh [`Exchanger`] (so
+    /// a fresh token), and runs it again while it failed in a way that
+    /// moved no byte ([`retry::retry_reason`]), up to the client's
+    /// [`TokenRetries`], pausing between tries.
+    fn run_retried<'a>(
+        &'a self,
+        bucket: &'a str,
+        key: &'a str,
+        op: S3Call<'a>,
+        probe: bool,
+        mut call: impl FnMut(&mut Exchanger<'a>) -> hipobj::Result<()>,
+    ) -> Run {
+        let mut tries = 0u32;
+        loop {
+            let mut ex = Exchanger::new(self, bucket, key, op);
+            ex.probe = probe;
+            let outcome = call(&mut ex);
+            tries += 1;
+            let last = ex.last.take();
+            if outcome.is_err()
+                && tries < self.retries.attempts
+                && retry::retry_reason(last.as_ref()).is_some()
+            {
+                std::thread::sleep(self.retries.pause(tries - 1));
+                continue;
+            }
+            return Run {
+                outcome,
+                last,
+                spoke: ex.spoke,
+                tries,
+            };
+        }
+    }
+}
+
 /// Settings of every request that carries a token.
 fn rdma_overrides() -> aws_sdk_s3::config::Builder {
     aws_sdk_s3::config::Builder::default()
@@ -685,6 +807,12 @@ struct Exchanger<'a> {
     key: &'a str,
     op: S3Call<'a>,
     last: Option<Exchange>,
+    /// Whether any answer of this call carried an `x-amz-rdma-reply` other
+    /// than `501`: the server speaks the binding exchange.
+    spoke: bool,
+    /// The call is the probe of `probe.rs`: it ends at the first binding
+    /// round, which has answered the question, without a second request.
+    probe: bool,
 }
 
 impl<'a> Exchanger<'a> {
@@ -695,6 +823,8 @@ impl<'a> Exchanger<'a> {
             key,
             op,
             last: None,
+            spoke: false,
+            probe: false,
         }
     }
 }
@@ -707,6 +837,7 @@ impl Control for Exchanger<'_> {
             .block_on(self.client.send_rdma(self.bucket, self.key, self.op, token));
         let unreachable = ex.status.is_none();
         let why = ex.failure.as_ref().map(ToString::to_string);
+        self.spoke |= ex.speaks_binding();
         self.last = Some(ex);
         match (unreachable, why) {
             (true, Some(why)) => Err(ControlError(why)),
@@ -718,6 +849,11 @@ impl Control for Exchanger<'_> {
         let Some(ex) = &self.last else {
             return Err(ControlError("no request was sent".into()));
         };
+        if self.probe && ex.is_bind() {
+            return Err(ControlError(
+                "the probe is answered: the server speaks the binding exchange".into(),
+            ));
+        }
         let Some(value) = &ex.reply else {
             return Err(ControlError(match &ex.failure {
                 Some(e) => e.to_string(),

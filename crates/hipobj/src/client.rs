@@ -466,7 +466,17 @@ impl Registration<'_> {
 
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
-        // The memory must not be handed back while an MR covers it.
+        // The memory must not be handed back while an MR covers it. In a
+        // forked child the deregistration is refused (the MR is the
+        // parent's), so the memory is leaked with it.
         drop(self.release());
+        self.instance.leak_if_forked();
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        // A forked child never releases the parent's RDMA objects.
+        self.instance.leak_if_forked();
     }
 }

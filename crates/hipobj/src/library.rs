@@ -34,7 +34,8 @@ impl Library {
 
     /// The current instance, or `NotInitialized`.
     pub fn instance(&self) -> Result<Arc<Instance>> {
-        self.current
+        let instance = self
+            .current
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
@@ -43,7 +44,19 @@ impl Library {
                     ErrorKind::NotInitialized,
                     "hipObject is not initialized: call hipObjInit first",
                 )
-            })
+            })?;
+        instance.check_process()?;
+        Ok(instance)
+    }
+
+    /// Takes out an instance that a forked child inherited, leaking it (its
+    /// RDMA objects are the parent's), so that the child can initialize
+    /// its own.
+    fn forget_inherited(&self) {
+        let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
+        if current.as_ref().is_some_and(|i| i.forked()) {
+            std::mem::forget(current.take());
+        }
     }
 
     /// Whether an instance is published.
@@ -64,6 +77,7 @@ impl Library {
     ) -> Result<()> {
         config.validate()?;
         let _one_at_a_time = self.lifecycle.lock().unwrap_or_else(PoisonError::into_inner);
+        self.forget_inherited();
         if self.is_initialized() {
             return Err(Error::new(
                 ErrorKind::AlreadyInitialized,
@@ -80,6 +94,7 @@ impl Library {
     /// nothing when not initialized.
     pub fn shutdown(&self) {
         let _one_at_a_time = self.lifecycle.lock().unwrap_or_else(PoisonError::into_inner);
+        self.forget_inherited();
         let old = self
             .current
             .write()

@@ -349,6 +349,13 @@ impl RcV2Session {
     }
 
     fn end(&mut self) {
+        if self.instance.forked() {
+            // A session a forked child inherited: its QP is the parent's.
+            std::mem::forget(self.lease.take());
+            std::mem::forget(self.entry.take());
+            self.instance.leak_if_forked();
+            return;
+        }
         if let Some(mut lease) = self.lease.take() {
             // The grant ends first; then the QP leaves RTS for good (the
             // lease, never marked a success, destroys it).

@@ -49,6 +49,9 @@ struct Random {
 impl Random {
     fn next(&mut self) -> u64 {
         let mut h = self.state.build_hasher();
+        // A child forked with a copy of std's per-thread keys draws other
+        // numbers than its parent.
+        h.write_u32(std::process::id());
         h.write_u64(self.counter);
         self.counter = self.counter.wrapping_add(1);
         h.finish()

@@ -34,7 +34,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use aws_sdk_s3::error::DisplayErrorContext;
 use aws_sdk_s3::primitives::ByteStream;
 use bytes::Bytes;
 use hipobj::Registration;
@@ -272,7 +271,7 @@ async fn http_once(
             .body(ByteStream::from(body.clone()))
             .send()
             .await
-            .map_err(|e| format!("PutObject: {}", DisplayErrorContext(e)))?;
+            .map_err(|e| hipobj_s3::Error::from_sdk("PutObject", &e).to_string())?;
         return Ok(false);
     }
     let out = s3
@@ -281,7 +280,7 @@ async fn http_once(
         .key(key)
         .send()
         .await
-        .map_err(|e| format!("GetObject: {}", DisplayErrorContext(e)))?;
+        .map_err(|e| hipobj_s3::Error::from_sdk("GetObject", &e).to_string())?;
     let mut body = out.body;
     let mut at = 0usize;
     while let Some(c) = body.next().await {

@@ -91,13 +91,23 @@ impl Double {
 }
 
 /// Starts the double on `rt`; `handler` gets each request and its index.
+/// A response of status 0 closes the connection without an answer.
 pub fn start(
     rt: &tokio::runtime::Runtime,
     handler: impl Fn(&Req, usize) -> Resp + Send + Sync + 'static,
 ) -> Double {
+    start_at(rt, "127.0.0.1:0".parse().unwrap(), handler)
+}
+
+/// [`start`] on the address `at`.
+pub fn start_at(
+    rt: &tokio::runtime::Runtime,
+    at: std::net::SocketAddr,
+    handler: impl Fn(&Req, usize) -> Resp + Send + Sync + 'static,
+) -> Double {
     let handler: Arc<Handler> = Arc::new(handler);
     let log = Arc::new(Mutex::new(Vec::new()));
-    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let listener = rt.block_on(tokio::net::TcpListener::bind(at)).unwrap();
     let addr = listener.local_addr().unwrap();
     let l2 = log.clone();
     rt.spawn(async move {
@@ -154,6 +164,9 @@ async fn serve(s: tokio::net::TcpStream, h: Arc<Handler>, log: Arc<Mutex<Vec<Req
             l.len() - 1
         };
         let resp = h(&req, index);
+        if resp.status == 0 {
+            return;
+        }
         let mut out = format!(
             "HTTP/1.1 {} X\r\ncontent-length: {}\r\n",
             resp.status,

@@ -51,6 +51,11 @@ pub struct Instance {
     /// (`hipObjSetServerAddress`), for transfers whose `Control` does not
     /// say.
     server_addrs: Mutex<Option<Vec<IpAddr>>>,
+    /// The process that built it. A child that `fork()` made after that
+    /// holds a copy whose keys, QPs and registrations are the parent's (the
+    /// kernel objects behind them are shared through the inherited device
+    /// file): it may use none of them, and must not release them either.
+    owner: u32,
 }
 
 impl Instance {
@@ -81,7 +86,40 @@ impl Instance {
             options,
             platform,
             server_addrs: Mutex::new(None),
+            owner: std::process::id(),
         })
+    }
+
+    /// Whether this process is not the one that built the instance: a child
+    /// that `fork()` made after init.
+    pub fn forked(&self) -> bool {
+        std::process::id() != self.owner
+    }
+
+    /// `NotInitialized` in a forked child (see [`Instance::forked`]), before
+    /// anything (a lock, a key, a QP, a registration) is touched.
+    pub fn check_process(&self) -> Result<()> {
+        if self.forked() {
+            return Err(Error::new(
+                ErrorKind::NotInitialized,
+                format!(
+                    "hipObject was initialized in process {}, and this is a child it forked (process {}): the child may not use the parent's keys, connections or registrations; initialize hipObject again in the child (hipObjInit, or a new client)",
+                    self.owner,
+                    std::process::id()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// In a forked child, keeps this instance alive for good (one reference
+    /// leaked), so that its drop never releases the parent's RDMA objects
+    /// through the inherited device file. Called by every holder that lets
+    /// go of an instance.
+    pub fn leak_if_forked(self: &Arc<Self>) {
+        if self.forked() {
+            std::mem::forget(Arc::clone(self));
+        }
     }
 
     /// The settings in force.
@@ -150,6 +188,7 @@ impl Instance {
     }
 
     pub(crate) fn find_usable(&self, addr: usize) -> Result<Arc<BufEntry>> {
+        self.check_process()?;
         if addr == 0 {
             return Err(Error::invalid("the buffer pointer is NULL"));
         }

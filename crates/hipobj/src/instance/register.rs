@@ -24,6 +24,7 @@ impl Instance {
 
     /// Registers host memory (`hipObjBufRegisterHost`).
     pub fn register_host(&self, region: MemRegion) -> Result<()> {
+        self.check_process()?;
         self.check_new_region(&region)?;
         let info = self.platform.gpu.pointer_info(region.addr()).map_err(|e| {
             Error::gpu(
@@ -49,6 +50,7 @@ impl Instance {
     /// and supported, else with a plain MR, else through a pinned host
     /// staging buffer (unless GPU-direct is required).
     pub fn register_device(&self, region: MemRegion) -> Result<()> {
+        self.check_process()?;
         self.check_new_region(&region)?;
         let gpu = &self.platform.gpu;
         let info = gpu.pointer_info(region.addr()).map_err(|e| {
@@ -147,6 +149,7 @@ impl Instance {
 
     /// Deregisters a buffer, unless something still uses it.
     pub fn deregister(&self, addr: usize) -> Result<()> {
+        self.check_process()?;
         if addr == 0 {
             return Err(Error::invalid("the buffer pointer is NULL"));
         }
@@ -221,6 +224,7 @@ impl Instance {
     /// `InvalidValue` carrying the runtime's error number: a handle the
     /// runtime does not know, or no GPU runtime at all.
     pub fn synchronize_stream(&self, stream: usize) -> Result<()> {
+        self.check_process()?;
         self.platform.gpu.stream_synchronize(stream).map_err(|e| {
             Error::gpu(
                 ErrorKind::InvalidValue,

@@ -81,6 +81,9 @@ impl Instance {
     /// window, or closes the token connection's remote access). A token that
     /// is not the latest, or not ours, grants nothing already.
     pub fn release_token(&self, token: &str) {
+        if self.forked() {
+            return;
+        }
         let Ok(t) = Token::decode(token.as_bytes()) else {
             return;
         };
@@ -145,6 +148,7 @@ impl Instance {
     /// the grant ends and the token connection is replaced, so the server's
     /// binding to it can never write the buffer later.
     pub fn handle_token_reply(&self, reply: &[u8]) -> Result<u16> {
+        self.check_process()?;
         let reply = hipobj_proto::parse_reply(reply).map_err(|e| {
             Error::invalid(format!(
                 "the x-amz-rdma-reply value {:?} is malformed: {e}",

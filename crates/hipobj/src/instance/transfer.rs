@@ -25,6 +25,7 @@ impl Instance {
     /// outside any transfer (which must not count as a later GET's proof):
     /// such a connection is destroyed and another leased.
     pub(crate) fn acquire_idle(&self) -> Result<Lease> {
+        self.check_process()?;
         let mut tries = self.pool.size() + 1;
         loop {
             let mut lease = self.pool.acquire()?;
