@@ -333,3 +333,34 @@ put("rc_v2_control", "client-bad-sizes", bytes([3]) + v2_round(size=0) + v2_roun
 # started: finish_from once called it the server's unusable answer (S3Error)
 # and left the session as it was; it is refused as out of order now
 put("rc_v2_control", "client-put-ready-before-start", bytes([1]) + v2_round(put_=True, ready_mut=bytes([0xA0, 0, 0])))
+
+
+# store_files: a whole object file as the store writes it (data, JSON
+# metadata with block sums, its length, HOB1), the same with a flipped data
+# byte, a truncated one; owner records old and new; sums text.
+def crc32c(b):
+    crc = 0xFFFFFFFF
+    for x in b:
+        crc ^= x
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+import base64
+import json
+
+def object_file(data, key="k"):
+    sums = b"".join(struct.pack("<I", crc32c(data[i:i + 262144])) for i in range(0, len(data), 262144))
+    meta = {"key": key, "size": len(data), "etag": "00" * 16, "modified_ms": 0,
+            "blocks": {"block": 262144, "crc32c": base64.b64encode(sums).decode()}}
+    j = json.dumps(meta).encode()
+    return data + j + struct.pack("<I", len(j)) + b"HOB1"
+
+good = object_file(bytes(range(256)) * 4)
+put("store_files", "object", good)
+put("store_files", "object-flipped", bytes([good[0] ^ 1]) + good[1:])
+put("store_files", "object-truncated", good[:-3])
+put("store_files", "owner-record", "AKIAEXAMPLE\n0123456789abcdef0123456789abcdef\n")
+put("store_files", "owner-record-old", "AKIAEXAMPLE")
+put("store_files", "sums", struct.pack("<Q", 5) + base64.b64encode(struct.pack("<I", crc32c(b"hello"))))

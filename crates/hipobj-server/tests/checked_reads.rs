@@ -195,7 +195,17 @@ async fn objects_without_block_checksums_still_read() {
         .unwrap();
     // Rewrite the file as a release before block checksums wrote it: the
     // same data and metadata, without the `blocks` field.
-    let f = object_file(dir.path(), "rot", "old");
+    drop_block_sums(dir.path(), "old");
+    assert_eq!(get(&c, "old", None).await.unwrap(), body);
+    assert_eq!(get(&c, "old", Some("bytes=5-9")).await.unwrap(), &body[5..10]);
+    h.shutdown().await;
+}
+
+/// Rewrites the object file of `key` as a release before block checksums
+/// wrote it (no `blocks` in its metadata), so that its own reads go
+/// unchecked.
+fn drop_block_sums(dir: &std::path::Path, key: &str) {
+    let f = object_file(dir, "rot", key);
     let bytes = std::fs::read(&f).unwrap();
     let n = bytes.len();
     let jlen = u32::from_le_bytes(bytes[n - 8..n - 4].try_into().unwrap()) as usize;
@@ -207,7 +217,53 @@ async fn objects_without_block_checksums_still_read() {
     old.extend_from_slice(&(json.len() as u32).to_le_bytes());
     old.extend_from_slice(b"HOB1");
     std::fs::write(&f, old).unwrap();
-    assert_eq!(get(&c, "old", None).await.unwrap(), body);
-    assert_eq!(get(&c, "old", Some("bytes=5-9")).await.unwrap(), &body[5..10]);
-    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_gateway_checks_the_checksum_its_s3_back_end_returns() {
+    // The back end: an fs store whose object has a CRC32 but no block
+    // sums, and one byte flipped, so it serves the damage with its
+    // checksum header as any S3 server with bad bytes would.
+    let (back, dir) = start(|_| {}).await;
+    let b = client(&back);
+    b.create_bucket().bucket("rot").send().await.unwrap();
+    let body = pattern(100_000, 5);
+    b.put_object()
+        .bucket("rot")
+        .key("k")
+        .checksum_algorithm(ChecksumAlgorithm::Crc32)
+        .body(ByteStream::from(body.clone()))
+        .send()
+        .await
+        .unwrap();
+    let (gw, _unused) = start(|c| {
+        c.storage = hipobj_server::config::StorageConfig::S3(hipobj_server::config::RemoteConfig {
+            endpoint: back.endpoint(),
+            region: "us-east-1".into(),
+            access_key: support::AK.into(),
+            secret_key: support::SK.into(),
+            path_style: true,
+        });
+    })
+    .await;
+    let g = client(&gw);
+    // Good bytes pass, and a client that did not ask for checksums gets
+    // none it did not ask for.
+    let r = g.get_object().bucket("rot").key("k").send().await.unwrap();
+    assert!(r.checksum_crc32().is_none());
+    assert_eq!(r.body.collect().await.unwrap().into_bytes().as_ref(), &body[..]);
+    drop_block_sums(dir.path(), "k");
+    let f = object_file(dir.path(), "rot", "k");
+    let mut bytes = std::fs::read(&f).unwrap();
+    bytes[4321] ^= 0x08;
+    std::fs::write(&f, bytes).unwrap();
+    // The back end alone serves the damage (it has nothing to check it by).
+    assert!(get(&b, "k", None).await.is_ok());
+    // Through the gateway, the read fails.
+    assert!(
+        get(&g, "k", None).await.is_err(),
+        "the gateway passed on bytes its back end's checksum refuses"
+    );
+    gw.shutdown().await;
+    back.shutdown().await;
 }

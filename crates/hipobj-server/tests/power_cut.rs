@@ -41,12 +41,32 @@ const OTHER: (&str, &str) = ("power-other", "power-other-secret");
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 enum Op {
-    CreateBucket { bucket: String },
-    Versioning { bucket: String, enabled: bool },
-    Put { bucket: String, key: String, size: usize },
-    Multipart { bucket: String, key: String, sizes: Vec<usize> },
-    Copy { bucket: String, key: String, from: String },
-    Delete { bucket: String, key: String },
+    CreateBucket {
+        bucket: String,
+    },
+    Versioning {
+        bucket: String,
+        enabled: bool,
+    },
+    Put {
+        bucket: String,
+        key: String,
+        size: usize,
+    },
+    Multipart {
+        bucket: String,
+        key: String,
+        sizes: Vec<usize>,
+    },
+    Copy {
+        bucket: String,
+        key: String,
+        from: String,
+    },
+    Delete {
+        bucket: String,
+        key: String,
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -234,7 +254,9 @@ impl Model {
             Op::Versioning { bucket, enabled } => {
                 self.versioning.insert(bucket.clone(), *enabled);
             }
-            Op::Put { bucket, key, size } => self.write(bucket, key, md5_hex(&content(seq, *size)), *size, version),
+            Op::Put { bucket, key, size } => {
+                self.write(bucket, key, md5_hex(&content(seq, *size)), *size, version)
+            }
             Op::Multipart { bucket, key, sizes } => {
                 let all = multipart_content(seq, sizes);
                 self.write(bucket, key, md5_hex(&all), all.len(), version);
@@ -249,7 +271,10 @@ impl Model {
             }
             Op::Delete { key, .. } => {
                 if let Some(id) = version {
-                    self.versions.entry(key.clone()).or_default().push((id.to_owned(), None));
+                    self.versions
+                        .entry(key.clone())
+                        .or_default()
+                        .push((id.to_owned(), None));
                 }
             }
         }
@@ -298,8 +323,16 @@ async fn power_cut_workload() {
         .append(true)
         .open(&journal_path)
         .unwrap();
-    let mut seq = read_journal(&journal_path).iter().map(|l| l.seq + 1).max().unwrap_or(0);
-    let mut rng = Rng(env("HIPOBJ_POWER_CUT_SEED").parse::<u64>().unwrap().wrapping_mul(0x9E37_79B9) | 1);
+    let mut seq = read_journal(&journal_path)
+        .iter()
+        .map(|l| l.seq + 1)
+        .max()
+        .unwrap_or(0);
+    let mut rng = Rng(env("HIPOBJ_POWER_CUT_SEED")
+        .parse::<u64>()
+        .unwrap()
+        .wrapping_mul(0x9E37_79B9)
+        | 1);
     let c = client(OWNER);
     let mut plan: Vec<Op> = Vec::new();
     for b in [PLAIN, VER, FLIP] {
@@ -391,7 +424,9 @@ async fn power_cut_workload() {
                 done += 1;
             }
             Outcome::Gone => {
-                println!("power-cut: the server went away at change {seq} (step {step}), after {done} acknowledged");
+                println!(
+                    "power-cut: the server went away at change {seq} (step {step}), after {done} acknowledged"
+                );
                 return;
             }
         }
@@ -401,7 +436,12 @@ async fn power_cut_workload() {
 }
 
 /// The MD5 of `key` in `bucket` (a version if given), or why not.
-async fn md5_of(c: &aws_sdk_s3::Client, bucket: &str, key: &str, version: Option<&str>) -> Result<String, String> {
+async fn md5_of(
+    c: &aws_sdk_s3::Client,
+    bucket: &str,
+    key: &str,
+    version: Option<&str>,
+) -> Result<String, String> {
     let r = c
         .get_object()
         .bucket(bucket)
@@ -444,7 +484,10 @@ async fn power_cut_verify() {
         .filter_map(|b| b.name().map(str::to_owned))
         .collect();
     if !fits(&|m| m.buckets == listed) {
-        lost.push(format!("buckets: listed {listed:?}, acknowledged {:?}", before.buckets));
+        lost.push(format!(
+            "buckets: listed {listed:?}, acknowledged {:?}",
+            before.buckets
+        ));
     }
     for b in &before.buckets {
         checked += 1;
@@ -498,7 +541,10 @@ async fn power_cut_verify() {
         checked += 1;
         let got = md5_of(&c, PLAIN, k, None).await.ok();
         if !fits(&|m| m.plain.get(k).map(|(md5, _)| md5.clone()) == got) {
-            lost.push(format!("{PLAIN}/{k}: holds {got:?}, acknowledged {:?}", before.plain.get(k)));
+            lost.push(format!(
+                "{PLAIN}/{k}: holds {got:?}, acknowledged {:?}",
+                before.plain.get(k)
+            ));
         }
     }
 
@@ -532,7 +578,9 @@ async fn power_cut_verify() {
             if let Some(md5) = md5 {
                 let got = md5_of(&c, VER, k, Some(id)).await;
                 if got.as_ref() != Ok(md5) {
-                    lost.push(format!("{VER}/{k}?versionId={id}: holds {got:?}, acknowledged {md5}"));
+                    lost.push(format!(
+                        "{VER}/{k}?versionId={id}: holds {got:?}, acknowledged {md5}"
+                    ));
                 }
             }
         }
@@ -548,7 +596,9 @@ async fn power_cut_verify() {
     println!(
         "power-cut: {acked} changes acknowledged in all; {checked} buckets, settings, objects and versions checked; \
          in flight at the cut: {}; lost: {}",
-        in_flight.as_ref().map_or("none".to_owned(), |(s, op)| format!("change {s} ({op:?})")),
+        in_flight
+            .as_ref()
+            .map_or("none".to_owned(), |(s, op)| format!("change {s} ({op:?})")),
         lost.len()
     );
     assert!(lost.is_empty(), "lost after the power cut:\n{}", lost.join("\n"));
@@ -566,9 +616,9 @@ async fn power_cut_verify() {
                 m
             };
             let without_fits = before.plain.keys().cloned().collect::<BTreeSet<_>>() == keys
-                && all_keys
-                    .iter()
-                    .all(|k| before.plain.get(k).map(|(m, _)| m.clone()) == plain_now.get(k).cloned().flatten());
+                && all_keys.iter().all(|k| {
+                    before.plain.get(k).map(|(m, _)| m.clone()) == plain_now.get(k).cloned().flatten()
+                });
             let flip_now = c
                 .get_bucket_versioning()
                 .bucket(FLIP)
@@ -577,15 +627,12 @@ async fn power_cut_verify() {
                 .ok()
                 .and_then(|g| g.status().map(|s| *s == BucketVersioningStatus::Enabled));
             let versioning_fits = before.versioning.get(FLIP).copied() == flip_now;
-            let ver_fits = versioned_keys
-                .iter()
-                .all(|k| found.get(k).map_or(0, |s| s.len()) == before.versions.get(k).map_or(0, |v| v.len()));
+            let ver_fits = versioned_keys.iter().all(|k| {
+                found.get(k).map_or(0, |s| s.len()) == before.versions.get(k).map_or(0, |v| v.len())
+            });
             !(without_fits && versioning_fits && ver_fits && before.buckets == listed)
         };
-        let rewritten: Vec<Line> = lines
-            .into_iter()
-            .filter(|l| l.seq != seq || l.done)
-            .collect();
+        let rewritten: Vec<Line> = lines.into_iter().filter(|l| l.seq != seq || l.done).collect();
         let mut text = String::new();
         for l in &rewritten {
             text.push_str(&serde_json::to_string(l).unwrap());
@@ -595,7 +642,9 @@ async fn power_cut_verify() {
             // Acknowledged by the store itself; its version id (if any)
             // is the one the listing has that the journal does not.
             let version = match &op {
-                Op::Put { bucket, key, .. } | Op::Delete { bucket, key } | Op::Multipart { bucket, key, .. }
+                Op::Put { bucket, key, .. }
+                | Op::Delete { bucket, key }
+                | Op::Multipart { bucket, key, .. }
                     if bucket == VER =>
                 {
                     let known: BTreeSet<String> = before

@@ -76,7 +76,11 @@ pub fn open(config: &RemoteConfig) -> Remote {
         .force_path_style(config.path_style)
         // Checksums travel as the client sent them; the proxy adds none.
         .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
-        .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
+        // A GET's body is checked against the checksum the back end
+        // returns with it (`ChecksumMode`), so that bytes the back end or
+        // the path to it damaged fail the read instead of reaching the
+        // client (or its memory by RDMA) as good ones.
+        .response_checksum_validation(ResponseChecksumValidation::WhenSupported)
         .build();
     Remote {
         proxy: s3s_aws::Proxy::from(aws_sdk_s3::Client::from_conf(conf)),
@@ -134,12 +138,124 @@ macro_rules! forward {
                 }
             )*
             $(
-                async fn $b(&self, req: S3Request<dto::$bi>) -> S3Result<S3Response<dto::$bo>> {
-                    self.proxy.$b(req).await.map_err(upstream)
+                async fn $b(&self, mut req: S3Request<dto::$bi>) -> S3Result<S3Response<dto::$bo>> {
+                    let asked = req.input.ask_checksums();
+                    let mut resp = self.proxy.$b(req).await.map_err(upstream)?;
+                    resp.output.keep_checksums(asked);
+                    Ok(resp)
                 }
             )*
         }
     };
+}
+
+/// A request of the bytes group whose answer the back end should send
+/// with its checksums, so that the SDK checks the body against them.
+trait AskChecksums {
+    /// Asks for them; whether the client had asked itself.
+    fn ask_checksums(&mut self) -> bool;
+}
+
+/// The answer to such a request: the checksums the client did not ask for
+/// are left out, as the back end would have.
+trait KeepChecksums {
+    fn keep_checksums(&mut self, asked: bool);
+}
+
+impl AskChecksums for dto::GetObjectInput {
+    fn ask_checksums(&mut self) -> bool {
+        let asked = self.checksum_mode.is_some();
+        if !asked {
+            self.checksum_mode = Some(dto::ChecksumMode::from_static(dto::ChecksumMode::ENABLED));
+        }
+        asked
+    }
+}
+
+impl KeepChecksums for dto::GetObjectOutput {
+    fn keep_checksums(&mut self, asked: bool) {
+        // The SDK checks the body as it streams and can only tell at its
+        // end: the last chunk waits for that verdict, so that a body the
+        // back end's checksum refuses reaches the client short, never whole.
+        if let Some(body) = self.body.take() {
+            self.body = Some(dto::StreamingBlob::new(HoldLast {
+                inner: body,
+                held: None,
+            }));
+        }
+        if !asked {
+            self.checksum_crc32 = None;
+            self.checksum_crc32c = None;
+            self.checksum_crc64nvme = None;
+            self.checksum_sha1 = None;
+            self.checksum_sha256 = None;
+            self.checksum_type = None;
+        }
+    }
+}
+
+/// A body whose last chunk is given out only once the stream under it
+/// ended cleanly.
+struct HoldLast {
+    inner: dto::StreamingBlob,
+    held: Option<bytes::Bytes>,
+}
+
+impl futures::Stream for HoldLast {
+    type Item = Result<bytes::Bytes, s3s::StdError>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::task::Poll;
+        loop {
+            match std::pin::Pin::new(&mut self.inner).poll_next(cx) {
+                Poll::Ready(Some(Ok(chunk))) => {
+                    if let Some(before) = self.held.replace(chunk) {
+                        return Poll::Ready(Some(Ok(before)));
+                    }
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    self.held = None;
+                    return Poll::Ready(Some(Err(e)));
+                }
+                Poll::Ready(None) => return Poll::Ready(self.held.take().map(Ok)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+impl s3s::stream::ByteStream for HoldLast {
+    fn remaining_length(&self) -> s3s::stream::RemainingLength {
+        let held = self.held.as_ref().map_or(0, bytes::Bytes::len);
+        let inner = self.inner.remaining_length();
+        match inner.exact() {
+            Some(n) => s3s::stream::RemainingLength::new_exact(n + held),
+            None => s3s::stream::RemainingLength::unknown(),
+        }
+    }
+}
+
+impl AskChecksums for dto::PutObjectInput {
+    fn ask_checksums(&mut self) -> bool {
+        true
+    }
+}
+
+impl KeepChecksums for dto::PutObjectOutput {
+    fn keep_checksums(&mut self, _: bool) {}
+}
+
+impl AskChecksums for dto::UploadPartInput {
+    fn ask_checksums(&mut self) -> bool {
+        true
+    }
+}
+
+impl KeepChecksums for dto::UploadPartOutput {
+    fn keep_checksums(&mut self, _: bool) {}
 }
 
 // Every operation the server serves (super::operations), to the back end.

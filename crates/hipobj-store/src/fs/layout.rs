@@ -287,36 +287,18 @@ impl FsStore {
     }
 
     async fn read_trailer(file: &mut tokio::fs::File) -> std::io::Result<Meta> {
-        let bad = |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_owned());
         let len = file.metadata().await?.len();
         if len < TRAILER {
-            return Err(bad("shorter than its trailer"));
+            return Err(bad_file("shorter than its trailer"));
         }
         file.seek(SeekFrom::Start(len - TRAILER)).await?;
         let mut t = [0u8; 8];
         file.read_exact(&mut t).await?;
-        if &t[4..] != MAGIC {
-            return Err(bad("no object trailer"));
-        }
-        let jlen = u64::from(u32::from_le_bytes([t[0], t[1], t[2], t[3]]));
-        let data_len = len
-            .checked_sub(TRAILER + jlen)
-            .ok_or_else(|| bad("trailer longer than the file"))?;
+        let (jlen, data_len) = trailer_fields(t, len)?;
         file.seek(SeekFrom::Start(data_len)).await?;
-        let mut json = vec![0u8; usize::try_from(jlen).map_err(|_| bad("trailer too long"))?];
+        let mut json = vec![0u8; usize::try_from(jlen).map_err(|_| bad_file("trailer too long"))?];
         file.read_exact(&mut json).await?;
-        let meta: Meta = serde_json::from_slice(&json).map_err(|e| bad(&e.to_string()))?;
-        if meta.stored_len() != data_len {
-            return Err(bad("data length differs from the metadata"));
-        }
-        if meta
-            .encryption
-            .as_ref()
-            .is_some_and(|e| e.plain_len() != meta.size)
-        {
-            return Err(bad("the encrypted segments do not add up to the object's size"));
-        }
-        Ok(meta)
+        decode_meta(&json, data_len)
     }
 
     /// Appends the trailer (the file is then complete, not yet visible).
@@ -382,4 +364,60 @@ fn checked_stream(file: tokio::fs::File, checker: Checker, start: u64, len: u64)
             Ok(Some((chunk, (file, from + n, checker))))
         },
     ))
+}
+
+fn bad_file(why: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_owned())
+}
+
+/// The trailer's last 8 bytes `t` of a file of `len` bytes: the JSON's
+/// length and the data's.
+fn trailer_fields(t: [u8; 8], len: u64) -> std::io::Result<(u64, u64)> {
+    if &t[4..] != MAGIC {
+        return Err(bad_file("no object trailer"));
+    }
+    let jlen = u64::from(u32::from_le_bytes([t[0], t[1], t[2], t[3]]));
+    let data_len = len
+        .checked_sub(TRAILER + jlen)
+        .ok_or_else(|| bad_file("trailer longer than the file"))?;
+    Ok((jlen, data_len))
+}
+
+/// The metadata `json` of a file whose data is `data_len` bytes, checked
+/// against it.
+fn decode_meta(json: &[u8], data_len: u64) -> std::io::Result<Meta> {
+    let meta: Meta = serde_json::from_slice(json).map_err(|e| bad_file(&e.to_string()))?;
+    if meta.stored_len() != data_len {
+        return Err(bad_file("data length differs from the metadata"));
+    }
+    if meta
+        .encryption
+        .as_ref()
+        .is_some_and(|e| e.plain_len() != meta.size)
+    {
+        return Err(bad_file(
+            "the encrypted segments do not add up to the object's size",
+        ));
+    }
+    Ok(meta)
+}
+
+/// Reads a whole object file from memory as the store reads it from disk:
+/// the trailer, the metadata, and (where it has them) the block checksums
+/// checked against the data. What is wrong, or the object's key and size.
+/// For the fuzz target `store_files`, which feeds it what a damaged disk
+/// might hold.
+pub fn parse_object_file(bytes: &[u8]) -> Result<(String, u64), String> {
+    let len = bytes.len() as u64;
+    let tail = len.checked_sub(TRAILER).ok_or("shorter than its trailer")?;
+    let mut t = [0u8; 8];
+    t.copy_from_slice(&bytes[tail as usize..]);
+    let (jlen, data_len) = trailer_fields(t, len).map_err(|e| e.to_string())?;
+    let json = &bytes[data_len as usize..(data_len + jlen) as usize];
+    let meta = decode_meta(json, data_len).map_err(|e| e.to_string())?;
+    if let Some(c) = Stored::checker(&meta).map_err(|e| e.to_string())? {
+        c.check(0, &bytes[..data_len as usize])
+            .map_err(|e| e.to_string())?;
+    }
+    Ok((meta.key, meta.size))
 }

@@ -54,6 +54,7 @@ use s3s::{S3Error, S3ErrorCode};
 use crate::disk::{self, Durability};
 
 pub use fsck::{Finding, FsckOptions, FsckReport, fsck};
+pub use layout::parse_object_file;
 
 mod acl;
 mod bucket_encryption;
