@@ -32,4 +32,15 @@ pub trait Control {
     fn server_addrs(&self) -> Option<Vec<std::net::IpAddr>> {
         None
     }
+
+    /// How the latest request reached the server; asked with
+    /// [`Control::server_addrs`]. Say [`crate::ControlChannel::VerifiedTls`]
+    /// only for a request sent over TLS whose certificate the application's
+    /// HTTP client verified for the endpoint's host: a binding reply may
+    /// then name a server QP at any unicast address (docs/protocol.md §8).
+    /// The default, [`crate::ControlChannel::Unauthenticated`], keeps the
+    /// check against the endpoint's addresses.
+    fn control_channel(&self) -> crate::ControlChannel {
+        crate::ControlChannel::Unauthenticated
+    }
 }
