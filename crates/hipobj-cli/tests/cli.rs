@@ -638,7 +638,11 @@ fn over_plain_http_a_server_nic_on_another_address_is_refused_unless_listed() {
         .args(["put", src.to_str().unwrap(), "s3://bkt/mh"])
         .args(rdma));
     assert!(o.status.success(), "{}", stderr(&o));
-    let o = run(env.cmd().env_remove("HIPOBJ_ALLOW_PEER_GID").args(["get", "s3://bkt/mh", "-"]).args(rdma));
+    let o = run(env
+        .cmd()
+        .env_remove("HIPOBJ_ALLOW_PEER_GID")
+        .args(["get", "s3://bkt/mh", "-"])
+        .args(rdma));
     fails_with(&o, "not an address of the server");
     let o = run(env.cmd().args(["get", "s3://bkt/mh", "-"]).args(rdma));
     assert!(o.status.success(), "{}", stderr(&o));

@@ -106,7 +106,11 @@ impl Env {
             .rdma()
             .and_then(|r| r.target().selection().gid.to_ipv4())
             .unwrap();
-        assert_ne!(ip, std::net::Ipv4Addr::LOCALHOST, "the NIC must not be on the endpoint's address");
+        assert_ne!(
+            ip,
+            std::net::Ipv4Addr::LOCALHOST,
+            "the NIC must not be on the endpoint's address"
+        );
         ip
     }
 
@@ -235,7 +239,11 @@ fn a_server_whose_rdma_nic_is_on_another_address_needs_no_allow_list_over_https(
         .unwrap();
     assert!(o.status.success(), "GET, NIC at {nic}: {}", stderr(&o));
     assert!(o.stdout == data, "the bytes that came back differ");
-    assert_eq!(env.server().rdma().unwrap().target().stats().transfers, 2, "both by RDMA");
+    assert_eq!(
+        env.server().rdma().unwrap().target().stats().transfers,
+        2,
+        "both by RDMA"
+    );
 }
 
 #[test]

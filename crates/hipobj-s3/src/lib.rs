@@ -221,10 +221,12 @@ impl RdmaS3Client {
         self
     }
 
-    /// The addresses of `host`, the host a request went to: the only ones
-    /// a binding reply or a PREPARE answer to it may name the server QP at
-    /// (docs/protocol.md §8; `HIPOBJ_ALLOW_PEER_GID` adds more, or turns
-    /// the check off). Resolved once per host.
+    /// The addresses of `host`, the host a request went to: over plain
+    /// HTTP, the only ones a binding reply or a PREPARE answer to it may
+    /// name the server QP at (docs/protocol.md §8; `HIPOBJ_ALLOW_PEER_GID`
+    /// adds more, or turns the check off; over verified https any unicast
+    /// address passes, see [`RdmaS3Client::tls_unverified`]). Resolved once
+    /// per host.
     pub fn server_addrs(&self, host: &str) -> Vec<std::net::IpAddr> {
         self.servers.resolve(host)
     }
@@ -917,7 +919,9 @@ impl Control for Exchanger<'_> {
     fn control_channel(&self) -> hipobj::ControlChannel {
         self.last
             .as_ref()
-            .map_or(hipobj::ControlChannel::Unauthenticated, |ex| self.client.channel_of(ex))
+            .map_or(hipobj::ControlChannel::Unauthenticated, |ex| {
+                self.client.channel_of(ex)
+            })
     }
 }
 

@@ -336,9 +336,16 @@ fn a_binding_server_keeps_the_binding_exchange_and_never_sees_v2() {
 #[test]
 fn a_v2_server_over_verified_https_may_put_its_nic_on_another_address() {
     let server_verbs = soft("softroce-n3s");
-    let server = Arc::new(V2Server::open(server_verbs.as_ref() as &dyn Verbs, "softroce-n3s"));
+    let server = Arc::new(V2Server::open(
+        server_verbs.as_ref() as &dyn Verbs,
+        "softroce-n3s",
+    ));
     let nic = server_verbs.device().unwrap().ip();
-    assert_ne!(nic, std::net::Ipv4Addr::LOCALHOST, "the NIC must not be on the endpoint's address");
+    assert_ne!(
+        nic,
+        std::net::Ipv4Addr::LOCALHOST,
+        "the NIC must not be on the endpoint's address"
+    );
     let server_rt = runtime();
     let dir = tempfile::tempdir().unwrap();
     let ca = test_ca::TestCa::new("hipobj-s3 negotiation CA");
@@ -363,8 +370,12 @@ fn a_v2_server_over_verified_https_may_put_its_nic_on_another_address() {
             .build(),
     );
     let none = || hipobj::AllowPeer::default();
-    let c = RdmaS3Client::new(s3, hipobj_client_allowing("softroce-n3c", none()), rt.handle().clone())
-        .fallback(false);
+    let c = RdmaS3Client::new(
+        s3,
+        hipobj_client_allowing("softroce-n3c", none()),
+        rt.handle().clone(),
+    )
+    .fallback(false);
     let data = pattern((1 << 20) + 11, 3);
     let reg = c.hipobj().register(data.clone()).unwrap();
     let t = c.put_object(&reg, Span::whole(data.len()), "bkt", "obj").unwrap();

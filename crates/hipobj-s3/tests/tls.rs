@@ -240,13 +240,19 @@ fn a_server_whose_rdma_nic_is_on_another_address_needs_no_allow_list_over_verifi
         .rdma()
         .and_then(|r| r.target().selection().gid.to_ipv4())
         .unwrap();
-    assert_ne!(nic, std::net::Ipv4Addr::LOCALHOST, "the NIC must not be on the endpoint's address");
+    assert_ne!(
+        nic,
+        std::net::Ipv4Addr::LOCALHOST,
+        "the NIC must not be on the endpoint's address"
+    );
     let s3 = sdk(&h.endpoint(), Some(&bundle));
     rt.block_on(s3.create_bucket().bucket("multi").send()).unwrap();
     let hipobj = hipobj_client(hipobj::AllowPeer::default());
     let c = RdmaS3Client::new(s3, hipobj.clone(), rt.handle().clone()).fallback(false);
     let reg = hipobj.register(data.clone()).unwrap();
-    let put = c.put_object(&reg, Span::whole(data.len()), "multi", "obj").unwrap();
+    let put = c
+        .put_object(&reg, Span::whole(data.len()), "multi", "obj")
+        .unwrap();
     assert!(put.rdma && put.bytes == data.len() as u64, "{put:?}");
     drop(reg);
     let mut reg = hipobj.register(vec![0u8; data.len()]).unwrap();
@@ -261,9 +267,13 @@ fn a_server_whose_rdma_nic_is_on_another_address_needs_no_allow_list_over_verifi
     // held to the endpoint check, as over plain http (a hipObject client of
     // its own: no connection already bound to that NIC).
     let hipobj = hipobj_client(hipobj::AllowPeer::default());
-    let unverified = RdmaS3Client::new(sdk(&h.endpoint(), Some(&bundle)), hipobj.clone(), rt.handle().clone())
-        .fallback(false)
-        .tls_unverified();
+    let unverified = RdmaS3Client::new(
+        sdk(&h.endpoint(), Some(&bundle)),
+        hipobj.clone(),
+        rt.handle().clone(),
+    )
+    .fallback(false)
+    .tls_unverified();
     let mut reg = hipobj.register(vec![0u8; data.len()]).unwrap();
     let e = unverified
         .get_object(&mut reg, Span::whole(data.len()), "multi", "obj", None)
@@ -292,7 +302,8 @@ fn a_server_whose_rdma_nic_is_on_another_address_needs_no_allow_list_over_verifi
         .unwrap_err();
     assert_eq!(e.kind(), hipobj::ErrorKind::RdmaError, "{e}");
     assert!(
-        e.to_string().contains("not an address of the server") && e.to_string().contains("HIPOBJ_ALLOW_PEER_GID"),
+        e.to_string().contains("not an address of the server")
+            && e.to_string().contains("HIPOBJ_ALLOW_PEER_GID"),
         "{e}"
     );
     drop(reg);
@@ -306,7 +317,9 @@ fn a_server_whose_rdma_nic_is_on_another_address_needs_no_allow_list_over_verifi
     let hipobj = hipobj_client(hipobj::AllowPeer::Listed(vec![nic.into()]));
     let c = RdmaS3Client::new(s3, hipobj.clone(), rt.handle().clone()).fallback(false);
     let reg = hipobj.register(data.clone()).unwrap();
-    let put = c.put_object(&reg, Span::whole(data.len()), "multi", "obj").unwrap();
+    let put = c
+        .put_object(&reg, Span::whole(data.len()), "multi", "obj")
+        .unwrap();
     assert!(put.rdma, "{put:?}");
     drop(reg);
     let mut reg = hipobj.register(vec![0u8; data.len()]).unwrap();

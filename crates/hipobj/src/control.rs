@@ -27,7 +27,8 @@ pub trait Control {
     /// host, resolved), where the application knows them; asked after each
     /// reply. A binding reply may then only name a server QP at one of them
     /// (docs/protocol.md §8, `crate::AllowPeer` for NAT and multi-homed
-    /// servers). The default, `None`, falls back to
+    /// servers), unless [`Control::control_channel`] says the request went
+    /// over verified TLS. The default, `None`, falls back to
     /// [`crate::Instance::set_server_addrs`].
     fn server_addrs(&self) -> Option<Vec<std::net::IpAddr>> {
         None

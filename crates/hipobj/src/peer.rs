@@ -225,7 +225,10 @@ mod tests {
         };
         // A multi-homed server: its RDMA NIC on another network.
         assert!(s.check(v4(192, 0, 2, 1)).is_ok());
-        assert!(s.check(Gid(Ipv6Addr::new(0xfe80, 0, 0, 0, 1, 2, 3, 4).octets())).is_ok());
+        assert!(
+            s.check(Gid(Ipv6Addr::new(0xfe80, 0, 0, 0, 1, 2, 3, 4).octets()))
+                .is_ok()
+        );
         // A remote server naming this host's loopback is refused, in
         // both spellings, unless the switch lists it.
         for gid in [v4(127, 0, 0, 1), Gid(Ipv6Addr::LOCALHOST.octets())] {
@@ -250,7 +253,9 @@ mod tests {
             channel: ControlChannel::Unauthenticated,
             ..s
         };
-        let e = s.check(v4(127, 0, 0, 2)).expect_err("plain HTTP, another address");
+        let e = s
+            .check(v4(127, 0, 0, 2))
+            .expect_err("plain HTTP, another address");
         assert!(e.to_string().contains("not an address of the server"), "{e}");
         assert!(s.check(v4(192, 0, 2, 1)).is_err());
     }

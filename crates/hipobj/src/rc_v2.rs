@@ -370,7 +370,8 @@ impl RcV2Session {
 
     /// The addresses of the server PREPARE goes to (its endpoint's host,
     /// resolved): the answer's GID must be one of them, or one that
-    /// `HIPOBJ_ALLOW_PEER_GID` lists (docs/protocol.md §8). Without this
+    /// `HIPOBJ_ALLOW_PEER_GID` lists, unless PREPARE went over verified TLS
+    /// ([`RcV2Session::control_channel`]; docs/protocol.md §8). Without this
     /// call, those of [`Instance::set_server_addrs`], if any.
     pub fn expect_server(&mut self, addrs: Vec<IpAddr>) {
         self.server_addrs = Some(addrs);

@@ -364,11 +364,24 @@ fn a_prepare_answer_naming_another_address_is_taken_over_verified_tls_only() {
         }
     };
     let plain = over(ControlChannel::Unauthenticated);
-    let (r, _) = drive_with(&inst, &server, Direction::Put, src.addr(), size, 0, "mh", 0, plain);
+    let (r, _) = drive_with(
+        &inst,
+        &server,
+        Direction::Put,
+        src.addr(),
+        size,
+        0,
+        "mh",
+        0,
+        plain,
+    );
     let e = r.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::RdmaError, "{e}");
     assert!(e.to_string().contains("not an address of the server"), "{e}");
-    assert!(!server.objects.lock().unwrap().contains_key("mh"), "a PUT went through");
+    assert!(
+        !server.objects.lock().unwrap().contains_key("mh"),
+        "a PUT went through"
+    );
     assert_eq!(server.open_sessions(), 0, "the refused session was cancelled");
 
     let tls = over(ControlChannel::VerifiedTls);

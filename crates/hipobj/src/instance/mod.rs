@@ -147,7 +147,11 @@ impl Instance {
 
     /// The check of a server token that came back over `channel` against
     /// `endpoint` and the switch.
-    pub(crate) fn servers<'a>(&'a self, endpoint: Option<&'a [IpAddr]>, channel: ControlChannel) -> Servers<'a> {
+    pub(crate) fn servers<'a>(
+        &'a self,
+        endpoint: Option<&'a [IpAddr]>,
+        channel: ControlChannel,
+    ) -> Servers<'a> {
         Servers {
             endpoint,
             allow: &self.options.allow_peer,
