@@ -610,3 +610,41 @@ fn an_rdma_get_of_rotten_bytes_fails_and_never_reports_success() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(o.stdout, &data[..262_144]);
 }
+
+/// Issue 38, finding 3 (docs/protocol.md §8): over plain http, the server's
+/// soft NIC on a loopback address of its own (not the endpoint's 127.0.0.1)
+/// is refused, in one line that says what to do, until
+/// `HIPOBJ_ALLOW_PEER_GID` lists it: a party on the HTTP path could have
+/// named that NIC. (Over verified https it needs no listing: tls.rs.)
+#[test]
+fn over_plain_http_a_server_nic_on_another_address_is_refused_unless_listed() {
+    let env = Env::with_rdma();
+    assert!(env.endpoint().starts_with("http://127.0.0.1:"));
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src.bin");
+    let data = pattern((1 << 20) + 3);
+    std::fs::write(&src, &data).unwrap();
+    let rdma = ["--nic-hint", "softroce0", "--require-rdma"];
+    let o = run(env
+        .cmd()
+        .env_remove("HIPOBJ_ALLOW_PEER_GID")
+        .args(["put", src.to_str().unwrap(), "s3://bkt/mh"])
+        .args(rdma));
+    fails_with(&o, "not an address of the server");
+    assert!(stderr(&o).contains("HIPOBJ_ALLOW_PEER_GID"), "{}", stderr(&o));
+    // Listed (Env::cmd names the NIC's address): it goes through.
+    let o = run(env
+        .cmd()
+        .args(["put", src.to_str().unwrap(), "s3://bkt/mh"])
+        .args(rdma));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(env
+        .cmd()
+        .env_remove("HIPOBJ_ALLOW_PEER_GID")
+        .args(["get", "s3://bkt/mh", "-"])
+        .args(rdma));
+    fails_with(&o, "not an address of the server");
+    let o = run(env.cmd().args(["get", "s3://bkt/mh", "-"]).args(rdma));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(o.stdout == data, "the bytes that came back differ");
+}

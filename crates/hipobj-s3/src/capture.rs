@@ -42,6 +42,9 @@ pub(crate) struct Exchange {
     pub host: Option<String>,
     /// The request's `host[:port]`.
     pub authority: Option<String>,
+    /// Whether the request was sent to an `https://` URL: it went over TLS,
+    /// and no response came unless the handshake succeeded.
+    pub https: bool,
 }
 
 impl Exchange {
@@ -183,6 +186,10 @@ impl Intercept for Capture {
         ex.authority = uri
             .as_ref()
             .and_then(|u| u.authority().map(|a| a.as_str().to_owned()));
+        ex.https = uri
+            .as_ref()
+            .and_then(http::Uri::scheme_str)
+            .is_some_and(|s| s.eq_ignore_ascii_case("https"));
         Ok(())
     }
 

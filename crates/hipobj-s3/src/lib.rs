@@ -129,6 +129,9 @@ pub struct RdmaS3Client {
     servers: endpoint::EndpointAddrs,
     args: ObjectArgs,
     retries: TokenRetries,
+    /// Whether the S3 client's HTTP client skips verifying an https
+    /// endpoint's certificate (see [`RdmaS3Client::tls_unverified`]).
+    tls_unverified: bool,
 }
 
 /// Why a client with [`ObjectArgs`] does not use hipobj-rc-v2.
@@ -165,6 +168,36 @@ impl RdmaS3Client {
             servers: endpoint::EndpointAddrs::default(),
             args: ObjectArgs::default(),
             retries: TokenRetries::default(),
+            tls_unverified: false,
+        }
+    }
+
+    /// Says that the S3 client's HTTP client does not verify an https
+    /// endpoint's certificate (one built to skip it): its https answers are
+    /// then checked as plain HTTP's are.
+    ///
+    /// By default a request sent to an `https://` endpoint counts as
+    /// authenticated by TLS, as both [`tls::http_client`] and aws-sdk-s3's
+    /// own HTTP client verify the certificate against the trusted roots and
+    /// the host, with no way to turn that off: a binding reply or PREPARE
+    /// answer to it may name the server's RDMA NIC at any unicast address
+    /// (a multi-homed server), not only at the endpoint host's addresses
+    /// (docs/protocol.md §8). Over plain HTTP the endpoint check stays,
+    /// with `HIPOBJ_ALLOW_PEER_GID` for the other addresses.
+    #[must_use]
+    pub fn tls_unverified(mut self) -> Self {
+        self.tls_unverified = true;
+        self
+    }
+
+    /// How the request `ex` records reached the server: by verified TLS
+    /// when it was sent to an `https://` URL and this client's HTTP client
+    /// verifies certificates.
+    pub(crate) fn channel_of(&self, ex: &Exchange) -> hipobj::ControlChannel {
+        if ex.https && !self.tls_unverified {
+            hipobj::ControlChannel::VerifiedTls
+        } else {
+            hipobj::ControlChannel::Unauthenticated
         }
     }
 
@@ -188,10 +221,12 @@ impl RdmaS3Client {
         self
     }
 
-    /// The addresses of `host`, the host a request went to: the only ones
-    /// a binding reply or a PREPARE answer to it may name the server QP at
-    /// (docs/protocol.md §8; `HIPOBJ_ALLOW_PEER_GID` adds more, or turns
-    /// the check off). Resolved once per host.
+    /// The addresses of `host`, the host a request went to: over plain
+    /// HTTP, the only ones a binding reply or a PREPARE answer to it may
+    /// name the server QP at (docs/protocol.md §8; `HIPOBJ_ALLOW_PEER_GID`
+    /// adds more, or turns the check off; over verified https any unicast
+    /// address passes, see [`RdmaS3Client::tls_unverified`]). Resolved once
+    /// per host.
     pub fn server_addrs(&self, host: &str) -> Vec<std::net::IpAddr> {
         self.servers.resolve(host)
     }
@@ -879,6 +914,14 @@ impl Control for Exchanger<'_> {
     fn server_addrs(&self) -> Option<Vec<std::net::IpAddr>> {
         let host = self.last.as_ref()?.host.as_deref()?;
         Some(self.client.server_addrs(host))
+    }
+
+    fn control_channel(&self) -> hipobj::ControlChannel {
+        self.last
+            .as_ref()
+            .map_or(hipobj::ControlChannel::Unauthenticated, |ex| {
+                self.client.channel_of(ex)
+            })
     }
 }
 

@@ -178,6 +178,7 @@ impl RdmaS3Client {
         if let Some(host) = &ex.host {
             s.expect_server(self.server_addrs(host));
         }
+        s.control_channel(self.channel_of(&ex));
         s.prepared_from(status, ex.rdma_headers())
             .map_err(|e| with_status(e, "PREPARE", status))?;
         let ready = s.ready_request()?.to_headers();

@@ -9,6 +9,8 @@
 #[path = "../../hipobj/tests/support/rc_v2.rs"]
 mod double;
 mod support;
+#[path = "../../hipobj-server/tests/support/test_ca.rs"]
+mod test_ca;
 
 use std::sync::Arc;
 
@@ -17,7 +19,7 @@ use hipobj_platform::{NoGpu, NoTopology, Platform, Verbs};
 use hipobj_proto::rc_v2;
 use hipobj_s3::{Protocol, RdmaS3Client, Span};
 use hipobj_softroce::{SoftConfig, SoftVerbs};
-use support::{Req, Resp, runtime, sdk, start};
+use support::{Req, Resp, runtime, sdk, start, start_tls};
 
 fn soft(name: &str) -> Arc<SoftVerbs> {
     Arc::new(SoftVerbs::new(SoftConfig {
@@ -30,6 +32,11 @@ fn soft(name: &str) -> Arc<SoftVerbs> {
 /// servers' soft NICs have loopback addresses of their own, not the HTTP
 /// endpoint's 127.0.0.1 (a multi-homed server, docs/protocol.md §8).
 fn hipobj_client(name: &str, server_ip: std::net::Ipv4Addr) -> hipobj::Client {
+    hipobj_client_allowing(name, hipobj::AllowPeer::Listed(vec![server_ip.into()]))
+}
+
+/// A client on its own soft NIC with `allow` as its `HIPOBJ_ALLOW_PEER_GID`.
+fn hipobj_client_allowing(name: &str, allow: hipobj::AllowPeer) -> hipobj::Client {
     let platform = Platform {
         verbs: soft(name),
         gpu: Arc::new(NoGpu::new("test")),
@@ -39,7 +46,7 @@ fn hipobj_client(name: &str, server_ip: std::net::Ipv4Addr) -> hipobj::Client {
         .nic_hint(name)
         .options(hipobj::Options {
             max_transfers: 2,
-            allow_peer: hipobj::AllowPeer::Listed(vec![server_ip.into()]),
+            allow_peer: allow,
             ..hipobj::Options::default()
         })
         .build()
@@ -317,4 +324,88 @@ fn a_binding_server_keeps_the_binding_exchange_and_never_sees_v2() {
     drop(reg);
     assert_eq!(h.rdma().unwrap().target().stats().transfers, 2);
     rt.block_on(h.shutdown());
+}
+
+/// Issue 38, finding 3 (docs/protocol.md §8), for hipobj-rc-v2: the v2-only
+/// server, its soft NIC on a loopback address of its own (not the
+/// endpoint's 127.0.0.1, as a multi-homed server's RDMA NIC), and clients
+/// that list no address in `HIPOBJ_ALLOW_PEER_GID`. Over https with the
+/// certificate verified, only the server can have written the PREPARE
+/// answer: a PUT and a GET move by RDMA. The same front over plain http is
+/// refused at PREPARE, as before.
+#[test]
+fn a_v2_server_over_verified_https_may_put_its_nic_on_another_address() {
+    let server_verbs = soft("softroce-n3s");
+    let server = Arc::new(V2Server::open(
+        server_verbs.as_ref() as &dyn Verbs,
+        "softroce-n3s",
+    ));
+    let nic = server_verbs.device().unwrap().ip();
+    assert_ne!(
+        nic,
+        std::net::Ipv4Addr::LOCALHOST,
+        "the NIC must not be on the endpoint's address"
+    );
+    let server_rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = test_ca::TestCa::new("hipobj-s3 negotiation CA");
+    let files = ca.write_server(dir.path(), "front");
+    let tls = hipobj_server::tls::Tls::from_config(&hipobj_server::config::TlsConfig {
+        cert: Some(files.cert),
+        key: Some(files.key),
+        ..hipobj_server::config::TlsConfig::default()
+    })
+    .unwrap()
+    .unwrap();
+    let https = start_tls(&server_rt, tls, front(server.clone(), false));
+    assert!(https.endpoint().starts_with("https://127.0.0.1:"));
+    let plain = start(&server_rt, front(server.clone(), false));
+    let rt = runtime();
+    let bundle = hipobj_s3::tls::CaBundle::from_pem(ca.pem()).unwrap();
+    let s3 = aws_sdk_s3::Client::from_conf(
+        sdk(&https.endpoint())
+            .config()
+            .to_builder()
+            .http_client(hipobj_s3::tls::http_client(Some(&bundle)).unwrap())
+            .build(),
+    );
+    let none = || hipobj::AllowPeer::default();
+    let c = RdmaS3Client::new(
+        s3,
+        hipobj_client_allowing("softroce-n3c", none()),
+        rt.handle().clone(),
+    )
+    .fallback(false);
+    let data = pattern((1 << 20) + 11, 3);
+    let reg = c.hipobj().register(data.clone()).unwrap();
+    let t = c.put_object(&reg, Span::whole(data.len()), "bkt", "obj").unwrap();
+    assert!(t.rdma && t.bytes == data.len() as u64, "{t:?}");
+    assert_eq!(c.protocol(), Protocol::RcV2);
+    assert!(server.objects.lock().unwrap()["obj"] == data);
+    drop(reg);
+    let mut reg = c.hipobj().register(vec![0u8; data.len()]).unwrap();
+    let t = c
+        .get_object(&mut reg, Span::whole(data.len()), "bkt", "obj", None)
+        .unwrap();
+    assert!(t.rdma && t.bytes == data.len() as u64, "{t:?}");
+    assert!(reg.to_vec() == data, "the bytes that came back differ");
+    drop(reg);
+    assert!(server.cancelled.lock().unwrap().is_empty());
+
+    let c = RdmaS3Client::new(
+        sdk(&plain.endpoint()),
+        hipobj_client_allowing("softroce-n3p", none()),
+        rt.handle().clone(),
+    )
+    .fallback(false)
+    .known_protocol(Protocol::RcV2);
+    let mut reg = c.hipobj().register(vec![0u8; data.len()]).unwrap();
+    let e = c
+        .get_object(&mut reg, Span::whole(data.len()), "bkt", "obj", None)
+        .unwrap_err();
+    assert_eq!(e.kind(), hipobj::ErrorKind::RdmaError, "{e}");
+    assert!(e.to_string().contains("not an address of the server"), "{e}");
+    assert!(reg.to_vec().iter().all(|b| *b == 0), "bytes landed");
+    drop(reg);
+    rt.shutdown_background();
 }

@@ -38,7 +38,12 @@ fn sdk(endpoint: &str, ca: Option<&CaBundle>) -> aws_sdk_s3::Client {
 
 /// hipobj-server with TLS from `ca` and RDMA on the soft NIC.
 fn server(rt: &tokio::runtime::Runtime, ca: &TestCa, dir: &std::path::Path) -> Handle {
-    let files = ca.write_server(dir, "server");
+    server_over(rt, Some(ca), dir)
+}
+
+/// hipobj-server with RDMA on the soft NIC, serving TLS from `ca` when
+/// given, else plain http.
+fn server_over(rt: &tokio::runtime::Runtime, ca: Option<&TestCa>, dir: &std::path::Path) -> Handle {
     let data = dir.join("data");
     let mut config = Config {
         address: "127.0.0.1:0".parse().unwrap(),
@@ -55,8 +60,11 @@ fn server(rt: &tokio::runtime::Runtime, ca: &TestCa, dir: &std::path::Path) -> H
     config.rdma.enabled = true;
     config.rdma.device = Some(hipobj_softroce::DEFAULT_NAME.into());
     config.rdma.backend = VerbsBackend::Softroce;
-    config.tls.cert = Some(files.cert);
-    config.tls.key = Some(files.key);
+    if let Some(ca) = ca {
+        let files = ca.write_server(dir, "server");
+        config.tls.cert = Some(files.cert);
+        config.tls.key = Some(files.key);
+    }
     rt.block_on(Server::start(config)).unwrap()
 }
 
@@ -190,4 +198,135 @@ fn a_ca_bundle_with_nothing_to_trust_is_an_error_not_an_empty_trust_store() {
     // Two CAs in one file, with a key in between: both certificates count.
     let two = format!("{}{key_pem}{}", ca.pem(), TestCa::new("second").pem());
     assert_eq!(CaBundle::from_pem(two).unwrap().len(), 2);
+}
+
+/// A hipObject client on the soft NIC with `allow` as its
+/// `HIPOBJ_ALLOW_PEER_GID` (whatever the test's environment says).
+fn hipobj_client(allow: hipobj::AllowPeer) -> hipobj::Client {
+    hipobj::Client::builder(hipobj_system::platform())
+        .nic_hint(hipobj_softroce::DEFAULT_NAME)
+        .options(hipobj::Options {
+            allow_peer: allow,
+            ..hipobj::Options::default()
+        })
+        .build()
+        .unwrap()
+}
+
+/// Issue 38, finding 3 (docs/protocol.md §8): a multi-homed server, its S3
+/// endpoint on 127.0.0.1 and its RDMA NIC (the soft NIC) on a loopback
+/// address of its own. Over https with the certificate verified, only the
+/// server can have written the binding reply, so a PUT and a GET move by
+/// RDMA with no `HIPOBJ_ALLOW_PEER_GID`. The same layout over plain http is
+/// refused as before (a party on the path could have named that NIC), and
+/// goes through once the address is listed.
+#[test]
+fn a_server_whose_rdma_nic_is_on_another_address_needs_no_allow_list_over_verified_https() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("hipobj-s3 multi-homed CA");
+    let bundle = CaBundle::from_pem(ca.pem()).unwrap();
+    let data = pattern((2 << 20) + 3, 11);
+
+    let tls_dir = dir.path().join("tls");
+    std::fs::create_dir(&tls_dir).unwrap();
+    let h = server_over(&rt, Some(&ca), &tls_dir);
+    assert!(h.endpoint().starts_with("https://127.0.0.1:"), "{}", h.endpoint());
+    let nic = h
+        .rdma()
+        .and_then(|r| r.target().selection().gid.to_ipv4())
+        .unwrap();
+    assert_ne!(
+        nic,
+        std::net::Ipv4Addr::LOCALHOST,
+        "the NIC must not be on the endpoint's address"
+    );
+    let s3 = sdk(&h.endpoint(), Some(&bundle));
+    rt.block_on(s3.create_bucket().bucket("multi").send()).unwrap();
+    let hipobj = hipobj_client(hipobj::AllowPeer::default());
+    let c = RdmaS3Client::new(s3, hipobj.clone(), rt.handle().clone()).fallback(false);
+    let reg = hipobj.register(data.clone()).unwrap();
+    let put = c
+        .put_object(&reg, Span::whole(data.len()), "multi", "obj")
+        .unwrap();
+    assert!(put.rdma && put.bytes == data.len() as u64, "{put:?}");
+    drop(reg);
+    let mut reg = hipobj.register(vec![0u8; data.len()]).unwrap();
+    let got = c
+        .get_object(&mut reg, Span::whole(data.len()), "multi", "obj", None)
+        .unwrap();
+    assert!(got.rdma && got.bytes == data.len() as u64, "{got:?}");
+    assert!(reg.to_vec() == data, "the bytes that came back differ");
+    drop(reg);
+    assert_eq!(h.rdma().unwrap().target().stats().transfers, 2);
+    // A client that says its HTTP client does not verify certificates is
+    // held to the endpoint check, as over plain http (a hipObject client of
+    // its own: no connection already bound to that NIC).
+    let hipobj = hipobj_client(hipobj::AllowPeer::default());
+    let unverified = RdmaS3Client::new(
+        sdk(&h.endpoint(), Some(&bundle)),
+        hipobj.clone(),
+        rt.handle().clone(),
+    )
+    .fallback(false)
+    .tls_unverified();
+    let mut reg = hipobj.register(vec![0u8; data.len()]).unwrap();
+    let e = unverified
+        .get_object(&mut reg, Span::whole(data.len()), "multi", "obj", None)
+        .unwrap_err();
+    assert!(e.to_string().contains("not an address of the server"), "{e}");
+    assert!(reg.to_vec().iter().all(|b| *b == 0), "bytes landed");
+    drop(reg);
+    rt.block_on(h.shutdown());
+
+    let plain_dir = dir.path().join("plain");
+    std::fs::create_dir(&plain_dir).unwrap();
+    let h = server_over(&rt, None, &plain_dir);
+    assert!(h.endpoint().starts_with("http://127.0.0.1:"), "{}", h.endpoint());
+    let nic = h
+        .rdma()
+        .and_then(|r| r.target().selection().gid.to_ipv4())
+        .unwrap();
+    assert_ne!(nic, std::net::Ipv4Addr::LOCALHOST);
+    let s3 = sdk(&h.endpoint(), None);
+    rt.block_on(s3.create_bucket().bucket("multi").send()).unwrap();
+    let hipobj = hipobj_client(hipobj::AllowPeer::default());
+    let c = RdmaS3Client::new(s3.clone(), hipobj.clone(), rt.handle().clone()).fallback(false);
+    let reg = hipobj.register(data.clone()).unwrap();
+    let e = c
+        .put_object(&reg, Span::whole(data.len()), "multi", "obj")
+        .unwrap_err();
+    assert_eq!(e.kind(), hipobj::ErrorKind::RdmaError, "{e}");
+    assert!(
+        e.to_string().contains("not an address of the server")
+            && e.to_string().contains("HIPOBJ_ALLOW_PEER_GID"),
+        "{e}"
+    );
+    drop(reg);
+    let mut reg = hipobj.register(vec![0u8; data.len()]).unwrap();
+    let e = c
+        .get_object(&mut reg, Span::whole(data.len()), "multi", "obj", None)
+        .unwrap_err();
+    assert!(e.to_string().contains("not an address of the server"), "{e}");
+    drop(reg);
+    assert_eq!(h.rdma().unwrap().target().stats().transfers, 0, "no transfer ran");
+    let hipobj = hipobj_client(hipobj::AllowPeer::Listed(vec![nic.into()]));
+    let c = RdmaS3Client::new(s3, hipobj.clone(), rt.handle().clone()).fallback(false);
+    let reg = hipobj.register(data.clone()).unwrap();
+    let put = c
+        .put_object(&reg, Span::whole(data.len()), "multi", "obj")
+        .unwrap();
+    assert!(put.rdma, "{put:?}");
+    drop(reg);
+    let mut reg = hipobj.register(vec![0u8; data.len()]).unwrap();
+    let got = c
+        .get_object(&mut reg, Span::whole(data.len()), "multi", "obj", None)
+        .unwrap();
+    assert!(got.rdma && reg.to_vec() == data, "{got:?}");
+    drop(reg);
+    rt.block_on(h.shutdown());
 }

@@ -27,9 +27,21 @@ pub trait Control {
     /// host, resolved), where the application knows them; asked after each
     /// reply. A binding reply may then only name a server QP at one of them
     /// (docs/protocol.md §8, `crate::AllowPeer` for NAT and multi-homed
-    /// servers). The default, `None`, falls back to
+    /// servers), unless [`Control::control_channel`] says the request went
+    /// over verified TLS. The default, `None`, falls back to
     /// [`crate::Instance::set_server_addrs`].
     fn server_addrs(&self) -> Option<Vec<std::net::IpAddr>> {
         None
+    }
+
+    /// How the latest request reached the server; asked with
+    /// [`Control::server_addrs`]. Say [`crate::ControlChannel::VerifiedTls`]
+    /// only for a request sent over TLS whose certificate the application's
+    /// HTTP client verified for the endpoint's host: a binding reply may
+    /// then name a server QP at any unicast address (docs/protocol.md §8).
+    /// The default, [`crate::ControlChannel::Unauthenticated`], keeps the
+    /// check against the endpoint's addresses.
+    fn control_channel(&self) -> crate::ControlChannel {
+        crate::ControlChannel::Unauthenticated
     }
 }

@@ -12,6 +12,12 @@
 //! turns the check off. Where the endpoint is unknown (a C program that never
 //! called `hipObjSetServerAddress`, a `Control` that does not say), nothing
 //! is checked: docs/protocol.md §8 states what that leaves open.
+//!
+//! Where the request went over TLS with the endpoint's certificate verified
+//! ([`ControlChannel::VerifiedTls`]), nobody on the path can write the reply:
+//! only the server can, and it may name any unicast GID (a multi-homed
+//! server's RDMA NIC on another network than its S3 endpoint), except a
+//! loopback one when the endpoint is not on the client's own host.
 
 use std::net::{IpAddr, Ipv6Addr, ToSocketAddrs};
 
@@ -53,6 +59,18 @@ impl AllowPeer {
     }
 }
 
+/// How the request that a server's answer came back on reached the server.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ControlChannel {
+    /// Plain HTTP, TLS whose certificate was not verified, or not known: a
+    /// party on the path could have written the answer.
+    #[default]
+    Unauthenticated,
+    /// TLS with the endpoint's certificate verified against the trusted
+    /// roots: only the server could have written the answer.
+    VerifiedTls,
+}
+
 /// The addresses of `host` (a name, an IPv4 address, or an IPv6 address
 /// with or without brackets), resolved by the system's resolver. Empty if it
 /// does not resolve.
@@ -77,6 +95,8 @@ pub(crate) struct Servers<'a> {
     pub endpoint: Option<&'a [IpAddr]>,
     /// The switch.
     pub allow: &'a AllowPeer,
+    /// How the answer came back.
+    pub channel: ControlChannel,
 }
 
 impl Servers<'_> {
@@ -93,13 +113,36 @@ impl Servers<'_> {
             return Ok(());
         }
         let list: Vec<String> = endpoint.iter().map(IpAddr::to_string).collect();
+        if self.channel == ControlChannel::VerifiedTls {
+            // Only the server wrote this answer: its RDMA NIC may be on any
+            // address, but not on this host's loopback unless the server is
+            // on this host too (the callers refused non-unicast GIDs).
+            if !is_loopback(gid) || endpoint.iter().any(IpAddr::is_loopback) {
+                return Ok(());
+            }
+            return Err(Error::new(
+                ErrorKind::RdmaError,
+                format!(
+                    "the server's token names the loopback GID {gid}, but the server the request went to ({}) is not on this host: refusing to connect to it (list the address in HIPOBJ_ALLOW_PEER_GID if this is meant)",
+                    list.join(", ")
+                ),
+            ));
+        }
         Err(Error::new(
             ErrorKind::RdmaError,
             format!(
-                "the server's token names GID {gid}, which is not an address of the server the request went to ({}): refusing to connect to it (for a server behind NAT or with its RDMA NIC on another address, list that address in HIPOBJ_ALLOW_PEER_GID)",
+                "the server's token names GID {gid}, which is not an address of the server the request went to ({}): refusing to connect to it (for a server behind NAT or with its RDMA NIC on another address, list that address in HIPOBJ_ALLOW_PEER_GID, or reach the endpoint by https with a verified certificate)",
                 list.join(", ")
             ),
         ))
+    }
+}
+
+/// Whether `gid` is a loopback address (`::1`, or an IPv4-mapped 127/8).
+fn is_loopback(gid: Gid) -> bool {
+    match gid.to_ipv4() {
+        Some(v4) => v4.is_loopback(),
+        None => Ipv6Addr::from(gid.0).is_loopback(),
     }
 }
 
@@ -130,6 +173,7 @@ mod tests {
         let s = Servers {
             endpoint: Some(&ep),
             allow: &none,
+            channel: ControlChannel::Unauthenticated,
         };
         assert!(s.check(v4(127, 0, 0, 1)).is_ok());
         let e = s.check(v4(127, 0, 0, 2)).expect_err("another loopback address");
@@ -148,6 +192,7 @@ mod tests {
         let s = Servers {
             endpoint: Some(&ep),
             allow: &listed,
+            channel: ControlChannel::Unauthenticated,
         };
         assert!(s.check(v4(192, 0, 2, 1)).is_ok());
         assert!(s.check(Gid(Ipv6Addr::LOCALHOST.octets())).is_ok());
@@ -157,14 +202,62 @@ mod tests {
         let s = Servers {
             endpoint: Some(&ep),
             allow: &any,
+            channel: ControlChannel::Unauthenticated,
         };
         assert!(s.check(v4(10, 1, 2, 3)).is_ok());
         // Unknown endpoint: nothing to check against.
         let s = Servers {
             endpoint: None,
             allow: &none,
+            channel: ControlChannel::Unauthenticated,
         };
         assert!(s.check(v4(10, 1, 2, 3)).is_ok());
+    }
+
+    #[test]
+    fn over_verified_tls_any_unicast_gid_passes_but_loopback_only_for_a_local_endpoint() {
+        let none = AllowPeer::default();
+        let remote = vec![IpAddr::V4(Ipv4Addr::new(198, 51, 100, 7))];
+        let s = Servers {
+            endpoint: Some(&remote),
+            allow: &none,
+            channel: ControlChannel::VerifiedTls,
+        };
+        // A multi-homed server: its RDMA NIC on another network.
+        assert!(s.check(v4(192, 0, 2, 1)).is_ok());
+        assert!(
+            s.check(Gid(Ipv6Addr::new(0xfe80, 0, 0, 0, 1, 2, 3, 4).octets()))
+                .is_ok()
+        );
+        // A remote server naming this host's loopback is refused, in
+        // both spellings, unless the switch lists it.
+        for gid in [v4(127, 0, 0, 1), Gid(Ipv6Addr::LOCALHOST.octets())] {
+            let e = s.check(gid).expect_err("a loopback GID from a remote server");
+            assert_eq!(e.kind(), ErrorKind::RdmaError);
+            assert!(e.to_string().contains("loopback"), "{e}");
+        }
+        let listed = AllowPeer::parse("127.0.0.1");
+        let s = Servers { allow: &listed, ..s };
+        assert!(s.check(v4(127, 0, 0, 1)).is_ok());
+        // A server on this host may put its NIC on another loopback address.
+        let local = vec![IpAddr::V4(Ipv4Addr::LOCALHOST)];
+        let s = Servers {
+            endpoint: Some(&local),
+            allow: &none,
+            channel: ControlChannel::VerifiedTls,
+        };
+        assert!(s.check(v4(127, 0, 0, 2)).is_ok());
+        assert!(s.check(v4(192, 0, 2, 1)).is_ok());
+        // The same answers over an unauthenticated channel are refused.
+        let s = Servers {
+            channel: ControlChannel::Unauthenticated,
+            ..s
+        };
+        let e = s
+            .check(v4(127, 0, 0, 2))
+            .expect_err("plain HTTP, another address");
+        assert!(e.to_string().contains("not an address of the server"), "{e}");
+        assert!(s.check(v4(192, 0, 2, 1)).is_err());
     }
 
     #[test]
@@ -174,6 +267,7 @@ mod tests {
         let s = Servers {
             endpoint: Some(&ep),
             allow: &none,
+            channel: ControlChannel::Unauthenticated,
         };
         assert!(s.check(v4(10, 0, 0, 7)).is_ok());
         assert!(s.check(v4(10, 0, 0, 8)).is_err());

@@ -47,7 +47,7 @@ use crate::connection::{Grant, Peer};
 use crate::direction::{Direction, SyncDirection};
 use crate::error::{Error, ErrorKind, Result};
 use crate::instance::Instance;
-use crate::peer::Servers;
+use crate::peer::{ControlChannel, Servers};
 use crate::pool::Lease;
 
 /// The protocol's largest transfer, in bytes (2^31 - 1).
@@ -110,6 +110,8 @@ pub struct RcV2Session {
     staging: Option<RemoteMr>,
     /// The addresses the PREPARE answer's GID must be among (crate::peer).
     server_addrs: Option<Vec<IpAddr>>,
+    /// How PREPARE reached the server (crate::peer).
+    channel: ControlChannel,
 }
 
 /// A random non-zero value below `limit` (a power of two), from SipHash
@@ -188,6 +190,7 @@ impl Instance {
             session: None,
             staging: None,
             server_addrs: self.server_addrs(),
+            channel: ControlChannel::Unauthenticated,
         })
     }
 }
@@ -367,10 +370,22 @@ impl RcV2Session {
 
     /// The addresses of the server PREPARE goes to (its endpoint's host,
     /// resolved): the answer's GID must be one of them, or one that
-    /// `HIPOBJ_ALLOW_PEER_GID` lists (docs/protocol.md §8). Without this
+    /// `HIPOBJ_ALLOW_PEER_GID` lists, unless PREPARE went over verified TLS
+    /// ([`RcV2Session::control_channel`]; docs/protocol.md §8). Without this
     /// call, those of [`Instance::set_server_addrs`], if any.
     pub fn expect_server(&mut self, addrs: Vec<IpAddr>) {
         self.server_addrs = Some(addrs);
+    }
+
+    /// How PREPARE reached the server. Say
+    /// [`ControlChannel::VerifiedTls`] only when it went over TLS whose
+    /// certificate the HTTP client verified for the endpoint's host: the
+    /// answer's GID may then be any unicast address (a multi-homed server's
+    /// RDMA NIC), not only one of [`RcV2Session::expect_server`]'s
+    /// (docs/protocol.md §8). Without this call,
+    /// [`ControlChannel::Unauthenticated`].
+    pub fn control_channel(&mut self, channel: ControlChannel) {
+        self.channel = channel;
     }
 
     /// Consumes the answer to PREPARE: status `status` with the values of
@@ -400,7 +415,7 @@ impl RcV2Session {
         })?;
         // From here on the server holds a session: a failure owes a CANCEL.
         self.session = Some(a.session);
-        let servers = self.instance.servers(self.server_addrs.as_deref());
+        let servers = self.instance.servers(self.server_addrs.as_deref(), self.channel);
         let peer = check_server(a, self.dir, self.size as u64, servers)?;
         let (psn, dir) = (a.psn.get(), self.dir);
         let sq_psn = self.psn;

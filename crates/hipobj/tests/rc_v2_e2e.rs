@@ -7,9 +7,10 @@
 
 mod support;
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
-use hipobj::{Direction, ErrorKind, Instance, Library, Options, RcV2Session};
+use hipobj::{ControlChannel, Direction, ErrorKind, Instance, Library, Options, RcV2Session};
 use hipobj_platform::{NoGpu, NoTopology, Platform, Verbs};
 use hipobj_proto::rc_v2::{self, PrepareResponse};
 use hipobj_softroce::{SoftConfig, SoftVerbs};
@@ -64,7 +65,23 @@ fn drive(
     key: &str,
     obj_offset: u64,
 ) -> (hipobj::Result<u64>, RcV2Session) {
+    drive_with(inst, server, dir, addr, size, at, key, obj_offset, |_| {})
+}
+
+/// [`drive`], with `setup` run on the session before PREPARE.
+fn drive_with(
+    inst: &Arc<Instance>,
+    server: &V2Server,
+    dir: Direction,
+    addr: usize,
+    size: usize,
+    at: usize,
+    key: &str,
+    obj_offset: u64,
+    setup: impl FnOnce(&mut RcV2Session),
+) -> (hipobj::Result<u64>, RcV2Session) {
     let mut s = inst.rc_v2_session(dir, addr, size, at).unwrap();
+    setup(&mut s);
     let r = run(&mut s, server, key, obj_offset);
     if r.is_err()
         && let Some(c) = s.cancel_request()
@@ -321,6 +338,62 @@ fn a_prepare_answer_whose_token_names_another_qp_is_refused_and_cancelled() {
     let mut a = prepared(&server, &s, 64);
     a.token.qpn = 1;
     assert!(s.prepared(200, Some(&a)).is_err());
+}
+
+/// docs/protocol.md §8 (issue 38, finding 3): the server's soft NIC has a
+/// loopback address of its own, not the endpoint's 127.0.0.1, as a
+/// multi-homed server's RDMA NIC sits on another network than its S3
+/// endpoint. When PREPARE went over an unauthenticated channel (plain
+/// HTTP), an answer naming that NIC is refused and the session cancelled;
+/// when it went over TLS with a verified certificate, only the server can
+/// have written the answer, and a PUT and a GET move the bytes.
+#[test]
+fn a_prepare_answer_naming_another_address_is_taken_over_verified_tls_only() {
+    let (lib, server) = pair();
+    let inst = lib.instance().unwrap();
+    let size = 1 << 20;
+    let (src, dst) = (host_buf(size), host_buf(size));
+    let data = pattern(size, 9);
+    fill(src, &data);
+    inst.register_host(src).unwrap();
+    inst.register_host(dst).unwrap();
+    let over = |channel| {
+        move |s: &mut RcV2Session| {
+            s.expect_server(vec![IpAddr::V4(Ipv4Addr::LOCALHOST)]);
+            s.control_channel(channel);
+        }
+    };
+    let plain = over(ControlChannel::Unauthenticated);
+    let (r, _) = drive_with(
+        &inst,
+        &server,
+        Direction::Put,
+        src.addr(),
+        size,
+        0,
+        "mh",
+        0,
+        plain,
+    );
+    let e = r.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::RdmaError, "{e}");
+    assert!(e.to_string().contains("not an address of the server"), "{e}");
+    assert!(
+        !server.objects.lock().unwrap().contains_key("mh"),
+        "a PUT went through"
+    );
+    assert_eq!(server.open_sessions(), 0, "the refused session was cancelled");
+
+    let tls = over(ControlChannel::VerifiedTls);
+    let (r, s) = drive_with(&inst, &server, Direction::Put, src.addr(), size, 0, "mh", 0, tls);
+    assert_eq!(r.unwrap(), size as u64);
+    assert!(s.is_done());
+    assert!(server.objects.lock().unwrap()["mh"] == data, "the PUT's bytes");
+    let tls = over(ControlChannel::VerifiedTls);
+    let (r, _) = drive_with(&inst, &server, Direction::Get, dst.addr(), size, 0, "mh", 0, tls);
+    assert_eq!(r.unwrap(), size as u64);
+    assert!(read(dst) == data, "the GET's bytes");
+    assert_eq!(server.open_sessions(), 0);
 }
 
 #[test]

@@ -78,6 +78,8 @@ type Handler = dyn Fn(&Req, usize) -> Resp + Send + Sync;
 pub struct Double {
     pub addr: std::net::SocketAddr,
     pub log: Arc<Mutex<Vec<Req>>>,
+    /// Whether it serves https ([`start_tls`]).
+    pub https: bool,
 }
 
 impl Double {
@@ -86,7 +88,8 @@ impl Double {
     }
 
     pub fn endpoint(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 }
 
@@ -105,6 +108,26 @@ pub fn start_at(
     at: std::net::SocketAddr,
     handler: impl Fn(&Req, usize) -> Resp + Send + Sync + 'static,
 ) -> Double {
+    listen(rt, at, None, handler)
+}
+
+/// [`start`] serving https with `tls` (hipobj-server's TLS side, from a
+/// certificate the test made).
+pub fn start_tls(
+    rt: &tokio::runtime::Runtime,
+    tls: hipobj_server::tls::Tls,
+    handler: impl Fn(&Req, usize) -> Resp + Send + Sync + 'static,
+) -> Double {
+    listen(rt, "127.0.0.1:0".parse().unwrap(), Some(tls), handler)
+}
+
+fn listen(
+    rt: &tokio::runtime::Runtime,
+    at: std::net::SocketAddr,
+    tls: Option<hipobj_server::tls::Tls>,
+    handler: impl Fn(&Req, usize) -> Resp + Send + Sync + 'static,
+) -> Double {
+    let https = tls.is_some();
     let handler: Arc<Handler> = Arc::new(handler);
     let log = Arc::new(Mutex::new(Vec::new()));
     let listener = rt.block_on(tokio::net::TcpListener::bind(at)).unwrap();
@@ -116,14 +139,18 @@ pub fn start_at(
                 return;
             };
             let (h, log) = (handler.clone(), l2.clone());
+            let s = hipobj_server::tls::stream(s, tls.as_ref());
             tokio::spawn(async move { serve(s, h, log).await });
         }
     });
-    Double { addr, log }
+    Double { addr, log, https }
 }
 
-async fn serve(s: tokio::net::TcpStream, h: Arc<Handler>, log: Arc<Mutex<Vec<Req>>>) {
-    let (r, mut w) = s.into_split();
+async fn serve<S>(s: S, h: Arc<Handler>, log: Arc<Mutex<Vec<Req>>>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let (r, mut w) = tokio::io::split(s);
     let mut r = BufReader::new(r);
     for _ in 0..10_000 {
         let mut line = String::new();

@@ -29,7 +29,7 @@ use crate::device::RdmaDevice;
 use crate::error::{Error, ErrorKind, Result};
 use crate::nic::{self, Chosen};
 use crate::options::Options;
-use crate::peer::Servers;
+use crate::peer::{ControlChannel, Servers};
 use crate::pool::ConnectionPool;
 
 use tokens::TokenConn;
@@ -145,11 +145,17 @@ impl Instance {
             .clone()
     }
 
-    /// The check of a server token against `endpoint` and the switch.
-    pub(crate) fn servers<'a>(&'a self, endpoint: Option<&'a [IpAddr]>) -> Servers<'a> {
+    /// The check of a server token that came back over `channel` against
+    /// `endpoint` and the switch.
+    pub(crate) fn servers<'a>(
+        &'a self,
+        endpoint: Option<&'a [IpAddr]>,
+        channel: ControlChannel,
+    ) -> Servers<'a> {
         Servers {
             endpoint,
             allow: &self.options.allow_peer,
+            channel,
         }
     }
 

@@ -12,7 +12,7 @@ use crate::buffers::{BufEntry, check_size};
 use crate::connection::Connection;
 use crate::direction::Direction;
 use crate::error::{Error, ErrorKind, Result};
-use crate::peer::Servers;
+use crate::peer::{ControlChannel, Servers};
 
 impl Instance {
     fn lock_token_conn(&self) -> MutexGuard<'_, TokenConn> {
@@ -156,7 +156,8 @@ impl Instance {
             ))
         })?;
         let endpoint = self.server_addrs();
-        let servers = self.servers(endpoint.as_deref());
+        // The C API's exchange: nothing says how it went (docs/protocol.md §8).
+        let servers = self.servers(endpoint.as_deref(), ControlChannel::Unauthenticated);
         let mut tc = self.lock_token_conn();
         let outcome = check_token_reply(&mut tc, &reply, servers);
         match outcome {

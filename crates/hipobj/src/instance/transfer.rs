@@ -219,6 +219,7 @@ fn run_exchange(
         let servers = Servers {
             endpoint: endpoint.as_deref(),
             allow: ask.allow_peer,
+            channel: control.control_channel(),
         };
         let peer = peer_of(&server, servers)?;
         let current = lease.conn().peer();
@@ -270,6 +271,7 @@ fn run_exchange(
     let servers = Servers {
         endpoint: endpoint.as_deref(),
         allow: ask.allow_peer,
+        channel: control.control_channel(),
     };
     let (bound, bytes) = proven_reply(conn, &reply, servers)?;
     check_count(bytes, token.len)?;
