@@ -467,7 +467,7 @@ async fn power_cut_verify() {
         m.apply(*seq, op, Some("?"));
         m
     });
-    let fits = |f: &dyn Fn(&Model) -> bool| f(&before) || after.as_ref().is_some_and(|a| f(a));
+    let fits = |f: &dyn Fn(&Model) -> bool| f(&before) || after.as_ref().is_some_and(f);
     let c = client(OWNER);
     let other = client(OTHER);
     let mut checked = 0u64;

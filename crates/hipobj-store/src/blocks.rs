@@ -104,9 +104,9 @@ impl Checker {
         if !at.is_multiple_of(self.block) {
             return Err(Mismatch::Shape(self.len));
         }
-        let mut index = at / self.block;
-        let mut off = at;
-        for chunk in data.chunks(usize::try_from(self.block).unwrap_or(usize::MAX)) {
+        let first = at / self.block;
+        for (index, chunk) in (first..).zip(data.chunks(usize::try_from(self.block).unwrap_or(usize::MAX))) {
+            let off = index * self.block;
             let whole = chunk.len() as u64 == self.block || off + chunk.len() as u64 == self.len;
             let want = self.sums.get(usize::try_from(index).unwrap_or(usize::MAX));
             if !whole || want != Some(&crc(chunk)) {
@@ -118,8 +118,6 @@ impl Checker {
                 );
                 return Err(Mismatch::Block(index));
             }
-            index += 1;
-            off += chunk.len() as u64;
         }
         Ok(())
     }
