@@ -22,7 +22,7 @@ for round in 1 2 3 4 5; do
         bin=${!side}
         start_bench_server "$bin" "$out/$side-$round"
         "$bin/hipobj" bench s3://bench/sums/ --endpoint-url "http://$addr" --nic-hint softroce0 \
-            --require-rdma --sizes 64MiB --concurrency 1 --driver both --ops 8 \
+            --require-rdma --sizes 64MiB --concurrency 1 --driver threads --ops 8 \
             --json-file "$out/$side-$round.json" >"$out/$side-$round.txt"
         echo "== $side, round $round"
         cat "$out/$side-$round.txt"
