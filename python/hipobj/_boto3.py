@@ -122,7 +122,12 @@ class _Exchange:
                 self.body = resp["Body"].read()
         except ClientError as e:
             meta = e.response.get("ResponseMetadata", {})
-            self.error = e
+            # Kept without its traceback: the traceback's frames reach, up
+            # the stack, the caller's buffer (a tensor), and this exchange
+            # holding it would keep that buffer and its registration alive
+            # until the next garbage collection (a probe's exchange runs
+            # inside the write it probes for).
+            self.error = e.with_traceback(None)
         finally:
             _tls.token = None
         self.status = meta.get("HTTPStatusCode")
