@@ -3,11 +3,10 @@
 //! object file self-describing (sealing it on write, reading it back).
 
 use std::io::SeekFrom;
-
-use futures::StreamExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
+use futures::StreamExt as _;
 use s3s::crypto::{Checksum as _, Sha256};
 use s3s::{S3Result, s3_error};
 use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt, BufWriter};

@@ -694,10 +694,6 @@ impl S3 for FsStore {
         self.check_acl_allowed(&input.bucket, upload_acl).await?;
         self.sweep_stale_uploads().await;
         let id = uuid::Uuid::new_v4().simple().to_string();
-        let dir = self.upload_dir(&id)?;
-        ndisk::create_dir(&dir, self.durability())
-            .await
-            .map_err(|e| internal("creating an upload", e))?;
         let up = Upload {
             bucket: input.bucket.clone(),
             key: input.key.clone(),
@@ -708,17 +704,7 @@ impl S3 for FsStore {
             acl: upload_acl,
             checksum,
         };
-        let json = serde_json::to_vec(&up).map_err(|e| internal("encoding an upload", e))?;
-        // A crash before this rename leaves a folder with no upload.json,
-        // which no request finds and the sweep removes.
-        ndisk::write_atomic(
-            &self.temp_path(),
-            &dir.join("upload.json"),
-            json,
-            self.durability(),
-        )
-        .await
-        .map_err(|e| internal("writing an upload", e))?;
+        self.create_upload(&id, &up).await?;
         let enc = Described::of_protection(&protection);
         Ok(S3Response::new(dto::CreateMultipartUploadOutput {
             bucket: Some(input.bucket),

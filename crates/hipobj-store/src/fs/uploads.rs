@@ -126,6 +126,27 @@ pub(super) fn completed(bucket: &str, key: &str, meta: Meta) -> dto::CompleteMul
 }
 
 impl FsStore {
+    /// Makes upload `id`'s folder with its record, whole: made in `.tmp`
+    /// (which the next start empties), the record written and synced, then
+    /// renamed into `.uploads`, so that a crash leaves the upload there with
+    /// its record or not at all.
+    pub(super) async fn create_upload(&self, id: &str, up: &Upload) -> S3Result<()> {
+        let dir = self.upload_dir(id)?;
+        let json = serde_json::to_vec(up).map_err(|e| internal("encoding an upload", e))?;
+        let staging = self.temp_path();
+        let d = self.durability();
+        let made = async {
+            ndisk::create_dir(&staging, d).await?;
+            ndisk::write_atomic(&self.temp_path(), &staging.join("upload.json"), json, d).await?;
+            ndisk::rename(&staging, &dir, d).await
+        };
+        if let Err(e) = made.await {
+            let _ = tokio::fs::remove_dir_all(&staging).await;
+            return Err(internal("creating an upload", e));
+        }
+        Ok(())
+    }
+
     pub(super) async fn load_upload(
         &self,
         upload_id: &str,
