@@ -20,6 +20,7 @@ pub mod md5;
 pub mod names;
 pub mod operations;
 pub mod owner_record;
+#[cfg(feature = "s3-backend")]
 pub mod remote;
 
 /// Who a request comes from, as the gateway's access policy
