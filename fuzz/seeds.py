@@ -2,6 +2,7 @@
 """Writes the committed seed corpus, fuzz/corpus/<target>/<name>: a few
 small inputs per target, each meaning something (named below). Run from
 anywhere; rewrites the files it owns and leaves others alone."""
+import base64
 import os
 import struct
 
@@ -335,6 +336,11 @@ put("rc_v2_control", "client-bad-sizes", bytes([3]) + v2_round(size=0) + v2_roun
 put("rc_v2_control", "client-put-ready-before-start", bytes([1]) + v2_round(put_=True, ready_mut=bytes([0xA0, 0, 0])))
 
 
+# app_reply: a binding round on a token connection whose failed QP made
+# the rebind replace its window (the token's key then names no window): an
+# RdmaError, not an internal one (found by a 15 s run, 2026-12-07).
+put("app_reply", "rebind-replaced-window", base64.b64decode("AQAAZAACAAAARgD+/v8O9wBkAgDqRADz////AA=="))
+
 # store_files: a whole object file as the store writes it (data, JSON
 # metadata with block sums, its length, HOB1), the same with a flipped data
 # byte, a truncated one; owner records old and new; sums text.
@@ -347,7 +353,6 @@ def crc32c(b):
     return crc ^ 0xFFFFFFFF
 
 
-import base64
 import json
 
 def object_file(data, key="k"):

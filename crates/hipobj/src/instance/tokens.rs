@@ -237,6 +237,13 @@ fn check_token_reply(tc: &mut TokenConn, reply: &Reply, servers: Servers<'_>) ->
             // Bound now: grant what the outstanding token names, under the
             // key it already carries, before the application sends it again.
             match grant.as_ref() {
+                // Binding had to replace the connection's window (its QP had
+                // failed, and a failed QP cannot invalidate): the token's key
+                // named the old window, so it grants nothing any more.
+                Some(g) if !conn.window_takes(g.rkey) => Err(Error::new(
+                    ErrorKind::RdmaError,
+                    "binding replaced the token connection's memory window (its queue pair had failed), so the token's key grants nothing: get a new token",
+                )),
                 Some(g) => conn.open_grant(&grant_of(&g.entry, g.dir, 0, g.size, g.rkey)),
                 None => Ok(()),
             }
