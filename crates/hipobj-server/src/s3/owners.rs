@@ -7,8 +7,8 @@
 //! rules fail closed: an existing bucket whose record is missing, empty or
 //! unreadable refuses every key (500, with a message that names the
 //! repair, `hipobj-server fsck`, and the counter
-//! `hipobj_store_metadata_refusals_total`), never opens to all. The record of a deleted bucket stays until
-//! the name is created again, by anyone.
+//! `hipobj_store_metadata_refusals_total`), never opens to all. The record
+//! of a deleted bucket stays until the name is created again, by anyone.
 //!
 //! Every request checks its bucket's owner, so the records are read from
 //! disk once and then kept in memory: only this server writes them (the
