@@ -408,7 +408,7 @@ fn every_change_is_synced_before_its_answer() {
     );
     assert!(
         failures.is_empty(),
-        "{} of {checked} changes unsynced:\n{}",
+        "{} problems in {checked} changes:\n{}",
         failures.len(),
         failures.join("\n")
     );
