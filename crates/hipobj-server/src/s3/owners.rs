@@ -156,8 +156,14 @@ impl Owners {
 
     /// Whether `key` may use `bucket` (any operation but CreateBucket).
     pub async fn check(&self, bucket: &str, key: &str) -> S3Result<()> {
+        self.permitted(bucket, key).await.map(drop)
+    }
+
+    /// The record `key` is let into `bucket` by (`None` where the model
+    /// does not apply or the bucket does not exist), from one read.
+    async fn permitted(&self, bucket: &str, key: &str) -> S3Result<Option<OwnerRecord>> {
         let Some(record) = self.trusted(bucket).await? else {
-            return Ok(());
+            return Ok(None);
         };
         let shared = self
             .shares
@@ -169,7 +175,7 @@ impl Owners {
                 format!("bucket {bucket:?} belongs to another key"),
             ));
         }
-        Ok(())
+        Ok(Some(record))
     }
 
     /// Which bucket of the name `bucket` is there now, for `key`: its
@@ -179,8 +185,12 @@ impl Owners {
     /// and made again under the same name, by anyone, ends the session.
     /// `None` where the model does not apply.
     pub async fn generation(&self, bucket: &str, key: &str) -> S3Result<Option<String>> {
-        self.check(bucket, key).await?;
-        Ok(self.trusted(bucket).await?.map(|r| r.generation.unwrap_or(r.key)))
+        // The generation of the very record the check passed on: a second
+        // read could find a bucket made again in between.
+        Ok(self
+            .permitted(bucket, key)
+            .await?
+            .map(|r| r.generation.unwrap_or(r.key)))
     }
 
     /// CreateBucket by `key`: refused if another key owns an existing
