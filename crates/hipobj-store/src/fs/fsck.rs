@@ -72,12 +72,14 @@ fn setting_of(name: &str) -> Option<Setting> {
     })
 }
 
-/// Whether `value` is something the store writes for setting `s`.
+/// Whether the store's readers of setting `s` take `value` (versioning,
+/// `bucket_encryption`, `acl`, `public_access`): what they refuse, fsck
+/// reports.
 fn valid_setting(s: Setting, value: &str) -> bool {
     match s {
         Setting::Versioning => matches!(value, "Enabled" | "Suspended"),
         Setting::Encryption => value == bucket_encryption::SSE_S3,
-        Setting::Acl => matches!(Canned::parse(Some(value), false), Ok(Some(c)) if c != Canned::Private),
+        Setting::Acl => matches!(Canned::parse(Some(value), false), Ok(Some(_))),
         Setting::PublicAccessBlock => decode(value).is_some(),
     }
 }
