@@ -402,3 +402,79 @@ async fn a_bucket_deleted_and_made_again_by_its_own_owner_ends_the_session() {
     assert_eq!(&client.buffer()[..SIZE], &again[..]);
     drop(dir);
 }
+
+/// The same hole on plain HTTP, with no RDMA at all: a PUT allowed in user
+/// 1's bucket streams its body slowly; meanwhile user 1 deletes the bucket
+/// (empty: the PUT has not committed) and user 2 makes it again. The PUT
+/// must not land in user 2's bucket. While the PUT is in flight the bucket
+/// is in use, so DeleteBucket is refused (`409 OperationAborted`), user 2
+/// cannot take the name, and the PUT completes in user 1's bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_put_in_flight_never_commits_into_a_bucket_made_again_by_another_key() {
+    use tokio::io::AsyncWriteExt as _;
+    let (h, dir) = start("softroce-t37-http-srv").await;
+    let user1 = support::client(&h);
+    let user2 = support::client_for(&h.endpoint(), USER2.0, USER2.1);
+    user1.create_bucket().bucket("slow-name").send().await.unwrap();
+
+    let body = noise(2 << 20, 7);
+    let signed = support::sigv4::sign(
+        "PUT",
+        "/slow-name/slow",
+        "127.0.0.1",
+        "UNSIGNED-PAYLOAD",
+        &[],
+        USER1,
+    );
+    let head = signed.head(
+        "PUT",
+        "/slow-name/slow",
+        &[("content-length", body.len().to_string())],
+    );
+    let mut s = tokio::net::TcpStream::connect(h.addr()).await.unwrap();
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(&body[..1 << 20]).await.unwrap();
+    s.flush().await.unwrap();
+    // The PUT is past its access check and streaming into the store.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let deleted = user1.delete_bucket().bucket("slow-name").send().await;
+    let made_again = user2.create_bucket().bucket("slow-name").send().await;
+
+    s.write_all(&body[1 << 20..]).await.unwrap();
+    s.flush().await.unwrap();
+    let mut buf = Vec::new();
+    let put = support::wire::read_response(&mut s, &mut buf).await.unwrap();
+
+    // Whatever happened, user 2's bucket never holds user 1's object.
+    if made_again.is_ok() {
+        let listed = user2.list_objects_v2().bucket("slow-name").send().await.unwrap();
+        assert!(
+            listed.contents().is_empty(),
+            "user 1's in-flight PUT ({}) committed into the bucket user 2 made again",
+            put.status
+        );
+    }
+    // And what the server does: the bucket in use is not deleted.
+    let e = deleted.expect_err("DeleteBucket went through with a PUT in flight");
+    assert_eq!(support::code(&e), "OperationAborted");
+    assert_eq!(
+        support::code(&made_again.expect_err("user 2 took the name")),
+        "BucketAlreadyExists"
+    );
+    assert_eq!(put.status, 200, "{}", String::from_utf8_lossy(&put.body));
+    let back = user1
+        .get_object()
+        .bucket("slow-name")
+        .key("slow")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        back.body.collect().await.unwrap().into_bytes().as_ref(),
+        &body[..]
+    );
+    // Once the PUT has ended, the bucket is free to delete again.
+    delete_bucket(&user1, "slow-name", &["slow"]).await;
+    drop(dir);
+}

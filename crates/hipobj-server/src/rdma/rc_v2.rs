@@ -280,6 +280,13 @@ impl V2 {
         // The bucket PREPARE found must still be there, the caller's: a
         // bucket deleted and made again since is another's (or another of
         // the caller's), and the session ends here, before its QP connects.
+        // Held from before that check until the transfer's last byte is
+        // committed, the bucket cannot be deleted in between
+        // (`crate::s3::bucket_use`).
+        let _held = match self.owners.uses().shared(&bucket).await {
+            Ok(h) => h,
+            Err(e) => return store_fail(&e),
+        };
         let same = SameBucket::recorded(
             &self.owners,
             &bucket,

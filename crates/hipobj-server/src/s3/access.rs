@@ -35,6 +35,8 @@ use s3s::{S3Error, S3ErrorCode, S3Request, S3Result, s3_error};
 use hipobj_store::Requester;
 use hipobj_store::names::check_key;
 
+use super::bucket_use::BucketUse;
+
 /// The access policy.
 #[derive(Debug, Clone)]
 pub struct Policy {
@@ -50,6 +52,11 @@ pub struct Policy {
     /// Serve unsigned requests that the ACLs allow (off unless configured).
     pub public_access: bool,
 }
+
+/// A copy's source bucket, held as the request's own bucket is (when it
+/// is another), so that the bytes copied are from the bucket checked.
+#[derive(Debug, Clone)]
+struct SourceUse(#[expect(dead_code, reason = "held for its drop")] BucketUse);
 
 /// The operations a bucket's or an object's ACL can open to a requester
 /// other than the bucket's owner; everything else is the owner's alone.
@@ -299,6 +306,46 @@ fn check_signed(headers: &http::HeaderMap, uri: &http::Uri) -> S3Result<()> {
 }
 
 impl Policy {
+    /// `bucket` held for one request (`super::bucket_use`): alone for
+    /// CreateBucket and DeleteBucket, shared for everything else.
+    ///
+    /// A CreateBucket of another key's bucket and a DeleteBucket by a key
+    /// that may not use the bucket are refused before they wait for it, so
+    /// that they cannot hold up the requests of the bucket's owner; a
+    /// DeleteBucket checks again, once the bucket is its alone, that it is
+    /// the bucket it was allowed to delete.
+    async fn hold(&self, bucket: &str, op: &str, who: Option<&str>) -> S3Result<BucketUse> {
+        let uses = self.owners.uses();
+        match (op, who) {
+            ("CreateBucket", Some(who)) => {
+                if let Err(e) = self.owners.check(bucket, who).await {
+                    return Err(if *e.code() == S3ErrorCode::AccessDenied {
+                        S3Error::with_message(
+                            S3ErrorCode::BucketAlreadyExists,
+                            "The requested bucket name is not available: another key owns it",
+                        )
+                    } else {
+                        e
+                    });
+                }
+                uses.exclusive(bucket).await
+            }
+            ("DeleteBucket", Some(who)) => {
+                let allowed = self.owners.generation(bucket, who).await?;
+                let held = uses.exclusive(bucket).await?;
+                if self.owners.generation(bucket, who).await? != allowed {
+                    return Err(S3Error::with_message(
+                        S3ErrorCode::OperationAborted,
+                        format!("bucket {bucket:?} was deleted or made again meanwhile; nothing was done"),
+                    ));
+                }
+                Ok(held)
+            }
+            ("CreateBucket" | "DeleteBucket", None) => uses.exclusive(bucket).await,
+            _ => uses.shared(bucket).await,
+        }
+    }
+
     /// `x-amz-expected-bucket-owner`: a request that names another owner
     /// than the bucket's is `403 AccessDenied`, whoever sends it (S3's
     /// guard against writing into a bucket that changed hands).
@@ -316,6 +363,31 @@ impl Policy {
             )),
             _ => Ok(()),
         }
+    }
+
+    /// A copy's source: a key the store accepts, in a bucket the caller
+    /// may use, held for the request. A source in the request's own bucket
+    /// is held already (holding it twice could wait on a DeleteBucket that
+    /// waits on this request).
+    async fn check_copy_source(
+        &self,
+        source: &dto::CopySource,
+        dest: &str,
+        credentials: Option<&s3s::auth::Credentials>,
+        extensions: &mut http::Extensions,
+    ) -> S3Result<()> {
+        let dto::CopySource::Bucket { bucket, key, .. } = source else {
+            return Ok(());
+        };
+        check_key(key)?;
+        if **bucket != *dest {
+            let held = self.owners.uses().shared(bucket).await?;
+            extensions.insert(SourceUse(held));
+        }
+        if let Some(c) = credentials {
+            self.owners.check(bucket, &c.access_key).await?;
+        }
+        Ok(())
     }
 }
 
@@ -349,16 +421,23 @@ impl S3Access for Policy {
         if let S3Path::Object { key, .. } = cx.s3_path() {
             check_key(key)?;
         }
+        // The bucket is held from before the checks below until the store
+        // has answered (`super::bucket_use`).
+        let who = cx.credentials().map(|c| c.access_key.clone());
+        let bucket = match cx.s3_path() {
+            S3Path::Bucket { bucket } | S3Path::Object { bucket, .. } => Some(bucket.clone()),
+            S3Path::Root => None,
+        };
+        if let Some(bucket) = &bucket {
+            let held = self.hold(bucket, cx.s3_op().name(), who.as_deref()).await?;
+            cx.extensions_mut().insert(held);
+        }
         self.check_expected_owner(cx).await?;
-        if let Some(who) = cx.credentials().map(|c| c.access_key.clone()) {
-            let owned = match cx.s3_path() {
-                S3Path::Bucket { bucket } if cx.s3_op().name() == "CreateBucket" => {
-                    self.owners.claim(bucket, &who).await
-                }
-                S3Path::Bucket { bucket } | S3Path::Object { bucket, .. } => {
-                    self.owners.check(bucket, &who).await
-                }
-                S3Path::Root => Ok(()),
+        if let Some(who) = who {
+            let owned = match &bucket {
+                Some(bucket) if cx.s3_op().name() == "CreateBucket" => self.owners.claim(bucket, &who).await,
+                Some(bucket) => self.owners.check(bucket, &who).await,
+                None => Ok(()),
             };
             match owned {
                 Ok(()) => {}
@@ -383,23 +462,25 @@ impl S3Access for Policy {
     }
 
     async fn copy_object(&self, req: &mut S3Request<dto::CopyObjectInput>) -> S3Result<()> {
-        if let dto::CopySource::Bucket { bucket, key, .. } = &req.input.copy_source {
-            check_key(key)?;
-            if let Some(c) = &req.credentials {
-                self.owners.check(bucket, &c.access_key).await?;
-            }
-        }
-        Ok(())
+        let dest = req.input.bucket.clone();
+        self.check_copy_source(
+            &req.input.copy_source,
+            &dest,
+            req.credentials.as_ref(),
+            &mut req.extensions,
+        )
+        .await
     }
 
     async fn upload_part_copy(&self, req: &mut S3Request<dto::UploadPartCopyInput>) -> S3Result<()> {
-        if let dto::CopySource::Bucket { bucket, key, .. } = &req.input.copy_source {
-            check_key(key)?;
-            if let Some(c) = &req.credentials {
-                self.owners.check(bucket, &c.access_key).await?;
-            }
-        }
-        Ok(())
+        let dest = req.input.bucket.clone();
+        self.check_copy_source(
+            &req.input.copy_source,
+            &dest,
+            req.credentials.as_ref(),
+            &mut req.extensions,
+        )
+        .await
     }
 }
 

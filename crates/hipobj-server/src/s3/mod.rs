@@ -3,5 +3,6 @@
 //! the server's own endpoints (`/.hipobj/...`) in front of the S3 service.
 
 pub mod access;
+pub mod bucket_use;
 pub mod owners;
 pub mod service;

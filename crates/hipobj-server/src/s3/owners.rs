@@ -24,6 +24,7 @@ use hipobj_store::disk::Durability;
 use hipobj_store::owner_record::{self, Lookup, OwnerRecord};
 use s3s::{S3Error, S3ErrorCode, S3Result};
 
+use super::bucket_use::BucketUses;
 use crate::config::{Config, StorageConfig};
 
 /// The ownership rules of one server.
@@ -42,6 +43,8 @@ pub struct Owners {
     user_ids: HashMap<String, String>,
     /// Whether records are synced before CreateBucket goes on.
     durability: Durability,
+    /// The buckets requests are using now (`super::bucket_use`).
+    uses: BucketUses,
 }
 
 /// A bucket whose owner cannot be known: refused, whoever asks.
@@ -85,7 +88,13 @@ impl Owners {
                 .map(|a| (a.access_key.clone(), a.user_id.clone()))
                 .collect(),
             durability,
+            uses: BucketUses::default(),
         })
+    }
+
+    /// The buckets in use, shared by every request of this server.
+    pub fn uses(&self) -> &BucketUses {
+        &self.uses
     }
 
     /// The user id of `bucket`'s owner (its account's, or its access key),
