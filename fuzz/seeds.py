@@ -368,4 +368,9 @@ put("store_files", "object-flipped", bytes([good[0] ^ 1]) + good[1:])
 put("store_files", "object-truncated", good[:-3])
 put("store_files", "owner-record", "AKIAEXAMPLE\n0123456789abcdef0123456789abcdef\n")
 put("store_files", "owner-record-old", "AKIAEXAMPLE")
+# A multipart upload's upload.json, as CreateMultipartUpload writes it.
+put("store_files", "upload", '{"bucket":"b","key":"k/part","owner":"AKIAEXAMPLE","attrs":'
+    '{"content_type":"text/plain","content_encoding":null,"content_disposition":null,'
+    '"content_language":null,"cache_control":null,"metadata":{"a":"1"}},"initiated_ms":1,'
+    '"acl":"public-read","checksum":{"algorithm":"crc32c","kind":"full_object"}}')
 put("store_files", "sums", struct.pack("<Q", 5) + base64.b64encode(struct.pack("<I", crc32c(b"hello"))))

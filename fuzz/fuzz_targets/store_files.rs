@@ -1,19 +1,23 @@
 //! What the fs store parses from its data directory, on arbitrary bytes
 //! (a damaged disk, a hand-edited file): an object file (trailer,
 //! metadata, block checksums checked against the data), an owner record,
-//! and block checksums against the bytes they claim to describe. None may
-//! panic; an owner record that parses must encode and parse back to
-//! itself; sums made from bytes must accept exactly those bytes.
+//! a multipart upload's state (`upload.json`), and block checksums against
+//! the bytes they claim to describe. None may panic; an owner record that
+//! parses must encode and parse back to itself, and so must an upload;
+//! sums made from bytes must accept exactly those bytes.
 #![no_main]
 
 use hipobj_store::blocks::{BlockHasher, BlockSums};
-use hipobj_store::fs::parse_object_file;
+use hipobj_store::fs::{parse_object_file, parse_upload_file};
 use hipobj_store::owner_record::OwnerRecord;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok((key, size)) = parse_object_file(data) {
         assert!(size <= data.len() as u64 || key.len() <= data.len(), "an object bigger than its file");
+    }
+    if let Err(why) = parse_upload_file(data) {
+        assert!(!why.contains("reads back"), "{why}");
     }
     if let Ok(text) = std::str::from_utf8(data)
         && let Some(r) = OwnerRecord::parse(text)

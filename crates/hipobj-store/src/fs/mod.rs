@@ -55,6 +55,7 @@ use crate::disk::{self, Durability};
 
 pub use fsck::{Finding, FsckOptions, FsckReport, fsck};
 pub use layout::parse_object_file;
+pub use uploads::parse_upload_file;
 
 mod acl;
 mod bucket_encryption;
