@@ -38,9 +38,10 @@ pub const MAX_FIELD: usize = 1024;
 pub struct OperationSlot(Arc<OnceLock<&'static str>>);
 
 impl OperationSlot {
-    /// Notes the operation (the first note stays).
-    pub fn set(&self, name: &str) {
-        let _ = self.0.set(crate::operation::lookup(name));
+    /// Notes the operation, one of [`crate::operation`]'s names (the
+    /// first note stays).
+    pub fn set(&self, name: &'static str) {
+        let _ = self.0.set(name);
     }
 }
 

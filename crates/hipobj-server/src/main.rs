@@ -104,6 +104,7 @@ impl std::fmt::Debug for Args {
             .field("tls_cert", &self.tls_cert)
             .field("tls_key", &self.tls_key)
             .field("print_config", &self.print_config)
+            .field("log_format", &self.log_format)
             .field("command", &self.command)
             .finish()
     }
