@@ -49,10 +49,13 @@ fn spawn(config: &Path, args: &[&str], stderr: &Path, env: &[(&str, &str)]) -> (
     (child, addr)
 }
 
+/// Stops the server. (Its exit status is not looked at: the binary prints
+/// its address before it watches SIGTERM, so a SIGTERM right after that
+/// can end it by the default action; lifecycle.rs checks the exit.)
 fn stop(mut child: Child) {
     let pid = rustix::process::Pid::from_child(&child);
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
-    assert!(child.wait().unwrap().success());
+    child.wait().unwrap();
 }
 
 fn config_file(dir: &Path, more: &str) -> std::path::PathBuf {
@@ -70,10 +73,9 @@ fn config_file(dir: &Path, more: &str) -> std::path::PathBuf {
     path
 }
 
-/// stderr sent to a file (as systemd, docker or `2>log` do) carries no
-/// terminal colour codes, and the start line names the store in words.
-#[test]
-fn a_redirected_stderr_has_no_colour_and_the_start_line_is_readable() {
+/// Runs the binary with stderr in a file, asks for its health, stops it,
+/// and returns what it logged and its data directory.
+fn run_with_stderr_in_a_file() -> (String, std::path::PathBuf, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config_file(dir.path(), "");
     let err = dir.path().join("stderr");
@@ -86,17 +88,31 @@ fn a_redirected_stderr_has_no_colour_and_the_start_line_is_readable() {
     assert_eq!(status, 200);
     stop(child);
     let log = std::fs::read_to_string(&err).unwrap();
+    (log, dir.path().join("data"), dir)
+}
+
+/// stderr sent to a file (as systemd, docker or `2>log` do) carries no
+/// terminal colour codes.
+#[test]
+fn a_redirected_stderr_has_no_colour_codes() {
+    let (log, _, _dir) = run_with_stderr_in_a_file();
+    assert!(!log.is_empty());
     assert!(!log.contains('\u{1b}'), "colour codes in a file: {log:?}");
+}
+
+/// The start line names the store in words, not as Rust `Debug`.
+#[test]
+fn the_start_line_names_the_store_in_words() {
+    let (log, data, _dir) = run_with_stderr_in_a_file();
     let start = log
         .lines()
         .find(|l| l.contains("hipobj-server listening"))
         .unwrap_or_else(|| panic!("no start line in {log}"));
-    let data = dir.path().join("data");
+    assert!(!start.contains("Fs {") && !start.contains("data_dir:"), "{start}");
     assert!(
         start.contains(&format!("storage=fs:{}", data.display())),
         "{start}"
     );
-    assert!(!start.contains("Fs {") && !start.contains("data_dir:"), "{start}");
 }
 
 /// `--print-config` prints TOML that the server reads back as the same
