@@ -137,7 +137,11 @@ impl Server {
             rdma = rdma.is_some(),
             tls = tls.is_some(),
             storage = %crate::config_text::storage(&config.storage),
-            metrics = %metrics_addr.map_or_else(|| format!("{addr}/.hipobj/metrics"), |a| format!("{a}/metrics")),
+            metrics = %match (metrics_addr, config.metrics_endpoint) {
+                (Some(a), _) => format!("{a}/metrics"),
+                (None, true) => format!("{addr}/.hipobj/metrics"),
+                (None, false) => "off".to_owned(),
+            },
             "hipobj-server listening"
         );
         if let Some(l) = metrics_listener {
