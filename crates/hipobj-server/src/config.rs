@@ -49,6 +49,17 @@ pub struct Config {
     /// GetBucketLocation answers and the one LocationConstraint that
     /// CreateBucket accepts.
     pub region: String,
+    /// Log lines as `text` or `json` (flag `--log-format`).
+    pub log_format: crate::logging::LogFormat,
+    /// Write the access log (a line per request) to this file, appended,
+    /// instead of the server's log; reopened on SIGHUP.
+    pub access_log: Option<PathBuf>,
+    /// Serve the metrics on this address of their own (`GET /metrics`);
+    /// the S3 port's `/.hipobj/metrics` is then off.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Only requests with `Authorization: Bearer <token>` may read the
+    /// metrics (wherever they are served).
+    pub metrics_token: Option<crate::config_text::Secret>,
 }
 
 impl Default for Config {
@@ -70,6 +81,10 @@ impl Default for Config {
             metrics_log_secs: 60,
             metrics_endpoint: true,
             region: default_region(),
+            log_format: crate::logging::LogFormat::default(),
+            access_log: None,
+            metrics_listen: None,
+            metrics_token: None,
         }
     }
 }

@@ -14,12 +14,16 @@
 //! [`Server::start`] runs it in-process and returns a [`Handle`]; the
 //! `hipobj-server` binary is a thin command line over the same call.
 
+pub mod access_log;
 pub mod body;
 pub mod config;
+pub mod config_text;
 pub mod conn;
 pub mod cpu;
 pub mod logging;
 pub mod metrics;
+pub mod metrics_http;
+pub mod operation;
 pub mod rdma;
 pub mod s3;
 mod server;

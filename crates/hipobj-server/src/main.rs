@@ -54,9 +54,12 @@ struct Args {
     /// The PEM private key of --tls-cert.
     #[arg(long, requires = "tls_cert")]
     tls_key: Option<PathBuf>,
-    /// Print the effective configuration (secrets redacted) and exit.
+    /// Print the effective configuration as TOML (secrets redacted) and exit.
     #[arg(long)]
     print_config: bool,
+    /// Log lines as text or JSON (config `log_format`).
+    #[arg(long)]
+    log_format: Option<hipobj_server::logging::LogFormat>,
     /// An offline command instead of serving.
     #[command(subcommand)]
     command: Option<Offline>,
@@ -101,6 +104,7 @@ impl std::fmt::Debug for Args {
             .field("tls_cert", &self.tls_cert)
             .field("tls_key", &self.tls_key)
             .field("print_config", &self.print_config)
+            .field("log_format", &self.log_format)
             .field("command", &self.command)
             .finish()
     }
@@ -160,6 +164,9 @@ fn unchecked_config(args: &Args) -> Result<Config, hipobj_server::Error> {
         c.tls.cert = Some(cert.clone());
         c.tls.key = Some(key.clone());
     }
+    if let Some(f) = args.log_format {
+        c.log_format = f;
+    }
     Ok(c)
 }
 
@@ -210,14 +217,30 @@ fn reload_on_sighup(certs: std::sync::Arc<hipobj_server::tls::Certs>) {
     drop(certs);
 }
 
-fn main() -> ExitCode {
+/// Sends log lines to stderr (colour only on a terminal) in `format`, and
+/// the access log to `access` when set.
+fn init_logging(
+    format: hipobj_server::logging::LogFormat,
+    access: Option<std::sync::Arc<hipobj_server::logging::AccessFile>>,
+) {
+    use std::io::IsTerminal;
     let spec = std::env::var("HIPOBJ_LOG").ok();
-    let subscriber = hipobj_server::logging::subscriber(spec.as_deref(), std::io::stderr);
+    let opts = hipobj_server::logging::Options {
+        spec: spec.as_deref(),
+        format,
+        ansi: std::io::stderr().is_terminal(),
+        access,
+    };
+    let subscriber = hipobj_server::logging::build(&opts, std::io::stderr);
     if let Err(e) = tracing::subscriber::set_global_default(subscriber) {
         eprintln!("hipobj-server: no log output: {e}");
     }
+}
+
+fn main() -> ExitCode {
     let args = Args::parse();
     if args.command.is_some() {
+        init_logging(args.log_format.unwrap_or_default(), None);
         return match unchecked_config(&args) {
             Ok(c) => args.command.map_or(ExitCode::SUCCESS, |cmd| offline(&c, cmd)),
             Err(e) => {
@@ -234,9 +257,30 @@ fn main() -> ExitCode {
         }
     };
     if args.print_config {
-        println!("{config:#?}");
-        return ExitCode::SUCCESS;
+        return match hipobj_server::config_text::to_toml(&config) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("hipobj-server: {e}");
+                ExitCode::FAILURE
+            }
+        };
     }
+    let access = match config
+        .access_log
+        .as_deref()
+        .map(hipobj_server::logging::AccessFile::open)
+    {
+        Some(Ok(f)) => Some(f),
+        Some(Err(e)) => {
+            eprintln!("hipobj-server: {e}");
+            return ExitCode::from(2);
+        }
+        None => None,
+    };
+    init_logging(config.log_format, access.clone());
 
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     let rt = match hipobj_server::cpu::name_threads(&mut builder)
@@ -259,6 +303,9 @@ fn main() -> ExitCode {
         };
         if let Some(certs) = handle.tls().cloned() {
             reload_on_sighup(certs);
+        }
+        if let Some(f) = access {
+            hipobj_server::logging::reopen_on_sighup(f);
         }
         // Scripts read the address from this line.
         println!("listening on {}", handle.addr());

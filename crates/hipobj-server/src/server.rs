@@ -33,6 +33,7 @@ pub struct Handle {
     rdma: Option<Arc<Rdma>>,
     v2: Option<Arc<hipobj_target::rc_v2::V2Sessions>>,
     tls: Option<Arc<crate::tls::Certs>>,
+    metrics_addr: Option<SocketAddr>,
 }
 
 impl Server {
@@ -86,6 +87,17 @@ impl Server {
             metrics: metrics.clone(),
         };
         let layer = RdmaLayer::new(store, rdma.clone(), metrics.clone(), owners.clone());
+        let scrape = crate::metrics_http::Source {
+            metrics: metrics.clone(),
+            rdma: rdma.clone(),
+            sessions: sessions.clone(),
+            data_dir: match &config.storage {
+                crate::config::StorageConfig::Fs { data_dir } => Some(data_dir.clone()),
+                crate::config::StorageConfig::S3(_) => None,
+            },
+        };
+        let metrics_access =
+            crate::metrics_http::Access::new(config.metrics_token.as_ref().map(|t| t.expose()));
         let front = Front {
             s3: s3_service(layer, &config, owners),
             metrics: metrics.clone(),
@@ -97,6 +109,9 @@ impl Server {
                 config.http.unsized_body_limit,
                 config.http.unsized_body_budget,
             ),
+            scrape: scrape.clone(),
+            metrics_access: metrics_access.clone(),
+            metrics_here: config.metrics_listen.is_none(),
         };
         let tls = crate::tls::Tls::from_config(&config.tls)?;
         let listener = TcpListener::bind(config.address)
@@ -106,7 +121,37 @@ impl Server {
             .local_addr()
             .map_err(|e| Error::Io("reading the bound address".into(), e))?;
         let (stop, stopped) = watch::channel(false);
-        tracing::info!(%addr, rdma = rdma.is_some(), tls = tls.is_some(), storage = ?config.storage, "hipobj-server listening");
+        let metrics_listener = match config.metrics_listen {
+            Some(a) => Some(crate::metrics_http::bind(a).await?),
+            None => None,
+        };
+        let metrics_addr = match &metrics_listener {
+            Some(l) => Some(
+                l.local_addr()
+                    .map_err(|e| Error::Io("reading the metrics address".into(), e))?,
+            ),
+            None => None,
+        };
+        tracing::info!(
+            %addr,
+            rdma = rdma.is_some(),
+            tls = tls.is_some(),
+            storage = %crate::config_text::storage(&config.storage),
+            metrics = %match (metrics_addr, config.metrics_endpoint) {
+                (Some(a), _) => format!("{a}/metrics"),
+                (None, true) => format!("{addr}/.hipobj/metrics"),
+                (None, false) => "off".to_owned(),
+            },
+            "hipobj-server listening"
+        );
+        if let Some(l) = metrics_listener {
+            tokio::spawn(crate::metrics_http::serve(
+                l,
+                scrape,
+                metrics_access,
+                stopped.clone(),
+            ));
+        }
         let certs = tls.as_ref().map(|t| t.certs().clone());
         if let Some(c) = &certs
             && config.tls.reload_check_secs > 0
@@ -154,6 +199,7 @@ impl Server {
             rdma,
             v2: sessions,
             tls: certs,
+            metrics_addr,
         })
     }
 }
@@ -184,6 +230,11 @@ impl Handle {
             Some(c) => Ok(c.reload()?),
             None => Ok(()),
         }
+    }
+
+    /// Where the metrics listener (`metrics_listen`) listens, when set.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     /// The counters.

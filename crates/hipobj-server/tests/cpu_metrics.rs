@@ -27,14 +27,13 @@ fn cpu(addr: std::net::SocketAddr) -> [f64; 5] {
     .unwrap();
     let mut text = String::new();
     s.read_to_string(&mut text).unwrap();
-    let value = |name: &str| -> f64 {
-        let line = text
-            .lines()
-            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-            .unwrap_or_else(|| panic!("no {name} in {text}"));
-        line[name.len()..].trim().parse().unwrap()
+    let m = support::metrics::parse(&text);
+    let get = |name: &str, labels: &[(&str, &str)]| -> f64 {
+        m.value(name, labels)
+            .unwrap_or_else(|| panic!("no {name} {labels:?} in {text}"))
     };
-    let role = |r: &str| value(&format!("hipobj_server_cpu_seconds_total{{role=\"{r}\"}}"));
+    let value = |name: &str| get(name, &[]);
+    let role = |r: &str| get("hipobj_server_cpu_seconds_total", &[("role", r)]);
     [
         role("s3"),
         role("rdma"),

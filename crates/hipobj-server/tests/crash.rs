@@ -94,8 +94,7 @@ fn client() -> Client {
 }
 
 fn metric(text: &str, name: &str) -> Option<i64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    support::metrics::value(text, name).map(|v| v as i64)
 }
 
 fn metrics(rt: &tokio::runtime::Runtime, addr: std::net::SocketAddr) -> String {

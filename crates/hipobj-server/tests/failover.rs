@@ -118,8 +118,7 @@ async fn gauge(addr: std::net::SocketAddr, name: &str) -> Option<u64> {
         .ok()?;
     let mut out = String::new();
     s.read_to_string(&mut out).await.ok()?;
-    out.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    support::metrics::value(&out, name).map(|v| v as u64)
 }
 
 /// Everything the clients saw.

@@ -106,7 +106,7 @@ fn the_binary_reads_a_config_file_and_refuses_a_bad_one() {
         .unwrap();
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("max_transfer: 4096"), "{text}");
+    assert!(text.contains("max_transfer = 4096"), "{text}");
     assert!(!text.contains("\"s\""), "the secret is not printed: {text}");
 
     std::fs::write(&cfg, "adress = 1\n").unwrap();

@@ -33,9 +33,7 @@ async fn metric(addr: std::net::SocketAddr, name: &str) -> Option<u64> {
         "GET /.hipobj/metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
     )
     .await;
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .and_then(|v| v.trim().parse().ok())
+    support::metrics::value(&text, name).map(|v| v as u64)
 }
 
 /// The message of a failed call's S3 error.

@@ -358,6 +358,14 @@ async fn a_get_through_the_server_moves_the_objects_bytes_in_chunks_and_counts_a
         409
     );
     let m = h.metrics().render(None);
-    assert!(m.contains("hipobj_rdma_gets_total 1\n"), "{m}");
-    assert!(m.contains("hipobj_rdma_bytes_written_total 10000\n"), "{m}");
+    assert_eq!(
+        support::metrics::value(&m, "hipobj_rdma_gets_total"),
+        Some(1.0),
+        "{m}"
+    );
+    assert_eq!(
+        support::metrics::value(&m, "hipobj_rdma_bytes_written_total"),
+        Some(10000.0),
+        "{m}"
+    );
 }

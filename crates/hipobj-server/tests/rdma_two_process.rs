@@ -365,7 +365,11 @@ fn scenario(dev: &str, big: usize) {
         "GET /.hipobj/metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
     ));
     println!("{metrics}");
-    assert!(metrics.contains("hipobj_rdma_gets_total 1\n"), "{metrics}");
+    assert_eq!(
+        support::metrics::value(&metrics, "hipobj_rdma_gets_total"),
+        Some(1.0),
+        "{metrics}"
+    );
     stop_server(server);
     println!("{dev}: all done in {:?}", t0.elapsed());
 }

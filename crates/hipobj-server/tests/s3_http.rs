@@ -716,7 +716,14 @@ async fn metrics_and_health_endpoints() {
     )
     .await;
     assert_eq!(status, 200);
-    assert!(text.contains("hipobj_http_requests_total 2"), "{text}");
-    assert!(text.contains("# TYPE hipobj_rdma_in_flight gauge"), "{text}");
+    let m = support::metrics::parse(&text);
+    assert_eq!(m.value("hipobj_http_requests_total", &[]), Some(2.0), "{text}");
+    assert!(
+        matches!(
+            m.samples("hipobj_rdma_in_flight").next().map(|s| &s.value),
+            Some(prometheus_parse::Value::Gauge(_))
+        ),
+        "{text}"
+    );
     h.shutdown().await;
 }

@@ -45,19 +45,27 @@ impl Reading {
     }
 }
 
-/// The CPU lines of a Prometheus text, or `None` when it has none (a server
-/// that does not report its CPU time).
+/// The CPU figures of a Prometheus text (read by the `prometheus-parse`
+/// crate), or `None` when it has none (a server that does not report its
+/// CPU time). A text the parser refuses has none.
 pub fn parse(text: &str) -> Option<Reading> {
+    let lines = text.lines().map(|l| Ok(l.to_owned()));
+    let scrape = prometheus_parse::Scrape::parse(lines).ok()?;
     let mut r = Reading::default();
     let mut seen = false;
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("hipobj_server_cpu_seconds_total{role=\"") else {
+    for s in &scrape.samples {
+        if s.metric != "hipobj_server_cpu_seconds_total" {
             continue;
+        }
+        let v = match s.value {
+            prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => v,
+            _ => continue,
         };
-        let Some((role, value)) = rest.split_once("\"} ") else {
-            continue;
-        };
-        let (Some(i), Ok(v)) = (ROLES.iter().position(|r| *r == role), value.trim().parse::<f64>()) else {
+        let Some(i) = s
+            .labels
+            .get("role")
+            .and_then(|role| ROLES.iter().position(|r| *r == role))
+        else {
             continue;
         };
         if v.is_finite() && v >= 0.0 {
@@ -93,9 +101,15 @@ pub fn scrape(url: &str) -> Result<Reading, String> {
     let mut s = TcpStream::connect_timeout(&addr, limit).map_err(|e| format!("{url}: {e}"))?;
     s.set_read_timeout(Some(limit))
         .map_err(|e| format!("{url}: {e}"))?;
+    // A server with `metrics_token` wants it as a bearer token.
+    let auth = std::env::var("HIPOBJ_METRICS_TOKEN")
+        .ok()
+        .filter(|t| !t.is_empty() && !t.contains(['\r', '\n']))
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\n{auth}Connection: close\r\n\r\n"
     )
     .map_err(|e| format!("{url}: {e}"))?;
     let mut body = Vec::new();
@@ -108,7 +122,8 @@ pub fn scrape(url: &str) -> Result<Reading, String> {
     if !status.starts_with("HTTP/1.1 200") && !status.starts_with("HTTP/1.0 200") {
         return Err(format!("{url}: {status}"));
     }
-    parse(&text).ok_or_else(|| format!("{url}: no hipobj_server_cpu_seconds_total in the metrics"))
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    parse(body).ok_or_else(|| format!("{url}: no hipobj_server_cpu_seconds_total in the metrics"))
 }
 
 #[cfg(test)]

@@ -20,7 +20,6 @@ mod procfs;
 mod scope;
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -198,25 +197,31 @@ pub async fn read() -> Reading {
     r
 }
 
+/// The metrics of a reading: CPU seconds by role and of the whole process.
+pub fn entries(r: &Reading) -> Vec<crate::metrics::Entry> {
+    use crate::metrics::{Entry, Value};
+    vec![
+        Entry {
+            name: "hipobj_server_cpu_seconds",
+            help: "CPU time of the server's threads by role: s3 (requests and storage), \
+                   rdma (the mover), nic (soft NIC workers), other",
+            counter: true,
+            values: Role::ALL
+                .iter()
+                .map(|role| (vec![("role", role.label())], Value::Real(r.of(*role))))
+                .collect(),
+        },
+        Entry::counter(
+            "hipobj_server_process_cpu_seconds",
+            "CPU time of the whole process, 10 ms resolution",
+            Value::Real(r.process),
+        ),
+    ]
+}
+
 /// The Prometheus text of a reading.
 pub fn render(r: &Reading) -> String {
-    let mut s = String::new();
-    let name = "hipobj_server_cpu_seconds_total";
-    let _ = writeln!(
-        s,
-        "# HELP {name} CPU time of the server's threads by role: s3 (requests and storage), \
-         rdma (the mover), nic (soft NIC workers), other\n# TYPE {name} counter"
-    );
-    for role in Role::ALL {
-        let _ = writeln!(s, "{name}{{role=\"{}\"}} {:.6}", role.label(), r.of(role));
-    }
-    let name = "hipobj_server_process_cpu_seconds_total";
-    let _ = writeln!(
-        s,
-        "# HELP {name} CPU time of the whole process, 10 ms resolution\n# TYPE {name} counter\n{name} {:.2}",
-        r.process
-    );
-    s
+    crate::metrics::encode_entries(entries(r))
 }
 
 #[cfg(test)]
@@ -284,15 +289,15 @@ mod tests {
         };
         let text = render(&r);
         assert!(
-            text.contains("hipobj_server_cpu_seconds_total{role=\"s3\"} 1.500000\n"),
+            text.contains("hipobj_server_cpu_seconds_total{role=\"s3\"} 1.5\n"),
             "{text}"
         );
         assert!(
-            text.contains("hipobj_server_cpu_seconds_total{role=\"rdma\"} 0.250000\n"),
+            text.contains("hipobj_server_cpu_seconds_total{role=\"rdma\"} 0.25\n"),
             "{text}"
         );
         assert!(
-            text.contains("hipobj_server_cpu_seconds_total{role=\"nic\"} 3.000000\n"),
+            text.contains("hipobj_server_cpu_seconds_total{role=\"nic\"} 3.0\n"),
             "{text}"
         );
         assert!(

@@ -394,6 +394,11 @@ impl Policy {
 #[async_trait::async_trait]
 impl S3Access for Policy {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
+        // The operation's name for the request's metrics and access log line.
+        let op = crate::operation::lookup(cx.s3_op().name());
+        if let Some(slot) = cx.extensions_mut().get::<crate::access_log::OperationSlot>() {
+            slot.set(op);
+        }
         let signed = cx.credentials().is_some();
         let acl_op = self.acls && ACL_OPERATIONS.contains(&cx.s3_op().name());
         let mut requester = Requester::Owner;

@@ -50,39 +50,69 @@ pub struct Front {
     pub bodies: crate::body::BodyLimits,
     /// Memory for chunked bodies without a length (`crate::unsized_body`).
     pub unsized_bodies: Arc<crate::unsized_body::Budget>,
+    /// What `/.hipobj/metrics` reads.
+    pub scrape: crate::metrics_http::Source,
+    /// Who may read it (`metrics_token`).
+    pub metrics_access: crate::metrics_http::Access,
+    /// Whether this port serves it (not when `metrics_listen` is set).
+    pub metrics_here: bool,
 }
 
 impl Front {
-    /// Serves one request.
-    pub async fn call(&self, req: http::Request<Incoming>) -> Result<http::Response<Body>, HttpError> {
+    /// Serves one request, and writes its access log line and counts it
+    /// when its response is done (`crate::access_log`).
+    pub async fn call(&self, mut req: http::Request<Incoming>) -> Result<http::Response<Body>, HttpError> {
+        let id = crate::access_log::new_request_id();
+        let mut record = crate::access_log::Record::begin(&req, id.clone(), self.metrics.clone());
+        req.extensions_mut().insert(record.slot());
+        let mut resp = self.answer(req, &mut record).await?;
+        with_request_id(&mut resp, &id);
+        record.set_status(resp.status());
+        let (parts, body) = resp.into_parts();
+        Ok(http::Response::from_parts(
+            parts,
+            Body::http_body(crate::access_log::Logged::new(body, record)),
+        ))
+    }
+
+    /// The response to one request.
+    async fn answer(
+        &self,
+        req: http::Request<Incoming>,
+        record: &mut crate::access_log::Record,
+    ) -> Result<http::Response<Body>, HttpError> {
         inc(&self.metrics.http_requests);
         // Before s3s, which would take `.hipobj-rc` for a bucket name.
         if req.uri().path().starts_with(hipobj_proto::rc_v2::PATH_PREFIX) {
-            let mut resp = self.v2.handle(req).await;
-            with_request_id(&mut resp);
-            return Ok(resp);
+            record.set_operation(crate::operation::RC_V2);
+            return Ok(self.v2.handle(req).await);
         }
         if self.endpoints && req.method() == http::Method::GET {
-            let text = match req.uri().path() {
-                "/.hipobj/metrics" => Some(
-                    self.metrics.render_with(
-                        self.rdma.as_ref().map(|r| r.target().stats().bindings),
-                        self.v2
-                            .sessions
-                            .as_ref()
-                            .map(|s| (s.open_sessions(), s.staging_bytes())),
-                    ) + &crate::cpu::render(&crate::cpu::read().await),
-                ),
-                "/.hipobj/health" => Some("ok\n".to_owned()),
-                _ => None,
-            };
-            if let Some(text) = text {
-                let mut resp = http::Response::new(Body::from(text));
-                resp.headers_mut().insert(
-                    http::header::CONTENT_TYPE,
-                    http::HeaderValue::from_static("text/plain; version=0.0.4"),
-                );
-                return Ok(resp);
+            match req.uri().path() {
+                "/.hipobj/metrics" => {
+                    record.set_operation(crate::operation::METRICS);
+                    if !self.metrics_here {
+                        let mut resp = http::Response::new(Body::empty());
+                        *resp.status_mut() = http::StatusCode::NOT_FOUND;
+                        return Ok(resp);
+                    }
+                    return Ok(crate::metrics_http::answer(
+                        &self.scrape,
+                        &self.metrics_access,
+                        req.headers(),
+                    )
+                    .await);
+                }
+                "/.hipobj/health" => {
+                    record.set_operation(crate::operation::HEALTH);
+                    let mut resp = http::Response::new(Body::from("ok\n".to_owned()));
+                    resp.headers_mut().insert(
+                        http::header::CONTENT_TYPE,
+                        http::HeaderValue::from_static("text/plain; version=0.0.4"),
+                    );
+                    return Ok(resp);
+                }
+                _ => {}
             }
         }
         // s3s's own request log is off (it would log secrets, see
@@ -97,18 +127,15 @@ impl Front {
         let mut req = req;
         let uri = req.uri().clone();
         if req.method() == http::Method::OPTIONS {
-            let mut resp = preflight(req.headers());
-            with_request_id(&mut resp);
-            return Ok(resp);
+            record.set_operation(crate::operation::PREFLIGHT);
+            return Ok(preflight(req.headers()));
         }
         if super::access::presign_expired_at_signing(&uri) {
-            let mut resp = error_response(
+            return Ok(error_response(
                 http::StatusCode::FORBIDDEN,
                 "AccessDenied",
                 "Request has expired: X-Amz-Expires is negative",
-            );
-            with_request_id(&mut resp);
-            return Ok(resp);
+            ));
         }
         super::access::date_for_sigv4(req.headers_mut(), &uri);
         let conn = req
@@ -116,7 +143,13 @@ impl Front {
             .get::<crate::conn::ConnHandle>()
             .map(|c| c.0.clone());
         let (parts, body) = req.into_parts();
-        let body = crate::body::Checked::new(&parts, body, self.bodies, conn, self.metrics.clone());
+        let body = record.count_request(crate::body::Checked::new(
+            &parts,
+            body,
+            self.bodies,
+            conn,
+            self.metrics.clone(),
+        ));
         let body = if crate::unsized_body::is_unsized(&parts, &body) {
             // The signature first: no body byte is held for a request that
             // cannot verify (`crate::unsized_body::check_signature`).
@@ -130,9 +163,8 @@ impl Front {
                     if !matches!(e, crate::unsized_body::Refused::Body(_)) {
                         inc(&self.metrics.http_unsized_bodies_refused);
                     }
-                    let mut resp = unsized_refusal(&e);
+                    let resp = unsized_refusal(&e);
                     tracing::debug!(%method, %path, status = resp.status().as_u16(), "request: {e}");
-                    with_request_id(&mut resp);
                     return Ok(resp);
                 }
             }
@@ -149,7 +181,6 @@ impl Front {
         if method == http::Method::GET && attributes {
             bare_etag(&mut resp);
         }
-        with_request_id(&mut resp);
         Ok(resp)
     }
 }
@@ -235,9 +266,7 @@ fn bare_etag(resp: &mut http::Response<Body>) {
 /// Gives every response an `x-amz-request-id` (and `x-amz-id-2`), and an
 /// S3 error body the same id as `<RequestId>`, so a failure a client logs
 /// can be matched with the server's.
-fn with_request_id(resp: &mut http::Response<Body>) {
-    let id = uuid::Uuid::new_v4().simple().to_string().to_ascii_uppercase();
-    let id = &id[..16];
+fn with_request_id(resp: &mut http::Response<Body>, id: &str) {
     if let Ok(v) = http::HeaderValue::from_str(id) {
         resp.headers_mut().insert("x-amz-request-id", v.clone());
         resp.headers_mut().insert("x-amz-id-2", v);

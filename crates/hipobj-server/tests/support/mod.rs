@@ -2,6 +2,7 @@
 //! temporary data directory, an aws-sdk-s3 client for it, and raw HTTP.
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod metrics;
 pub mod rdma;
 pub mod sigv4;
 pub mod wire;

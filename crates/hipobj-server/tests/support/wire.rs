@@ -123,11 +123,10 @@ pub async fn metrics(server: SocketAddr) -> String {
     String::from_utf8_lossy(&r.body).into_owned()
 }
 
-/// The value of the metric `name` in `text`, -1 if it is not there.
+/// The value of the unlabelled metric `name` in `text` (read by the
+/// Prometheus parser, `super::metrics`), -1 if it is not there.
 pub fn metric(text: &str, name: &str) -> i64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(-1)
+    super::metrics::value(text, name).map_or(-1, |v| v as i64)
 }
 
 /// Whether the server closes `s` (EOF or reset) within `limit`, reading
