@@ -29,7 +29,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::config::HttpConfig;
 use crate::conn::ConnState;
-use crate::metrics::{Metrics, inc};
+use crate::metrics::Metrics;
 
 /// The limits every body gets (from [`HttpConfig`] and `anonymous`).
 #[derive(Clone, Copy, Debug)]
@@ -271,15 +271,19 @@ impl Checked {
 
     /// Ends the body with `e` and closes the connection.
     fn cut(&mut self, e: BodyError) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let m = &self.metrics;
         let counter = match e {
-            BodyError::TooSlow(_) => Some(&self.metrics.http_bodies_too_slow),
-            BodyError::Unauthenticated(_) => Some(&self.metrics.http_unauthenticated_bodies_cut),
-            BodyError::Unterminated => Some(&self.metrics.http_chunked_bodies_unterminated),
+            BodyError::TooSlow(_) => Some((&m.http_bodies_too_slow, "body_min_rate")),
+            BodyError::Unauthenticated(_) => {
+                Some((&m.http_unauthenticated_bodies_cut, "unauthenticated_body_limit"))
+            }
+            BodyError::Unterminated => {
+                Some((&m.http_chunked_bodies_unterminated, "chunked_body_unterminated"))
+            }
             BodyError::Hyper(_) => None,
         };
-        if let Some(c) = counter {
-            inc(c);
-            tracing::info!("request body cut: {e}");
+        if let Some((c, limit)) = counter {
+            m.limit_acted(c, limit, || format!("a request body was cut: {e}"));
         }
         self.failed = true;
         if let Some(c) = &self.conn {

@@ -230,7 +230,9 @@ pub struct HttpConfig {
     pub max_connections: usize,
     /// Most connections open at once from one client address (the
     /// address's share of `max_connections`). A connection beyond it
-    /// closes that address's longest-idle connection, or is refused.
+    /// closes that address's longest-idle connection, or is refused. The
+    /// default serves a client with 256 workers (s5cmd's default) and room
+    /// to spare.
     pub max_connections_per_address: usize,
     /// A request head (request line and headers) must arrive within this
     /// many seconds of its first byte.
@@ -259,13 +261,18 @@ pub struct HttpConfig {
     /// Most bytes of such bodies held at once, all requests together; past
     /// it a request is `503 SlowDown`.
     pub unsized_body_budget: u64,
+    /// Load balancers whose connections begin with a PROXY protocol header
+    /// (v2 or v1) naming the client: addresses or CIDR prefixes. Their
+    /// connections count, log and bind RDMA as the client they name; every
+    /// other address is never read for one. Empty: off.
+    pub proxy_protocol_from: Vec<String>,
 }
 
 impl Default for HttpConfig {
     fn default() -> Self {
         Self {
             max_connections: 4096,
-            max_connections_per_address: 64,
+            max_connections_per_address: 512,
             header_read_timeout_secs: 30,
             idle_timeout_secs: 120,
             tcp_keepalive_secs: 60,
@@ -274,6 +281,7 @@ impl Default for HttpConfig {
             unauthenticated_body_limit: 64 << 10,
             unsized_body_limit: 64 << 20,
             unsized_body_budget: 512 << 20,
+            proxy_protocol_from: Vec::new(),
         }
     }
 }
@@ -451,6 +459,9 @@ impl Config {
         }
         if self.http.max_connections == 0 || self.http.max_connections_per_address == 0 {
             return bad("http.max_connections and http.max_connections_per_address must be above 0");
+        }
+        if let Err(why) = crate::proxy_protocol::Trusted::parse(&self.http.proxy_protocol_from) {
+            return bad(&why);
         }
         if self.http.body_min_rate > 0 && self.http.body_rate_window_secs == 0 {
             return bad("http.body_rate_window_secs must be above 0 when http.body_min_rate is");

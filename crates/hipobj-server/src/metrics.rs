@@ -108,6 +108,8 @@ pub struct Metrics {
     http_bytes_in: Counter,
     /// HTTP body bytes sent.
     http_bytes_out: Counter,
+    /// The warning lines of limits that acted (`crate::limit_log`).
+    pub limit_log: crate::limit_log::LimitLog,
 }
 
 impl Default for Metrics {
@@ -137,6 +139,7 @@ impl Default for Metrics {
             latency: Family::new_with_constructor(latency_histogram),
             http_bytes_in: Counter::default(),
             http_bytes_out: Counter::default(),
+            limit_log: crate::limit_log::LimitLog::default(),
         }
     }
 }
@@ -144,6 +147,16 @@ impl Default for Metrics {
 /// Adds one to a counter.
 pub fn inc(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
+}
+
+impl Metrics {
+    /// A limit acted: adds one to its counter `c` and logs it, at most once
+    /// per window (`crate::limit_log`); `limit` is its name in
+    /// `hipobj_limits_hit_total`.
+    pub fn limit_acted(&self, c: &AtomicU64, limit: &'static str, what: impl FnOnce() -> String) {
+        inc(c);
+        self.limit_log.acted(limit, what);
+    }
 }
 
 /// A value read at scrape time.
@@ -421,6 +434,10 @@ impl Metrics {
                     (
                         vec![("limit", "unauthenticated_body_limit")],
                         c(&self.http_unauthenticated_bodies_cut),
+                    ),
+                    (
+                        vec![("limit", "chunked_body_unterminated")],
+                        c(&self.http_chunked_bodies_unterminated),
                     ),
                     (
                         vec![("limit", "unsized_body")],

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
 
@@ -15,6 +15,7 @@ use crate::Error;
 use crate::config::{Config, HttpConfig};
 use crate::conn::{ConnHandle, ConnState, Guarded, tune};
 use crate::metrics::Metrics;
+use crate::proxy_protocol::{Proxied, Trusted, read_header};
 use crate::rdma::{Rdma, RdmaLayer, VerbsProvider};
 use crate::s3::service::{Front, s3_service};
 use crate::shares::Shares;
@@ -189,6 +190,7 @@ impl Server {
                 http: config.http.clone(),
                 shares,
                 tls,
+                proxies: Trusted::parse(&config.http.proxy_protocol_from).map_err(Error::Config)?,
             },
         ));
         Ok(Handle {
@@ -294,6 +296,8 @@ struct Limits {
     http: HttpConfig,
     shares: Arc<Shares>,
     tls: Option<crate::tls::Tls>,
+    /// Load balancers whose connections carry a PROXY header.
+    proxies: Trusted,
 }
 
 /// Counts a connection in the `hipobj_http_connections` gauge while alive.
@@ -322,10 +326,12 @@ async fn serve(listener: TcpListener, front: Front, limits: Limits) {
         http,
         shares,
         tls,
+        proxies,
     } = limits;
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(http.max_connections));
     let mut at_cap = false;
+    let header_read = Duration::from_secs(http.header_read_timeout_secs.max(1));
     loop {
         let (stream, peer) = tokio::select! {
             () = stop_requested(&mut stopped) => break,
@@ -339,6 +345,43 @@ async fn serve(listener: TcpListener, front: Front, limits: Limits) {
                 }
             },
         };
+        let conn = Connection {
+            front: front.clone(),
+            http: http.clone(),
+            tls: tls.clone(),
+            graceful: graceful.watcher(),
+        };
+        if proxies.contains(peer.ip()) {
+            // A load balancer's connection (`crate::proxy_protocol`): a slot
+            // now, and its client's share once the header has named it.
+            let Some(slot) = take_slot(&slots, &shares, None, &mut at_cap, &http, &mut stopped).await else {
+                break;
+            };
+            let shares = shares.clone();
+            tokio::spawn(async move {
+                let mut stream = stream;
+                let client = match tokio::time::timeout(header_read, read_header(&mut stream)).await {
+                    Ok(Ok(Proxied::Client(client))) => client,
+                    Ok(Ok(Proxied::Local)) => peer,
+                    Ok(Err(e)) => {
+                        tracing::info!(%peer, "connection from a trusted load balancer dropped: {e}");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::info!(%peer, "connection from a trusted load balancer dropped: no PROXY header in time");
+                        return;
+                    }
+                };
+                let state = ConnState::new();
+                let Some(ticket) = shares.admit(client.ip(), state.clone()) else {
+                    tracing::debug!(%client, "connection refused: its address holds its share");
+                    return;
+                };
+                conn.run(stream, client, state).await;
+                drop((slot, ticket));
+            });
+            continue;
+        }
         // The address's share first: past it, the address's own idle
         // connection makes room, or this one is refused.
         let state = ConnState::new();
@@ -347,45 +390,91 @@ async fn serve(listener: TcpListener, front: Front, limits: Limits) {
             drop(stream);
             continue;
         };
-        // Then a slot. At the cap, the address holding the most connections
-        // gives up an idle one; with none idle anywhere this connection
-        // waits (and later ones in the listen backlog) until one closes.
-        let slot = match slots.clone().try_acquire_owned() {
-            Ok(s) => s,
-            Err(_) => {
-                // (The connection admitting this one closed, if any, is
-                // about to free its slot; this one itself never goes.)
-                if !ticket.made_room && !shares.close_one_for_room(&ticket) && !at_cap {
-                    at_cap = true;
-                    tracing::warn!(
-                        max_connections = http.max_connections,
-                        "connection limit reached and no connection is idle: new connections wait until one closes"
-                    );
-                }
-                tokio::select! {
-                    () = stop_requested(&mut stopped) => break,
-                    s = slots.clone().acquire_owned() => match s {
-                        Ok(s) => s,
-                        Err(_) => break,
-                    },
-                }
-            }
+        let Some(slot) = take_slot(&slots, &shares, Some(&ticket), &mut at_cap, &http, &mut stopped).await
+        else {
+            break;
         };
-        if at_cap && slots.available_permits() > 0 {
-            at_cap = false;
-            tracing::info!("below the connection limit again");
+        tokio::spawn(async move {
+            conn.run(stream, peer, state).await;
+            drop((slot, ticket));
+        });
+    }
+    drop(listener);
+    tracing::info!("shutting down: waiting for requests in flight");
+    tokio::select! {
+        () = graceful.shutdown() => tracing::info!("all connections closed"),
+        () = tokio::time::sleep(grace) => tracing::warn!("grace period over; dropping the connections left"),
+    }
+}
+
+/// A connection slot. At the cap, the address holding the most
+/// connections gives up an idle one (never `admitted`, the connection the
+/// slot is for); with none idle anywhere this waits (and later
+/// connections in the listen backlog) until one closes. `None` once the
+/// server stops.
+async fn take_slot(
+    slots: &Arc<Semaphore>,
+    shares: &Shares,
+    admitted: Option<&crate::shares::Ticket>,
+    at_cap: &mut bool,
+    http: &HttpConfig,
+    stopped: &mut watch::Receiver<bool>,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    let slot = match slots.clone().try_acquire_owned() {
+        Ok(s) => s,
+        Err(_) => {
+            // (The connection admitting this one closed, if any, is about
+            // to free its slot; this one itself never goes.)
+            let made_room = admitted.is_some_and(|t| t.made_room);
+            if !made_room && !shares.close_one_for_room(admitted) && !*at_cap {
+                *at_cap = true;
+                tracing::warn!(
+                    max_connections = http.max_connections,
+                    "connection limit reached and no connection is idle: new connections wait until one closes"
+                );
+            }
+            tokio::select! {
+                () = stop_requested(stopped) => return None,
+                s = slots.clone().acquire_owned() => s.ok()?,
+            }
         }
+    };
+    if *at_cap && slots.available_permits() > 0 {
+        *at_cap = false;
+        tracing::info!("below the connection limit again");
+    }
+    Some(slot)
+}
+
+/// What serving one accepted connection needs.
+struct Connection {
+    front: Front,
+    http: HttpConfig,
+    tls: Option<crate::tls::Tls>,
+    graceful: hyper_util::server::graceful::Watcher,
+}
+
+impl Connection {
+    /// Serves HTTP/1.1 (over TLS when configured) on `stream` for the
+    /// client at `peer` until the connection ends.
+    async fn run(self, stream: TcpStream, peer: SocketAddr, state: Arc<ConnState>) {
+        let Self {
+            front,
+            http,
+            tls,
+            graceful,
+        } = self;
         if let Err(e) = tune(&stream, &http) {
             tracing::debug!(%peer, "setting socket options: {e}");
         }
-        let f = front.clone();
         let marks = state.clone();
         let transport = crate::conn::Transport { tls: tls.is_some() };
+        let open = Open::new(&front.metrics);
         let service = hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
             req.extensions_mut().insert(crate::rdma::ClientAddr(peer));
             req.extensions_mut().insert(transport);
             req.extensions_mut().insert(ConnHandle(marks.clone()));
-            let f = f.clone();
+            let f = front.clone();
             let serving = marks.serving();
             async move {
                 let _serving = serving;
@@ -397,20 +486,10 @@ async fn serve(listener: TcpListener, front: Front, limits: Limits) {
             tls.as_ref(),
         ));
         let conn = hyper::server::conn::http1::Builder::new().serve_connection(io, service);
-        let conn = graceful.watch(conn);
-        let open = Open::new(&front.metrics);
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, "connection ended: {e}");
-            }
-            drop((slot, ticket, open));
-        });
-    }
-    drop(listener);
-    tracing::info!("shutting down: waiting for requests in flight");
-    tokio::select! {
-        () = graceful.shutdown() => tracing::info!("all connections closed"),
-        () = tokio::time::sleep(grace) => tracing::warn!("grace period over; dropping the connections left"),
+        if let Err(e) = graceful.watch(conn).await {
+            tracing::debug!(%peer, "connection ended: {e}");
+        }
+        drop(open);
     }
 }
 

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::conn::ConnState;
-use crate::metrics::{Metrics, inc};
+use crate::metrics::Metrics;
 
 /// What connections are counted by: an IPv4 address, or an IPv6 /64.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -114,14 +114,29 @@ impl Shares {
         let v = open.entry(source).or_default();
         let mut made_room = false;
         if v.len() >= self.per_source {
+            let share = self.per_source;
             match victim(v) {
                 Some(i) => {
                     v.swap_remove(i).state.close();
-                    inc(&self.metrics.http_connections_closed_for_room);
+                    self.metrics
+                        .limit_acted(&self.metrics.http_connections_closed_for_room, "connection_closed_for_room", || {
+                            format!(
+                                "{} holds its share of {share} connections (http.max_connections_per_address): \
+                                 its longest-idle one was closed for a new one",
+                                source.0
+                            )
+                        });
                     made_room = true;
                 }
                 None => {
-                    inc(&self.metrics.http_connections_refused);
+                    self.metrics
+                        .limit_acted(&self.metrics.http_connections_refused, "max_connections_per_address", || {
+                            format!(
+                                "{} holds its share of {share} connections (http.max_connections_per_address), \
+                                 all serving requests: a new one was refused",
+                                source.0
+                            )
+                        });
                     return None;
                 }
             }
@@ -138,8 +153,9 @@ impl Shares {
 
     /// At the global cap: closes the longest-waiting idle connection of the
     /// source holding the most connections (the next source if that one
-    /// has none idle). Whether one was closed.
-    pub fn close_one_for_room(&self, waiting: &Ticket) -> bool {
+    /// has none idle), never `waiting`'s. Whether one was closed.
+    pub fn close_one_for_room(&self, waiting: Option<&Ticket>) -> bool {
+        let waiting = waiting.map(|t| t.id);
         let mut open = self.lock();
         let mut sources: Vec<(usize, Source)> = open.iter().map(|(s, v)| (v.len(), *s)).collect();
         sources.sort_by_key(|s| std::cmp::Reverse(s.0));
@@ -147,10 +163,10 @@ impl Shares {
             let Some(v) = open.get_mut(&source) else {
                 continue;
             };
-            let others: Vec<usize> = (0..v.len()).filter(|&i| v[i].id != waiting.id).collect();
+            let others: Vec<usize> = (0..v.len()).filter(|&i| Some(v[i].id) != waiting).collect();
             let pick = victim(
                 &v.iter()
-                    .filter(|e| e.id != waiting.id)
+                    .filter(|e| Some(e.id) != waiting)
                     .map(|e| Entry {
                         id: e.id,
                         state: e.state.clone(),
@@ -159,7 +175,13 @@ impl Shares {
             );
             if let Some(i) = pick.map(|j| others[j]) {
                 v.swap_remove(i).state.close();
-                inc(&self.metrics.http_connections_closed_for_room);
+                self.metrics
+                    .limit_acted(&self.metrics.http_connections_closed_for_room, "connection_closed_for_room", || {
+                        format!(
+                            "the server holds http.max_connections: an idle connection of {} was closed for a new one",
+                            source.0
+                        )
+                    });
                 return true;
             }
         }

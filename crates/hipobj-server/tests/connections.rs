@@ -189,3 +189,42 @@ async fn idle_keep_alive_connections_are_closed() {
     );
     h.shutdown().await;
 }
+
+/// Issue 39, finding 5: a client with s5cmd's default of 256 workers, all
+/// on one address, keeps every connection it opens: with the default
+/// share none is closed for room (with the old share of 64, 192 of them
+/// were). Each worker's connection serves a request, then another on the
+/// same connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_with_256_workers_on_one_address_keeps_its_connections() {
+    let (h, _dir) = start(|_| {}).await;
+    let health = b"GET /.hipobj/health HTTP/1.1\r\nHost: x\r\n\r\n";
+    let mut workers = Vec::new();
+    for _ in 0..256 {
+        let mut s = TcpStream::connect(h.addr()).await.unwrap();
+        s.write_all(health).await.unwrap();
+        let r = support::wire::read_response(&mut s, &mut Vec::new())
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200);
+        workers.push(s);
+    }
+    for s in &mut workers {
+        s.write_all(health).await.unwrap();
+        let r = support::wire::read_response(s, &mut Vec::new()).await;
+        assert!(
+            r.is_ok_and(|r| r.status == 200),
+            "a worker's connection was closed"
+        );
+    }
+    let text = support::wire::metrics(h.addr()).await;
+    assert_eq!(
+        support::wire::metric(&text, "hipobj_http_connections_closed_for_room_total"),
+        0,
+        "{text}"
+    );
+    assert_eq!(
+        support::wire::metric(&text, "hipobj_http_connections_refused_total"),
+        0
+    );
+}

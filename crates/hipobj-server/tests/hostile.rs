@@ -79,11 +79,16 @@ fn signed_get() -> Vec<u8> {
 /// Finding 1: sockets from one address that never send a byte took every
 /// connection slot, so a signed GET and the health check from anywhere
 /// else waited for the idle timeout (120 s). Now one address holds at most
-/// its share (64 by default): its own idle connections make room for its
-/// next ones, and everyone else is served at once.
+/// its share (64 here; the default is 512, below): its own idle
+/// connections make room for its next ones, and everyone else is served at
+/// once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn idle_sockets_from_one_address_do_not_lock_others_out() {
-    let (h, _dir) = start(None, |c| c.http.max_connections = 100).await;
+    let (h, _dir) = start(None, |c| {
+        c.http.max_connections = 100;
+        c.http.max_connections_per_address = 64;
+    })
+    .await;
     seed(&h).await;
     let mut idle = Vec::new();
     for _ in 0..150 {

@@ -145,7 +145,13 @@ impl V2 {
         let r = self.serve(&parts).await;
         let status = r.status().as_u16();
         if status == 503 {
-            inc(&self.metrics.rdma_v2_busy);
+            self.metrics
+                .limit_acted(&self.metrics.rdma_v2_busy, "rdma_v2_quota", || {
+                    format!(
+                        "a hipobj-rc-v2 {} was refused: sessions or staging memory at their limit",
+                        parts.uri.path()
+                    )
+                });
         }
         if status >= 400 && status != 501 {
             inc(&self.metrics.rdma_v2_errors);

@@ -161,7 +161,11 @@ impl Front {
                 Ok(held) => Body::http_body(held),
                 Err(e) => {
                     if !matches!(e, crate::unsized_body::Refused::Body(_)) {
-                        inc(&self.metrics.http_unsized_bodies_refused);
+                        self.metrics.limit_acted(
+                            &self.metrics.http_unsized_bodies_refused,
+                            "unsized_body",
+                            || format!("a chunked body without a length was refused: {e}"),
+                        );
                     }
                     let resp = unsized_refusal(&e);
                     tracing::debug!(%method, %path, status = resp.status().as_u16(), "request: {e}");
