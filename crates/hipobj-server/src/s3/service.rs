@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use hyper::body::Incoming;
-use s3s::auth::SimpleAuth;
 use s3s::service::{S3Service, S3ServiceBuilder};
 use s3s::{Body, HttpError};
 
@@ -13,14 +12,16 @@ use crate::metrics::{Metrics, inc};
 use crate::rdma::{Rdma, RdmaLayer};
 
 /// Builds the s3s service over the RDMA layer, with auth and policy;
-/// `owners` is the server's one set of ownership rules.
-pub fn s3_service(layer: RdmaLayer, config: &Config, owners: super::owners::Owners) -> S3Service {
+/// `owners` is the server's one set of ownership rules, `keys` the access
+/// keys in service (`crate::keys`).
+pub fn s3_service(
+    layer: RdmaLayer,
+    config: &Config,
+    owners: super::owners::Owners,
+    keys: Arc<crate::keys::Keys>,
+) -> S3Service {
     let mut b = S3ServiceBuilder::new(layer);
-    let mut auth = SimpleAuth::new();
-    for c in &config.credentials {
-        auth.register(c.access_key.clone(), c.secret_key.clone().into());
-    }
-    b.set_auth(auth);
+    b.set_auth(crate::keys::LiveAuth(keys));
     b.set_access(Policy {
         anonymous: config.anonymous,
         owners,
@@ -31,8 +32,8 @@ pub fn s3_service(layer: RdmaLayer, config: &Config, owners: super::owners::Owne
     b.build()
 }
 
-/// What every connection serves: `/.hipobj/metrics`, `/.hipobj/health`,
-/// and S3 for everything else. Bucket names cannot start with `.`, so the
+/// What every connection serves: `/.hipobj/metrics`, the health paths
+/// (`crate::health`), and S3 for everything else. Bucket names cannot start with `.`, so the
 /// server's paths never hide a bucket.
 #[derive(Clone, Debug)]
 pub struct Front {
@@ -50,6 +51,8 @@ pub struct Front {
     pub bodies: crate::body::BodyLimits,
     /// Memory for chunked bodies without a length (`crate::unsized_body`).
     pub unsized_bodies: Arc<crate::unsized_body::Budget>,
+    /// Liveness, readiness and the drain flag (`crate::health`).
+    pub health: Arc<crate::health::Health>,
 }
 
 impl Front {
@@ -59,6 +62,11 @@ impl Front {
         // Before s3s, which would take `.hipobj-rc` for a bucket name.
         if req.uri().path().starts_with(hipobj_proto::rc_v2::PATH_PREFIX) {
             let mut resp = self.v2.handle(req).await;
+            with_request_id(&mut resp);
+            return Ok(resp);
+        }
+        // Served whatever `endpoints` says: they tell nothing but one word.
+        if let Some(mut resp) = self.health.answer(&req).await {
             with_request_id(&mut resp);
             return Ok(resp);
         }
@@ -73,7 +81,6 @@ impl Front {
                             .map(|s| (s.open_sessions(), s.staging_bytes())),
                     ) + &crate::cpu::render(&crate::cpu::read().await),
                 ),
-                "/.hipobj/health" => Some("ok\n".to_owned()),
                 _ => None,
             };
             if let Some(text) = text {
@@ -120,7 +127,7 @@ impl Front {
         let body = if crate::unsized_body::is_unsized(&parts, &body) {
             // The signature first: no body byte is held for a request that
             // cannot verify (`crate::unsized_body::check_signature`).
-            let held = match crate::unsized_body::check_signature(&parts, &self.v2.keys) {
+            let held = match crate::unsized_body::check_signature(&parts, &self.v2.keys.current()) {
                 Ok(()) => self.unsized_bodies.collect(Box::pin(body)).await,
                 Err(e) => Err(e),
             };
