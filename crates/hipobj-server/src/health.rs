@@ -1,7 +1,8 @@
 //! Liveness and readiness (docs/server.md, "Health and drain").
 //!
 //! * `GET /.hipobj/live`: the process answers. Always `200 live`.
-//! * `GET /.hipobj/ready` (and its old name `/.hipobj/health`): `200 ready`
+//! * `GET /.hipobj/ready` (and its old name `/.hipobj/health`, whose 200
+//!   still says `ok`): `200 ready`
 //!   when the server is not draining, its store answered a real request,
 //!   and its RDMA device's port is up (when RDMA is on); else `503 not
 //!   ready: draining|store|rdma`.
@@ -216,6 +217,8 @@ impl Health {
         let (status, text) = match req.uri().path() {
             LIVE => (http::StatusCode::OK, "live\n".to_owned()),
             READY | HEALTH => match self.ready().await {
+                // The old path keeps its old word.
+                Ok(()) if req.uri().path() == HEALTH => (http::StatusCode::OK, "ok\n".to_owned()),
                 Ok(()) => (http::StatusCode::OK, "ready\n".to_owned()),
                 Err(why) => (
                     http::StatusCode::SERVICE_UNAVAILABLE,

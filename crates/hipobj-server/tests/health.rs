@@ -117,6 +117,7 @@ async fn ready_goes_false_while_the_s3_back_end_is_down_and_true_when_it_is_back
 
     let ready = poll_until(addr, "/.hipobj/ready", |s| matches!(s, Seen::Answer(200, _))).await;
     assert_eq!(ready, Seen::Answer(200, "ready\n".into()));
+    assert_eq!(look(addr, "/.hipobj/health").await, Seen::Answer(200, "ok\n".into()));
     assert_eq!(look(addr, "/.hipobj/live").await, Seen::Answer(200, "live\n".into()));
 
     // The back end dies: S3 calls through the gateway fail, and readiness
@@ -127,7 +128,7 @@ async fn ready_goes_false_while_the_s3_back_end_is_down_and_true_when_it_is_back
     assert_eq!(support::code(&e), "ServiceUnavailable");
     let down = poll_until(addr, "/.hipobj/ready", |s| !matches!(s, Seen::Answer(200, _))).await;
     assert_eq!(down, Seen::Answer(503, "not ready: store\n".into()));
-    // The old path answers as readiness does.
+    // The old path answers as readiness does (where it said `200 ok`).
     assert_eq!(look(addr, "/.hipobj/health").await, down);
     // Liveness: the process answers.
     assert_eq!(look(addr, "/.hipobj/live").await, Seen::Answer(200, "live\n".into()));
@@ -147,6 +148,32 @@ async fn ready_goes_false_while_the_s3_back_end_is_down_and_true_when_it_is_back
     signal(&gw, "-TERM");
     assert!(wait_exit(&mut gw).success());
     back.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_goes_false_while_the_rdma_port_does_not_answer() {
+    use hipobj_platform::fake::{FakeDeviceSpec, FakeTopology, FakeVerbs, Fault, Faults};
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Faults::default();
+    let provider = hipobj_server::rdma::VerbsProvider {
+        verbs: std::sync::Arc::new(FakeVerbs::new(vec![FakeDeviceSpec::default()], faults.clone())),
+        topology: std::sync::Arc::new(FakeTopology::new(Vec::new(), faults.clone())),
+    };
+    let mut c = support::config(dir.path());
+    c.rdma.enabled = true;
+    c.rdma.device = Some("fake0".into());
+    let h = hipobj_server::Server::start_with(c, Some(provider)).await.unwrap();
+    let addr = h.addr();
+    let up = poll_until(addr, "/.hipobj/ready", |s| matches!(s, Seen::Answer(200, _))).await;
+    assert_eq!(up, Seen::Answer(200, "ready\n".into()));
+    // The device stops answering for its port.
+    faults.set("query_port", Fault::Fail);
+    let down = poll_until(addr, "/.hipobj/ready", |s| !matches!(s, Seen::Answer(200, _))).await;
+    assert_eq!(down, Seen::Answer(503, "not ready: rdma\n".into()));
+    assert_eq!(look(addr, "/.hipobj/live").await, Seen::Answer(200, "live\n".into()));
+    faults.clear();
+    poll_until(addr, "/.hipobj/ready", |s| matches!(s, Seen::Answer(200, _))).await;
+    h.shutdown().await;
 }
 
 /// A signed request head for `method path` with an unsigned payload of
