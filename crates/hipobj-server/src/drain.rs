@@ -92,7 +92,9 @@ impl Signals {
                     _ = self.hup.recv() => reload(&handle, "SIGHUP").await,
                 }
             }
-            let Self { mut term, mut int, .. } = self;
+            let Self {
+                mut term, mut int, ..
+            } = self;
             let again = async move {
                 tokio::select! {
                     _ = term.recv() => {}

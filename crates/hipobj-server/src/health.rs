@@ -164,8 +164,10 @@ impl Health {
                 }
             }
             Probe::Store(store) => {
-                let mut input = s3s::dto::ListBucketsInput::default();
-                input.max_buckets = Some(1);
+                let input = s3s::dto::ListBucketsInput {
+                    max_buckets: Some(1),
+                    ..Default::default()
+                };
                 let req = S3Request {
                     input,
                     method: http::Method::GET,
@@ -182,7 +184,13 @@ impl Health {
                     // The back end answered, and refused: it is up (its
                     // answer to this gateway's key is a configuration
                     // matter that every request shows).
-                    Ok(Err(e)) if e.status_code().or_else(|| e.code().status_code()).is_some_and(|s| !s.is_server_error()) => Ok(()),
+                    Ok(Err(e))
+                        if e.status_code()
+                            .or_else(|| e.code().status_code())
+                            .is_some_and(|s| !s.is_server_error()) =>
+                    {
+                        Ok(())
+                    }
                     Ok(Err(e)) => {
                         tracing::debug!(code = e.code().as_str(), "readiness: the S3 back end failed");
                         Err(NotReady::Store)
@@ -280,10 +288,14 @@ mod tests {
         assert_eq!(h.ready().await, Ok(()));
         h.start_draining();
         assert_eq!(h.ready().await, Err(NotReady::Draining));
-        let req = http::Request::get(READY).body(()).unwrap_or_else(|e| panic!("{e}"));
+        let req = http::Request::get(READY)
+            .body(())
+            .unwrap_or_else(|e| panic!("{e}"));
         let resp = h.answer(&req).await.unwrap_or_else(|| panic!("not answered"));
         assert_eq!(resp.status(), http::StatusCode::SERVICE_UNAVAILABLE);
-        let other = http::Request::get("/.hipobj/readyx").body(()).unwrap_or_else(|e| panic!("{e}"));
+        let other = http::Request::get("/.hipobj/readyx")
+            .body(())
+            .unwrap_or_else(|e| panic!("{e}"));
         assert!(h.answer(&other).await.is_none());
     }
 }

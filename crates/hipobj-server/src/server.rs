@@ -77,7 +77,8 @@ impl Server {
                 "no credentials are configured and anonymous access is off: no request could succeed".into(),
             ));
         }
-        let health = crate::health::Health::new(crate::health::Probe::of(&config.storage, &store), rdma.clone());
+        let health =
+            crate::health::Health::new(crate::health::Probe::of(&config.storage, &store), rdma.clone());
         let owners = crate::s3::owners::Owners::new(&config)?;
         let sessions = rdma.as_ref().map(|r| {
             Arc::new(hipobj_target::rc_v2::V2Sessions::new(

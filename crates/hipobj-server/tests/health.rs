@@ -38,10 +38,11 @@ async fn look(addr: SocketAddr, path: &str) -> Seen {
         Ok(r) => Seen::Answer(r.status, String::from_utf8_lossy(&r.body).into_owned()),
         // Taken into the listen backlog just before the listener closed,
         // and reset with it: the listener is gone.
-        Err(e) if matches!(
-            e.kind(),
-            std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::UnexpectedEof
-        ) =>
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::UnexpectedEof
+            ) =>
         {
             Seen::Refused
         }
@@ -117,8 +118,14 @@ async fn ready_goes_false_while_the_s3_back_end_is_down_and_true_when_it_is_back
 
     let ready = poll_until(addr, "/.hipobj/ready", |s| matches!(s, Seen::Answer(200, _))).await;
     assert_eq!(ready, Seen::Answer(200, "ready\n".into()));
-    assert_eq!(look(addr, "/.hipobj/health").await, Seen::Answer(200, "ok\n".into()));
-    assert_eq!(look(addr, "/.hipobj/live").await, Seen::Answer(200, "live\n".into()));
+    assert_eq!(
+        look(addr, "/.hipobj/health").await,
+        Seen::Answer(200, "ok\n".into())
+    );
+    assert_eq!(
+        look(addr, "/.hipobj/live").await,
+        Seen::Answer(200, "live\n".into())
+    );
 
     // The back end dies: S3 calls through the gateway fail, and readiness
     // says so (where `/.hipobj/health` used to answer `200 ok`).
@@ -131,7 +138,10 @@ async fn ready_goes_false_while_the_s3_back_end_is_down_and_true_when_it_is_back
     // The old path answers as readiness does (where it said `200 ok`).
     assert_eq!(look(addr, "/.hipobj/health").await, down);
     // Liveness: the process answers.
-    assert_eq!(look(addr, "/.hipobj/live").await, Seen::Answer(200, "live\n".into()));
+    assert_eq!(
+        look(addr, "/.hipobj/live").await,
+        Seen::Answer(200, "live\n".into())
+    );
     // Nothing of the back end leaks to the stranger asking.
     if let Seen::Answer(_, body) = &down {
         assert!(!body.contains(&back_addr.port().to_string()), "{body}");
@@ -162,7 +172,9 @@ async fn ready_goes_false_while_the_rdma_port_does_not_answer() {
     let mut c = support::config(dir.path());
     c.rdma.enabled = true;
     c.rdma.device = Some("fake0".into());
-    let h = hipobj_server::Server::start_with(c, Some(provider)).await.unwrap();
+    let h = hipobj_server::Server::start_with(c, Some(provider))
+        .await
+        .unwrap();
     let addr = h.addr();
     let up = poll_until(addr, "/.hipobj/ready", |s| matches!(s, Seen::Answer(200, _))).await;
     assert_eq!(up, Seen::Answer(200, "ready\n".into()));
@@ -170,7 +182,10 @@ async fn ready_goes_false_while_the_rdma_port_does_not_answer() {
     faults.set("query_port", Fault::Fail);
     let down = poll_until(addr, "/.hipobj/ready", |s| !matches!(s, Seen::Answer(200, _))).await;
     assert_eq!(down, Seen::Answer(503, "not ready: rdma\n".into()));
-    assert_eq!(look(addr, "/.hipobj/live").await, Seen::Answer(200, "live\n".into()));
+    assert_eq!(
+        look(addr, "/.hipobj/live").await,
+        Seen::Answer(200, "live\n".into())
+    );
     faults.clear();
     poll_until(addr, "/.hipobj/ready", |s| matches!(s, Seen::Answer(200, _))).await;
     h.shutdown().await;
@@ -274,7 +289,11 @@ async fn a_drain_is_seen_by_a_polling_load_balancer_and_requests_in_flight_finis
     get.read_to_end(&mut rest).await.unwrap();
     got.extend_from_slice(&rest);
     let head_end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
-    assert!(got.starts_with(b"HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&got[..head_end]));
+    assert!(
+        got.starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&got[..head_end])
+    );
     assert!(got[head_end..] == big[..], "the GET's bytes differ");
     assert!(wait_exit(&mut child).success(), "exit status 0 after a drain");
 

@@ -112,7 +112,11 @@ async fn until(addr: SocketAddr, key: (&str, &str), want: &str) {
         if got == want {
             return;
         }
-        assert!(Instant::now() < deadline, "{} still gets {got}, not {want}", key.0);
+        assert!(
+            Instant::now() < deadline,
+            "{} still gets {got}, not {want}",
+            key.0
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -178,7 +182,11 @@ async fn keys_added_and_revoked_in_the_credentials_file_sign_or_fail_without_a_r
     let mut put = TcpStream::connect(addr).await.unwrap();
     put.write_all(
         signed
-            .head("PUT", "/alice/in-flight", &[("content-length", body.len().to_string())])
+            .head(
+                "PUT",
+                "/alice/in-flight",
+                &[("content-length", body.len().to_string())],
+            )
             .as_bytes(),
     )
     .await
@@ -205,7 +213,13 @@ async fn keys_added_and_revoked_in_the_credentials_file_sign_or_fail_without_a_r
     keys_file(&keys, &[A, B, C]);
     until(addr, C, "ok").await;
     until(addr, A, "ok").await;
-    let got = a.get_object().bucket("alice").key("in-flight").send().await.unwrap();
+    let got = a
+        .get_object()
+        .bucket("alice")
+        .key("in-flight")
+        .send()
+        .await
+        .unwrap();
     assert!(got.body.collect().await.unwrap().into_bytes()[..] == body[..]);
     stop(child);
 }
