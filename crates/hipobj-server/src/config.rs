@@ -52,7 +52,8 @@ pub struct Config {
     pub credentials_check_secs: u64,
     /// Log the transfer counters this often, in seconds (0: never).
     pub metrics_log_secs: u64,
-    /// Serve `GET /.hipobj/metrics` (Prometheus text) and `/.hipobj/health`.
+    /// Serve `GET /.hipobj/metrics` (Prometheus text). The health paths
+    /// (`crate::health`) are served either way.
     pub metrics_endpoint: bool,
     /// The region the filesystem store's buckets are in: what
     /// GetBucketLocation answers and the one LocationConstraint that

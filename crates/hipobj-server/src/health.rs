@@ -125,6 +125,16 @@ impl Health {
         if self.draining() {
             return Err(NotReady::Draining);
         }
+        let answer = self.probed().await;
+        // Draining may have begun while this caller waited for the probe.
+        if self.draining() {
+            return Err(NotReady::Draining);
+        }
+        answer
+    }
+
+    /// The probe's answer, at most [`CACHE_FOR`] old; one probe at a time.
+    async fn probed(&self) -> Result<(), NotReady> {
         let mut last = self.last.lock().await;
         if let Some((at, answer)) = *last
             && at.elapsed() < CACHE_FOR
@@ -132,17 +142,13 @@ impl Health {
             return answer;
         }
         let answer = self.probe().await;
-        let before = last.map(|(_, a)| a);
-        if before != Some(answer) {
+        if last.map(|(_, a)| a) != Some(answer) {
             match answer {
                 Ok(()) => tracing::info!("ready"),
                 Err(why) => tracing::warn!("not ready: {}", why.word()),
             }
         }
         *last = Some((Instant::now(), answer));
-        if self.draining() {
-            return Err(NotReady::Draining);
-        }
         answer
     }
 

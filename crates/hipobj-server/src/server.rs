@@ -240,7 +240,7 @@ impl Handle {
         &self.health
     }
 
-    /// How long [`Handle::drain`] keeps the listener open.
+    /// How long [`crate::drain::drain`] keeps the listener open.
     pub fn drain_delay(&self) -> Duration {
         self.drain_delay
     }

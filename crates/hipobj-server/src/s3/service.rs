@@ -33,8 +33,8 @@ pub fn s3_service(
 }
 
 /// What every connection serves: `/.hipobj/metrics`, the health paths
-/// (`crate::health`), and S3 for everything else. Bucket names cannot start with `.`, so the
-/// server's paths never hide a bucket.
+/// (`crate::health`), and S3 for everything else. Bucket names cannot
+/// start with `.`, so the server's paths never hide a bucket.
 #[derive(Clone, Debug)]
 pub struct Front {
     /// The S3 service.
