@@ -198,9 +198,10 @@ impl Keys {
         let text = std::str::from_utf8(bytes)
             .map_err(|_| KeysError::Parse(path.to_owned(), 0, "the file is not UTF-8".into()))?;
         let file: File = toml::from_str(text).map_err(|e| {
-            let line = e
-                .span()
-                .map_or(0, |s| text[..s.start.min(text.len())].lines().count().max(1));
+            let line = e.span().map_or(0, |s| {
+                let before = bytes.get(..s.start).unwrap_or(bytes);
+                before.iter().filter(|b| **b == b'\n').count() + 1
+            });
             KeysError::Parse(path.to_owned(), line, e.message().to_owned())
         })?;
         let mut next = self.fixed.clone();
@@ -369,6 +370,7 @@ mod tests {
             "[[credentials]]\naccess_key = \"fixed\"\nsecret_key = \"other\"\n",
             "[[credentials]\naccess_key = \"c\"\nsecret_key = \"very-secret\"\n",
             "secret_key = \"very-secret\"\n",
+            "[[credentials]]\naccess_key = \"é\"\nsecret_key = \"very-secret\"\nx = \"é\"\n",
         ] {
             std::fs::write(&f, bad).unwrap_or_else(|e| panic!("{e}"));
             let e = match keys.reload() {
@@ -378,6 +380,12 @@ mod tests {
             assert!(!e.contains("very-secret"), "{e}");
             assert_eq!(keys.secret("b").as_deref(), Some("sb"), "{bad:?}");
             assert!(keys.secret("c").is_none());
+        }
+        std::fs::write(&f, "[[credentials]]\naccess_key = \"c\"\n\nsecret_key = 5\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        match keys.reload() {
+            Err(KeysError::Parse(_, line, _)) => assert_eq!(line, 4),
+            other => panic!("{other:?}"),
         }
         std::fs::remove_file(&f).unwrap_or_else(|e| panic!("{e}"));
         assert!(keys.reload().is_err());
