@@ -213,7 +213,7 @@ async fn a_drain_is_seen_by_a_polling_load_balancer_and_requests_in_flight_finis
     let cfg = write_config(
         dir.path(),
         &format!(
-            "address = \"127.0.0.1:0\"\nmetrics_log_secs = 0\ndrain_delay_secs = 2\nshutdown_grace_secs = 60\n{}\n[storage]\nkind = \"fs\"\ndata_dir = \"{}\"\n[limits]\nfsync = false\n",
+            "address = \"127.0.0.1:0\"\nmetrics_log_secs = 0\ndrain_delay_secs = 3\nshutdown_grace_secs = 60\n{}\n[storage]\nkind = \"fs\"\ndata_dir = \"{}\"\n[limits]\nfsync = false\n",
             credentials(),
             data.display()
         ),
@@ -252,11 +252,15 @@ async fn a_drain_is_seen_by_a_polling_load_balancer_and_requests_in_flight_finis
 
     // The load balancer polls readiness every few ms until the listener
     // is gone.
+    let (saw_ready, mut lb_ready) = tokio::sync::watch::channel(false);
     let lb = tokio::spawn(async move {
         let mut seen = Vec::new();
         loop {
             let s = look(addr, "/.hipobj/ready").await;
             let done = s == Seen::Refused;
+            if matches!(s, Seen::Answer(200, _)) {
+                let _ = saw_ready.send(true);
+            }
             if seen.last() != Some(&s) {
                 seen.push(s);
             }
@@ -266,7 +270,11 @@ async fn a_drain_is_seen_by_a_polling_load_balancer_and_requests_in_flight_finis
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     });
-    poll_until(addr, "/.hipobj/ready", |s| matches!(s, Seen::Answer(200, _))).await;
+    // SIGTERM once the load balancer has seen the server ready.
+    tokio::time::timeout(Duration::from_secs(30), lb_ready.wait_for(|r| *r))
+        .await
+        .unwrap()
+        .unwrap();
     signal(&child, "-TERM");
     let seen = tokio::time::timeout(Duration::from_secs(60), lb)
         .await
