@@ -41,9 +41,19 @@ pub struct Config {
     pub encryption: EncryptionConfig,
     /// How long shutdown waits for requests in flight, in seconds.
     pub shutdown_grace_secs: u64,
+    /// On SIGTERM or SIGINT, how long the listener keeps accepting while
+    /// `/.hipobj/ready` answers 503, in seconds, before it closes.
+    pub drain_delay_secs: u64,
+    /// A file of `[[credentials]]` tables, read at start, on SIGHUP and
+    /// when it changes (`crate::keys`); its keys sign with those above.
+    pub credentials_file: Option<PathBuf>,
+    /// Look at the credentials file this often, in seconds (0: SIGHUP
+    /// only).
+    pub credentials_check_secs: u64,
     /// Log the transfer counters this often, in seconds (0: never).
     pub metrics_log_secs: u64,
-    /// Serve `GET /.hipobj/metrics` (Prometheus text) and `/.hipobj/health`.
+    /// Serve `GET /.hipobj/metrics` (Prometheus text). The health paths
+    /// (`crate::health`) are served either way.
     pub metrics_endpoint: bool,
     /// The region the filesystem store's buckets are in: what
     /// GetBucketLocation answers and the one LocationConstraint that
@@ -78,6 +88,9 @@ impl Default for Config {
             tls: TlsConfig::default(),
             encryption: EncryptionConfig::default(),
             shutdown_grace_secs: 30,
+            drain_delay_secs: 0,
+            credentials_file: None,
+            credentials_check_secs: 1,
             metrics_log_secs: 60,
             metrics_endpoint: true,
             region: default_region(),
@@ -444,7 +457,7 @@ impl Config {
     /// Checks what serde cannot.
     pub fn validate(&self) -> Result<(), crate::Error> {
         let bad = |m: &str| Err(crate::Error::Config(m.to_owned()));
-        if self.credentials.is_empty() && !self.anonymous {
+        if self.credentials.is_empty() && self.credentials_file.is_none() && !self.anonymous {
             return bad(
                 "no credentials are configured and anonymous access is off: no request could succeed",
             );

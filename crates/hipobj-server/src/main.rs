@@ -54,6 +54,14 @@ struct Args {
     /// The PEM private key of --tls-cert.
     #[arg(long, requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// A file of [[credentials]] tables, reloaded on SIGHUP and when it
+    /// changes (docs/server.md, "Credentials file").
+    #[arg(long)]
+    credentials_file: Option<PathBuf>,
+    /// On SIGTERM/SIGINT, keep accepting this many seconds while
+    /// /.hipobj/ready answers 503, then close the listener.
+    #[arg(long)]
+    drain_delay_secs: Option<u64>,
     /// Print the effective configuration as TOML (secrets redacted) and exit.
     #[arg(long)]
     print_config: bool,
@@ -103,6 +111,8 @@ impl std::fmt::Debug for Args {
             .field("max_object_size", &self.max_object_size)
             .field("tls_cert", &self.tls_cert)
             .field("tls_key", &self.tls_key)
+            .field("credentials_file", &self.credentials_file)
+            .field("drain_delay_secs", &self.drain_delay_secs)
             .field("print_config", &self.print_config)
             .field("log_format", &self.log_format)
             .field("command", &self.command)
@@ -138,6 +148,12 @@ fn unchecked_config(args: &Args) -> Result<Config, hipobj_server::Error> {
     if args.anonymous {
         c.anonymous = true;
     }
+    if let Some(f) = &args.credentials_file {
+        c.credentials_file = Some(f.clone());
+    }
+    if let Some(n) = args.drain_delay_secs {
+        c.drain_delay_secs = n;
+    }
     if args.rdma || args.rdma_device.is_some() {
         c.rdma.enabled = true;
     }
@@ -168,53 +184,6 @@ fn unchecked_config(args: &Args) -> Result<Config, hipobj_server::Error> {
         c.log_format = f;
     }
     Ok(c)
-}
-
-async fn signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT"),
-                    _ = term.recv() => tracing::info!("SIGTERM"),
-                }
-            }
-            Err(e) => {
-                tracing::warn!("cannot watch SIGTERM ({e}); only SIGINT stops the server");
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-}
-
-/// Reloads the TLS certificate and key on every SIGHUP.
-fn reload_on_sighup(certs: std::sync::Arc<hipobj_server::tls::Certs>) {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut hup = match signal(SignalKind::hangup()) {
-            Ok(h) => h,
-            Err(e) => {
-                tracing::warn!("cannot watch SIGHUP ({e}); the TLS files are reloaded only when they change");
-                return;
-            }
-        };
-        tokio::spawn(async move {
-            while hup.recv().await.is_some() {
-                let c = certs.clone();
-                let done = tokio::task::spawn_blocking(move || c.reload()).await.ok();
-                hipobj_server::tls::log_reload("SIGHUP", &certs, done);
-            }
-        });
-    }
-    #[cfg(not(unix))]
-    drop(certs);
 }
 
 /// Sends log lines to stderr (colour only on a terminal) in `format`, and
@@ -301,16 +270,21 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        if let Some(certs) = handle.tls().cloned() {
-            reload_on_sighup(certs);
-        }
         if let Some(f) = access {
             hipobj_server::logging::reopen_on_sighup(f);
         }
+        // SIGHUP reloads, SIGTERM and SIGINT drain (hipobj_server::drain);
+        // installed before the line below, so no signal finds them missing.
+        let signals = match hipobj_server::drain::Signals::install() {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("hipobj-server: cannot watch signals: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
         // Scripts read the address from this line.
         println!("listening on {}", handle.addr());
-        signal().await;
-        handle.shutdown().await;
+        signals.serve(handle).await;
         ExitCode::SUCCESS
     })
 }

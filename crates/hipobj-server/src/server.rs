@@ -35,6 +35,9 @@ pub struct Handle {
     v2: Option<Arc<hipobj_target::rc_v2::V2Sessions>>,
     tls: Option<Arc<crate::tls::Certs>>,
     metrics_addr: Option<SocketAddr>,
+    keys: Arc<crate::keys::Keys>,
+    health: Arc<crate::health::Health>,
+    drain_delay: Duration,
 }
 
 impl Server {
@@ -67,6 +70,17 @@ impl Server {
             (false, _) => None,
         };
         let store = crate::store::open(&config)?;
+        let keys = crate::keys::Keys::new(&config).map_err(|e| Error::Config(e.to_string()))?;
+        if let Some(f) = keys.file() {
+            crate::keys::warn_if_readable_by_others(f);
+        }
+        if keys.current().is_empty() && !config.anonymous {
+            return Err(Error::Config(
+                "no credentials are configured and anonymous access is off: no request could succeed".into(),
+            ));
+        }
+        let health =
+            crate::health::Health::new(crate::health::Probe::of(&config.storage, &store), rdma.clone());
         let owners = crate::s3::owners::Owners::new(&config)?;
         let sessions = rdma.as_ref().map(|r| {
             Arc::new(hipobj_target::rc_v2::V2Sessions::new(
@@ -74,17 +88,21 @@ impl Server {
                 config.rdma.v2_config(),
             ))
         });
+        if let Some(s) = sessions.clone() {
+            // A revoked key's prepared sessions go with it (READY is signed
+            // and would be refused anyway; this frees their staging now).
+            keys.on_revoke(move |k| {
+                let n = s.drop_owner(k);
+                if n > 0 {
+                    tracing::info!("dropped {n} hipobj-rc-v2 session(s) of a revoked key");
+                }
+            });
+        }
         let v2 = crate::rdma::rc_v2::V2 {
             sessions: sessions.clone(),
             store: store.clone(),
             owners: owners.clone(),
-            keys: Arc::new(
-                config
-                    .credentials
-                    .iter()
-                    .map(|c| (c.access_key.clone(), c.secret_key.clone()))
-                    .collect(),
-            ),
+            keys: keys.clone(),
             metrics: metrics.clone(),
         };
         let layer = RdmaLayer::new(store, rdma.clone(), metrics.clone(), owners.clone());
@@ -100,7 +118,7 @@ impl Server {
         let metrics_access =
             crate::metrics_http::Access::new(config.metrics_token.as_ref().map(|t| t.expose()));
         let front = Front {
-            s3: s3_service(layer, &config, owners),
+            s3: s3_service(layer, &config, owners, keys.clone()),
             metrics: metrics.clone(),
             rdma: rdma.clone(),
             endpoints: config.metrics_endpoint,
@@ -113,6 +131,7 @@ impl Server {
             scrape: scrape.clone(),
             metrics_access: metrics_access.clone(),
             metrics_here: config.metrics_listen.is_none(),
+            health: health.clone(),
         };
         let tls = crate::tls::Tls::from_config(&config.tls)?;
         let listener = TcpListener::bind(config.address)
@@ -173,6 +192,13 @@ impl Server {
         if let Some(s) = sessions.clone() {
             tokio::spawn(reap_v2(s, stopped.clone()));
         }
+        if keys.file().is_some() && config.credentials_check_secs > 0 {
+            tokio::spawn(crate::keys::watch(
+                keys.clone(),
+                Duration::from_secs(config.credentials_check_secs),
+                stopped.clone(),
+            ));
+        }
         let grace = Duration::from_secs(config.shutdown_grace_secs);
         let shares = Shares::new(
             config
@@ -202,6 +228,9 @@ impl Server {
             v2: sessions,
             tls: certs,
             metrics_addr,
+            keys,
+            health,
+            drain_delay: Duration::from_secs(config.drain_delay_secs),
         })
     }
 }
@@ -254,9 +283,26 @@ impl Handle {
         self.v2.as_ref()
     }
 
+    /// The access keys in service (`crate::keys`).
+    pub fn keys(&self) -> &Arc<crate::keys::Keys> {
+        &self.keys
+    }
+
+    /// Readiness and the drain flag (`crate::health`).
+    pub fn health(&self) -> &Arc<crate::health::Health> {
+        &self.health
+    }
+
+    /// How long [`crate::drain::drain`] keeps the listener open.
+    pub fn drain_delay(&self) -> Duration {
+        self.drain_delay
+    }
+
     /// Stops accepting connections, lets requests in flight (RDMA transfers
     /// included) finish within the grace period, and returns when done.
+    /// Readiness is false from the start.
     pub async fn shutdown(mut self) {
+        self.health.start_draining();
         let _ = self.stop.send(true);
         if let Some(t) = self.task.take() {
             let _ = t.await;
@@ -478,7 +524,11 @@ impl Connection {
             let serving = marks.serving();
             async move {
                 let _serving = serving;
-                f.call(req).await
+                let mut resp = f.call(req).await;
+                if let Ok(r) = &mut resp {
+                    f.health.mark(r);
+                }
+                resp
             }
         });
         let io = TokioIo::new(crate::tls::stream(

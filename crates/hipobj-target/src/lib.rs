@@ -386,6 +386,16 @@ impl Target {
         }
     }
 
+    /// Whether the port in use is up now (`ibv_query_port`'s state is
+    /// ACTIVE): what a readiness check asks of the device.
+    pub fn port_active(&self) -> Result<bool, VerbsError> {
+        let state = self.device.query_port(self.selection.port)?.state;
+        Ok(matches!(
+            state,
+            hipobj_platform::PortState::Active | hipobj_platform::PortState::ActiveDefer
+        ))
+    }
+
     /// Drops every binding (a server restart, as the client sees it).
     pub fn forget_bindings(&self) {
         self.bindings.clear();

@@ -492,6 +492,16 @@ impl V2Sessions {
         })
     }
 
+    /// Drops every prepared session `owner` holds (its access key was
+    /// revoked); returns how many. A session already claimed by READY runs
+    /// to its end.
+    pub fn drop_owner(&self, owner: &str) -> usize {
+        let mut map = lock(&self.sessions);
+        let before = map.len();
+        map.retain(|_, s| s.owner != owner);
+        before - map.len()
+    }
+
     /// CANCEL by `caller`: drops its session if there is one (another
     /// key's is left alone). Always succeeds.
     pub fn cancel(&self, caller: &Caller, id: &SessionId) {

@@ -8,7 +8,6 @@
 //! (403), hands the store to the session as the bytes' source or sink, and
 //! writes the statuses and headers of [`hipobj_proto::rc_v2`].
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -35,8 +34,8 @@ pub struct V2 {
     pub store: Arc<dyn S3>,
     /// Who owns which bucket.
     pub owners: Owners,
-    /// Access key to secret key.
-    pub keys: Arc<HashMap<String, String>>,
+    /// The access keys in service.
+    pub keys: Arc<crate::keys::Keys>,
     /// The counters.
     pub metrics: Arc<Metrics>,
 }
@@ -131,7 +130,7 @@ impl V2 {
             extensions: http::Extensions::new(),
             credentials: Some(s3s::auth::Credentials {
                 access_key: access_key.to_owned(),
-                secret_key: self.keys.get(access_key).cloned().unwrap_or_default().into(),
+                secret_key: self.keys.secret(access_key).unwrap_or_default().into(),
             }),
             region: None,
             service: None,
@@ -171,7 +170,7 @@ impl V2 {
         let checked = check_control(
             &req,
             self.sessions.is_some(),
-            &self.keys,
+            &self.keys.current(),
             hipobj_target::sigv4::now_secs(),
         );
         let (key, control) = match checked {

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use hyper::body::Incoming;
-use s3s::auth::SimpleAuth;
 use s3s::service::{S3Service, S3ServiceBuilder};
 use s3s::{Body, HttpError};
 
@@ -13,14 +12,16 @@ use crate::metrics::{Metrics, inc};
 use crate::rdma::{Rdma, RdmaLayer};
 
 /// Builds the s3s service over the RDMA layer, with auth and policy;
-/// `owners` is the server's one set of ownership rules.
-pub fn s3_service(layer: RdmaLayer, config: &Config, owners: super::owners::Owners) -> S3Service {
+/// `owners` is the server's one set of ownership rules, `keys` the access
+/// keys in service (`crate::keys`).
+pub fn s3_service(
+    layer: RdmaLayer,
+    config: &Config,
+    owners: super::owners::Owners,
+    keys: Arc<crate::keys::Keys>,
+) -> S3Service {
     let mut b = S3ServiceBuilder::new(layer);
-    let mut auth = SimpleAuth::new();
-    for c in &config.credentials {
-        auth.register(c.access_key.clone(), c.secret_key.clone().into());
-    }
-    b.set_auth(auth);
+    b.set_auth(crate::keys::LiveAuth(keys));
     b.set_access(Policy {
         anonymous: config.anonymous,
         owners,
@@ -31,9 +32,9 @@ pub fn s3_service(layer: RdmaLayer, config: &Config, owners: super::owners::Owne
     b.build()
 }
 
-/// What every connection serves: `/.hipobj/metrics`, `/.hipobj/health`,
-/// and S3 for everything else. Bucket names cannot start with `.`, so the
-/// server's paths never hide a bucket.
+/// What every connection serves: `/.hipobj/metrics`, the health paths
+/// (`crate::health`), and S3 for everything else. Bucket names cannot
+/// start with `.`, so the server's paths never hide a bucket.
 #[derive(Clone, Debug)]
 pub struct Front {
     /// The S3 service.
@@ -56,6 +57,8 @@ pub struct Front {
     pub metrics_access: crate::metrics_http::Access,
     /// Whether this port serves it (not when `metrics_listen` is set).
     pub metrics_here: bool,
+    /// Liveness, readiness and the drain flag (`crate::health`).
+    pub health: Arc<crate::health::Health>,
 }
 
 impl Front {
@@ -87,33 +90,19 @@ impl Front {
             record.set_operation(crate::operation::RC_V2);
             return Ok(self.v2.handle(req).await);
         }
-        if self.endpoints && req.method() == http::Method::GET {
-            match req.uri().path() {
-                "/.hipobj/metrics" => {
-                    record.set_operation(crate::operation::METRICS);
-                    if !self.metrics_here {
-                        let mut resp = http::Response::new(Body::empty());
-                        *resp.status_mut() = http::StatusCode::NOT_FOUND;
-                        return Ok(resp);
-                    }
-                    return Ok(crate::metrics_http::answer(
-                        &self.scrape,
-                        &self.metrics_access,
-                        req.headers(),
-                    )
-                    .await);
-                }
-                "/.hipobj/health" => {
-                    record.set_operation(crate::operation::HEALTH);
-                    let mut resp = http::Response::new(Body::from("ok\n".to_owned()));
-                    resp.headers_mut().insert(
-                        http::header::CONTENT_TYPE,
-                        http::HeaderValue::from_static("text/plain; version=0.0.4"),
-                    );
-                    return Ok(resp);
-                }
-                _ => {}
+        // Served whatever `endpoints` says: they tell nothing but one word.
+        if let Some(resp) = self.health.answer(&req).await {
+            record.set_operation(crate::operation::HEALTH);
+            return Ok(resp);
+        }
+        if self.endpoints && req.method() == http::Method::GET && req.uri().path() == "/.hipobj/metrics" {
+            record.set_operation(crate::operation::METRICS);
+            if !self.metrics_here {
+                let mut resp = http::Response::new(Body::empty());
+                *resp.status_mut() = http::StatusCode::NOT_FOUND;
+                return Ok(resp);
             }
+            return Ok(crate::metrics_http::answer(&self.scrape, &self.metrics_access, req.headers()).await);
         }
         // s3s's own request log is off (it would log secrets, see
         // `crate::logging`): this line stands for it, with no query string
@@ -153,7 +142,7 @@ impl Front {
         let body = if crate::unsized_body::is_unsized(&parts, &body) {
             // The signature first: no body byte is held for a request that
             // cannot verify (`crate::unsized_body::check_signature`).
-            let held = match crate::unsized_body::check_signature(&parts, &self.v2.keys) {
+            let held = match crate::unsized_body::check_signature(&parts, &self.v2.keys.current()) {
                 Ok(()) => self.unsized_bodies.collect(Box::pin(body)).await,
                 Err(e) => Err(e),
             };
