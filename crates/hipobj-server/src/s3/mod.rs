@@ -3,5 +3,7 @@
 //! the server's own endpoints (`/.hipobj/...`) in front of the S3 service.
 
 pub mod access;
+pub mod errors;
+pub mod keys;
 pub mod owners;
 pub mod service;

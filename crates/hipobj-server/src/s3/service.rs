@@ -3,11 +3,11 @@
 use std::sync::Arc;
 
 use hyper::body::Incoming;
-use s3s::auth::SimpleAuth;
 use s3s::service::{S3Service, S3ServiceBuilder};
 use s3s::{Body, HttpError};
 
 use super::access::Policy;
+use super::errors::{finish, xml_text};
 use crate::config::Config;
 use crate::metrics::{Metrics, inc};
 use crate::rdma::{Rdma, RdmaLayer};
@@ -16,11 +16,7 @@ use crate::rdma::{Rdma, RdmaLayer};
 /// `owners` is the server's one set of ownership rules.
 pub fn s3_service(layer: RdmaLayer, config: &Config, owners: super::owners::Owners) -> S3Service {
     let mut b = S3ServiceBuilder::new(layer);
-    let mut auth = SimpleAuth::new();
-    for c in &config.credentials {
-        auth.register(c.access_key.clone(), c.secret_key.clone().into());
-    }
-    b.set_auth(auth);
+    b.set_auth(super::keys::Keys::new(&config.credentials));
     b.set_access(Policy {
         anonymous: config.anonymous,
         owners,
@@ -56,10 +52,12 @@ impl Front {
     /// Serves one request.
     pub async fn call(&self, req: http::Request<Incoming>) -> Result<http::Response<Body>, HttpError> {
         inc(&self.metrics.http_requests);
+        // The `<Resource>` of an S3 error (`super::errors`).
+        let resource = req.uri().path().to_owned();
         // Before s3s, which would take `.hipobj-rc` for a bucket name.
         if req.uri().path().starts_with(hipobj_proto::rc_v2::PATH_PREFIX) {
             let mut resp = self.v2.handle(req).await;
-            with_request_id(&mut resp);
+            finish(&mut resp, &resource);
             return Ok(resp);
         }
         if self.endpoints && req.method() == http::Method::GET {
@@ -98,7 +96,7 @@ impl Front {
         let uri = req.uri().clone();
         if req.method() == http::Method::OPTIONS {
             let mut resp = preflight(req.headers());
-            with_request_id(&mut resp);
+            finish(&mut resp, &resource);
             return Ok(resp);
         }
         if super::access::presign_expired_at_signing(&uri) {
@@ -107,7 +105,7 @@ impl Front {
                 "AccessDenied",
                 "Request has expired: X-Amz-Expires is negative",
             );
-            with_request_id(&mut resp);
+            finish(&mut resp, &resource);
             return Ok(resp);
         }
         super::access::date_for_sigv4(req.headers_mut(), &uri);
@@ -132,7 +130,7 @@ impl Front {
                     }
                     let mut resp = unsized_refusal(&e);
                     tracing::debug!(%method, %path, status = resp.status().as_u16(), "request: {e}");
-                    with_request_id(&mut resp);
+                    finish(&mut resp, &resource);
                     return Ok(resp);
                 }
             }
@@ -149,7 +147,7 @@ impl Front {
         if method == http::Method::GET && attributes {
             bare_etag(&mut resp);
         }
-        with_request_id(&mut resp);
+        finish(&mut resp, &resource);
         Ok(resp)
     }
 }
@@ -208,11 +206,6 @@ fn error_response(status: http::StatusCode, code: &str, message: &str) -> http::
     resp
 }
 
-/// `s` escaped for XML text.
-fn xml_text(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
-}
-
 /// GetObjectAttributes returns its `<ETag>` without the quotes every other
 /// S3 ETag has (AWS's documented form; boto3 hands the text over as is),
 /// where s3s writes them as everywhere else.
@@ -230,37 +223,4 @@ fn bare_etag(resp: &mut http::Response<Body>) {
         resp.headers_mut().insert(http::header::CONTENT_LENGTH, v);
     }
     *resp.body_mut() = Body::from(text);
-}
-
-/// Gives every response an `x-amz-request-id` (and `x-amz-id-2`), and an
-/// S3 error body the same id as `<RequestId>`, so a failure a client logs
-/// can be matched with the server's.
-fn with_request_id(resp: &mut http::Response<Body>) {
-    let id = uuid::Uuid::new_v4().simple().to_string().to_ascii_uppercase();
-    let id = &id[..16];
-    if let Ok(v) = http::HeaderValue::from_str(id) {
-        resp.headers_mut().insert("x-amz-request-id", v.clone());
-        resp.headers_mut().insert("x-amz-id-2", v);
-    }
-    if resp.status().as_u16() < 400 {
-        return;
-    }
-    // Only a body held whole (S3 errors are); a streamed one is left alone.
-    if resp.body().bytes().is_none() {
-        return;
-    }
-    let Some(body) = resp.body_mut().take_bytes() else {
-        return;
-    };
-    let text = String::from_utf8_lossy(&body);
-    let new = match text.rfind("</Error>") {
-        Some(at) if !text.contains("<RequestId>") => {
-            format!("{}<RequestId>{id}</RequestId>{}", &text[..at], &text[at..])
-        }
-        _ => text.into_owned(),
-    };
-    if let Ok(v) = http::HeaderValue::from_str(&new.len().to_string()) {
-        resp.headers_mut().insert(http::header::CONTENT_LENGTH, v);
-    }
-    *resp.body_mut() = Body::from(new);
 }
