@@ -458,6 +458,34 @@ except ClientError as e:
 check(error_code(s3.get_object, Bucket=b, Key="missing")[0] == "NoSuchKey", "NoSuchKey")
 check(error_code(s3.get_object, Bucket=f"{prefix}-nobucket", Key="k")[0] == "NoSuchBucket", "NoSuchBucket")
 check(error_code(s3.delete_bucket, Bucket=b)[0] == "BucketNotEmpty", "BucketNotEmpty")
+
+
+# Errors as botocore parses them (what the AWS CLI prints after the code):
+# a message that says something, never botocore's "Unknown" for none (issue
+# 39, finding 6), for a missing key, a wrong secret, an unknown access key
+# and a non-empty bucket.
+def with_keys(key, secret):
+    return boto3.client(
+        "s3", endpoint_url=endpoint, aws_access_key_id=key, aws_secret_access_key=secret,
+        region_name="us-east-1", config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+
+
+for what, call, want, status in [
+    ("a missing key", lambda: s3.get_object(Bucket=b, Key="missing"), "NoSuchKey", 404),
+    ("a wrong secret", lambda: with_keys(ak, "not-" + sk).list_objects_v2(Bucket=b), "SignatureDoesNotMatch", 403),
+    ("an unknown key", lambda: with_keys("AKIDNOTKNOWNHERE", sk).list_buckets(), "InvalidAccessKeyId", 403),
+    ("a non-empty bucket", lambda: s3.delete_bucket(Bucket=b), "BucketNotEmpty", 409),
+]:
+    try:
+        call()
+        check(False, f"{what}: no error")
+    except ClientError as e:
+        err, meta = e.response["Error"], e.response["ResponseMetadata"]
+        check((err.get("Code"), meta["HTTPStatusCode"]) == (want, status), f"{what}: {err} {meta['HTTPStatusCode']}")
+        message = err.get("Message") or ""
+        check(" " in message and message != "Unknown" and sk not in message, f"{what}: message {message!r}")
+        if fs_store:
+            check(err.get("Resource", "").startswith("/"), f"{what}: no Resource in {err}")
 check(error_code(s3.put_object, Bucket=b, Key="../up", Body=b"x")[1] == 400, "key with .. is refused")
 
 for o in s3.list_objects_v2(Bucket=b)["Contents"]:

@@ -305,6 +305,9 @@ pub async fn watch(keys: Arc<Keys>, every: Duration, mut stopped: watch::Receive
     }
 }
 
+/// What an unknown (or revoked) access key id is told.
+pub const UNKNOWN_KEY: &str = "The access key id you signed with is not known to this server.";
+
 /// s3s's auth over [`Keys`]: each request's key is looked up in the set
 /// in service when the request starts. An unknown key is
 /// `403 InvalidAccessKeyId`, as S3 answers it.
@@ -316,9 +319,9 @@ impl s3s::auth::S3Auth for LiveAuth {
     async fn get_secret_key(&self, access_key: &str) -> s3s::S3Result<s3s::auth::SecretKey> {
         match self.0.secret(access_key) {
             Some(s) => Ok(s.into()),
-            None => Err(s3s::s3_error!(
-                InvalidAccessKeyId,
-                "The AWS Access Key Id you provided does not exist in our records."
+            None => Err(s3s::S3Error::with_message(
+                s3s::S3ErrorCode::InvalidAccessKeyId,
+                UNKNOWN_KEY,
             )),
         }
     }

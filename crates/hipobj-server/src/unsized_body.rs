@@ -101,13 +101,13 @@ pub fn check_signature(parts: &http::request::Parts, keys: &HashMap<String, Stri
         Ok(_) => Ok(()),
         Err(HeadRefusal::UnknownKey) => Err(Refused::Signature(
             "InvalidAccessKeyId",
-            "The AWS Access Key Id you provided does not exist in our records.".into(),
+            crate::keys::UNKNOWN_KEY.into(),
         )),
         Err(HeadRefusal::BadSignature(why)) => {
             tracing::debug!("a body without a length refused before it was read: {why}");
             Err(Refused::Signature(
                 "SignatureDoesNotMatch",
-                "The request signature we calculated does not match the signature you provided.".into(),
+                crate::s3::errors::message_for("SignatureDoesNotMatch").into(),
             ))
         }
         Err(HeadRefusal::Refused(why)) => Err(Refused::Signature("AccessDenied", why)),

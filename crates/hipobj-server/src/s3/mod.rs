@@ -4,5 +4,6 @@
 
 pub mod access;
 pub mod bucket_use;
+pub mod errors;
 pub mod owners;
 pub mod service;

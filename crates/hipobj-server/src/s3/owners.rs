@@ -234,6 +234,10 @@ impl Owners {
                 self.remember(bucket, Some(record));
                 Ok(())
             }
+            Err(e) if hipobj_store::fs::is_out_of_space(&e) => {
+                tracing::warn!(bucket, "recording the owner of a new bucket: {e}");
+                Err(hipobj_store::fs::insufficient_storage())
+            }
             Err(e) => {
                 tracing::error!(bucket, "recording the owner of a new bucket: {e}");
                 Err(S3Error::with_message(

@@ -7,6 +7,7 @@ use s3s::service::{S3Service, S3ServiceBuilder};
 use s3s::{Body, HttpError};
 
 use super::access::Policy;
+use super::errors::{finish, xml_text};
 use crate::config::Config;
 use crate::metrics::{Metrics, inc};
 use crate::rdma::{Rdma, RdmaLayer};
@@ -66,10 +67,12 @@ impl Front {
     /// when its response is done (`crate::access_log`).
     pub async fn call(&self, mut req: http::Request<Incoming>) -> Result<http::Response<Body>, HttpError> {
         let id = crate::access_log::new_request_id();
+        // The `<Resource>` of an S3 error (`super::errors`).
+        let resource = req.uri().path().to_owned();
         let mut record = crate::access_log::Record::begin(&req, id.clone(), self.metrics.clone());
         req.extensions_mut().insert(record.slot());
         let mut resp = self.answer(req, &mut record).await?;
-        with_request_id(&mut resp, &id);
+        finish(&mut resp, &resource, &id);
         record.set_status(resp.status());
         let (parts, body) = resp.into_parts();
         Ok(http::Response::from_parts(
@@ -232,11 +235,6 @@ fn error_response(status: http::StatusCode, code: &str, message: &str) -> http::
     resp
 }
 
-/// `s` escaped for XML text.
-fn xml_text(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
-}
-
 /// GetObjectAttributes returns its `<ETag>` without the quotes every other
 /// S3 ETag has (AWS's documented form; boto3 hands the text over as is),
 /// where s3s writes them as everywhere else.
@@ -254,35 +252,4 @@ fn bare_etag(resp: &mut http::Response<Body>) {
         resp.headers_mut().insert(http::header::CONTENT_LENGTH, v);
     }
     *resp.body_mut() = Body::from(text);
-}
-
-/// Gives every response an `x-amz-request-id` (and `x-amz-id-2`), and an
-/// S3 error body the same id as `<RequestId>`, so a failure a client logs
-/// can be matched with the server's.
-fn with_request_id(resp: &mut http::Response<Body>, id: &str) {
-    if let Ok(v) = http::HeaderValue::from_str(id) {
-        resp.headers_mut().insert("x-amz-request-id", v.clone());
-        resp.headers_mut().insert("x-amz-id-2", v);
-    }
-    if resp.status().as_u16() < 400 {
-        return;
-    }
-    // Only a body held whole (S3 errors are); a streamed one is left alone.
-    if resp.body().bytes().is_none() {
-        return;
-    }
-    let Some(body) = resp.body_mut().take_bytes() else {
-        return;
-    };
-    let text = String::from_utf8_lossy(&body);
-    let new = match text.rfind("</Error>") {
-        Some(at) if !text.contains("<RequestId>") => {
-            format!("{}<RequestId>{id}</RequestId>{}", &text[..at], &text[at..])
-        }
-        _ => text.into_owned(),
-    };
-    if let Ok(v) = http::HeaderValue::from_str(&new.len().to_string()) {
-        resp.headers_mut().insert(http::header::CONTENT_LENGTH, v);
-    }
-    *resp.body_mut() = Body::from(new);
 }

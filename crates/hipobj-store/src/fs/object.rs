@@ -85,6 +85,10 @@ impl Attrs {
     }
 }
 
+/// The Content-Type of an object stored without one (a PutObject,
+/// CreateMultipartUpload or CopyObject with `REPLACE` that sent none): S3's.
+pub(super) const DEFAULT_CONTENT_TYPE: &str = "binary/octet-stream";
+
 /// Content-Encoding as stored: without `aws-chunked`, which describes how
 /// the request body travelled, not the object.
 pub(super) fn stored_encoding(e: Option<String>) -> Option<String> {
@@ -117,7 +121,8 @@ macro_rules! attrs_of {
 pub(super) use attrs_of;
 
 /// A GetObject or HeadObject output (two types with the same fields)
-/// describing the object `$meta`, with the checksums `$sums` (from
+/// describing the object `$meta` (an object stored without a Content-Type
+/// has S3's [`DEFAULT_CONTENT_TYPE`]), with the checksums `$sums` (from
 /// `Meta::read_sums`: as S3, only for `x-amz-checksum-mode: ENABLED`, as a
 /// client that did not ask may not expect to validate them), and the
 /// fields given.
@@ -134,7 +139,7 @@ macro_rules! described {
             e_tag: Some(s3s::dto::ETag::Strong(meta.etag)),
             last_modified: Some($crate::fs::timestamp(meta.modified_ms)),
             metadata: a.metadata(),
-            content_type: a.content_type.and_then(|c| c.parse().ok()),
+            content_type: Some(a.content_type.unwrap_or_else(|| $crate::fs::object::DEFAULT_CONTENT_TYPE.to_owned())),
             content_encoding: a.content_encoding,
             content_disposition: a.content_disposition,
             content_language: a.content_language,
