@@ -566,6 +566,7 @@ impl RdmaS3Client {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

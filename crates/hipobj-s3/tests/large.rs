@@ -161,7 +161,7 @@ fn a_get_and_a_put_several_times_the_cap_move_every_part_by_rdma() {
 }
 
 /// A proxy in front of the server: it forwards each request, holds each
-/// token request until a second one is in flight (or 5 s pass), and
+/// token request until a second one is in flight (or 2 s pass), and
 /// answers the first request that `fail` picks with `answer` instead.
 struct Proxy {
     double: support::Double,
@@ -200,7 +200,7 @@ fn proxy(to: SocketAddr, fail: impl Fn(&Req) -> bool + Send + Sync + 'static, an
         }
         cv.notify_all();
         let (g, _) = cv
-            .wait_timeout_while(n, Duration::from_secs(5), |n| *n < 2)
+            .wait_timeout_while(n, Duration::from_secs(2), |n| *n < 2)
             .unwrap();
         drop(g);
         let resp = forward(to, req);
