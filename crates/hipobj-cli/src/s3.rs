@@ -595,7 +595,6 @@ pub fn get(
     let chunk_usize =
         usize::try_from(chunk).map_err(|_| CliError::plain("--part-size is too large for this machine"))?;
     let mut declines = Declines::default();
-    let mut buf = vec![0u8; chunk_usize];
     let whole = range.is_none() && len == chunk;
     let progress = Progress::new(&format!("get s3://{}/{}", url.bucket, url.key), len);
     match &session.rdma {
@@ -636,6 +635,7 @@ pub fn get(
         }
         Err(_) => {
             session.warn_no_rdma();
+            let mut buf = vec![0u8; chunk_usize];
             let mut at = first;
             while at < first + len {
                 let n = chunk.min(first + len - at);
