@@ -34,7 +34,7 @@ def server_binary() -> str:
 
 
 class Server:
-    def __init__(self, data_dir: pathlib.Path, rdma: bool):
+    def __init__(self, data_dir: pathlib.Path, rdma: bool, max_transfer: int = 1 << 30):
         args = [
             server_binary(),
             "--address", "127.0.0.1:0",
@@ -44,7 +44,7 @@ class Server:
             "--max-object-size", str(1 << 30),
         ]
         if rdma:
-            args += ["--rdma-device", "softroce0", "--max-transfer", str(1 << 30)]
+            args += ["--rdma-device", "softroce0", "--max-transfer", str(max_transfer)]
         self.proc = subprocess.Popen(
             args, stdout=subprocess.PIPE, env={**os.environ, "HIPOBJ_LOG": "warn"}, text=True
         )

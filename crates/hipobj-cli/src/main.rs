@@ -47,9 +47,13 @@ enum Command {
         /// Only these bytes: A-B, A- or -N (as in HTTP Range).
         #[arg(long)]
         range: Option<String>,
-        /// Bytes per request (and the registered buffer's size).
-        #[arg(long, default_value = "64MiB", value_parser = s3::parse_size)]
+        /// Bytes per ranged GET (a server's smaller limit wins).
+        #[arg(long, default_value = "16MiB", value_parser = s3::parse_size)]
         part_size: u64,
+        /// Ranged GETs in flight at once, each on its own connection; the
+        /// registered buffer holds this many parts.
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+        parallel: u16,
         #[command(flatten)]
         conn: s3::Conn,
     },
@@ -59,9 +63,14 @@ enum Command {
         file: String,
         /// s3://bucket/key
         url: String,
-        /// Bytes per part (and the registered buffer's size), 5 MiB to 4 GiB.
-        #[arg(long, default_value = "64MiB", value_parser = s3::parse_size)]
+        /// Bytes per part, 5 MiB to 4 GiB (a server's smaller transfer
+        /// limit wins).
+        #[arg(long, default_value = "16MiB", value_parser = s3::parse_size)]
         part_size: u64,
+        /// Parts in flight at once, each on its own connection; the
+        /// registered buffer holds this many parts.
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+        parallel: u16,
         #[command(flatten)]
         conn: s3::Conn,
     },
@@ -123,6 +132,7 @@ fn run(cli: Cli) -> CliResult {
             file,
             range,
             part_size,
+            parallel,
             conn,
         } => {
             let url = s3::S3Url::parse(&url, true)?;
@@ -136,18 +146,26 @@ fn run(cli: Cli) -> CliResult {
                 ));
             }
             let session = s3::Session::open(&conn)?;
-            s3::get(&session, &url, &file, range.as_deref(), part_size)?;
+            s3::get(
+                &session,
+                &url,
+                &file,
+                range.as_deref(),
+                part_size,
+                parallel.into(),
+            )?;
         }
         Command::Put {
             file,
             url,
             part_size,
+            parallel,
             conn,
         } => {
             let url = s3::S3Url::parse(&url, true)?;
             s3::check_part_size(part_size, 0)?;
             let session = s3::Session::open(&conn)?;
-            s3::put(&session, &file, &url, part_size)?;
+            s3::put(&session, &file, &url, part_size, parallel.into())?;
         }
         Command::Bench(args) => bench::run(&args)?,
         Command::Demo(args) => demo::run(&args)?,

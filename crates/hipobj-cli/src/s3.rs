@@ -11,7 +11,7 @@ use aws_sdk_s3::config::{Region, timeout::TimeoutConfig};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hipobj::ErrorKind;
-use hipobj_s3::{FailoverClient, PlainFailover, RdmaS3Client, RetryPolicy, Span, Transfer};
+use hipobj_s3::{FailoverClient, Parallel, PlainFailover, RdmaS3Client, RetryPolicy, Span, Transfer};
 
 use crate::error::{CliError, CliResult};
 use crate::progress::Progress;
@@ -574,7 +574,14 @@ fn url_error(url: &S3Url, e: hipobj_s3::Error) -> CliError {
 }
 
 /// `hipobj get`.
-pub fn get(session: &Session, url: &S3Url, target: &str, range: Option<&str>, part_size: u64) -> CliResult {
+pub fn get(
+    session: &Session,
+    url: &S3Url,
+    target: &str,
+    range: Option<&str>,
+    part_size: u64,
+    parallel: usize,
+) -> CliResult {
     let mut sink = Sink::open(target)?;
     let size = head_size(session, url)?;
     let (first, len) = match range {
@@ -588,28 +595,33 @@ pub fn get(session: &Session, url: &S3Url, target: &str, range: Option<&str>, pa
     let chunk_usize =
         usize::try_from(chunk).map_err(|_| CliError::plain("--part-size is too large for this machine"))?;
     let mut declines = Declines::default();
-    let mut buf = vec![0u8; chunk_usize];
     let whole = range.is_none() && len == chunk;
     let progress = Progress::new(&format!("get s3://{}/{}", url.bucket, url.key), len);
     match &session.rdma {
         Ok(client) => {
-            // Registered memory is only ever copied out, never lent out
-            // (a server may write it while registered).
-            let mut out = vec![0u8; chunk_usize];
-            let mut reg = client.client.register(std::mem::take(&mut buf))?;
+            // A window of `parallel` parts, filled by that many ranged GETs
+            // in flight, then written out in order. Registered memory is
+            // only ever copied out, never lent out (a server may write it
+            // while registered).
+            let window = window_of(chunk, parallel, len)?;
+            let mut out = vec![0u8; window];
+            let mut reg = client.client.register(vec![0u8; window])?;
+            let split = Parallel {
+                part_size: chunk_usize,
+                in_flight: parallel,
+            };
             let mut at = first;
             while at < first + len {
-                let n = chunk.min(first + len - at);
-                let r = (!whole).then(|| format!("bytes={at}-{}", at + n - 1));
+                let n = (window as u64).min(first + len - at);
                 // A try that failed part way may have written part of the
                 // buffer; the try that succeeds writes all of it.
                 let t = session.rdma_call(client, url, |c| {
-                    c.get_object(
+                    c.clone().parallel(split).get_ranges(
                         &mut reg,
                         Span::whole(n as usize),
                         &url.bucket,
                         &url.key,
-                        r.as_deref(),
+                        at,
                     )
                 })?;
                 declines.note(&t);
@@ -623,6 +635,7 @@ pub fn get(session: &Session, url: &S3Url, target: &str, range: Option<&str>, pa
         }
         Err(_) => {
             session.warn_no_rdma();
+            let mut buf = vec![0u8; chunk_usize];
             let mut at = first;
             while at < first + len {
                 let n = chunk.min(first + len - at);
@@ -636,6 +649,18 @@ pub fn get(session: &Session, url: &S3Url, target: &str, range: Option<&str>, pa
         }
     }
     sink.finish()
+}
+
+/// The registered buffer of `parallel` parts of `chunk` bytes, no larger
+/// than the `len` bytes to move.
+fn window_of(chunk: u64, parallel: usize, len: u64) -> CliResult<usize> {
+    let w = chunk.saturating_mul(parallel.max(1) as u64).min(len);
+    usize::try_from(w)
+        .ok()
+        .filter(|&w| w as u64 <= MAX_PART)
+        .ok_or_else(|| {
+            CliError::plain("--part-size times --parallel is over the 4 GiB limit of one registered buffer")
+        })
 }
 
 fn check_count(got: u64, want: u64) -> CliResult {
@@ -758,7 +783,7 @@ pub fn check_part_size(part_size: u64, size: u64) -> CliResult {
 }
 
 /// `hipobj put`.
-pub fn put(session: &Session, src: &str, url: &S3Url, part_size: u64) -> CliResult {
+pub fn put(session: &Session, src: &str, url: &S3Url, part_size: u64, parallel: usize) -> CliResult {
     let mut source = Source::open(src)?;
     let size = source.len();
     check_part_size(part_size, size)?;
@@ -813,7 +838,7 @@ pub fn put(session: &Session, src: &str, url: &S3Url, part_size: u64) -> CliResu
         &mut source,
         url,
         &id,
-        chunk,
+        (chunk, parallel),
         size,
         &mut buf,
         &mut declines,
@@ -866,7 +891,7 @@ fn upload_parts(
     source: &mut Source,
     url: &S3Url,
     id: &str,
-    chunk: u64,
+    (chunk, parallel): (u64, usize),
     size: u64,
     buf: &mut [u8],
     declines: &mut Declines,
@@ -877,20 +902,35 @@ fn upload_parts(
     let mut at = 0u64;
     match &session.rdma {
         Ok(c) => {
-            // Filled by copy: registered memory is never lent out.
-            let mut staging = vec![0u8; buf.len()];
-            let mut reg = c.client.register(vec![0u8; buf.len()])?;
+            // A window of `parallel` parts, read in, then uploaded that
+            // many in flight. Filled by copy: registered memory is never
+            // lent out.
+            let window = window_of(chunk, parallel, size)?;
+            let mut staging = vec![0u8; window];
+            let mut reg = c.client.register(vec![0u8; window])?;
+            let split = Parallel {
+                part_size: usize::try_from(chunk)
+                    .map_err(|_| CliError::plain("--part-size is too large for this machine"))?,
+                in_flight: parallel,
+            };
             while at < size {
-                let n = chunk.min(size - at);
-                number += 1;
+                let n = (window as u64).min(size - at);
                 let part = &mut staging[..n as usize];
                 source.read_at(at, part)?;
                 reg.write_from(0, part)?;
-                let t = session.rdma_call(c, url, |g| {
-                    g.upload_part(&reg, Span::whole(n as usize), &url.bucket, &url.key, id, number)
+                let (done, t) = session.rdma_call(c, url, |g| {
+                    g.clone().parallel(split).upload_parts(
+                        &reg,
+                        Span::whole(n as usize),
+                        &url.bucket,
+                        &url.key,
+                        id,
+                        number + 1,
+                    )
                 })?;
                 declines.note(&t);
-                parts.push(hipobj_s3::completed_part(number, t.etag));
+                number += i32::try_from(done.len()).map_err(|_| CliError::plain("too many parts"))?;
+                parts.extend(done);
                 progress.add(n);
                 at += n;
             }

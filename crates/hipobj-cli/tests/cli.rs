@@ -29,7 +29,16 @@ impl Env {
         Self::start(true)
     }
 
+    /// [`Env::with_rdma`] with `rdma.max_transfer` at `cap` bytes.
+    fn with_rdma_cap(cap: u64) -> Self {
+        Self::start_with(true, Some(cap))
+    }
+
     fn start(rdma: bool) -> Self {
+        Self::start_with(rdma, None)
+    }
+
+    fn start_with(rdma: bool, cap: Option<u64>) -> Self {
         // Named as the server binary names them, so that the server's CPU
         // figures count their time as request work.
         let mut rt = tokio::runtime::Builder::new_multi_thread();
@@ -60,6 +69,9 @@ impl Env {
             config.rdma.enabled = true;
             config.rdma.device = Some(hipobj_system::SOFTROCE_DEFAULT_NAME.into());
             config.rdma.backend = hipobj_server::config::VerbsBackend::Softroce;
+        }
+        if let Some(cap) = cap {
+            config.rdma.max_transfer = cap;
         }
         let server = rt.block_on(Server::start(config)).unwrap();
         std::fs::create_dir(data.path().join("bkt")).ok();
@@ -647,4 +659,52 @@ fn over_plain_http_a_server_nic_on_another_address_is_refused_unless_listed() {
     let o = run(env.cmd().args(["get", "s3://bkt/mh", "-"]).args(rdma));
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(o.stdout == data, "the bytes that came back differ");
+}
+
+/// The value of counter `name` in the server's `/.hipobj/metrics`.
+fn metric(addr: std::net::SocketAddr, name: &str) -> u64 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /.hipobj/metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in the metrics"))
+}
+
+/// Issue 41: an object three times the server's transfer cap goes up and
+/// comes back by the CLI in parts no larger than the cap (learned from the
+/// server's refusal), several in flight, every byte by RDMA (the server's
+/// counters) and exact.
+#[test]
+fn an_object_larger_than_the_servers_transfer_cap_moves_in_parts_by_rdma() {
+    const CAP: u64 = 8 << 20;
+    let env = Env::with_rdma_cap(CAP);
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src.bin");
+    let data = pattern(3 * CAP as usize + 777);
+    std::fs::write(&src, &data).unwrap();
+    let rdma = ["--nic-hint", "softroce0", "--require-rdma"];
+    let o = run(env
+        .cmd()
+        .args(["put", src.to_str().unwrap(), "s3://bkt/big"])
+        .args(rdma));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let dst = dir.path().join("out.bin");
+    let o = run(env
+        .cmd()
+        .args(["get", "s3://bkt/big", dst.to_str().unwrap(), "--parallel", "3"])
+        .args(rdma));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::read(&dst).unwrap() == data, "the bytes differ");
+    let addr = env.server.as_ref().unwrap().addr();
+    let size = data.len() as u64;
+    assert_eq!(metric(addr, "hipobj_rdma_bytes_read_total"), size);
+    let written = metric(addr, "hipobj_rdma_bytes_written_total");
+    assert!((size..=size + 2).contains(&written), "{written}");
+    assert_eq!(metric(addr, "hipobj_rdma_puts_total"), 4);
+    assert_eq!(metric(addr, "hipobj_rdma_declines_total"), 0);
 }

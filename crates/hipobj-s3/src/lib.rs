@@ -61,6 +61,7 @@ mod capture;
 mod endpoint;
 mod error;
 mod failover;
+mod parts;
 pub mod plain;
 mod probe;
 mod rc_v2;
@@ -77,6 +78,7 @@ pub use args::{CustomerKey, Encryption, ObjectArgs};
 use capture::{Capture, Exchange};
 pub use error::{Error, Result};
 pub use failover::{Failed, Failover, FailoverClient, PlainFailover, RetryPolicy, Served};
+pub use parts::Parallel;
 pub use probe::{endpoint_proven, note_endpoint_proven};
 pub use rc_v2::Protocol;
 pub use retry::TokenRetries;
@@ -129,6 +131,10 @@ pub struct RdmaS3Client {
     servers: endpoint::EndpointAddrs,
     args: ObjectArgs,
     retries: TokenRetries,
+    /// How large transfers are split ([`Parallel`]).
+    parallel: Parallel,
+    /// The endpoint's limit on one transfer, once learned.
+    limit: parts::Limit,
     /// Whether the S3 client's HTTP client skips verifying an https
     /// endpoint's certificate (see [`RdmaS3Client::tls_unverified`]).
     tls_unverified: bool,
@@ -168,6 +174,8 @@ impl RdmaS3Client {
             servers: endpoint::EndpointAddrs::default(),
             args: ObjectArgs::default(),
             retries: TokenRetries::default(),
+            parallel: Parallel::default(),
+            limit: parts::Limit::default(),
             tls_unverified: false,
         }
     }
@@ -279,7 +287,34 @@ impl RdmaS3Client {
     /// `bytes=0-1023`) into `at` of `reg`. The server writes the object or
     /// the range at `reg`'s `at.offset`; it refuses an object larger than
     /// `at.len` rather than truncating it.
+    ///
+    /// Without a range, a buffer larger than [`Parallel::part_size`] (or
+    /// than the limit the server was seen to set) is filled by ranged GETs
+    /// in parallel ([`RdmaS3Client::get_ranges`], after a HeadObject for the
+    /// size); so is one whose single transfer the server refused for its
+    /// length, the limit then remembered. A client with [`ObjectArgs`]
+    /// moves one transfer, as before.
     pub fn get_object(
+        &self,
+        reg: &mut Registration<'_>,
+        at: Span,
+        bucket: &str,
+        key: &str,
+        range: Option<&str>,
+    ) -> Result<Transfer> {
+        if range.is_none() && self.splits(at.len) {
+            return self.get_split(reg, at, bucket, key);
+        }
+        match self.get_single(reg, at, bucket, key, range) {
+            Err(e) if range.is_none() && self.args.is_default() && self.learn_limit(&e, at.len) => {
+                self.get_split(reg, at, bucket, key)
+            }
+            r => r,
+        }
+    }
+
+    /// One GetObject transfer.
+    pub(crate) fn get_single(
         &self,
         reg: &mut Registration<'_>,
         at: Span,
@@ -424,8 +459,23 @@ impl RdmaS3Client {
     }
 
     /// PutObject of the `at.len` bytes at `at.offset` of `reg`.
+    ///
+    /// More than [`Parallel::part_size`] bytes (or than the limit the
+    /// server was seen to set) go as a multipart upload whose parts move in
+    /// parallel ([`RdmaS3Client::upload_parts`]), aborted if a part fails;
+    /// so does a PutObject the server refused for its length, the limit
+    /// then remembered. A client with [`ObjectArgs`] sends one PutObject,
+    /// as before.
     pub fn put_object(&self, reg: &Registration<'_>, at: Span, bucket: &str, key: &str) -> Result<Transfer> {
-        self.put_like(reg, at, bucket, key, S3Call::Put)
+        if self.splits(at.len) {
+            return self.put_split(reg, at, bucket, key);
+        }
+        match self.put_like(reg, at, bucket, key, S3Call::Put) {
+            Err(e) if self.args.is_default() && self.learn_limit(&e, at.len) => {
+                self.put_split(reg, at, bucket, key)
+            }
+            r => r,
+        }
     }
 
     /// UploadPart `number` of multipart upload `upload_id`, from the

@@ -263,6 +263,26 @@ impl Client {
             .transfer(Direction::Get, reg.region.addr(), len, offset, s3)
     }
 
+    /// GET into the part `offset..offset + len` of `reg` through a shared
+    /// borrow, so that several threads can fill disjoint parts of one
+    /// registration at once (each transfer on a connection of its own from
+    /// the pool). The caller keeps the parts disjoint and reads none of
+    /// them before its transfer is done; as with [`Client::get`], no
+    /// reference to the memory is formed while the server writes it, and
+    /// [`Registration::write_from`], the only way this process writes it,
+    /// needs the exclusive borrow that this shared one rules out.
+    pub fn get_part(
+        &self,
+        reg: &Registration<'_>,
+        offset: usize,
+        len: usize,
+        s3: &mut dyn Control,
+    ) -> Result<()> {
+        self.check_owner(reg)?;
+        self.instance
+            .transfer(Direction::Get, reg.region.addr(), len, offset, s3)
+    }
+
     /// PUT: the server RDMA READs `len` bytes at `offset` out of `reg`.
     pub fn put(&self, reg: &Registration<'_>, offset: usize, len: usize, s3: &mut dyn Control) -> Result<()> {
         self.check_owner(reg)?;
