@@ -9,6 +9,7 @@ use hipobj_server::config::{AccessKey, StorageConfig};
 use hipobj_server::{Config, Server};
 
 mod fsck;
+mod notify;
 
 /// An S3 server that also serves hipObject's RDMA transfers.
 #[derive(Parser)]
@@ -163,25 +164,34 @@ fn unchecked_config(args: &Args) -> Result<Config, hipobj_server::Error> {
     Ok(c)
 }
 
-async fn signal() {
+/// Watches SIGINT and SIGTERM from now on (the handlers are in place when
+/// this returns, so a signal sent once READY=1 or the "listening on" line
+/// is out stops the server gracefully); the future ends at the first.
+fn signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT"),
-                    _ = term.recv() => tracing::info!("SIGTERM"),
+        let int = signal(SignalKind::interrupt());
+        let term = signal(SignalKind::terminate());
+        async move {
+            match (int, term) {
+                (Ok(mut int), Ok(mut term)) => {
+                    tokio::select! {
+                        _ = int.recv() => tracing::info!("SIGINT"),
+                        _ = term.recv() => tracing::info!("SIGTERM"),
+                    }
                 }
-            }
-            Err(e) => {
-                tracing::warn!("cannot watch SIGTERM ({e}); only SIGINT stops the server");
-                let _ = tokio::signal::ctrl_c().await;
+                (int, term) => {
+                    if let Err(e) = int.as_ref().and(term.as_ref()) {
+                        tracing::warn!("cannot watch SIGINT and SIGTERM ({e}); only Ctrl-C stops the server");
+                    }
+                    let _ = tokio::signal::ctrl_c().await;
+                }
             }
         }
     }
     #[cfg(not(unix))]
-    {
+    async {
         let _ = tokio::signal::ctrl_c().await;
     }
 }
@@ -261,8 +271,11 @@ fn main() -> ExitCode {
             reload_on_sighup(certs);
         }
         // Scripts read the address from this line.
+        let stop = signal();
         println!("listening on {}", handle.addr());
-        signal().await;
+        notify::ready();
+        stop.await;
+        notify::stopping();
         handle.shutdown().await;
         ExitCode::SUCCESS
     })
