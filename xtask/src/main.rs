@@ -7,6 +7,7 @@
 //! PREFIX/lib/libhipobj.so.0.1.0, libhipobj.so.0 -> it, libhipobj.so -> libhipobj.so.0
 //! PREFIX/lib/libhipobj.a
 //! PREFIX/lib/pkgconfig/hipobj.pc
+//! PREFIX/lib/cmake/hipobj/hipobj-config.cmake, hipobj-config-version.cmake
 //! PREFIX/include/hipobj.h
 //! PREFIX/bin/hipobj, PREFIX/bin/hipobj-server
 //! ```
@@ -74,6 +75,27 @@ fn version() -> (String, String) {
     let full = env!("CARGO_PKG_VERSION").to_owned();
     let major = env!("CARGO_PKG_VERSION_MAJOR").to_owned();
     (full, major)
+}
+
+/// Writes the CMake package (`find_package(hipobj CONFIG)`, target
+/// `hipobj::hipobj`) from the templates in packaging/cmake into `dir`.
+fn write_cmake_package(root: &Path, dir: &Path, libdir: &Path, includedir: &Path) -> Result<(), String> {
+    let (full, major) = version();
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    for name in ["hipobj-config.cmake", "hipobj-config-version.cmake"] {
+        let template = root.join("packaging/cmake").join(format!("{name}.in"));
+        let text = std::fs::read_to_string(&template)
+            .map_err(|e| format!("cannot read {}: {e}", template.display()))?
+            .replace("@VERSION@", &full)
+            .replace("@MAJOR@", &major)
+            .replace("@MINOR@", env!("CARGO_PKG_VERSION_MINOR"))
+            .replace("@REAL@", &format!("libhipobj.so.{full}"))
+            .replace("@SONAME@", &format!("libhipobj.so.{major}"))
+            .replace("@LIBDIR@", &libdir.display().to_string())
+            .replace("@INCLUDEDIR@", &includedir.display().to_string());
+        std::fs::write(dir.join(name), text).map_err(|e| format!("cannot write {name}: {e}"))?;
+    }
+    Ok(())
 }
 
 fn under(destdir: Option<&Path>, path: &Path) -> PathBuf {
@@ -152,6 +174,12 @@ fn install(opts: &Install) -> Result<(), String> {
         includedir = includedir_path.display(),
     );
     std::fs::write(pcdir.join("hipobj.pc"), pc).map_err(|e| format!("cannot write hipobj.pc: {e}"))?;
+    write_cmake_package(
+        &root,
+        &libdir.join("cmake/hipobj"),
+        &libdir_path,
+        &includedir_path,
+    )?;
     println!(
         "installed hipobj {full} under {}",
         under(opts.destdir.as_deref(), &opts.prefix).display()

@@ -82,7 +82,7 @@ impl Signals {
 
     /// Serves until SIGTERM or SIGINT, reloading on SIGHUP, then drains
     /// `handle` and returns once it stopped.
-    pub async fn serve(mut self, handle: Handle) {
+    pub async fn serve(mut self, handle: Handle, stopping: impl FnOnce()) {
         #[cfg(unix)]
         {
             loop {
@@ -92,6 +92,7 @@ impl Signals {
                     _ = self.hup.recv() => reload(&handle, "SIGHUP").await,
                 }
             }
+            stopping();
             let Self {
                 mut term, mut int, ..
             } = self;
@@ -106,6 +107,7 @@ impl Signals {
         #[cfg(not(unix))]
         {
             let _ = tokio::signal::ctrl_c().await;
+            stopping();
             drain(handle, async {
                 let _ = tokio::signal::ctrl_c().await;
             })

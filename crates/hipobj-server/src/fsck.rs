@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use hipobj_store::fs::format::Marker;
 use hipobj_store::fs::{FsckOptions, FsckReport, fsck};
 
 /// What `fsck` and `scrub` take.
@@ -65,6 +66,12 @@ pub fn run(data_dir: PathBuf, owner_records: bool, args: FsckArgs, scrub: bool) 
 }
 
 fn report(r: &FsckReport, scrub: bool) -> ExitCode {
+    match r.format {
+        Marker::Format(n) => println!("data directory format {n}"),
+        Marker::Missing => println!(
+            "data directory format: no marker (a directory of a release before markers, read as format 1; the server marks it when it next starts)"
+        ),
+    }
     for line in &r.repaired {
         println!("repaired: {line}");
     }

@@ -9,6 +9,7 @@ use hipobj_server::config::{AccessKey, StorageConfig};
 use hipobj_server::{Config, Server};
 
 mod fsck;
+mod notify;
 
 /// An S3 server that also serves hipObject's RDMA transfers.
 #[derive(Parser)]
@@ -284,7 +285,8 @@ fn main() -> ExitCode {
         };
         // Scripts read the address from this line.
         println!("listening on {}", handle.addr());
-        signals.serve(handle).await;
+        notify::ready();
+        signals.serve(handle, notify::stopping).await;
         ExitCode::SUCCESS
     })
 }

@@ -48,6 +48,9 @@ pub struct Finding {
 /// What a walk found and did.
 #[derive(Clone, Debug, Default)]
 pub struct FsckReport {
+    /// The data directory's format marker (`super::format`): fsck walks
+    /// only a format this release reads.
+    pub format: super::format::Marker,
     /// Buckets walked.
     pub buckets: u64,
     /// Object, version and part files read.
@@ -104,7 +107,10 @@ fn names(dir: &Path) -> std::io::Result<Vec<String>> {
 
 /// Walks the data directory `root`: see the module documentation.
 pub async fn fsck(root: &Path, opts: &FsckOptions) -> std::io::Result<FsckReport> {
-    let mut r = FsckReport::default();
+    let mut r = FsckReport {
+        format: super::format::read(root)?,
+        ..FsckReport::default()
+    };
     let d = opts.durability.unwrap_or(Durability::Synced);
     repair(root, opts, d, &mut r).await?;
     for bucket in names(root)? {

@@ -5,6 +5,7 @@
 //! ```text
 //! <root>/<bucket>/o-<hex of key>      one file per object (keys up to 100 bytes)
 //! <root>/<bucket>/h-<sha256 of key>   one file per object (longer keys)
+//! <root>/.format                      the data directory's format version (`format`)
 //! <root>/.tmp/                        files being written
 //! <root>/.uploads/<upload id>/        a multipart upload: upload.json, part-00001, ...
 //! <root>/.keys/sse-s3.key             the SSE-S3 master key (unless configured elsewhere)
@@ -41,6 +42,7 @@
 //! * `uploads`: multipart uploads and their parts;
 //! * `upload_sums`: an upload's checksum algorithm and the object's checksum of its parts';
 //! * `versions`: bucket versioning, the versions of a key on disk;
+//! * `format`: the data directory's format version, checked at every open;
 //! * `fsck`: the offline check and repair of a data directory (and `scrub`);
 //! * `s3`: only `impl S3 for FsStore`, each operation in terms of the above.
 
@@ -61,6 +63,7 @@ mod acl;
 mod bucket_encryption;
 mod checksums;
 mod conditions;
+pub mod format;
 mod fsck;
 mod layout;
 mod listing;
@@ -148,6 +151,9 @@ impl FsStore {
         let d = Durability::from_sync(limits.sync);
         disk::create_dir_all(root, d)?;
         let root = root.canonicalize()?;
+        // Before anything is changed: a format this release does not read
+        // is refused as it is.
+        format::check_and_mark(&root, d)?;
         let tmp = root.join(".tmp");
         if tmp.exists() {
             std::fs::remove_dir_all(&tmp)?;
