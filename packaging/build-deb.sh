@@ -6,7 +6,7 @@
 #
 #   packaging/build-deb.sh        prints the .deb's path on its last line
 #
-# Needs cargo-deb (`cargo install cargo-deb --locked`; found on PATH, or in
+# Needs cargo-deb 3.8.0 (`cargo install cargo-deb --version 3.8.0 --locked`; found on PATH, or in
 # $CARGO_DEB_ROOT/bin, default /tmp/cargo-deb-root, where it is installed
 # when missing).
 set -euo pipefail
@@ -16,7 +16,9 @@ target=${CARGO_TARGET_DIR:-$root/target}
 deb_root=${CARGO_DEB_ROOT:-/tmp/cargo-deb-root}
 export PATH=$deb_root/bin:$PATH
 if ! command -v cargo-deb >/dev/null; then
-    cargo install cargo-deb --locked --root "$deb_root" >&2
+    # Pinned: it builds with this Rust, and it still packages the dev profile
+    # (CI packages the test build; later releases may refuse that).
+    cargo install cargo-deb --version 3.8.0 --locked --root "$deb_root" >&2
 fi
 # HIPOBJ_DEB_PROFILE=dev packages the debug build that the test lane made
 # (scripts/package-test.sh, in CI); release (the default) is for shipping.
