@@ -313,6 +313,19 @@ impl RdmaS3Client {
         }
     }
 
+    /// The object's size, by HeadObject (0 when the answer has none).
+    pub(crate) fn object_size(&self, bucket: &str, key: &str) -> Result<u64> {
+        let s3 = self.s3.clone();
+        let (b, k) = (bucket.to_owned(), key.to_owned());
+        Ok(self
+            .rt
+            .block_on(async move { s3.head_object().bucket(b).key(k).send().await })
+            .map_err(|e| Error::from_sdk("HeadObject", &e))?
+            .content_length()
+            .and_then(|n| u64::try_from(n).ok())
+            .unwrap_or(0))
+    }
+
     /// One GetObject transfer.
     pub(crate) fn get_single(
         &self,
@@ -404,15 +417,7 @@ impl RdmaS3Client {
                 (o, n, None)
             }
             None => {
-                let s3 = self.s3.clone();
-                let (b, k) = (bucket.to_owned(), key.to_owned());
-                let size = self
-                    .rt
-                    .block_on(async move { s3.head_object().bucket(b).key(k).send().await })
-                    .map_err(|e| Error::from_sdk("HeadObject", &e))?
-                    .content_length()
-                    .and_then(|n| u64::try_from(n).ok())
-                    .unwrap_or(0);
+                let size = self.object_size(bucket, key)?;
                 (0, size, Some(size))
             }
         };

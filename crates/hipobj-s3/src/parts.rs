@@ -293,15 +293,7 @@ impl RdmaS3Client {
         bucket: &str,
         key: &str,
     ) -> Result<Transfer> {
-        let s3 = self.s3.clone();
-        let (b, k) = (bucket.to_owned(), key.to_owned());
-        let size = self
-            .rt
-            .block_on(async move { s3.head_object().bucket(b).key(k).send().await })
-            .map_err(|e| Error::from_sdk("HeadObject", &e))?
-            .content_length()
-            .and_then(|n| u64::try_from(n).ok())
-            .unwrap_or(0);
+        let size = self.object_size(bucket, key)?;
         let n = usize::try_from(size)
             .ok()
             .filter(|&n| n <= at.len)
