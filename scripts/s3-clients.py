@@ -386,7 +386,11 @@ later = parsedate_to_datetime(req.headers["Date"]) + datetime.timedelta(seconds=
 req.headers["Date"] = formatdate(later.timestamp(), usegmt=True)
 st, body = send(req)
 check(st == 403 and "SignatureDoesNotMatch" in body, f"a Date moved after signing is refused ({st})")
+# One second after this request's own signing time (the previous request's
+# `later` equals this one's signing time whenever a second went by between
+# the two, and the server rightly accepts a date that is the signed one).
 req = date_signed()
+later = parsedate_to_datetime(req.headers["Date"]) + datetime.timedelta(seconds=1)
 req.headers["X-Amz-Date"] = later.strftime("%Y%m%dT%H%M%SZ")
 st, body = send(req)
 check(st == 403, f"an X-Amz-Date added to a Date-signed request is refused ({st})")
