@@ -470,6 +470,14 @@ impl Config {
         if self.limits.max_object_size == 0 {
             return bad("limits.max_object_size must be above 0");
         }
+        // An empty token would be read as no token: the metrics open to all.
+        if self
+            .metrics_token
+            .as_ref()
+            .is_some_and(|t| t.expose().trim().is_empty())
+        {
+            return bad("metrics_token is empty: set a token, or leave the key out for metrics open to all");
+        }
         if self.http.max_connections == 0 || self.http.max_connections_per_address == 0 {
             return bad("http.max_connections and http.max_connections_per_address must be above 0");
         }
@@ -545,5 +553,20 @@ mod tests {
     fn rejects_unknown_keys_and_useless_configs() {
         assert!(Config::from_toml("adress = \"127.0.0.1:1\"").is_err());
         assert!(Config::default().validate().is_err());
+    }
+
+    /// An empty metrics token would open the metrics to all while the
+    /// operator meant to close them.
+    #[test]
+    fn an_empty_metrics_token_is_refused() {
+        let with = |token: &str| {
+            Config::from_toml(&format!(
+                "metrics_token = {token:?}\n[[credentials]]\naccess_key = \"ak\"\nsecret_key = \"sk\"\n"
+            ))
+            .unwrap_or_else(|e| panic!("{e}"))
+        };
+        assert!(with("t0ken").validate().is_ok());
+        assert!(with("").validate().is_err());
+        assert!(with("  ").validate().is_err());
     }
 }
