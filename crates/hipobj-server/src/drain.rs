@@ -2,7 +2,8 @@
 //! "Health and drain"):
 //!
 //! * SIGHUP reloads the TLS certificate (when TLS is on) and the
-//!   credentials file (when one is configured), and never ends the
+//!   credentials file (when one is configured), reopens the access log
+//!   file (when one is configured, for logrotate), and never ends the
 //!   process;
 //! * SIGTERM or SIGINT drains: `/.hipobj/ready` answers 503 at once, the
 //!   listener keeps accepting for `drain_delay_secs` (so that a load
@@ -12,11 +13,15 @@
 
 use std::future::Future;
 
-use crate::Handle;
+use std::sync::Arc;
 
-/// SIGHUP's work: TLS and credentials read again, each logged. Neither
-/// failure stops anything: the pair and keys in service stay.
-pub async fn reload(handle: &Handle, why: &str) {
+use crate::Handle;
+use crate::logging::AccessFile;
+
+/// SIGHUP's work: TLS and credentials read again and the access log file
+/// reopened, each logged. No failure stops anything: the pair, the keys
+/// and the file in service stay.
+pub async fn reload(handle: &Handle, access: Option<&AccessFile>, why: &str) {
     if let Some(certs) = handle.tls().cloned() {
         let c = certs.clone();
         let done = tokio::task::spawn_blocking(move || c.reload()).await.ok();
@@ -28,8 +33,14 @@ pub async fn reload(handle: &Handle, why: &str) {
             crate::keys::log_reload(why, &done);
         }
     }
-    if handle.tls().is_none() && handle.keys().file().is_none() {
-        tracing::info!("{why}: nothing to reload (no TLS, no credentials file)");
+    if let Some(file) = access {
+        match file.reopen() {
+            Ok(()) => tracing::info!("{why}: access log reopened"),
+            Err(e) => tracing::warn!("{why}: reopening the access log: {e}"),
+        }
+    }
+    if handle.tls().is_none() && handle.keys().file().is_none() && access.is_none() {
+        tracing::info!("{why}: nothing to reload (no TLS, no credentials file, no access log file)");
     }
 }
 
@@ -62,11 +73,14 @@ pub struct Signals {
     int: tokio::signal::unix::Signal,
     #[cfg(unix)]
     hup: tokio::signal::unix::Signal,
+    /// The access log file SIGHUP reopens.
+    access: Option<Arc<AccessFile>>,
 }
 
 impl Signals {
-    /// Installs the handlers (on the current tokio runtime).
-    pub fn install() -> std::io::Result<Self> {
+    /// Installs the handlers (on the current tokio runtime); SIGHUP also
+    /// reopens `access`.
+    pub fn install(access: Option<Arc<AccessFile>>) -> std::io::Result<Self> {
         #[cfg(unix)]
         {
             use tokio::signal::unix::{SignalKind, signal};
@@ -74,10 +88,11 @@ impl Signals {
                 term: signal(SignalKind::terminate())?,
                 int: signal(SignalKind::interrupt())?,
                 hup: signal(SignalKind::hangup())?,
+                access,
             })
         }
         #[cfg(not(unix))]
-        Ok(Self {})
+        Ok(Self { access })
     }
 
     /// Serves until SIGTERM or SIGINT, reloading on SIGHUP, then drains
@@ -89,7 +104,7 @@ impl Signals {
                 tokio::select! {
                     _ = self.term.recv() => { tracing::info!("SIGTERM"); break; }
                     _ = self.int.recv() => { tracing::info!("SIGINT"); break; }
-                    _ = self.hup.recv() => reload(&handle, "SIGHUP").await,
+                    _ = self.hup.recv() => reload(&handle, self.access.as_deref(), "SIGHUP").await,
                 }
             }
             stopping();

@@ -198,32 +198,6 @@ impl<'a> MakeWriter<'a> for AccessWriter {
     }
 }
 
-/// Reopens `file` on every SIGHUP (for logrotate's `postrotate`). Needs a
-/// tokio runtime.
-pub fn reopen_on_sighup(file: Arc<AccessFile>) {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut hup = match signal(SignalKind::hangup()) {
-            Ok(h) => h,
-            Err(e) => {
-                tracing::warn!("cannot watch SIGHUP ({e}); the access log is not reopened");
-                return;
-            }
-        };
-        tokio::spawn(async move {
-            while hup.recv().await.is_some() {
-                match file.reopen() {
-                    Ok(()) => tracing::info!("SIGHUP: access log reopened"),
-                    Err(e) => tracing::warn!("SIGHUP: reopening the access log: {e}"),
-                }
-            }
-        });
-    }
-    #[cfg(not(unix))]
-    drop(file);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

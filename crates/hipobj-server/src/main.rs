@@ -271,12 +271,10 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        if let Some(f) = access {
-            hipobj_server::logging::reopen_on_sighup(f);
-        }
-        // SIGHUP reloads, SIGTERM and SIGINT drain (hipobj_server::drain);
-        // installed before the line below, so no signal finds them missing.
-        let signals = match hipobj_server::drain::Signals::install() {
+        // SIGHUP reloads (and reopens the access log), SIGTERM and SIGINT
+        // drain (hipobj_server::drain); installed before the line below, so
+        // no signal finds them missing.
+        let signals = match hipobj_server::drain::Signals::install(access) {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("hipobj-server: cannot watch signals: {e}");

@@ -449,17 +449,12 @@ impl Metrics {
         ]
     }
 
-    /// The Prometheus text exposition.
+    /// The Prometheus text exposition of the counters alone, with the
+    /// binding count when given (what a scrape serves is
+    /// [`Metrics::render_scrape`]'s).
     pub fn render(&self, bindings: Option<usize>) -> String {
-        self.render_with(bindings, None)
-    }
-
-    /// The Prometheus text exposition, with the hipobj-rc-v2 gauges
-    /// (sessions open, staging bytes held) when RDMA is on.
-    pub fn render_with(&self, bindings: Option<usize>, v2: Option<(usize, usize)>) -> String {
         self.render_scrape(Scrape {
             bindings,
-            v2,
             ..Scrape::default()
         })
     }

@@ -64,14 +64,9 @@ enum Guard {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        // The lock first, then the entry if nobody else holds or waits for
-        // it (each holder and waiter keeps an `Arc` of it).
+        // The lock first, then the entry if nobody else uses it.
         self.guard = None;
-        if let Ok(mut locks) = self.uses.locks.lock()
-            && locks.get(&self.bucket).is_some_and(|l| Arc::strong_count(l) == 1)
-        {
-            locks.remove(&self.bucket);
-        }
+        self.uses.forget_if_unused(&self.bucket);
     }
 }
 
@@ -126,6 +121,8 @@ impl BucketUses {
         }
     }
 
+    /// Drops `bucket`'s entry when no use holds or waits for it (each
+    /// keeps an `Arc` of its lock).
     fn forget_if_unused(&self, bucket: &str) {
         if let Ok(mut locks) = self.locks.lock()
             && locks.get(bucket).is_some_and(|l| Arc::strong_count(l) == 1)
