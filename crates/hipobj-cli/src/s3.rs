@@ -792,14 +792,22 @@ pub fn put(session: &Session, src: &str, url: &S3Url, part_size: u64, parallel: 
         // Nothing to register: an empty object is a plain request.
         return plain_put(session, url, &[], None).map(|_| ());
     }
-    let chunk = part_size.min(size);
+    // hipobj-rc-v2 has no parts: such a server gets the file whole, in one
+    // registration, rather than parts over plain HTTP.
+    let whole = size <= part_size
+        || (size <= MAX_PART
+            && match &session.rdma {
+                Ok(c) => session.rdma_call(c, url, |g| g.takes_puts_whole(&url.bucket, &url.key))?,
+                Err(_) => false,
+            });
+    let chunk = if whole { size } else { part_size };
     let mut buf = vec![
         0u8;
         usize::try_from(chunk)
             .map_err(|_| CliError::plain("--part-size is too large for this machine"))?
     ];
     let progress = Progress::new(&format!("put s3://{}/{}", url.bucket, url.key), size);
-    if size <= part_size {
+    if whole {
         source.read_at(0, &mut buf)?;
         let done = match &session.rdma {
             Ok(c) => {

@@ -465,13 +465,27 @@ impl RdmaS3Client {
 
     /// PutObject of the `at.len` bytes at `at.offset` of `reg`.
     ///
-    /// More than [`Parallel::part_size`] bytes (or than the limit the
-    /// server was seen to set) go as a multipart upload whose parts move in
-    /// parallel ([`RdmaS3Client::upload_parts`]), aborted if a part fails;
-    /// so does a PutObject the server refused for its length, the limit
-    /// then remembered. A client with [`ObjectArgs`] sends one PutObject,
-    /// as before.
+    /// To a server that speaks the binding exchange, more than
+    /// [`Parallel::part_size`] bytes (or than the limit the server was seen
+    /// to set) go as a multipart upload whose parts move in parallel
+    /// ([`RdmaS3Client::upload_parts`]), aborted if a part fails. A
+    /// hipobj-rc-v2 or plain server gets one PutObject. Any server's
+    /// refusal of a PutObject for its length also makes it a multipart
+    /// upload, the limit then remembered. A client with [`ObjectArgs`]
+    /// sends one PutObject, as before.
     pub fn put_object(&self, reg: &Registration<'_>, at: Span, bucket: &str, key: &str) -> Result<Transfer> {
+        if self.splits(at.len) && self.protocol.get() == Protocol::Unknown {
+            // Parts move by RDMA, in parallel, only over the binding
+            // exchange: the probe settles the protocol before an upload is
+            // made, and a hipobj-rc-v2 or plain server takes the object
+            // whole, split only when it refuses it for its length.
+            match self.put_probed(reg, at, bucket, key, S3Call::Put) {
+                Ok(None) => {}
+                Ok(Some(t)) => return Ok(t),
+                Err(e) if self.learn_limit(&e, at.len) => return self.put_split(reg, at, bucket, key),
+                Err(e) => return Err(e),
+            }
+        }
         if self.splits(at.len) {
             return self.put_split(reg, at, bucket, key);
         }
@@ -497,6 +511,34 @@ impl RdmaS3Client {
         self.put_like(reg, at, bucket, key, S3Call::Part { upload_id, number })
     }
 
+    /// The probe's answer for a write to an endpoint not known yet: the
+    /// write done whole over hipobj-rc-v2 or plain HTTP, or `None` when the
+    /// endpoint speaks the binding exchange (remembered by the probe).
+    fn put_probed(
+        &self,
+        reg: &Registration<'_>,
+        at: Span,
+        bucket: &str,
+        key: &str,
+        op: S3Call<'_>,
+    ) -> Result<Option<Transfer>> {
+        let done = match self.probe(bucket, key, op.name())? {
+            probe::Found::Binding => return Ok(None),
+            // A server that ignores tokens never sees a body-less write.
+            probe::Found::Plain(why) => {
+                self.protocol.set(Protocol::Plain(why.clone()));
+                self.declined_put(reg, at, bucket, key, op, why)
+            }
+            probe::Found::Unsure(why) => self.declined_put(reg, at, bucket, key, op, why),
+            probe::Found::RcV2 => match op {
+                S3Call::Put if self.args.is_default() => self.v2_put(reg, at, bucket, key, true),
+                S3Call::Put => self.declined_put(reg, at, bucket, key, op, NO_V2_ARGS.into()),
+                _ => self.declined_put(reg, at, bucket, key, op, "hipobj-rc-v2 has no UploadPart".into()),
+            },
+        };
+        done.map(Some)
+    }
+
     fn put_like(
         &self,
         reg: &Registration<'_>,
@@ -514,29 +556,11 @@ impl RdmaS3Client {
                 return self.declined_put(reg, at, bucket, key, op, "hipobj-rc-v2 has no UploadPart".into());
             }
             (Protocol::Plain(why), _) => return self.declined_put(reg, at, bucket, key, op, why),
-            (Protocol::Unknown, _) => match self.probe(bucket, key, op.name())? {
-                // A server that ignores tokens never sees a body-less write.
-                probe::Found::Plain(why) => {
-                    self.protocol.set(Protocol::Plain(why.clone()));
-                    return self.declined_put(reg, at, bucket, key, op, why);
+            (Protocol::Unknown, _) => {
+                if let Some(t) = self.put_probed(reg, at, bucket, key, op)? {
+                    return Ok(t);
                 }
-                probe::Found::Unsure(why) => return self.declined_put(reg, at, bucket, key, op, why),
-                probe::Found::RcV2 => {
-                    return match op {
-                        S3Call::Put if self.args.is_default() => self.v2_put(reg, at, bucket, key, true),
-                        S3Call::Put => self.declined_put(reg, at, bucket, key, op, NO_V2_ARGS.into()),
-                        _ => self.declined_put(
-                            reg,
-                            at,
-                            bucket,
-                            key,
-                            op,
-                            "hipobj-rc-v2 has no UploadPart".into(),
-                        ),
-                    };
-                }
-                probe::Found::Binding => {}
-            },
+            }
             (Protocol::Binding, _) => {}
         }
         let run = self.run_retried(bucket, key, op, false, |ex| {

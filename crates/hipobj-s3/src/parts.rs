@@ -11,8 +11,11 @@
 //!   is remembered for the endpoint (this client and its clones); no part
 //!   is ever sent over plain HTTP because of it.
 //! - The rest go [`Parallel::in_flight`] at a time once the first moved by
-//!   RDMA over the binding exchange (hipobj-rc-v2 and plain HTTP go one
-//!   after another, as before).
+//!   RDMA over the binding exchange. hipobj-rc-v2 and plain HTTP move one
+//!   transfer at a time, so more parts would only add requests: the rest
+//!   of a GET goes as one ranged GET (or as few as the server's limit
+//!   allows), and a PutObject is split only when the server refused it
+//!   whole for its length (rc-v2 has no UploadPart).
 //! - Each part is retried as any transfer is ([`crate::TokenRetries`]:
 //!   with a fresh token, only when no byte can have moved). The call
 //!   succeeds only when every part did, each with exactly its bytes and,
@@ -177,6 +180,20 @@ fn split(from: usize, len: usize, part: usize) -> Vec<(usize, usize)> {
     out
 }
 
+/// Bytes per part of an upload of `len` bytes, parts of `asked` bytes
+/// wanted and `part` allowed now. Once a server's limit made `part`
+/// smaller than asked, `len` is shared evenly among as few parts as the
+/// limit allows, so that no part is left a short remainder: every part of
+/// a multipart upload but its last must be 5 MiB on S3, and a caller that
+/// uploads in windows (the CLI) makes a window's last part a middle one.
+fn upload_part_len(asked: usize, part: usize, len: usize) -> usize {
+    let part = part.max(1);
+    if part >= asked {
+        return part.min(len);
+    }
+    len.div_ceil(len.div_ceil(part))
+}
+
 /// Runs `call` on every part, `in_flight` at a time, on scoped threads;
 /// the first error stops new parts from starting and is the result.
 fn run_parallel<T: Send>(
@@ -265,6 +282,23 @@ impl RdmaS3Client {
         }
     }
 
+    /// Bytes per ranged GET to an endpoint known to speak hipobj-rc-v2 or
+    /// plain HTTP, whose transfers go one at a time: as many as its limit
+    /// allows (`usize::MAX` when none was learned), as more parts would
+    /// only add requests. `None` while the protocol is unknown or the
+    /// binding exchange.
+    fn serial_part_len(&self) -> Option<usize> {
+        match self.protocol.get() {
+            Protocol::RcV2 | Protocol::Plain(_) => Some(
+                self.limit
+                    .get()
+                    .and_then(|l| usize::try_from(l).ok())
+                    .unwrap_or(usize::MAX),
+            ),
+            Protocol::Unknown | Protocol::Binding => None,
+        }
+    }
+
     /// Notes the limit `e` names when it refused a `tried`-byte transfer
     /// for its length; says whether it did.
     pub(crate) fn learn_limit(&self, e: &Error, tried: usize) -> bool {
@@ -345,7 +379,10 @@ impl RdmaS3Client {
         let mut sum = Summary::default();
         // The first part alone: it finds the protocol and the limit.
         let done = loop {
-            let n = self.part_len().min(at.len);
+            let n = self
+                .serial_part_len()
+                .unwrap_or_else(|| self.part_len())
+                .min(at.len);
             let range = range_of(first, 0, n);
             let span = Span {
                 offset: at.offset,
@@ -360,8 +397,14 @@ impl RdmaS3Client {
                 Err(e) => return Err(e),
             }
         };
-        let rest = split(done, at.len, self.part_len());
-        if sum.rdma && self.protocol.get() == Protocol::Binding {
+        let in_parallel = sum.rdma && self.protocol.get() == Protocol::Binding;
+        let part = if in_parallel {
+            self.part_len()
+        } else {
+            self.serial_part_len().unwrap_or(at.len)
+        };
+        let rest = split(done, at.len, part);
+        if in_parallel {
             let shared: &Registration<'_> = reg;
             let got = run_parallel(&rest, self.parallel.in_flight, |_, off, n| {
                 let range = range_of(first, off, n);
@@ -437,7 +480,7 @@ impl RdmaS3Client {
         let mut sum = Summary::default();
         let mut parts = Vec::new();
         let done = loop {
-            let n = self.part_len().min(at.len);
+            let n = upload_part_len(self.parallel.part_size, self.part_len(), at.len);
             let span = Span {
                 offset: at.offset,
                 len: n,
@@ -454,7 +497,11 @@ impl RdmaS3Client {
                 Err(e) => return Err(e),
             }
         };
-        let rest = split(done, at.len, self.part_len());
+        let rest = split(
+            done,
+            at.len,
+            upload_part_len(self.parallel.part_size, self.part_len(), at.len),
+        );
         let number = |i: usize| -> Result<i32> {
             i32::try_from(i + 1)
                 .ok()
@@ -572,6 +619,28 @@ mod tests {
         assert_eq!(refused_length(&e, 1 << 29), None);
         assert_eq!(named_limit(e.detail()), Some(64 << 20));
         assert_eq!(named_limit("no number"), None);
+    }
+
+    #[test]
+    fn a_learned_limit_shares_an_upload_evenly_and_leaves_no_short_middle_part() {
+        const MIB: usize = 1 << 20;
+        // No limit: the parts asked for, the remainder last.
+        assert_eq!(upload_part_len(16 * MIB, 16 * MIB, 40 * MIB), 16 * MIB);
+        assert_eq!(upload_part_len(16 * MIB, 16 * MIB, 3 * MIB), 3 * MIB);
+        // A 64 MiB window under a 62 MiB limit: two halves, not 62 + 2.
+        assert_eq!(upload_part_len(64 * MIB, 62 * MIB, 64 * MIB), 32 * MIB);
+        for limit in [10 * MIB, 13 * MIB + 7, 31 * MIB, 63 * MIB + 1] {
+            for window in [64 * MIB, 128 * MIB + 5, 256 * MIB - 3] {
+                let n = upload_part_len(64 * MIB, limit, window);
+                let parts = split(0, window, n);
+                assert!(parts.iter().all(|&(_, len)| len <= limit), "{limit} {window}");
+                assert_eq!(parts.iter().map(|p| p.1).sum::<usize>(), window);
+                assert!(
+                    parts.iter().all(|&(_, len)| len >= 5 * MIB),
+                    "{limit} {window}: {parts:?}"
+                );
+            }
+        }
     }
 
     #[test]

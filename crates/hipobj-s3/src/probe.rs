@@ -105,6 +105,28 @@ impl RdmaS3Client {
         classify(&last, self.was_proven(&last), outcome.err())
     }
 
+    /// Whether the endpoint takes an object by RDMA only whole: a
+    /// hipobj-rc-v2 server, as rc-v2 has no UploadPart. Asks the endpoint
+    /// (a write's probe) when what it speaks is not known yet. A caller
+    /// that uploads large objects in parts (the CLI) sends such a server
+    /// one PutObject instead.
+    pub fn takes_puts_whole(&self, bucket: &str, key: &str) -> Result<bool> {
+        match self.protocol.get() {
+            crate::Protocol::RcV2 => Ok(true),
+            crate::Protocol::Unknown if self.args.is_default() => {
+                match self.probe(bucket, key, "PutObject")? {
+                    Found::RcV2 => Ok(true),
+                    Found::Plain(why) => {
+                        self.protocol.set(crate::Protocol::Plain(why));
+                        Ok(false)
+                    }
+                    Found::Binding | Found::Unsure(_) => Ok(false),
+                }
+            }
+            _ => Ok(false),
+        }
+    }
+
     /// Notes that `authority`, where the last transfer went, speaks the
     /// binding exchange: for this client (and its clones), and for other
     /// clients over the same hipObject instance.

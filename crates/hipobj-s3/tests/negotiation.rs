@@ -137,6 +137,61 @@ fn v2_world(rdma_off: bool, client_nic: &str, server_nic: &str) -> V2World {
     }
 }
 
+/// hipobj-rc-v2 has no parts: an object larger than the client's part
+/// size goes to a v2-only server as one PutObject over RDMA (the server's
+/// limit allowing), not as a multipart upload whose parts it cannot take.
+#[test]
+fn a_put_larger_than_a_part_goes_whole_to_a_v2_only_server() {
+    let w = v2_world(false, "softroce-n5c", "softroce-n5s");
+    let c = w.client.clone().parallel(hipobj_s3::Parallel {
+        part_size: 1 << 20,
+        in_flight: 2,
+    });
+    let data = pattern(3 << 20, 9);
+    let reg = c.hipobj().register(data.clone()).unwrap();
+    let t = c.put_object(&reg, Span::whole(data.len()), "bkt", "big").unwrap();
+    assert!(t.rdma && t.declined.is_none(), "{t:?}");
+    assert_eq!(t.bytes, data.len() as u64);
+    assert_eq!(c.protocol(), Protocol::RcV2);
+    assert!(w.server.objects.lock().unwrap()["big"] == data);
+    drop(reg);
+    // No multipart upload was asked for.
+    assert!(
+        !w.double
+            .requests()
+            .iter()
+            .any(|r| r.method == "POST" && r.target.contains("uploads")),
+        "{:?}",
+        w.double.requests()
+    );
+
+    // The GET back, larger than a part too, comes by RDMA: from a fresh
+    // client, its first part finds the protocol, and the rest, which could
+    // only go one transfer at a time, comes as one.
+    let c = RdmaS3Client::new(
+        sdk(&w.double.endpoint()),
+        c.hipobj().clone(),
+        w.rt.handle().clone(),
+    )
+    .parallel(c.parallel_settings());
+    let mut reg = c.hipobj().register(vec![0u8; data.len()]).unwrap();
+    let t = c
+        .get_object(&mut reg, Span::whole(data.len()), "bkt", "big", None)
+        .unwrap();
+    assert!(t.rdma && t.declined.is_none(), "{t:?}");
+    assert!(reg.to_vec() == data);
+    let control = w
+        .double
+        .requests()
+        .iter()
+        .filter(|r| r.target.starts_with(rc_v2::PATH_PREFIX))
+        .count();
+    assert_eq!(
+        control, 6,
+        "PREPARE and READY for the PUT, the GET's first part and its rest"
+    );
+}
+
 #[test]
 fn a_v2_only_server_gets_and_puts_over_rdma_after_one_declined_token() {
     let w = v2_world(false, "softroce-n1c", "softroce-n1s");
