@@ -17,6 +17,7 @@ use std::time::Duration;
 use hipobj_platform::{NoGpu, NoTopology, Platform};
 use hipobj_s3::{Parallel, RdmaS3Client, Span};
 use hipobj_server::config::{AccessKey, StorageConfig, VerbsBackend};
+use hipobj_server::rdma::RdmaRules;
 use hipobj_softroce::{SoftConfig, SoftVerbs};
 use support::{Req, Resp, runtime, sdk, start};
 
@@ -38,6 +39,10 @@ struct World {
 }
 
 fn world() -> World {
+    world_with(RdmaRules::Hipobj)
+}
+
+fn world_with(rules: RdmaRules) -> World {
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
     let mut config = hipobj_server::Config {
@@ -59,6 +64,7 @@ fn world() -> World {
     config.rdma.device = Some(hipobj_softroce::DEFAULT_NAME.into());
     config.rdma.backend = VerbsBackend::Softroce;
     config.rdma.max_transfer = CAP;
+    config.rdma.rules = rules;
     let server = rt.block_on(hipobj_server::Server::start(config)).unwrap();
     rt.block_on(sdk(&server.endpoint()).create_bucket().bucket("bkt").send())
         .unwrap();
@@ -156,6 +162,41 @@ fn a_get_and_a_put_several_times_the_cap_move_every_part_by_rdma() {
     let written = metric(addr, "hipobj_rdma_bytes_written_total");
     assert!((SIZE as u64..=SIZE as u64 + 1).contains(&written), "{written}");
     assert_eq!(metric(addr, "hipobj_rdma_puts_total"), 5);
+    assert_eq!(metric(addr, "hipobj_rdma_declines_total"), 0);
+    w.rt.block_on(w.server.shutdown());
+}
+
+/// The Ceph RGW fork's rules: a transfer over the cap is answered `413`
+/// naming no limit, and a token request any of whose `x-amz-rdma-*`
+/// headers is not signed is refused `403`. The client halves a refused
+/// part until one passes, and every header it sends is signed, so every
+/// part still moves by RDMA.
+#[test]
+fn under_the_ceph_rgw_rules_every_part_still_moves_by_rdma() {
+    let w = world_with(RdmaRules::CephRgw);
+    let h = hipobj_client("softroce-lg4", w.server_ip);
+    let c = RdmaS3Client::new(sdk(&w.server.endpoint()), h.clone(), w.rt.handle().clone());
+    let data = pattern(SIZE);
+    let reg = h.register(data.clone()).unwrap();
+    let t = c.put_object(&reg, Span::whole(SIZE), "bkt", "big").unwrap();
+    assert!(t.rdma && t.declined.is_none(), "{t:?}");
+    let learned = c.learned_limit().unwrap();
+    assert!(learned <= CAP, "{learned}");
+    assert_eq!(uploads_left(&w), 0);
+    drop(reg);
+
+    let c = RdmaS3Client::new(sdk(&w.server.endpoint()), h.clone(), w.rt.handle().clone());
+    let mut reg = h.register(vec![0u8; SIZE]).unwrap();
+    let t = c
+        .get_object(&mut reg, Span::whole(SIZE), "bkt", "big", None)
+        .unwrap();
+    assert!(t.rdma && t.declined.is_none(), "{t:?}");
+    assert!(reg.to_vec() == data, "the bytes differ");
+
+    let addr = w.server.addr();
+    assert_eq!(metric(addr, "hipobj_rdma_bytes_read_total"), SIZE as u64);
+    let written = metric(addr, "hipobj_rdma_bytes_written_total");
+    assert!((SIZE as u64..=SIZE as u64 + 1).contains(&written), "{written}");
     assert_eq!(metric(addr, "hipobj_rdma_declines_total"), 0);
     w.rt.block_on(w.server.shutdown());
 }

@@ -322,6 +322,10 @@ pub struct RdmaConfig {
     pub backend: VerbsBackend,
     /// Largest transfer one token may ask for, in bytes.
     pub max_transfer: u64,
+    /// The rules token requests are held to: `hipobj` (this server's), or
+    /// `ceph-rgw`, a test mode that reproduces the Ceph RGW fork's (`413`
+    /// over `max_transfer`, every `x-amz-rdma-*` header signed or `403`).
+    pub rules: crate::rdma::RdmaRules,
     /// Most client QPs bound at once.
     pub max_bindings: usize,
     /// Transfers running at once; more wait their turn.
@@ -368,6 +372,7 @@ impl Default for RdmaConfig {
             device: None,
             backend: VerbsBackend::Ibverbs,
             max_transfer: 1 << 30,
+            rules: crate::rdma::RdmaRules::Hipobj,
             max_bindings: 1024,
             max_concurrent: 64,
             idle_timeout_secs: 120,

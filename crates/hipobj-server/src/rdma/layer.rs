@@ -302,6 +302,15 @@ impl RdmaLayer {
             .map(Some)
     }
 
+    /// A token request held to the rules the server was configured with
+    /// (docs/server.md, `rdma.rules`).
+    fn admit<T>(&self, req: &S3Request<T>, token: &Token) -> S3Result<()> {
+        match &self.rdma {
+            Some(r) => super::ceph_rules::admit(r.rules, &req.headers, &req.uri, token.len, r.max_transfer),
+            None => Ok(()),
+        }
+    }
+
     /// The device, or `501` when RDMA is off.
     fn rdma(&self) -> S3Result<Arc<Rdma>> {
         inc(&self.metrics.rdma_requests);
@@ -485,6 +494,7 @@ macro_rules! layer {
                 let Some(token) = self.failed(token_of(&req.headers))? else {
                     return self.inner.get_object(req).await;
                 };
+                self.failed(self.admit(&req, &token))?;
                 let r = self.rdma_get(token, req).await;
                 self.failed(r)
             }
@@ -496,6 +506,7 @@ macro_rules! layer {
                 let Some(token) = self.failed(token_of(&req.headers))? else {
                     return self.inner.put_object(req).await;
                 };
+                self.failed(self.admit(&req, &token))?;
                 self.failed(no_body(req.input.content_length))?;
                 let inner = self.inner.clone();
                 let caller = caller_of(&req);
@@ -517,6 +528,7 @@ macro_rules! layer {
                 let Some(token) = self.failed(token_of(&req.headers))? else {
                     return self.inner.upload_part(req).await;
                 };
+                self.failed(self.admit(&req, &token))?;
                 self.failed(no_body(req.input.content_length))?;
                 let inner = self.inner.clone();
                 let caller = caller_of(&req);

@@ -8,6 +8,7 @@
 //! else passes through to the store untouched.
 
 mod bridge;
+mod ceph_rules;
 mod checksum;
 mod layer;
 pub mod rc_v2;
@@ -22,6 +23,7 @@ use hipobj_target::{LocalAddresses, Target, TargetError};
 use http::{HeaderMap, HeaderValue, StatusCode};
 use s3s::{S3Error, S3ErrorCode};
 
+pub use ceph_rules::RdmaRules;
 pub use layer::RdmaLayer;
 
 use crate::config::RdmaConfig;
@@ -69,6 +71,9 @@ impl VerbsProvider {
 #[derive(Debug)]
 pub struct Rdma {
     target: Arc<Target>,
+    /// The rules token requests are held to, and the limit they name.
+    rules: RdmaRules,
+    max_transfer: u64,
 }
 
 /// This host's addresses, for clients that connect over loopback: an
@@ -100,6 +105,8 @@ impl Rdma {
         );
         Ok(Self {
             target: Arc::new(target),
+            rules: config.rules,
+            max_transfer: config.max_transfer,
         })
     }
 
