@@ -9,7 +9,7 @@ use aws_sdk_s3::config::{
 use aws_sdk_s3::primitives::{ByteStream, DateTime};
 use aws_sdk_s3::types::CompletedMultipartUpload;
 use hipobj::ErrorKind;
-use hipobj_s3::{RdmaS3Client, Span, Transfer};
+use hipobj_s3::{Parallel, RdmaS3Client, Span, Transfer};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
@@ -153,6 +153,28 @@ impl S3Client {
     ) -> PyResult<Bound<'py, PyDict>> {
         let at = Span { offset, len };
         let out = reg.with_host(py, |r| self.inner.put_object(r, at, bucket, key))?;
+        result(py, &out.map_err(|e| raise_s3(py, &e))?)
+    }
+
+    /// PutObject of the `len` bytes at `offset` of `reg`, split by
+    /// hipobj-s3 as a multipart upload of `part_size`-byte parts,
+    /// `in_flight` at a time (the server's limit and protocol decide as
+    /// for `put_object`: hipobj-rc-v2 takes it whole).
+    #[allow(clippy::too_many_arguments)]
+    fn put_object_in_parts<'py>(
+        &self,
+        py: Python<'py>,
+        reg: &Registration,
+        offset: usize,
+        len: usize,
+        bucket: &str,
+        key: &str,
+        part_size: usize,
+        in_flight: usize,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let at = Span { offset, len };
+        let c = self.inner.clone().parallel(Parallel { part_size, in_flight });
+        let out = reg.with_host(py, |r| c.put_object(r, at, bucket, key))?;
         result(py, &out.map_err(|e| raise_s3(py, &e))?)
     }
 

@@ -223,9 +223,13 @@ def test_put_from_above_the_threshold_is_a_multipart_upload(front, client, rdma_
         warnings.simplefilter("error")  # every part by RDMA
         assert f.put_from(src, bucket, f"auto-mp-{front}") == src.nbytes
     if front == "builtin":
-        assert f.last["parts"] == 3 and f.last["rdma"] is True and f.last["bytes"] == src.nbytes
+        assert f.last["rdma"] is True and f.last["bytes"] == src.nbytes
     else:
-        assert seen == {"CreateMultipartUpload": 1, "UploadPart": 3, "CompleteMultipartUpload": 1, "PutObject": 0}
+        # Three parts; one sent on a connection of its own (parts go in
+        # flight) is sent twice: a 409 to bind its QP, then the transfer.
+        parts_sent = seen["UploadPart"]
+        assert 3 <= parts_sent <= 4, seen
+        assert {k: v for k, v in seen.items() if k != "UploadPart"} == {"CreateMultipartUpload": 1, "CompleteMultipartUpload": 1, "PutObject": 0}
     # The server stored three parts: 5 MiB, 5 MiB and the rest.
     sizes = [b3.get_object(Bucket=bucket, Key=f"auto-mp-{front}", PartNumber=i)["ContentLength"] for i in (1, 2, 3)]
     assert sizes == [part, part, 777]
@@ -237,7 +241,7 @@ def test_put_from_above_the_threshold_is_a_multipart_upload(front, client, rdma_
     small = src[: 6 << 20]
     assert f.put_from(small, bucket, f"auto-one-{front}") == small.nbytes
     if front == "boto3":
-        assert seen["PutObject"] == 1 and seen["UploadPart"] == 3
+        assert seen["PutObject"] == 1 and seen["UploadPart"] == parts_sent
     assert f.put_from(src, bucket, f"auto-mp6-{front}", part_size=6 << 20) == src.nbytes
     assert b3.get_object(Bucket=bucket, Key=f"auto-mp6-{front}", PartNumber=2)["ContentLength"] == src.nbytes - (6 << 20)
     back = np.zeros_like(src)
@@ -271,7 +275,11 @@ def test_a_failed_part_aborts_the_upload(client, rdma_server, bucket):
     with pytest.raises(hipobj.HipObjError) as e:
         f.put_from(pattern(12 << 20, 11), bucket, "aborted")
     assert isinstance(e.value.__cause__, RuntimeError)
-    assert seen == {"UploadPart": 1, "AbortMultipartUpload": 1, "CompleteMultipartUpload": 0}
+    # Part 1 went alone; parts 2 and 3 went in flight together, so part 3
+    # may have been sent before part 2 failed (and, on a connection of its
+    # own, twice: a 409 to bind, then the transfer). Nothing completed.
+    assert 1 <= seen["UploadPart"] <= 3, seen
+    assert {k: v for k, v in seen.items() if k != "UploadPart"} == {"AbortMultipartUpload": 1, "CompleteMultipartUpload": 0}
     assert b3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == [] or all(
         u["Key"] != "aborted" for u in b3.list_multipart_uploads(Bucket=bucket)["Uploads"]
     )
