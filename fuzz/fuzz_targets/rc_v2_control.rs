@@ -391,6 +391,7 @@ fn prepare_request(input: &mut Input<'_>) -> Http {
             psn: v2::Psn::new(psn)?,
             cookie: v2::Cookie::new(cookie)?,
             client_mr: None,
+            part: None,
         };
         Some(ControlRequest::Prepare(p))
     })();

@@ -266,6 +266,7 @@ mod tests {
             psn: Psn::new(0xff_ffff).expect("a PSN"),
             cookie: Cookie::new(u32::MAX).expect("a cookie"),
             client_mr: None,
+            part: None,
         };
         let text = lines(&r.to_headers());
         assert!(text.len() > 3 * 1024, "the key is encoded: {}", text.len());

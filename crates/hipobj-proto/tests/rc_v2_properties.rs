@@ -4,7 +4,7 @@
 
 use hipobj_proto::rc_v2::{
     CancelRequest, Cookie, Direction, MAX_SIZE, ObjectPath, PrepareRequest, PrepareResponse, Psn, Qpn,
-    ReadyRequest, ReadyResponse, RemoteMr, SessionId, Size, parse_mr_addr, parse_mr_rkey,
+    ReadyRequest, ReadyResponse, RemoteMr, SessionId, Size, UploadPart, parse_mr_addr, parse_mr_rkey,
 };
 use hipobj_proto::{Token, Transport};
 use proptest::prelude::*;
@@ -52,18 +52,25 @@ proptest! {
         psn in psn(),
         cookie in cookie(),
         client_mr in client_mr(),
+        part in proptest::option::of((1u16..=10_000, "[!-~]{1,64}")),
     ) {
+        // Only a PUT names a part.
+        let part = part
+            .filter(|_| op == Direction::Put)
+            .map(|(number, upload_id)| UploadPart { upload_id, number });
         let req = PrepareRequest {
-            op, target, size: Size::new(size).expect("in range"), offset, token, psn, cookie, client_mr,
+            op, target, size: Size::new(size).expect("in range"), offset, token, psn, cookie, client_mr, part,
         };
         let h = req.to_headers();
         prop_assert_eq!(PrepareRequest::from_headers(pairs(&h)), Ok(req));
     }
 
     #[test]
-    fn prepare_responses_round_trip(mut token in rc_token(), session in any::<[u8; 16]>(), psn in psn()) {
+    fn prepare_responses_round_trip(
+        mut token in rc_token(), session in any::<[u8; 16]>(), psn in psn(), multipart in any::<bool>(),
+    ) {
         if token.gid == [0; 16] { token.gid[15] = 1; }
-        let resp = PrepareResponse { token, session: SessionId(session), psn };
+        let resp = PrepareResponse { token, session: SessionId(session), psn, multipart };
         let h = resp.to_headers();
         prop_assert_eq!(PrepareResponse::from_headers(pairs(&h)), Ok(resp));
     }

@@ -40,6 +40,12 @@ impl Error {
         }
     }
 
+    /// This error, as the server's answer of HTTP `status`.
+    pub(crate) fn with_status(mut self, status: u16) -> Self {
+        self.status = Some(status);
+        self
+    }
+
     pub(crate) fn declined(op: &str, why: String) -> Self {
         Self {
             declined: true,

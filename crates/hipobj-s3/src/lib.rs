@@ -140,6 +140,9 @@ pub struct RdmaS3Client {
     tls_unverified: bool,
 }
 
+/// Why an UploadPart does not go by hipobj-rc-v2.
+const NO_V2_PARTS: &str = "this hipobj-rc-v2 server did not advertise parts (x-amz-rdma-capabilities: mp), and hipobj-rc-v2 has no UploadPart without them";
+
 /// Why a client with [`ObjectArgs`] does not use hipobj-rc-v2.
 const NO_V2_ARGS: &str = "hipobj-rc-v2 names no object version or encryption";
 
@@ -302,7 +305,7 @@ impl RdmaS3Client {
         key: &str,
         range: Option<&str>,
     ) -> Result<Transfer> {
-        if range.is_none() && self.splits(at.len) {
+        if range.is_none() && self.splits(at.len, false) {
             return self.get_split(reg, at, bucket, key);
         }
         match self.get_single(reg, at, bucket, key, range) {
@@ -443,7 +446,7 @@ impl RdmaS3Client {
         }
         let n = usize::try_from(len).map_err(|_| Error::new(ErrorKind::SizeTooLarge, "length"))?;
         let mut s = self.hipobj.rc_v2_get(reg, at.offset, n)?;
-        match self.run_v2(&mut s, bucket, key, Some(offset), probing)? {
+        match self.run_v2(&mut s, bucket, key, Some(offset), None, probing)? {
             rc_v2::Outcome::Done(bytes, etag) => {
                 self.protocol.set(Protocol::RcV2);
                 Ok(Transfer {
@@ -474,7 +477,7 @@ impl RdmaS3Client {
     /// upload, the limit then remembered. A client with [`ObjectArgs`]
     /// sends one PutObject, as before.
     pub fn put_object(&self, reg: &Registration<'_>, at: Span, bucket: &str, key: &str) -> Result<Transfer> {
-        if self.splits(at.len) && self.protocol.get() == Protocol::Unknown {
+        if self.splits(at.len, true) && self.protocol.get() == Protocol::Unknown {
             // Parts move by RDMA, in parallel, only over the binding
             // exchange: the probe settles the protocol before an upload is
             // made, and a hipobj-rc-v2 or plain server takes the object
@@ -486,7 +489,7 @@ impl RdmaS3Client {
                 Err(e) => return Err(e),
             }
         }
-        if self.splits(at.len) {
+        if self.splits(at.len, true) {
             return self.put_split(reg, at, bucket, key);
         }
         match self.put_like(reg, at, bucket, key, S3Call::Put) {
@@ -531,9 +534,14 @@ impl RdmaS3Client {
             }
             probe::Found::Unsure(why) => self.declined_put(reg, at, bucket, key, op, why),
             probe::Found::RcV2 => match op {
-                S3Call::Put if self.args.is_default() => self.v2_put(reg, at, bucket, key, true),
+                S3Call::Put if self.args.is_default() => self.v2_put(reg, at, bucket, key, op, true),
                 S3Call::Put => self.declined_put(reg, at, bucket, key, op, NO_V2_ARGS.into()),
-                _ => self.declined_put(reg, at, bucket, key, op, "hipobj-rc-v2 has no UploadPart".into()),
+                S3Call::Part { .. } if self.protocol.v2_parts() => {
+                    self.v2_put(reg, at, bucket, key, op, true)
+                }
+                // No v2 answer seen says the server stores parts: a part is
+                // never sent to one that would store it as the object.
+                _ => self.declined_put(reg, at, bucket, key, op, NO_V2_PARTS.into()),
             },
         };
         done.map(Some)
@@ -551,9 +559,12 @@ impl RdmaS3Client {
             (Protocol::RcV2, _) if !self.args.is_default() => {
                 return self.declined_put(reg, at, bucket, key, op, NO_V2_ARGS.into());
             }
-            (Protocol::RcV2, S3Call::Put) => return self.v2_put(reg, at, bucket, key, false),
+            (Protocol::RcV2, S3Call::Put) => return self.v2_put(reg, at, bucket, key, op, false),
+            (Protocol::RcV2, S3Call::Part { .. }) if self.protocol.v2_parts() => {
+                return self.v2_put(reg, at, bucket, key, op, false);
+            }
             (Protocol::RcV2, _) => {
-                return self.declined_put(reg, at, bucket, key, op, "hipobj-rc-v2 has no UploadPart".into());
+                return self.declined_put(reg, at, bucket, key, op, NO_V2_PARTS.into());
             }
             (Protocol::Plain(why), _) => return self.declined_put(reg, at, bucket, key, op, why),
             (Protocol::Unknown, _) => {
@@ -603,16 +614,35 @@ impl RdmaS3Client {
 
     /// PutObject by hipobj-rc-v2: one session, the client's write into the
     /// server's staging buffer.
+    /// A PutObject by hipobj-rc-v2, or with `part` an UploadPart (the
+    /// `mp` extension: only to a server that advertised it, as one without
+    /// it would store the bytes as the object).
     fn v2_put(
         &self,
         reg: &Registration<'_>,
         at: Span,
         bucket: &str,
         key: &str,
+        op: S3Call<'_>,
         probing: bool,
     ) -> Result<Transfer> {
+        let part = match op {
+            S3Call::Part { upload_id, number } => Some(hipobj_proto::rc_v2::UploadPart {
+                upload_id: upload_id.to_owned(),
+                number: u16::try_from(number)
+                    .ok()
+                    .filter(|n| (1..=hipobj_proto::rc_v2::UploadPart::MAX_NUMBER).contains(n))
+                    .ok_or_else(|| {
+                        Error::new(
+                            ErrorKind::InvalidValue,
+                            format!("part number {number} is not 1 to 10000"),
+                        )
+                    })?,
+            }),
+            S3Call::Put | S3Call::Get { .. } => None,
+        };
         let mut s = self.hipobj.rc_v2_put(reg, at.offset, at.len)?;
-        match self.run_v2(&mut s, bucket, key, None, probing)? {
+        match self.run_v2(&mut s, bucket, key, None, part.as_ref(), probing)? {
             rc_v2::Outcome::Done(bytes, etag) => {
                 self.protocol.set(Protocol::RcV2);
                 Ok(Transfer {
@@ -627,7 +657,7 @@ impl RdmaS3Client {
             rc_v2::Outcome::Unsupported(why) => {
                 drop(s);
                 self.protocol.set(Protocol::Plain(why.clone()));
-                self.declined_put(reg, at, bucket, key, S3Call::Put, why)
+                self.declined_put(reg, at, bucket, key, op, why)
             }
         }
     }

@@ -311,11 +311,20 @@ impl RdmaS3Client {
         }
     }
 
-    /// Whether a whole-object transfer of `len` bytes is split.
-    pub(crate) fn splits(&self, len: usize) -> bool {
+    /// Whether a whole-object transfer of `len` bytes (a PutObject when
+    /// `put`) is split.
+    pub(crate) fn splits(&self, len: usize, put: bool) -> bool {
         len > self.part_len()
             && self.args.is_default()
-            && matches!(self.protocol.get(), Protocol::Unknown | Protocol::Binding)
+            && match self.protocol.get() {
+                Protocol::Unknown | Protocol::Binding => true,
+                // One transfer at a time: split only past a limit learned,
+                // and a PUT only where parts go by RDMA (`mp`).
+                Protocol::RcV2 => {
+                    (!put || self.protocol.v2_parts()) && self.limit.get().is_some_and(|l| len as u64 > l)
+                }
+                Protocol::Plain(_) => false,
+            }
     }
 
     /// GetObject of the whole object into `at` of `reg`, in parts: a

@@ -9,11 +9,12 @@
 //! is among the signed headers. The answer is read off the raw response by
 //! the same interceptor as a token request's.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use hipobj::{ErrorKind, RcV2Session};
-use hipobj_proto::rc_v2;
+use hipobj_proto::rc_v2::{self, UploadPart};
 
 use crate::capture::{Capture, Exchange};
 use crate::error::{Error, Result};
@@ -33,9 +34,11 @@ pub enum Protocol {
     Plain(String),
 }
 
-/// The memory shared by clones of one client (one endpoint).
+/// The memory shared by clones of one client (one endpoint): what it
+/// speaks, and whether its last hipobj-rc-v2 answer advertised the `mp`
+/// extension (a PUT session stored as a multipart upload's part).
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Memory(Arc<Mutex<Protocol>>);
+pub(crate) struct Memory(Arc<Mutex<Protocol>>, Arc<AtomicBool>);
 
 impl Memory {
     pub fn get(&self) -> Protocol {
@@ -45,6 +48,26 @@ impl Memory {
     pub fn set(&self, p: Protocol) {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner) = p;
     }
+
+    pub fn v2_parts(&self) -> bool {
+        self.1.load(Ordering::Relaxed)
+    }
+
+    fn set_v2_parts(&self, yes: bool) {
+        self.1.store(yes, Ordering::Relaxed);
+    }
+}
+
+/// Whether a v2 answer's [`rc_v2::CAPABILITIES_HEADER`] lists
+/// [`rc_v2::CAPABILITY_MULTIPART`].
+fn advertises_parts<'a>(mut headers: impl Iterator<Item = (&'a str, &'a [u8])>) -> bool {
+    headers.any(|(n, v)| {
+        n == rc_v2::CAPABILITIES_HEADER
+            && v.split(|&b| b == b',').any(|c| {
+                c.trim_ascii()
+                    .eq_ignore_ascii_case(rc_v2::CAPABILITY_MULTIPART.as_bytes())
+            })
+    })
 }
 
 /// How long a PUT waits after sending READY before its write goes out: the
@@ -139,9 +162,10 @@ impl RdmaS3Client {
         bucket: &str,
         key: &str,
         object_offset: Option<u64>,
+        part: Option<&UploadPart>,
         probing: bool,
     ) -> Result<Outcome> {
-        let r = self.run_v2_inner(s, bucket, key, object_offset, probing);
+        let r = self.run_v2_inner(s, bucket, key, object_offset, part, probing);
         if r.is_err() {
             s.abort();
             self.cancel(s, bucket, key);
@@ -155,9 +179,11 @@ impl RdmaS3Client {
         bucket: &str,
         key: &str,
         object_offset: Option<u64>,
+        part: Option<&UploadPart>,
         probing: bool,
     ) -> Result<Outcome> {
-        let prepare = s.prepare_request(bucket, key, object_offset)?;
+        let mut prepare = s.prepare_request(bucket, key, object_offset)?;
+        prepare.part = part.cloned();
         let ex = self.control_blocking(bucket, key, rc_v2::PREPARE_PATH, prepare.to_headers())?;
         if ex.unsupported() {
             return Ok(Outcome::Unsupported(
@@ -174,6 +200,9 @@ impl RdmaS3Client {
             return Ok(Outcome::Unsupported(format!(
                 "the server pointed to hipobj-rc-v2, but answered its PREPARE with HTTP {status}"
             )));
+        }
+        if speaks_v2 {
+            self.protocol.set_v2_parts(advertises_parts(ex.rdma_headers()));
         }
         if let Some(host) = &ex.host {
             s.expect_server(self.server_addrs(host));
@@ -215,7 +244,10 @@ impl RdmaS3Client {
 }
 
 fn with_status(e: hipobj::Error, what: &str, status: u16) -> Error {
-    Error::new(e.kind(), format!("hipobj-rc-v2 {what} (HTTP {status}): {e}"))
+    let e = Error::new(e.kind(), format!("hipobj-rc-v2 {what} (HTTP {status}): {e}"));
+    // A refusal's status, for the split of a transfer the server refused
+    // for its length (413).
+    if status >= 400 { e.with_status(status) } else { e }
 }
 
 /// The object offset and length of a Range value the v2 path can serve:

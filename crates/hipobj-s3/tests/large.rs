@@ -43,6 +43,10 @@ fn world() -> World {
 }
 
 fn world_with(rules: RdmaRules) -> World {
+    world_v2_staging(rules, hipobj_server::config::RdmaConfig::default().v2_staging_max)
+}
+
+fn world_v2_staging(rules: RdmaRules, v2_staging_max: usize) -> World {
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
     let mut config = hipobj_server::Config {
@@ -65,6 +69,7 @@ fn world_with(rules: RdmaRules) -> World {
     config.rdma.backend = VerbsBackend::Softroce;
     config.rdma.max_transfer = CAP;
     config.rdma.rules = rules;
+    config.rdma.v2_staging_max = v2_staging_max;
     let server = rt.block_on(hipobj_server::Server::start(config)).unwrap();
     rt.block_on(sdk(&server.endpoint()).create_bucket().bucket("bkt").send())
         .unwrap();
@@ -198,6 +203,70 @@ fn under_the_ceph_rgw_rules_every_part_still_moves_by_rdma() {
     let written = metric(addr, "hipobj_rdma_bytes_written_total");
     assert!((SIZE as u64..=SIZE as u64 + 1).contains(&written), "{written}");
     assert_eq!(metric(addr, "hipobj_rdma_declines_total"), 0);
+    w.rt.block_on(w.server.shutdown());
+}
+
+/// hipobj-rc-v2's `mp` extension: hipobj-server reached through a front
+/// that declines the binding exchange (501 + unsupported), as a v2-only
+/// server would, with a v2 staging limit of 1 MiB. A PutObject four times
+/// that is refused whole (413); the server advertised `mp`, so the client
+/// makes a multipart upload whose parts go by v2 too, every byte by RDMA.
+/// Without `mp` the parts went over plain HTTP.
+#[test]
+fn over_hipobj_rc_v2_an_object_over_the_staging_limit_goes_as_parts_by_rdma() {
+    let w = world_v2_staging(RdmaRules::Hipobj, CAP as usize);
+    let to = w.server.addr();
+    let front_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(8)
+        .enable_all()
+        .build()
+        .unwrap();
+    let front = start(&front_rt, move |req, _| {
+        if req.token().is_some() && !req.target.starts_with(hipobj_proto::rc_v2::PATH_PREFIX) {
+            return Resp::error(501, "NotImplemented")
+                .header(hipobj_proto::REPLY_HEADER, "501")
+                .header(
+                    hipobj_proto::rc_v2::PROTOCOL_STATUS_HEADER,
+                    hipobj_proto::rc_v2::PROTOCOL_STATUS_UNSUPPORTED,
+                );
+        }
+        forward(to, req)
+    });
+    let h = hipobj_client("softroce-lg5", w.server_ip);
+    let c = RdmaS3Client::new(sdk(&front.endpoint()), h.clone(), w.rt.handle().clone());
+    let data = pattern(SIZE);
+    let reg = h.register(data.clone()).unwrap();
+    let t = c.put_object(&reg, Span::whole(SIZE), "bkt", "v2-parts").unwrap();
+    assert!(t.rdma && t.declined.is_none(), "{t:?}");
+    assert_eq!(c.protocol(), hipobj_s3::Protocol::RcV2);
+    assert!(
+        c.learned_limit().is_some_and(|l| l <= CAP),
+        "{:?}",
+        c.learned_limit()
+    );
+    assert_eq!(uploads_left(&w), 0);
+    let addr = w.server.addr();
+    assert_eq!(metric(addr, "hipobj_rdma_bytes_read_total"), SIZE as u64);
+    assert!(metric(addr, "hipobj_rdma_puts_total") >= 5);
+    let got = w.rt.block_on(async {
+        let o = sdk(&w.server.endpoint())
+            .get_object()
+            .bucket("bkt")
+            .key("v2-parts")
+            .send()
+            .await
+            .unwrap();
+        o.body.collect().await.unwrap().into_bytes()
+    });
+    assert!(got.as_ref() == data.as_slice(), "the stored bytes differ");
+    // Each part was sent as a v2 PREPARE naming the upload and its number.
+    let parts = front
+        .requests()
+        .iter()
+        .filter(|r| r.target == hipobj_proto::rc_v2::PREPARE_PATH)
+        .filter(|r| r.header(hipobj_proto::rc_v2::PART_NUMBER_HEADER).is_some())
+        .count();
+    assert!(parts >= 5, "{parts} part PREPAREs");
     w.rt.block_on(w.server.shutdown());
 }
 

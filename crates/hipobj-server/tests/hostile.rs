@@ -217,6 +217,7 @@ fn prepare(op: Direction, key: &str, size: u64, token: Token, cookie: u32) -> Ve
         psn: Psn::new(1).unwrap(),
         cookie: Cookie::new(cookie).unwrap(),
         client_mr: None,
+        part: None,
     }
     .to_headers()
 }

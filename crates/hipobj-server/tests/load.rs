@@ -97,6 +97,7 @@ fn prepare(op: Direction, key: &str, size: u64, cookie: u32) -> Vec<(&'static st
         psn: Psn::new(1).unwrap(),
         cookie: Cookie::new(cookie.max(1)).unwrap(),
         client_mr: None,
+        part: None,
     }
     .to_headers()
 }

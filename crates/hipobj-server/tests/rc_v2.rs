@@ -108,6 +108,7 @@ fn prepare(op: Direction, key: &str, size: u64, token: Token) -> Vec<(&'static s
         psn: Psn::new(1).unwrap(),
         cookie: Cookie::new(0x1a2b_3c4d).unwrap(),
         client_mr: None,
+        part: None,
     }
     .to_headers()
 }

@@ -77,6 +77,7 @@ async fn a_revoked_keys_prepared_session_is_dropped_and_its_ready_refused() {
         psn: Psn::new(1).unwrap(),
         cookie: Cookie::new(0x1a2b_3c4d).unwrap(),
         client_mr: None,
+        part: None,
     }
     .to_headers();
     let send =

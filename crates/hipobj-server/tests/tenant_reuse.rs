@@ -144,6 +144,7 @@ impl Client {
             psn: Psn::new(1).unwrap(),
             cookie: Cookie::new(COOKIE).unwrap(),
             client_mr: None,
+            part: None,
         }
         .to_headers();
         let (code, resp) = control(h, rc_v2::PREPARE_PATH, &headers, USER1).await;

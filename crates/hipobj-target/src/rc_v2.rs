@@ -38,7 +38,7 @@ use hipobj_platform::{
 };
 use hipobj_proto::rc_v2::{
     self as proto, CancelRequest, Cookie, Direction, ObjectPath, PrepareRequest, PrepareResponse, Psn,
-    ReadyRequest, SessionId, Status,
+    ReadyRequest, SessionId, Status, UploadPart,
 };
 use hipobj_proto::{Token, Transport};
 
@@ -152,6 +152,8 @@ pub struct Session {
     /// compare at each later step: a bucket deleted and made again under
     /// the same name is another bucket.
     bucket_generation: Option<String>,
+    /// A PUT stored as a multipart upload's part (the `mp` extension).
+    part: Option<UploadPart>,
 }
 
 impl Session {
@@ -183,6 +185,10 @@ impl Session {
     /// ([`V2Sessions::prepare_in`]).
     pub fn bucket_generation(&self) -> Option<&str> {
         self.bucket_generation.as_deref()
+    }
+    /// The multipart upload's part a PUT stores, when PREPARE named one.
+    pub fn part(&self) -> Option<&UploadPart> {
+        self.part.as_ref()
     }
 }
 
@@ -302,13 +308,16 @@ impl V2Sessions {
                 return Err(V2Failure::new(Status::Forbidden, why));
             }
         }
+        if req.op == Direction::Get && req.part.is_some() {
+            return Err(bad("a GET names no multipart upload's part".into()));
+        }
         let size = req.size.get();
         let staging_len = match req.op {
             Direction::Put if size as usize > self.config.staging_max => {
                 return Err(V2Failure::new(
                     Status::TooLarge,
                     format!(
-                        "a PUT of {size} bytes is over this server's staging buffer of {} bytes",
+                        "a PUT of {size} bytes is over this server's limit of {} bytes (its staging buffer)",
                         self.config.staging_max
                     ),
                 ));
@@ -358,6 +367,8 @@ impl V2Sessions {
             },
             session: SessionId(id),
             psn: server_psn,
+            // The layer above stores a part session as UploadPart.
+            multipart: true,
         };
         let session = Session {
             owner: caller.access_key.clone(),
@@ -375,6 +386,7 @@ impl V2Sessions {
             res,
             charge,
             bucket_generation,
+            part: req.part.clone(),
         };
         lock(&self.sessions).insert(SessionId(id), session);
         Ok(response)

@@ -61,6 +61,7 @@ impl Client {
             psn: Psn::new(1).unwrap(),
             cookie: Cookie::new(cookie).unwrap(),
             client_mr: None,
+            part: None,
         }
     }
 

@@ -302,6 +302,7 @@ impl RcV2Session {
             psn: Psn::new(self.psn).ok_or_else(|| Error::new(ErrorKind::InternalError, "PSN"))?,
             cookie: Cookie::new(self.cookie).ok_or_else(|| Error::new(ErrorKind::InternalError, "cookie"))?,
             client_mr: None,
+            part: None,
         })
     }
 

@@ -26,6 +26,37 @@ pub struct PrepareRequest {
     /// The client's buffer and QPN, which the upstream client sends here as
     /// well as in READY (a server reads them from READY).
     pub client_mr: Option<(RemoteMr, Qpn)>,
+    /// A PUT whose bytes are a part of a multipart upload (the `mp`
+    /// extension; only to a server that advertised it).
+    pub part: Option<UploadPart>,
+}
+
+/// A part of a multipart upload, which a PUT session stores instead of an
+/// object (the `mp` extension).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UploadPart {
+    /// The upload's id, as CreateMultipartUpload gave it: 1 to 1024
+    /// visible ASCII characters.
+    pub upload_id: String,
+    /// The part's number, 1 to 10000.
+    pub number: u16,
+}
+
+impl UploadPart {
+    /// The largest part number S3 allows.
+    pub const MAX_NUMBER: u16 = 10_000;
+
+    fn parse_id(v: &[u8]) -> Option<String> {
+        (!v.is_empty() && v.len() <= 1024 && v.iter().all(u8::is_ascii_graphic))
+            .then(|| String::from_utf8(v.to_vec()).ok())
+            .flatten()
+    }
+
+    fn parse_number(v: &[u8]) -> Option<u16> {
+        parse_decimal(v)
+            .and_then(|n| u16::try_from(n).ok())
+            .filter(|n| (1..=Self::MAX_NUMBER).contains(n))
+    }
 }
 
 impl PrepareRequest {
@@ -46,12 +77,17 @@ impl PrepareRequest {
         if let Some((mr, qpn)) = self.client_mr {
             push_mr(&mut h, mr, qpn);
         }
+        if let Some(part) = &self.part {
+            h.push((UPLOAD_ID_HEADER, part.upload_id.clone()));
+            h.push((PART_NUMBER_HEADER, part.number.to_string()));
+        }
         h
     }
 
     /// Reads a request: [`V2Error::Unsupported`] first if it is not v2, then
     /// each header in turn. The token must be RC or all zero; the client
-    /// buffer headers are optional, but all three or none.
+    /// buffer headers are optional, but all three or none; so are the part
+    /// headers, which only a PUT may carry.
     pub fn from_headers<'n, 'v>(
         headers: impl IntoIterator<Item = (&'n str, &'v [u8])>,
     ) -> Result<Self, V2Error> {
@@ -69,6 +105,8 @@ impl PrepareRequest {
                 MR_ADDR_HEADER,
                 MR_RKEY_HEADER,
                 QPN_HEADER,
+                UPLOAD_ID_HEADER,
+                PART_NUMBER_HEADER,
             ],
         )?;
         f.check_protocol()?;
@@ -83,6 +121,15 @@ impl PrepareRequest {
         let psn = f.parse(PSN_HEADER, Psn::parse)?;
         let cookie = f.parse(COOKIE_HEADER, Cookie::parse)?;
         let client_mr = f.client_mr_all_or_none()?;
+        let upload_id = f.optional(UPLOAD_ID_HEADER, UploadPart::parse_id)?;
+        let number = f.optional(PART_NUMBER_HEADER, UploadPart::parse_number)?;
+        let part = match (upload_id, number) {
+            (None, None) => None,
+            (Some(_), Some(_)) if op == Direction::Get => return Err(V2Error::Malformed(UPLOAD_ID_HEADER)),
+            (Some(upload_id), Some(number)) => Some(UploadPart { upload_id, number }),
+            (None, Some(_)) => return Err(V2Error::Missing(UPLOAD_ID_HEADER)),
+            (Some(_), None) => return Err(V2Error::Missing(PART_NUMBER_HEADER)),
+        };
         Ok(PrepareRequest {
             op,
             target,
@@ -92,6 +139,7 @@ impl PrepareRequest {
             psn,
             cookie,
             client_mr,
+            part,
         })
     }
 }
@@ -121,6 +169,9 @@ pub struct PrepareResponse {
     pub session: SessionId,
     /// The server's first PSN: the client's receive PSN.
     pub psn: Psn,
+    /// Whether the server stores a PUT session as a multipart upload's part
+    /// ([`CAPABILITY_MULTIPART`] among [`CAPABILITIES_HEADER`]).
+    pub multipart: bool,
 }
 
 impl PrepareResponse {
@@ -139,7 +190,7 @@ impl PrepareResponse {
 
     /// The headers of the response.
     pub fn to_headers(&self) -> Vec<(&'static str, String)> {
-        vec![
+        let mut h = vec![
             (PROTOCOL_HEADER, PROTOCOL.to_owned()),
             (REPLY_HEADER, format!("200:{}", self.token.encode())),
             (SESSION_HEADER, self.session.to_string()),
@@ -147,7 +198,11 @@ impl PrepareResponse {
             (QPN_HEADER, format!("{:x}", self.token.qpn)),
             (MR_ADDR_HEADER, format!("{:x}", self.token.addr)),
             (MR_RKEY_HEADER, format!("{:x}", self.token.rkey)),
-        ]
+        ];
+        if self.multipart {
+            h.push((CAPABILITIES_HEADER, CAPABILITY_MULTIPART.to_owned()));
+        }
+        h
     }
 
     /// Reads a 200 response as the upstream client does, and a little
@@ -167,6 +222,7 @@ impl PrepareResponse {
                 QPN_HEADER,
                 MR_ADDR_HEADER,
                 MR_RKEY_HEADER,
+                CAPABILITIES_HEADER,
             ],
         )?;
         f.check_protocol()?;
@@ -184,7 +240,19 @@ impl PrepareResponse {
         {
             return Err(V2Error::BadReplyToken);
         }
-        Ok(PrepareResponse { token, session, psn })
+        // Unknown capabilities are ignored; a malformed list names none.
+        let multipart = f.get(CAPABILITIES_HEADER).is_some_and(|v| {
+            v.split(|&b| b == b',').any(|c| {
+                c.trim_ascii()
+                    .eq_ignore_ascii_case(CAPABILITY_MULTIPART.as_bytes())
+            })
+        });
+        Ok(PrepareResponse {
+            token,
+            session,
+            psn,
+            multipart,
+        })
     }
 }
 

@@ -50,6 +50,7 @@
 //!     psn: Psn::new(1).expect("24-bit, non-zero"),
 //!     cookie: Cookie::new(0x1a2b_3c4d).expect("non-zero"),
 //!     client_mr: None,
+//!     part: None,
 //! };
 //! let headers = prepare.to_headers();
 //! let back = PrepareRequest::from_headers(headers.iter().map(|(n, v)| (*n, v.as_bytes())))?;
@@ -63,7 +64,8 @@ mod values;
 
 pub use crate::Direction;
 pub use messages::{
-    CancelRequest, PrepareRequest, PrepareResponse, ReadyRequest, ReadyResponse, is_v2, zero_token,
+    CancelRequest, PrepareRequest, PrepareResponse, ReadyRequest, ReadyResponse, UploadPart, is_v2,
+    zero_token,
 };
 pub use values::{Cookie, ObjectPath, Psn, Qpn, RemoteMr, SessionId, Size, parse_mr_addr, parse_mr_rkey};
 
@@ -142,6 +144,17 @@ pub const CHECKSUM_CRC64NVME_HEADER: &str = "x-amz-rdma-checksum-crc64nvme";
 pub const CHECKSUM_HEADER: &str = "x-amz-rdma-checksum";
 
 pub use crate::checksum::Crc64Nvme;
+
+/// The server's extensions, in a PREPARE answer: a comma-separated list
+/// (the `mp` extension of docs/protocol.md; versitygw's spelling).
+pub const CAPABILITIES_HEADER: &str = "x-amz-rdma-capabilities";
+/// The capability of storing a PUT session's bytes as a multipart upload's
+/// part ([`UPLOAD_ID_HEADER`], [`PART_NUMBER_HEADER`]).
+pub const CAPABILITY_MULTIPART: &str = "mp";
+/// PREPARE of a PUT, `mp`: the multipart upload the bytes are a part of.
+pub const UPLOAD_ID_HEADER: &str = "x-amz-rdma-upload-id";
+/// PREPARE of a PUT, `mp`: the part's number, decimal 1 to 10000.
+pub const PART_NUMBER_HEADER: &str = "x-amz-rdma-part-number";
 
 /// The largest [`Size`] of one transfer: 2^31 - 1 bytes.
 pub const MAX_SIZE: u32 = 0x7fff_ffff;
@@ -399,6 +412,65 @@ mod tests {
     }
 
     #[test]
+    fn a_put_may_name_a_part_both_headers_or_neither_and_a_get_none() {
+        let token = Token {
+            transport: Transport::Rc,
+            qpn: 0x11,
+            gid: [1; 16],
+            rkey: 0,
+            addr: 0,
+            len: 0,
+            port: 1,
+            lid: 0,
+        }
+        .encode()
+        .to_string();
+        let with = |op: &'static str, extra: &[(&'static str, &'static str)]| {
+            let mut pairs: Vec<(&str, &str)> = UPSTREAM_PREPARE.to_vec();
+            pairs[3].1 = &token;
+            pairs.retain(|(n, _)| *n != OP_HEADER);
+            pairs.push((OP_HEADER, op));
+            pairs.extend_from_slice(extra);
+            PrepareRequest::from_headers(h(&pairs))
+        };
+        let p = with("PUT", &[(UPLOAD_ID_HEADER, "up-1"), (PART_NUMBER_HEADER, "7")]).expect("a part");
+        assert_eq!(
+            p.part,
+            Some(UploadPart {
+                upload_id: "up-1".into(),
+                number: 7
+            })
+        );
+        let back = PrepareRequest::from_headers(p.to_headers().iter().map(|(n, v)| (*n, v.as_bytes())));
+        assert_eq!(back, Ok(p));
+        assert_eq!(with("PUT", &[]).map(|p| p.part), Ok(None));
+        assert_eq!(
+            with("PUT", &[(UPLOAD_ID_HEADER, "up-1")]).err(),
+            Some(V2Error::Missing(PART_NUMBER_HEADER))
+        );
+        assert_eq!(
+            with("PUT", &[(PART_NUMBER_HEADER, "1")]).err(),
+            Some(V2Error::Missing(UPLOAD_ID_HEADER))
+        );
+        for bad in ["0", "10001", "01", "-1", "x"] {
+            let extra = [(UPLOAD_ID_HEADER, "up-1"), (PART_NUMBER_HEADER, bad)];
+            assert_eq!(
+                with("PUT", &extra).err(),
+                Some(V2Error::Malformed(PART_NUMBER_HEADER)),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            with("PUT", &[(UPLOAD_ID_HEADER, "up 1"), (PART_NUMBER_HEADER, "1")]).err(),
+            Some(V2Error::Malformed(UPLOAD_ID_HEADER))
+        );
+        assert_eq!(
+            with("GET", &[(UPLOAD_ID_HEADER, "up-1"), (PART_NUMBER_HEADER, "1")]).err(),
+            Some(V2Error::Malformed(UPLOAD_ID_HEADER))
+        );
+    }
+
+    #[test]
     fn a_repeated_header_is_refused_and_unknown_ones_are_ignored() {
         let token = Token {
             transport: Transport::Rc,
@@ -460,10 +532,22 @@ mod tests {
             token,
             session: SessionId([0xab; 16]),
             psn: Psn::new(0xc0de).expect("psn"),
+            multipart: false,
         };
         let headers = resp.to_headers();
         let back = PrepareResponse::from_headers(headers.iter().map(|(n, v)| (*n, v.as_bytes())));
         assert_eq!(back, Ok(resp));
+        // `mp` among the capabilities, in any case, beside unknown ones.
+        let mp = PrepareResponse {
+            multipart: true,
+            ..resp
+        };
+        let back = PrepareResponse::from_headers(mp.to_headers().iter().map(|(n, v)| (*n, v.as_bytes())));
+        assert_eq!(back, Ok(mp));
+        let mut headers = resp.to_headers();
+        headers.push((CAPABILITIES_HEADER, "zz, MP ,other".into()));
+        let back = PrepareResponse::from_headers(headers.iter().map(|(n, v)| (*n, v.as_bytes())));
+        assert_eq!(back.map(|r| r.multipart), Ok(true));
         for (name, value) in [
             (QPN_HEADER, "43"),
             (MR_ADDR_HEADER, "1001"),

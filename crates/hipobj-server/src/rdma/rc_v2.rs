@@ -74,6 +74,13 @@ fn respond(status: Status, headers: Vec<(&'static str, String)>, why: &str) -> h
             rc_v2::PROTOCOL_STATUS_HEADER,
             http::HeaderValue::from_static(rc_v2::PROTOCOL_STATUS_UNSUPPORTED),
         );
+    } else {
+        // The `mp` extension, on every v2 answer (a 413 included: the
+        // client then sends the object's parts by v2).
+        h.insert(
+            rc_v2::CAPABILITIES_HEADER,
+            http::HeaderValue::from_static(rc_v2::CAPABILITY_MULTIPART),
+        );
     }
     if status == Status::Busy {
         // Over a session or memory quota: sessions end within the prepare
@@ -243,13 +250,29 @@ impl V2 {
             }
             Direction::Put => {
                 let mut b = dto::HeadBucketInput::builder();
-                b.set_bucket(bucket);
+                b.set_bucket(bucket.clone());
                 let Ok(input) = b.build() else {
                     return fail(Status::Internal, "building the store request failed");
                 };
                 let req = self.store_request(input, http::Method::HEAD, &caller.access_key);
                 if let Err(e) = self.store.head_bucket(req).await {
                     return store_fail(&e);
+                }
+                // A part's upload must exist (404 NoSuchUpload), as
+                // UploadPart would say.
+                if let Some(part) = &p.part {
+                    let mut b = dto::ListPartsInput::builder();
+                    b.set_bucket(bucket);
+                    b.set_key(key);
+                    b.set_upload_id(part.upload_id.clone());
+                    b.set_max_parts(Some(1));
+                    let Ok(input) = b.build() else {
+                        return fail(Status::Internal, "building the store request failed");
+                    };
+                    let req = self.store_request(input, http::Method::GET, &caller.access_key);
+                    if let Err(e) = self.store.list_parts(req).await {
+                        return store_fail(&e);
+                    }
                 }
             }
         }
@@ -336,50 +359,50 @@ impl V2 {
             }
             Direction::Put => {
                 let store = self.store.clone();
-                let mut b = dto::PutObjectInput::builder();
-                b.set_bucket(bucket);
-                b.set_key(key);
-                let Ok(input) = b.build() else {
-                    return fail(Status::Internal, "building the store request failed");
-                };
-                let mut req = self.store_request(input, http::Method::PUT, &caller.access_key);
-                let mut sink = Summed::new(Guarded::new(
-                    StoreSink::new(rt.clone(), move |body, len| {
-                        req.input.body = Some(body);
-                        req.input.content_length = Some(len);
-                        async move { store.put_object(req).await }
-                    }),
-                    Some(same),
-                    rt,
-                ));
-                let (moved, mut sink) = match tokio::task::spawn_blocking(move || {
-                    let m = sessions.run(claimed, Request::Put(&mut sink));
-                    (m, sink)
-                })
-                .await
-                {
-                    Ok(x) => x,
-                    Err(e) => return fail(Status::Internal, &format!("the transfer task failed: {e}")),
-                };
-                let crc = sink.sum();
-                let stored = sink.inner_mut().inner_mut().finish().await;
-                let moved = match moved {
-                    // The bucket changed: that is why, whatever the store
-                    // said of its body cut short.
-                    Err(V2Failure::Store(e)) if *e.code() == S3ErrorCode::AccessDenied => {
-                        Err(V2Failure::Store(e))
+                let stored = match claimed.session().part().cloned() {
+                    None => {
+                        let mut b = dto::PutObjectInput::builder();
+                        b.set_bucket(bucket);
+                        b.set_key(key);
+                        let Ok(input) = b.build() else {
+                            return fail(Status::Internal, "building the store request failed");
+                        };
+                        let mut req = self.store_request(input, http::Method::PUT, &caller.access_key);
+                        let commit = move |body, len| {
+                            req.input.body = Some(body);
+                            req.input.content_length = Some(len);
+                            async move { store.put_object(req).await }
+                        };
+                        put_bytes(sessions, claimed, same, commit, |o: &dto::PutObjectOutput| {
+                            o.e_tag.as_ref().map(|e| format!("\"{}\"", e.value()))
+                        })
+                        .await
                     }
-                    Err(V2Failure::Store(e)) => Err(V2Failure::Store(stored.unwrap_or(e))),
-                    m => m,
+                    Some(part) => {
+                        let mut b = dto::UploadPartInput::builder();
+                        b.set_bucket(bucket);
+                        b.set_key(key);
+                        b.set_upload_id(part.upload_id);
+                        b.set_part_number(i32::from(part.number));
+                        let Ok(input) = b.build() else {
+                            return fail(Status::Internal, "building the store request failed");
+                        };
+                        let mut req = self.store_request(input, http::Method::PUT, &caller.access_key);
+                        let commit = move |body, len| {
+                            req.input.body = Some(body);
+                            req.input.content_length = Some(len);
+                            async move { store.upload_part(req).await }
+                        };
+                        put_bytes(sessions, claimed, same, commit, |o: &dto::UploadPartOutput| {
+                            o.e_tag.as_ref().map(|e| format!("\"{}\"", e.value()))
+                        })
+                        .await
+                    }
                 };
-                let out = sink.inner_mut().inner_mut().take_response().map(|r| r.output);
-                let etag = out
-                    .as_ref()
-                    .and_then(|o| o.e_tag.as_ref())
-                    .map(|e| format!("\"{}\"", e.value()));
-                // The checksum of the bytes the server took from the
-                // staging buffer, which the store stored.
-                (Ok(moved), etag, crc)
+                match stored {
+                    Ok((moved, etag, crc)) => (Ok(moved), etag, crc),
+                    Err(resp) => return resp,
+                }
             }
         };
         let bytes = match moved {
@@ -410,4 +433,55 @@ impl V2 {
         };
         respond(Status::Ok, resp.to_headers(), "")
     }
+}
+
+/// A PUT session's bytes, moved by `sessions` into the store through
+/// `commit` (PutObject, or UploadPart for a part): what moved, the ETag
+/// `etag_of` reads from the store's answer, and the CRC-64/NVME of the
+/// bytes taken from the staging buffer (which the store stored).
+async fn put_bytes<T, C, F>(
+    sessions: Arc<V2Sessions>,
+    claimed: hipobj_target::rc_v2::Claimed,
+    same: SameBucket,
+    commit: C,
+    etag_of: fn(&T) -> Option<String>,
+) -> Result<
+    (
+        Result<u64, V2Failure<S3Error>>,
+        Option<String>,
+        Option<rc_v2::Crc64Nvme>,
+    ),
+    http::Response<Body>,
+>
+where
+    T: Send + 'static,
+    C: FnOnce(dto::StreamingBlob, i64) -> F + Send + 'static,
+    F: std::future::Future<Output = s3s::S3Result<s3s::S3Response<T>>> + Send + 'static,
+{
+    let rt = Handle::current();
+    let mut sink = Summed::new(Guarded::new(StoreSink::new(rt.clone(), commit), Some(same), rt));
+    let (moved, mut sink) = match tokio::task::spawn_blocking(move || {
+        let m = sessions.run(claimed, Request::Put(&mut sink));
+        (m, sink)
+    })
+    .await
+    {
+        Ok(x) => x,
+        Err(e) => return Err(fail(Status::Internal, &format!("the transfer task failed: {e}"))),
+    };
+    let crc = sink.sum();
+    let stored = sink.inner_mut().inner_mut().finish().await;
+    let moved = match moved {
+        // The bucket changed: that is why, whatever the store said of its
+        // body cut short.
+        Err(V2Failure::Store(e)) if *e.code() == S3ErrorCode::AccessDenied => Err(V2Failure::Store(e)),
+        Err(V2Failure::Store(e)) => Err(V2Failure::Store(stored.unwrap_or(e))),
+        m => m,
+    };
+    let etag = sink
+        .inner_mut()
+        .inner_mut()
+        .take_response()
+        .and_then(|r| etag_of(&r.output));
+    Ok((moved, etag, crc))
 }

@@ -207,6 +207,7 @@ impl V2Server {
                 lid: 0,
             },
             psn: Psn::new(server_psn).unwrap(),
+            multipart: false,
         };
         self.sessions.lock().unwrap().insert(
             id,
