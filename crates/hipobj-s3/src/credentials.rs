@@ -1,0 +1,113 @@
+//! Where a client's AWS credentials and region come from, the same for the
+//! CLI and the Python package: keys the program gives, or the AWS SDK's
+//! own default chain.
+//!
+//! The chain is aws-config's [`DefaultCredentialsChain`]: the environment
+//! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`), the
+//! shared config and credentials files (`AWS_PROFILE` or a named profile,
+//! with `credential_process`, SSO and assumed roles), web identity
+//! (`AWS_WEB_IDENTITY_TOKEN_FILE`, as IRSA sets it), the container endpoint
+//! (`AWS_CONTAINER_CREDENTIALS_FULL_URI` / `_RELATIVE_URI`) and the
+//! instance metadata service (unless `AWS_EC2_METADATA_DISABLED=true`).
+//! It is handed to aws-sdk-s3 as a provider, not as resolved keys: the
+//! SDK's identity cache asks it again before temporary credentials expire,
+//! so a long transfer signs every request with current ones.
+//!
+//! ```no_run
+//! # async fn demo() {
+//! use hipobj_s3::credentials::{self, Source};
+//! let region = credentials::region(None, Some("dev")).await;
+//! let creds = credentials::provider(&Source::chain(Some("dev")), region.clone(), None).await;
+//! let conf = aws_sdk_s3::Config::builder()
+//!     .region(region)
+//!     .credentials_provider(creds);
+//! # }
+//! ```
+
+use aws_config::default_provider::credentials::DefaultCredentialsChain;
+use aws_config::meta::region::RegionProviderChain;
+use aws_config::provider_config::ProviderConfig;
+use aws_sdk_s3::config::{Credentials, Region, SharedCredentialsProvider};
+use aws_smithy_runtime_api::client::http::SharedHttpClient;
+
+/// The region when neither the caller, the environment nor the profile
+/// names one.
+pub const DEFAULT_REGION: &str = "us-east-1";
+
+/// Where the credentials come from.
+#[derive(Clone, Debug)]
+pub enum Source {
+    /// The SDK's default chain, reading `profile` from the shared files
+    /// (`None`: `AWS_PROFILE`, else `default`).
+    Chain {
+        /// The profile of the shared config and credentials files.
+        profile: Option<String>,
+    },
+    /// Keys the program gives (a session token with temporary ones). They
+    /// are used as they are: nothing refreshes them.
+    Keys(Credentials),
+}
+
+impl Source {
+    /// The default chain with `profile`.
+    pub fn chain(profile: Option<&str>) -> Self {
+        Self::Chain {
+            profile: profile.map(str::to_owned),
+        }
+    }
+
+    /// An access key, its secret and, for temporary keys, the session token.
+    pub fn keys(access_key: &str, secret_key: &str, session_token: Option<&str>) -> Self {
+        Self::Keys(Credentials::new(
+            access_key,
+            secret_key,
+            session_token.map(str::to_owned),
+            None,
+            "hipobj-explicit",
+        ))
+    }
+}
+
+/// The region: `explicit`, else `AWS_REGION` / `AWS_DEFAULT_REGION`, else
+/// the profile's `region` (`profile`, else `AWS_PROFILE`'s), else
+/// [`DEFAULT_REGION`]. The instance metadata service is not asked: an S3
+/// gateway's region is a name the server checks, not where the machine is.
+pub async fn region(explicit: Option<&str>, profile: Option<&str>) -> Region {
+    if let Some(r) = explicit.filter(|r| !r.is_empty()) {
+        return Region::new(r.to_owned());
+    }
+    let mut from_profile = aws_config::profile::ProfileFileRegionProvider::builder();
+    if let Some(p) = profile {
+        from_profile = from_profile.profile_name(p);
+    }
+    RegionProviderChain::first_try(aws_config::environment::EnvironmentVariableRegionProvider::new())
+        .or_else(from_profile.build())
+        .region()
+        .await
+        .unwrap_or_else(|| Region::new(DEFAULT_REGION))
+}
+
+/// The provider to give aws-sdk-s3 (`credentials_provider`). `http`, when
+/// given, is the client the chain's own requests use (SSO, STS, the
+/// container and instance endpoints), so that a CA bundle applies there
+/// too. Resolves nothing yet: the first request does.
+pub async fn provider(
+    source: &Source,
+    region: Region,
+    http: Option<SharedHttpClient>,
+) -> SharedCredentialsProvider {
+    match source {
+        Source::Keys(c) => SharedCredentialsProvider::new(c.clone()),
+        Source::Chain { profile } => {
+            let mut conf = ProviderConfig::without_region();
+            if let Some(h) = http {
+                conf = conf.with_http_client(h);
+            }
+            let mut chain = DefaultCredentialsChain::builder().configure(conf).region(region);
+            if let Some(p) = profile {
+                chain = chain.profile_name(p);
+            }
+            SharedCredentialsProvider::new(chain.build().await)
+        }
+    }
+}

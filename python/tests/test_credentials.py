@@ -1,0 +1,266 @@
+"""Credentials beyond static keys (issue 38 finding 4): the AWS SDK's
+default chain in hipobj.S3 and the integrations. A session token from the
+environment or an argument is sent and signed; a profile of a shared
+credentials file is used (hipobj-server refuses the wrong keys); temporary
+credentials from a credential_process are renewed once they expire.
+
+The signatures the test doubles receive are checked with botocore's SigV4
+signer, not ours."""
+
+import datetime
+import http.server
+import json
+import re
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import hipobj
+from conftest import AK, SK
+
+AUTH = re.compile(
+    r"AWS4-HMAC-SHA256 Credential=(?P<key>[^/]+)/(?P<date>\d{8})/(?P<region>[^/]+)/s3/aws4_request,\s*"
+    r"SignedHeaders=(?P<signed>[^,]+),\s*Signature=(?P<sig>[0-9a-f]{64})"
+)
+
+# Every key of the shared files and the environment that could lend the
+# tests credentials other than the ones they set.
+_AWS_VARS = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_ROLE_ARN",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+)
+
+
+@pytest.fixture
+def aws_env(monkeypatch, tmp_path):
+    """No credentials anywhere but where a test puts them: empty shared
+    files, no instance metadata service."""
+    for k in _AWS_VARS:
+        monkeypatch.delenv(k, raising=False)
+    config = tmp_path / "aws-config"
+    creds = tmp_path / "aws-credentials"
+    config.write_text("")
+    creds.write_text("")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    return config, creds
+
+
+class SignedRequests:
+    """An S3 double on 127.0.0.1 that answers HEAD with a 5-byte object and
+    keeps each request's method, path and headers."""
+
+    def __init__(self):
+        self.seen = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_HEAD(self):
+                outer.seen.append((self.command, self.path, {k.lower(): v for k, v in self.headers.items()}))
+                self.send_response(200)
+                self.send_header("Content-Length", "5")
+                self.send_header("ETag", '"0123456789abcdef0123456789abcdef"')
+                self.send_header("Last-Modified", "Mon, 07 Dec 2026 12:00:00 GMT")
+                self.end_headers()
+
+            def log_message(self, *a):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+        self.endpoint = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def double():
+    d = SignedRequests()
+    yield d
+    d.close()
+
+
+def check_signed(req, key, secret, token):
+    """Asserts that `req` is signed by `key`/`secret` with `token` among the
+    signed headers, recomputing the signature with botocore."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    method, path, headers = req
+    m = AUTH.fullmatch(headers["authorization"])
+    assert m, headers["authorization"]
+    signed = m["signed"].split(";")
+    assert m["key"] == key
+    assert headers.get("x-amz-security-token") == token
+    assert "x-amz-security-token" in signed, signed
+    host = headers["host"]
+    r = AWSRequest(method=method, url=f"http://{host}{path}", headers={h: headers[h] for h in signed})
+    r.context["timestamp"] = headers["x-amz-date"]
+    auth = SigV4Auth(Credentials(key, secret, token), "s3", m["region"])
+    canonical = auth.canonical_request(r)
+    expected = auth.signature(auth.string_to_sign(r, canonical), r)
+    assert m["sig"] == expected, canonical
+
+
+@pytest.mark.parametrize("given", ["environment", "argument"])
+def test_a_session_token_is_sent_and_signed(aws_env, monkeypatch, double, client, given):
+    key, secret, token = "ASIAHIPOBJTEST", "temporary-secret", "FwoGZXIvYXdzEJr//session+token/="
+    if given == "environment":
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", key)
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+        monkeypatch.setenv("AWS_SESSION_TOKEN", token)
+        s3 = hipobj.S3(client, double.endpoint)
+    else:
+        s3 = hipobj.S3(client, double.endpoint, key, secret, session_token=token)
+    assert s3.head("bkt", "obj")["size"] == 5
+    assert len(double.seen) == 1
+    check_signed(double.seen[0], key, secret, token)
+
+
+def test_a_session_token_reaches_fsspec_and_torch_connections(aws_env, monkeypatch, double, client):
+    from hipobj._shared import connect
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "ASIAENV")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-secret")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "env-token")
+    # From the environment, as hipobj.torch's storage, loaders and datasets
+    # connect...
+    conn = connect(client=client, endpoint_url=double.endpoint)
+    conn.s3.head("bkt", "obj")
+    check_signed(double.seen[-1], "ASIAENV", "env-secret", "env-token")
+    # ...and given as boto3 and s3fs name them.
+    conn = connect(client=client, endpoint_url=double.endpoint, aws_access_key_id="ASIAARG", aws_secret_access_key="arg-secret", aws_session_token="arg-token")
+    conn.s3.head("bkt", "obj")
+    check_signed(double.seen[-1], "ASIAARG", "arg-secret", "arg-token")
+    pytest.importorskip("fsspec")
+    from hipobj._fsspec import HipObjFileSystem
+
+    fs = HipObjFileSystem(endpoint_url=double.endpoint, key="ASIAFS", secret="fs-secret", token="fs-token", client=client, skip_instance_cache=True)
+    assert fs.info("bkt/obj")["size"] == 5
+    check_signed(double.seen[-1], "ASIAFS", "fs-secret", "fs-token")
+
+
+def write_profiles(creds):
+    creds.write_text(
+        "[default]\naws_access_key_id = wrong-key\naws_secret_access_key = wrong-secret\n\n"
+        f"[hipobj]\naws_access_key_id = {AK}\naws_secret_access_key = {SK}\n"
+    )
+
+
+def round_trip(s3, bucket, key):
+    src = np.frombuffer(np.random.default_rng(7).bytes(1 << 20), dtype=np.uint8).copy()
+    s3.put_from(src, bucket, key)
+    dst = np.zeros_like(src)
+    assert s3.get_into(dst, bucket, key) == src.nbytes
+    assert s3.last["rdma"]
+    assert np.array_equal(src, dst)
+
+
+def test_a_profile_of_the_shared_credentials_file(aws_env, monkeypatch, rdma_server, bucket, client):
+    _, creds = aws_env
+    write_profiles(creds)
+    # profile=...
+    round_trip(hipobj.S3(client, rdma_server.endpoint, profile="hipobj"), bucket, "creds/profile-arg")
+    # AWS_PROFILE
+    monkeypatch.setenv("AWS_PROFILE", "hipobj")
+    round_trip(hipobj.S3(client, rdma_server.endpoint), bucket, "creds/profile-env")
+    # The default profile's keys are wrong: the server refuses them.
+    monkeypatch.delenv("AWS_PROFILE")
+    with pytest.raises(hipobj.HipObjError) as e:
+        hipobj.S3(client, rdma_server.endpoint).head(bucket, "creds/profile-arg")
+    assert e.value.status == 403, e.value
+    # Keys and a profile at once is a mistake, not a silent choice.
+    with pytest.raises(hipobj.HipObjError, match="not both"):
+        hipobj.S3(client, rdma_server.endpoint, AK, SK, profile="hipobj")
+
+
+def test_a_profile_in_the_integrations(aws_env, rdma_server, bucket, client):
+    _, creds = aws_env
+    write_profiles(creds)
+    from hipobj._shared import connect
+
+    conn = connect(client=client, endpoint_url=rdma_server.endpoint, profile="hipobj", nic_hint="softroce0")
+    round_trip(conn.s3, bucket, "creds/profile-conn")
+    pytest.importorskip("fsspec")
+    from hipobj._fsspec import HipObjFileSystem
+
+    fs = HipObjFileSystem(endpoint_url=rdma_server.endpoint, profile="hipobj", client=client, skip_instance_cache=True)
+    fs.pipe_file(f"{bucket}/creds/fsspec", b"by profile")
+    assert fs.cat_file(f"{bucket}/creds/fsspec") == b"by profile"
+
+
+# A credential_process that hands out numbered temporary credentials, each
+# valid for `life` seconds, and counts its runs in `counter`.
+PROCESS = r"""
+import datetime, json, pathlib, sys
+counter, life, key, secret = pathlib.Path(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4]
+n = int(counter.read_text() or 0) + 1 if counter.exists() else 1
+counter.write_text(str(n))
+until = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=life)
+print(json.dumps({
+    "Version": 1,
+    "AccessKeyId": key.replace("{n}", str(n)),
+    "SecretAccessKey": secret.replace("{n}", str(n)),
+    "SessionToken": f"token-{n}",
+    "Expiration": until.strftime("%Y-%m-%dT%H:%M:%SZ"),
+}))
+"""
+
+
+def rotating_profile(tmp_path, config, life, key, secret):
+    script = tmp_path / "credential_process.py"
+    script.write_text(PROCESS)
+    counter = tmp_path / "runs"
+    config.write_text(
+        "[profile rotating]\n"
+        f"credential_process = {sys.executable} {script} {counter} {life} {key} {secret}\n"
+    )
+    return counter
+
+
+def test_expired_credentials_are_renewed(aws_env, tmp_path, double, client):
+    config, _ = aws_env
+    # Valid for 12 s: the SDK's cache renews them 5 to 10 s before they
+    # expire, so the first call keeps them, and the wait passes their expiry
+    # in full.
+    counter = rotating_profile(tmp_path, config, 12, "ASIAROT{n}", "secret-{n}")
+    s3 = hipobj.S3(client, double.endpoint, profile="rotating")
+    s3.head("bkt", "obj")
+    check_signed(double.seen[-1], "ASIAROT1", "secret-1", "token-1")
+    first_runs = int(counter.read_text())
+    time.sleep(13)
+    s3.head("bkt", "obj")
+    check_signed(double.seen[-1], f"ASIAROT{first_runs + 1}", f"secret-{first_runs + 1}", f"token-{first_runs + 1}")
+
+
+def test_a_save_renews_credentials_that_expire_during_it(aws_env, tmp_path, rdma_server, bucket, client):
+    """Credentials that are always about to expire (valid 1 s): each part
+    of a multipart upload is signed with freshly fetched ones, and the
+    server (the same keys, the token changing) takes them all."""
+    config, _ = aws_env
+    counter = rotating_profile(tmp_path, config, 1, AK, SK)
+    s3 = hipobj.S3(client, rdma_server.endpoint, profile="rotating", multipart_threshold=5 << 20, part_size=5 << 20)
+    src = np.frombuffer(np.random.default_rng(11).bytes(16 << 20), dtype=np.uint8).copy()
+    s3.put_from(src, bucket, "creds/rotating")
+    runs = int(counter.read_text())
+    # CreateMultipartUpload, four parts, CompleteMultipartUpload.
+    assert runs >= 6, runs
+    dst = np.zeros_like(src)
+    s3.get_into(dst, bucket, "creds/rotating")
+    assert np.array_equal(src, dst)
