@@ -264,3 +264,68 @@ def test_a_save_renews_credentials_that_expire_during_it(aws_env, tmp_path, rdma
     dst = np.zeros_like(src)
     s3.get_into(dst, bucket, "creds/rotating")
     assert np.array_equal(src, dst)
+
+
+class ContainerCredentials:
+    """A container credentials endpoint (AWS_CONTAINER_CREDENTIALS_FULL_URI)
+    on 127.0.0.1: hands out `key`/`secret` with a new session token each
+    time, valid for `life` seconds, and counts the requests."""
+
+    def __init__(self, key, secret, life):
+        self.asked = 0
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                outer.asked += 1
+                until = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=life)
+                body = json.dumps({
+                    "AccessKeyId": key,
+                    "SecretAccessKey": secret,
+                    "Token": f"container-token-{outer.asked}",
+                    "Expiration": until.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                }).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v2/credentials"
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_a_dcp_save_and_load_with_container_credentials_renewed_throughout(aws_env, monkeypatch, rdma_server, bucket):
+    """hipobj.torch with no credential arguments: the container endpoint's
+    credentials, always about to expire, asked again along the save and
+    the load."""
+    torch = pytest.importorskip("torch")
+    dcp = pytest.importorskip("torch.distributed.checkpoint")
+    import hipobj.torch as ht
+
+    endpoint = ContainerCredentials(AK, SK, life=1)
+    try:
+        monkeypatch.setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", endpoint.url)
+        kw = dict(endpoint_url=rdma_server.endpoint, nic_hint="softroce0", fallback=False)
+        g = torch.Generator().manual_seed(3)
+        src = {"w": torch.randn(1024, 1024, generator=g), "b": torch.randn(333, generator=g), "step": 5}
+        path = f"s3://{bucket}/creds/dcp-container"
+        dcp.save(src, storage_writer=ht.S3RdmaStorageWriter(path, **kw))
+        saved = endpoint.asked
+        dst = {"w": torch.zeros(1024, 1024), "b": torch.zeros(333), "step": None}
+        dcp.load(dst, storage_reader=ht.S3RdmaStorageReader(path, **kw))
+    finally:
+        endpoint.close()
+    assert torch.equal(src["w"], dst["w"]) and torch.equal(src["b"], dst["b"]) and dst["step"] == 5
+    # More than one fetch in the save (each request finds them expired),
+    # and more in the load.
+    assert saved >= 2, saved
+    assert endpoint.asked > saved
