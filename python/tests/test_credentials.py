@@ -329,3 +329,33 @@ def test_a_dcp_save_and_load_with_container_credentials_renewed_throughout(aws_e
     # and more in the load.
     assert saved >= 2, saved
     assert endpoint.asked > saved
+
+
+def test_boto3_transfers_sign_the_session_token_of_boto3s_own_chain(aws_env, monkeypatch, rdma_server, bucket, client):
+    """hipobj.Boto3 leaves credentials to boto3: a session token from the
+    environment is signed into the RDMA requests that carry the token."""
+    boto3 = pytest.importorskip("boto3")
+    from botocore.config import Config
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", AK)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SK)
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "boto3-session-token")
+    b3 = boto3.session.Session().client(
+        "s3",
+        endpoint_url=rdma_server.endpoint,
+        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
+    )
+    sent = []
+    b3.meta.events.register("before-send.s3", lambda request, **_: sent.append(dict(request.headers)))
+    front = hipobj.Boto3(client, b3, fallback=False)
+    src = np.frombuffer(np.random.default_rng(5).bytes(1 << 20), dtype=np.uint8).copy()
+    front.put_from(src, bucket, "creds/boto3")
+    dst = np.zeros_like(src)
+    front.get_into(dst, bucket, "creds/boto3")
+    assert np.array_equal(src, dst)
+    rdma = [h for h in sent if "x-amz-rdma-token" in {k.lower() for k in h}]
+    assert rdma
+    for h in rdma:
+        h = {k.lower(): (v.decode() if isinstance(v, bytes) else v) for k, v in h.items()}
+        assert h["x-amz-security-token"] == "boto3-session-token"
+        assert "x-amz-security-token" in AUTH.fullmatch(h["authorization"])["signed"].split(";")
