@@ -111,3 +111,84 @@ pub async fn provider(
         }
     }
 }
+
+/// Why a request was never sent when the cause is the credentials: no
+/// source in the chain had any, or the one that had them failed (an SSO
+/// session that expired, a `credential_process` that exited non-zero, an
+/// unreachable container endpoint). `None` when the credentials are not
+/// the cause.
+pub(crate) fn not_loaded(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    use aws_credential_types::provider::error::CredentialsError;
+    let mut at = Some(e);
+    while let Some(err) = at {
+        if let Some(c) = err.downcast_ref::<CredentialsError>() {
+            let why = crate::error::causes(c);
+            return Some(match c {
+                CredentialsError::CredentialsNotLoaded(_) => format!(
+                    "no AWS credentials ({why}): give an access key and secret or a profile, set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or name a profile with AWS_PROFILE"
+                ),
+                _ => format!("the AWS credentials could not be loaded: {why}"),
+            });
+        }
+        at = err.source();
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use aws_credential_types::provider::error::CredentialsError;
+    use aws_credential_types::provider::{self, ProvideCredentials, future};
+
+    /// A source that has nothing, or fails.
+    #[derive(Debug)]
+    struct Fails(bool);
+
+    impl ProvideCredentials for Fails {
+        fn provide_credentials<'a>(&'a self) -> future::ProvideCredentials<'a>
+        where
+            Self: 'a,
+        {
+            let r: provider::Result = Err(if self.0 {
+                CredentialsError::not_loaded("no source had any")
+            } else {
+                CredentialsError::provider_error("the SSO session has expired")
+            });
+            future::ProvideCredentials::ready(r)
+        }
+    }
+
+    async fn head_with(p: Fails) -> crate::Error {
+        let conf = aws_sdk_s3::Config::builder()
+            .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+            .endpoint_url("http://127.0.0.1:9")
+            .region(Region::new(DEFAULT_REGION))
+            .credentials_provider(SharedCredentialsProvider::new(p))
+            .build();
+        let e = aws_sdk_s3::Client::from_conf(conf)
+            .head_object()
+            .bucket("b")
+            .key("k")
+            .send()
+            .await
+            .unwrap_err();
+        crate::Error::from_sdk("HeadObject", &e)
+    }
+
+    #[tokio::test]
+    async fn a_credentials_failure_says_so_and_not_that_the_server_is_unreachable() {
+        let e = head_with(Fails(true)).await;
+        assert!(e.to_string().starts_with("HeadObject: no AWS credentials"), "{e}");
+        assert!(e.to_string().contains("AWS_PROFILE"), "{e}");
+        assert!(!e.is_unreachable(), "{e}");
+        let e = head_with(Fails(false)).await;
+        assert!(
+            e.to_string().contains("the AWS credentials could not be loaded")
+                && e.to_string().contains("SSO session has expired"),
+            "{e}"
+        );
+    }
+}
