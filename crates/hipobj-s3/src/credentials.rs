@@ -122,7 +122,11 @@ pub(crate) fn not_loaded(e: &(dyn std::error::Error + 'static)) -> Option<String
     let mut at = Some(e);
     while let Some(err) = at {
         if let Some(c) = err.downcast_ref::<CredentialsError>() {
-            let why = crate::error::causes(c);
+            // One line: the chain lists what it tried a line each.
+            let why = crate::error::causes(c)
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ");
             return Some(match c {
                 CredentialsError::CredentialsNotLoaded(_) => format!(
                     "no AWS credentials ({why}): give an access key and secret or a profile, set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or name a profile with AWS_PROFILE"
@@ -153,7 +157,7 @@ mod tests {
             Self: 'a,
         {
             let r: provider::Result = Err(if self.0 {
-                CredentialsError::not_loaded("no source had any")
+                CredentialsError::not_loaded("no source had any.\n  Environment: not set\n  Profile: none")
             } else {
                 CredentialsError::provider_error("the SSO session has expired")
             });
@@ -184,6 +188,7 @@ mod tests {
         assert!(e.to_string().starts_with("HeadObject: no AWS credentials"), "{e}");
         assert!(e.to_string().contains("AWS_PROFILE"), "{e}");
         assert!(!e.is_unreachable(), "{e}");
+        assert!(!e.to_string().contains('\n'), "{e}");
         let e = head_with(Fails(false)).await;
         assert!(
             e.to_string().contains("the AWS credentials could not be loaded")
