@@ -180,8 +180,15 @@ def test_a_profile_of_the_shared_credentials_file(aws_env, monkeypatch, rdma_ser
     # AWS_PROFILE
     monkeypatch.setenv("AWS_PROFILE", "hipobj")
     round_trip(hipobj.S3(client, rdma_server.endpoint), bucket, "creds/profile-env")
-    # The default profile's keys are wrong: the server refuses them.
+    # A profile named by the program wins over keys in the environment, as
+    # boto3's Session(profile_name=) does.
     monkeypatch.delenv("AWS_PROFILE")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "wrong-env-key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong-env-secret")
+    round_trip(hipobj.S3(client, rdma_server.endpoint, profile="hipobj"), bucket, "creds/profile-over-env")
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    # The default profile's keys are wrong: the server refuses them.
     with pytest.raises(hipobj.HipObjError) as e:
         hipobj.S3(client, rdma_server.endpoint).head(bucket, "creds/profile-arg")
     assert e.value.status == 403, e.value

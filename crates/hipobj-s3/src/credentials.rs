@@ -4,11 +4,13 @@
 //!
 //! The chain is aws-config's [`DefaultCredentialsChain`]: the environment
 //! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`), the
-//! shared config and credentials files (`AWS_PROFILE` or a named profile,
-//! with `credential_process`, SSO and assumed roles), web identity
+//! shared config and credentials files (`AWS_PROFILE`, with
+//! `credential_process`, SSO and assumed roles), web identity
 //! (`AWS_WEB_IDENTITY_TOKEN_FILE`, as IRSA sets it), the container endpoint
 //! (`AWS_CONTAINER_CREDENTIALS_FULL_URI` / `_RELATIVE_URI`) and the
 //! instance metadata service (unless `AWS_EC2_METADATA_DISABLED=true`).
+//! A profile the program names (`--profile`, `profile=`) is used alone,
+//! as boto3 and the AWS CLI do: keys in the environment do not win over it.
 //! It is handed to aws-sdk-s3 as a provider, not as resolved keys: the
 //! SDK's identity cache asks it again before temporary credentials expire,
 //! so a long transfer signs every request with current ones.
@@ -37,8 +39,9 @@ pub const DEFAULT_REGION: &str = "us-east-1";
 /// Where the credentials come from.
 #[derive(Clone, Debug)]
 pub enum Source {
-    /// The SDK's default chain, reading `profile` from the shared files
-    /// (`None`: `AWS_PROFILE`, else `default`).
+    /// With `profile: None`, the SDK's default chain (its profile step
+    /// reads `AWS_PROFILE`, else `default`); with a profile, that profile
+    /// of the shared files alone, whatever the environment holds.
     Chain {
         /// The profile of the shared config and credentials files.
         profile: Option<String>,
@@ -103,11 +106,27 @@ pub async fn provider(
             if let Some(h) = http {
                 conf = conf.with_http_client(h);
             }
-            let mut chain = DefaultCredentialsChain::builder().configure(conf).region(region);
-            if let Some(p) = profile {
-                chain = chain.profile_name(p);
+            match profile {
+                // A profile named by the program is the source, as boto3's
+                // Session(profile_name=) and the AWS CLI's --profile: keys
+                // in the environment do not override it. (The profile may
+                // itself say where its credentials come from:
+                // credential_process, sso_*, role_arn, web_identity_token_file,
+                // credential_source.)
+                Some(p) => SharedCredentialsProvider::new(
+                    aws_config::profile::ProfileFileCredentialsProvider::builder()
+                        .configure(&conf.with_region(Some(region)))
+                        .profile_name(p)
+                        .build(),
+                ),
+                None => SharedCredentialsProvider::new(
+                    DefaultCredentialsChain::builder()
+                        .configure(conf)
+                        .region(region)
+                        .build()
+                        .await,
+                ),
             }
-            SharedCredentialsProvider::new(chain.build().await)
         }
     }
 }
