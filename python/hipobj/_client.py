@@ -367,15 +367,17 @@ class S3(_Front):
     else to the system's roots.
 
     Credentials: ``access_key`` and ``secret_key`` (with ``session_token``
-    for temporary keys) when given, used as they are; else the AWS SDK's
-    default chain, as boto3 and the AWS CLI look: ``AWS_ACCESS_KEY_ID`` /
-    ``AWS_SECRET_ACCESS_KEY`` / ``AWS_SESSION_TOKEN``, the shared config
-    and credentials files (``profile``, else ``AWS_PROFILE``; SSO,
-    ``credential_process`` and assumed roles included), web identity
-    (``AWS_WEB_IDENTITY_TOKEN_FILE``), the container credentials endpoint
-    and the instance metadata service. Temporary credentials from the chain
-    are renewed before they expire. ``region``: the argument, else
-    ``AWS_REGION``, else the profile's, else ``us-east-1``.
+    for temporary keys) when given, used as they are; else ``profile``, one
+    profile of the shared config and credentials files used alone (as
+    boto3's ``Session(profile_name=)``: keys in the environment do not win
+    over it); else the AWS SDK's default chain, as boto3 and the AWS CLI
+    look: ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` /
+    ``AWS_SESSION_TOKEN``, the shared files' ``AWS_PROFILE`` or ``default``
+    profile (SSO, ``credential_process`` and assumed roles included), web
+    identity (``AWS_WEB_IDENTITY_TOKEN_FILE``), the container credentials
+    endpoint and the instance metadata service. Temporary credentials from
+    a profile or the chain are renewed before they expire. ``region``: the
+    argument, else ``AWS_REGION``, else the profile's, else ``us-east-1``.
     """
 
     def __init__(
