@@ -366,3 +366,50 @@ def test_boto3_transfers_sign_the_session_token_of_boto3s_own_chain(aws_env, mon
         h = {k.lower(): (v.decode() if isinstance(v, bytes) else v) for k, v in h.items()}
         assert h["x-amz-security-token"] == "boto3-session-token"
         assert "x-amz-security-token" in AUTH.fullmatch(h["authorization"])["signed"].split(";")
+
+
+def test_web_identity_credentials_from_sts(aws_env, monkeypatch, tmp_path, rdma_server, bucket, client):
+    """IRSA's variables: the chain trades the token file for credentials at
+    STS (a double named by AWS_ENDPOINT_URL_STS) and signs with them."""
+    import urllib.parse
+
+    calls = []
+
+    class Sts(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            form = urllib.parse.parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())
+            calls.append({k: v[0] for k, v in form.items()})
+            body = (
+                '<AssumeRoleWithWebIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">'
+                "<AssumeRoleWithWebIdentityResult><Credentials>"
+                f"<AccessKeyId>{AK}</AccessKeyId><SecretAccessKey>{SK}</SecretAccessKey>"
+                "<SessionToken>web-identity-session</SessionToken><Expiration>2099-01-01T00:00:00Z</Expiration>"
+                "</Credentials><AssumedRoleUser><Arn>arn:aws:sts::123456789012:assumed-role/hipobj/test</Arn>"
+                "<AssumedRoleId>AROAHIPOBJ:test</AssumedRoleId></AssumedRoleUser></AssumeRoleWithWebIdentityResult>"
+                "<ResponseMetadata><RequestId>1</RequestId></ResponseMetadata></AssumeRoleWithWebIdentityResponse>"
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/xml")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    sts = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Sts)
+    threading.Thread(target=sts.serve_forever, daemon=True).start()
+    try:
+        token = tmp_path / "token"
+        token.write_text("eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ0ZXN0In0.c2ln")
+        monkeypatch.setenv("AWS_WEB_IDENTITY_TOKEN_FILE", str(token))
+        monkeypatch.setenv("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/hipobj")
+        monkeypatch.setenv("AWS_ROLE_SESSION_NAME", "test")
+        monkeypatch.setenv("AWS_ENDPOINT_URL_STS", f"http://127.0.0.1:{sts.server_address[1]}")
+        round_trip(hipobj.S3(client, rdma_server.endpoint), bucket, "creds/web-identity")
+    finally:
+        sts.shutdown()
+        sts.server_close()
+    assert calls and calls[0]["Action"] == "AssumeRoleWithWebIdentity"
+    assert calls[0]["WebIdentityToken"] == token.read_text()
+    assert calls[0]["RoleArn"] == "arn:aws:iam::123456789012:role/hipobj"
