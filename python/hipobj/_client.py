@@ -390,23 +390,40 @@ class S3(_Front):
     ``part_size`` parts. An ``https://`` endpoint's certificate must chain
     to ``ca_bundle`` (a PEM file) when given, else to ``AWS_CA_BUNDLE``'s,
     else to the system's roots.
+
+    Credentials: ``access_key`` and ``secret_key`` (with ``session_token``
+    for temporary keys) when given, used as they are; else ``profile``, one
+    profile of the shared config and credentials files used alone (as
+    boto3's ``Session(profile_name=)``: keys in the environment do not win
+    over it); else the AWS SDK's default chain, as boto3 and the AWS CLI
+    look: ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` /
+    ``AWS_SESSION_TOKEN``, the shared files' ``AWS_PROFILE`` or ``default``
+    profile (SSO, ``credential_process`` and assumed roles included), web
+    identity (``AWS_WEB_IDENTITY_TOKEN_FILE``), the container credentials
+    endpoint and the instance metadata service. Temporary credentials from
+    a profile or the chain are renewed before they expire. ``region``: the
+    argument, else ``AWS_REGION``, else the profile's, else ``us-east-1``.
     """
 
     def __init__(
         self,
         client: Client,
         endpoint: str,
-        access_key: str,
-        secret_key: str,
+        access_key: Optional[str] = None,
+        secret_key: Optional[str] = None,
         *,
-        region: str = "us-east-1",
+        session_token: Optional[str] = None,
+        profile: Optional[str] = None,
+        region: Optional[str] = None,
         fallback: bool = True,
         multipart_threshold: int = MULTIPART_THRESHOLD,
         part_size: int = PART_SIZE,
         ca_bundle: Optional[str] = None,
     ):
         super().__init__(client, multipart_threshold, part_size)
-        self._s3 = _native.S3Client(client._native, endpoint, access_key, secret_key, region, fallback, ca_bundle)
+        self._s3 = _native.S3Client(
+            client._native, endpoint, access_key, secret_key, region, fallback, ca_bundle, session_token, profile
+        )
         self.last: Optional[dict] = None
 
     def _head(self, bucket, key) -> dict:

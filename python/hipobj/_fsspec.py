@@ -42,9 +42,11 @@ def _info_dir(name: str) -> Dict[str, Any]:
 class HipObjFileSystem(AbstractFileSystem):
     """``hipobj://bucket/key`` paths on one S3 endpoint.
 
-    ``endpoint_url``, ``key`` / ``secret`` (or ``aws_access_key_id`` /
-    ``aws_secret_access_key``), ``region_name``, ``nic_hint``, ``fallback``
-    (plain HTTP with the package's warning when the server declines RDMA).
+    ``endpoint_url``, ``key`` / ``secret`` / ``token`` (or
+    ``aws_access_key_id`` / ``aws_secret_access_key`` /
+    ``aws_session_token``), else ``profile`` or the AWS SDK's default chain
+    (as ``hipobj.S3``), ``region_name``, ``nic_hint``, ``fallback`` (plain
+    HTTP with the package's warning when the server declines RDMA).
     """
 
     protocol = ("hipobj",)
@@ -63,6 +65,9 @@ class HipObjFileSystem(AbstractFileSystem):
         client: Any = None,
         aws_access_key_id: Optional[str] = None,
         aws_secret_access_key: Optional[str] = None,
+        token: Optional[str] = None,
+        aws_session_token: Optional[str] = None,
+        profile: Optional[str] = None,
         **kw: Any,
     ):
         super().__init__(**kw)
@@ -71,6 +76,8 @@ class HipObjFileSystem(AbstractFileSystem):
             endpoint_url=endpoint_url,
             aws_access_key_id=key or aws_access_key_id,
             aws_secret_access_key=secret or aws_secret_access_key,
+            aws_session_token=token or aws_session_token,
+            profile=profile,
             region_name=region_name,
             nic_hint=nic_hint,
             fallback=fallback,

@@ -162,8 +162,10 @@ STORAGE_LOCKS = _StorageLocks()
 
 
 def _is_storage(obj: Any) -> bool:
-    torch = _torch_module()
-    return torch is not None and isinstance(obj, torch.UntypedStorage)
+    # While torch is being imported (the cache's gc hook can run then) the
+    # module is there without UntypedStorage: nothing is a storage yet.
+    storage = getattr(_torch_module(), "UntypedStorage", None)
+    return storage is not None and isinstance(obj, storage)
 
 
 def storage_use_count(st: Any) -> int:

@@ -42,12 +42,17 @@ def join_key(prefix: str, name: str) -> str:
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where and as whom: the arguments boto3 takes, with environment defaults."""
+    """Where and as whom: the arguments boto3 takes, with environment
+    defaults. Credentials not given here come from the AWS SDK's default
+    chain in the built-in client (environment, ``profile`` or
+    ``AWS_PROFILE``, SSO, web identity, container, instance metadata)."""
 
     endpoint_url: str
-    access_key: str
-    secret_key: str
-    region: str
+    access_key: Optional[str]
+    secret_key: Optional[str]
+    session_token: Optional[str]
+    profile: Optional[str]
+    region: Optional[str]
     nic_hint: Optional[str]
     fallback: bool
 
@@ -60,17 +65,20 @@ class Endpoint:
         region_name: Optional[str] = None,
         nic_hint: Optional[str] = None,
         fallback: bool = True,
+        aws_session_token: Optional[str] = None,
+        profile: Optional[str] = None,
     ) -> "Endpoint":
         url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         if not url:
             raise error("hipObjInvalidValue", "no endpoint_url (or AWS_ENDPOINT_URL) for the S3 server")
-        key = aws_access_key_id or os.environ.get("AWS_ACCESS_KEY_ID")
-        secret = aws_secret_access_key or os.environ.get("AWS_SECRET_ACCESS_KEY")
-        if not key or not secret:
-            raise error("hipObjInvalidValue", "no credentials: pass aws_access_key_id and aws_secret_access_key (or set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)")
-        region = region_name or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+        if bool(aws_access_key_id) != bool(aws_secret_access_key):
+            raise error("hipObjInvalidValue", "aws_access_key_id and aws_secret_access_key go together: give both or neither")
+        if aws_session_token and not aws_access_key_id:
+            raise error("hipObjInvalidValue", "aws_session_token goes with aws_access_key_id and aws_secret_access_key (or set AWS_SESSION_TOKEN with AWS_ACCESS_KEY_ID)")
+        if aws_access_key_id and profile:
+            raise error("hipObjInvalidValue", "give either aws_access_key_id and aws_secret_access_key or a profile, not both")
         hint = nic_hint if nic_hint is not None else os.environ.get("HIPOBJ_NIC")
-        return cls(url, key, secret, region, hint, fallback)
+        return cls(url, aws_access_key_id or None, aws_secret_access_key or None, aws_session_token or None, profile or None, region_name or None, hint, fallback)
 
 
 class StagingPool:
@@ -122,7 +130,16 @@ class Connection:
     def __init__(self, ep: Endpoint, client: Optional[Client] = None):
         self.endpoint = ep
         self.client = client or Client(nic_hint=ep.nic_hint)
-        self.s3 = S3(self.client, ep.endpoint_url, ep.access_key, ep.secret_key, region=ep.region, fallback=ep.fallback)
+        self.s3 = S3(
+            self.client,
+            ep.endpoint_url,
+            ep.access_key,
+            ep.secret_key,
+            session_token=ep.session_token,
+            profile=ep.profile,
+            region=ep.region,
+            fallback=ep.fallback,
+        )
         self.staging = StagingPool(self.client)
         self._pool: Optional[ThreadPoolExecutor] = None
         self._lock = threading.Lock()
@@ -141,9 +158,9 @@ _connections_lock = threading.Lock()
 
 def connect(client: Optional[Client] = None, **kw: Any) -> Connection:
     """The process's shared connection to an endpoint (``endpoint_url``,
-    ``aws_access_key_id``, ``aws_secret_access_key``, ``region_name``,
-    ``nic_hint``, ``fallback``). Keyed by process too: a forked DataLoader
-    worker opens its own NIC."""
+    ``aws_access_key_id``, ``aws_secret_access_key``, ``aws_session_token``,
+    ``profile``, ``region_name``, ``nic_hint``, ``fallback``). Keyed by
+    process too: a forked DataLoader worker opens its own NIC."""
     ep = Endpoint.of(**kw)
     if client is not None:
         return Connection(ep, client)

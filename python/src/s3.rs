@@ -3,12 +3,11 @@
 //! not use boto3.
 
 use aws_sdk_s3::config::retry::RetryConfig;
-use aws_sdk_s3::config::{
-    BehaviorVersion, Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation,
-};
+use aws_sdk_s3::config::{BehaviorVersion, RequestChecksumCalculation, ResponseChecksumValidation};
 use aws_sdk_s3::primitives::{ByteStream, DateTime};
 use aws_sdk_s3::types::CompletedMultipartUpload;
 use hipobj::ErrorKind;
+use hipobj_s3::credentials::{self, Source};
 use hipobj_s3::{Parallel, RdmaS3Client, Span, Transfer};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
@@ -63,21 +62,46 @@ impl S3Client {
     }
 }
 
+/// Explicit keys (both, with an optional session token), or the SDK's
+/// default chain with an optional profile; not both.
+fn credential_source(
+    access_key: Option<&str>,
+    secret_key: Option<&str>,
+    session_token: Option<&str>,
+    profile: Option<&str>,
+) -> Result<Source, &'static str> {
+    match (access_key, secret_key) {
+        (Some(k), Some(s)) if profile.is_none() => Ok(Source::keys(k, s, session_token)),
+        (Some(_), Some(_)) => Err("give either access_key and secret_key or a profile, not both"),
+        (Some(_), None) | (None, Some(_)) => {
+            Err("access_key and secret_key go together: give both or neither")
+        }
+        (None, None) if session_token.is_some() => Err(
+            "a session_token goes with access_key and secret_key (or set AWS_SESSION_TOKEN with AWS_ACCESS_KEY_ID)",
+        ),
+        (None, None) => Ok(Source::chain(profile)),
+    }
+}
+
 #[pymethods]
 impl S3Client {
     #[new]
-    #[pyo3(signature = (client, endpoint, access_key, secret_key, region="us-east-1", fallback=true, ca_bundle=None))]
+    #[pyo3(signature = (client, endpoint, access_key=None, secret_key=None, region=None, fallback=true, ca_bundle=None, session_token=None, profile=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         client: &Client,
         endpoint: &str,
-        access_key: &str,
-        secret_key: &str,
-        region: &str,
+        access_key: Option<&str>,
+        secret_key: Option<&str>,
+        region: Option<&str>,
         fallback: bool,
         ca_bundle: Option<std::path::PathBuf>,
+        session_token: Option<&str>,
+        profile: Option<&str>,
     ) -> PyResult<Self> {
+        let source = credential_source(access_key, secret_key, session_token, profile)
+            .map_err(|why| own_err(py, ErrorKind::InvalidValue, why))?;
         // The argument, else AWS_CA_BUNDLE, else the system's roots.
         let http = hipobj_s3::tls::CaBundle::resolve(ca_bundle.as_deref())
             .and_then(|ca| hipobj_s3::tls::http_client(ca.as_ref()))
@@ -93,18 +117,21 @@ impl S3Client {
                     format!("cannot start the I/O runtime: {e}"),
                 )
             })?;
+        // A provider, not resolved keys: the SDK's identity cache asks it
+        // again before temporary credentials expire.
+        let (region, creds) = py.allow_threads(|| {
+            rt.block_on(async {
+                let region = credentials::region(region, profile).await;
+                let creds = credentials::provider(&source, region.clone(), Some(http.clone())).await;
+                (region, creds)
+            })
+        });
         let conf = aws_sdk_s3::Config::builder()
             .behavior_version(BehaviorVersion::latest())
             .http_client(http)
             .endpoint_url(endpoint)
-            .region(Region::new(region.to_owned()))
-            .credentials_provider(Credentials::new(
-                access_key,
-                secret_key,
-                None,
-                None,
-                "hipobj-python",
-            ))
+            .region(region)
+            .credentials_provider(creds)
             .force_path_style(true)
             .retry_config(RetryConfig::disabled())
             .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)

@@ -196,3 +196,24 @@ def test_a_read_only_dlpack_export_is_refused_for_a_get_and_serves_a_put(client)
     with pytest.raises(hipobj.HipObjError) as e:
         hipobj._memory.target_of(Producer(a), for_get=False)
     assert e.value.name == "hipObjInvalidValue"
+
+
+def test_importing_torch_after_registering_memory_prints_nothing():
+    """The registration cache's gc hook runs during torch's own import,
+    when the module has no UntypedStorage yet: it must not raise there
+    (each raise printed an 'Exception ignored' traceback)."""
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np, hipobj\n"
+        "c = hipobj.Client(nic_hint='softroce0')\n"
+        "b = np.zeros(1 << 20, dtype=np.uint8)\n"
+        "c.register(b)\n"
+        "import torch\n"
+        "print('imported')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "imported" in r.stdout, r.stderr
+    assert "Exception ignored" not in r.stderr, r.stderr

@@ -5,9 +5,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use aws_config::BehaviorVersion;
-use aws_config::meta::credentials::CredentialsProviderChain;
-use aws_config::meta::region::RegionProviderChain;
-use aws_sdk_s3::config::{Region, timeout::TimeoutConfig};
+use aws_sdk_s3::config::timeout::TimeoutConfig;
+use hipobj_s3::credentials;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hipobj::ErrorKind;
@@ -276,34 +275,21 @@ fn hipobj_client(conn: &Conn, options: Option<hipobj::Options>) -> CliResult<hip
 /// One S3 client per endpoint (one for AWS when none is given), all with
 /// the same credentials and region.
 async fn s3_clients(conn: &Conn, endpoints: &[String]) -> CliResult<Vec<aws_sdk_s3::Client>> {
-    // Credentials and region come from the environment and the profile
-    // files only: no instance metadata service, which would send traffic
-    // off this machine.
-    let env_region = aws_config::environment::EnvironmentVariableRegionProvider::new();
-    let mut profile_region = aws_config::profile::ProfileFileRegionProvider::builder();
-    let mut profile_creds = aws_config::profile::ProfileFileCredentialsProvider::builder();
-    if let Some(p) = &conn.profile {
-        profile_region = profile_region.profile_name(p);
-        profile_creds = profile_creds.profile_name(p);
-    }
-    let region = match &conn.region {
-        Some(r) => RegionProviderChain::first_try(Region::new(r.clone())),
-        None => RegionProviderChain::first_try(env_region)
-            .or_else(profile_region.build())
-            .or_else(Region::new("us-east-1")),
-    };
-    let creds = aws_sdk_s3::config::SharedCredentialsProvider::new(
-        CredentialsProviderChain::first_try(
-            "environment",
-            aws_config::environment::EnvironmentVariableCredentialsProvider::new(),
-        )
-        .or_else("profile", profile_creds.build()),
-    );
     // The flag, else AWS_CA_BUNDLE (clap reads it; an empty value is none).
     let given = conn.ca_bundle.as_deref().filter(|p| !p.as_os_str().is_empty());
     let http = hipobj_s3::tls::CaBundle::resolve(given)
         .and_then(|ca| hipobj_s3::tls::http_client(ca.as_ref()))
         .map_err(|e| CliError::plain(e.to_string()))?;
+    // The region and the SDK's default credential chain, as the Python
+    // package has them (hipobj_s3::credentials).
+    let profile = conn.profile.as_deref();
+    let region = credentials::region(conn.region.as_deref(), profile).await;
+    let creds = credentials::provider(
+        &credentials::Source::chain(profile),
+        region.clone(),
+        Some(http.clone()),
+    )
+    .await;
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
         .http_client(http)
         .region(region)

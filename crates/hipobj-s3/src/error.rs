@@ -93,6 +93,11 @@ impl Error {
                     )
                 }
             }
+            // The credentials, not the server: nothing was sent.
+            SdkError::DispatchFailure(_) if crate::credentials::not_loaded(e).is_some() => Self::new(
+                ErrorKind::S3Error,
+                format!("{op}: {}", crate::credentials::not_loaded(e).unwrap_or_default()),
+            ),
             SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => match untrusted_certificate(e) {
                 Some((why, wrong_name)) => Self {
                     unreachable: true,

@@ -58,6 +58,7 @@
 
 mod args;
 mod capture;
+pub mod credentials;
 mod endpoint;
 mod error;
 mod failover;

@@ -1,6 +1,9 @@
 """Map-style and iterable datasets over the objects under an S3 prefix, as
 s3torchconnector has them; each object's bytes come by RDMA into a
-registered buffer."""
+registered buffer. ``from_prefix`` takes the endpoint and credential
+arguments of the DCP storage (``endpoint_url``, ``aws_access_key_id``,
+``aws_secret_access_key``, ``aws_session_token``, ``profile``,
+``region_name``, ``nic_hint``, ``fallback``)."""
 
 from __future__ import annotations
 

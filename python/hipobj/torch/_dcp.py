@@ -129,8 +129,11 @@ class _Base:
 class S3RdmaStorageWriter(_Base, StorageWriter):
     """A ``StorageWriter`` for ``dcp.save`` into ``s3://bucket/prefix``.
 
-    ``endpoint_url``, ``aws_access_key_id``, ``aws_secret_access_key`` and
-    ``region_name`` as boto3 takes them (environment defaults), ``nic_hint``
+    ``endpoint_url``, ``aws_access_key_id``, ``aws_secret_access_key``,
+    ``aws_session_token`` and ``region_name`` as boto3 takes them, or
+    ``profile``; credentials not given come from the AWS SDK's default chain
+    (environment, ``AWS_PROFILE``, SSO, web identity, container, instance
+    metadata), and temporary ones are renewed during the save; ``nic_hint``
     for the RDMA device, ``fallback`` (plain HTTP with an
     ``RdmaFallbackWarning`` when the server declines RDMA; False: an error).
     ``direct_bytes``: a contiguous CPU tensor at least this large is PUT

@@ -163,7 +163,8 @@ def load_safetensors(
     ``....safetensors.index.json`` names, on ``device``.
 
     ``endpoint_url``, ``aws_access_key_id``, ``aws_secret_access_key``,
-    ``region_name``, ``nic_hint`` and ``fallback`` as for the DCP storage.
+    ``aws_session_token``, ``profile``, ``region_name``, ``nic_hint`` and
+    ``fallback`` as for the DCP storage.
     Tensors of one run share one storage; on the host it is a block of the
     process's pool, which takes the block back when they have all died
     (``release_host_memory()``). ``stats``, when given, is filled
