@@ -32,8 +32,9 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 venv="${HIPOBJ_NOHARM_VENV:-/tmp/hipobj-noharm-venv}"
 work="$(mktemp -d /tmp/hipobj-noharm.XXXXXX)"
 pids=()
-# One at a time, the last started first: a SeaweedFS filer stopped after
-# its master waits for it for 10 s.
+# One at a time, the last started first (a SeaweedFS filer whose master
+# is gone waits for it). One weed process still takes longer than
+# stop_pids' 10 s to stop and gets SIGKILL: its data is thrown away.
 cleanup() {
     local i
     for ((i = ${#pids[@]} - 1; i >= 0; i--)); do stop_pids "${pids[i]}"; done
