@@ -8,7 +8,11 @@
 #      and an object read back from SeaweedFS directly;
 #   2. scale-out: three gateways with RDMA on the soft NIC over this one
 #      SeaweedFS, one killed with SIGKILL mid-transfer, every key read back
-#      (crates/hipobj-server/tests/failover.rs, failover_over_seaweedfs).
+#      (crates/hipobj-server/tests/failover.rs, failover_over_seaweedfs);
+#   3. the no-harm matrix (scripts/no-harm-matrix.sh) with this SeaweedFS
+#      beside moto and `rclone serve s3`: every client's PUT over an
+#      existing object, with and without --require-rdma, leaves it
+#      unchanged or fully replaced, with no empty version.
 #
 # Fails on any wrong answer. The venv is $HIPOBJ_SEAWEEDFS_VENV (default
 # /tmp/hipobj-seaweedfs-venv), created on first use (about 40 MB).
@@ -127,4 +131,7 @@ PY
 # --- 2. three gateways over SeaweedFS, one killed mid-transfer --------------
 HIPOBJ_SEAWEEDFS_ENDPOINT="$seaweed" HIPOBJ_SEAWEEDFS_KEYS="$sw_ak:$sw_sk" \
     run_ignored_test hipobj-server failover failover_over_seaweedfs --nocapture
+
+# --- 3. the no-harm matrix --------------------------------------------------
+HIPOBJ_NOHARM_SEAWEEDFS="$seaweed,$sw_ak,$sw_sk" HIPOBJ_NOHARM_VENV="$venv" scripts/no-harm-matrix.sh
 echo "seaweedfs: all passed"

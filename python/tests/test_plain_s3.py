@@ -6,9 +6,11 @@ a minimal plain S3 server (http.server, in this process) with an existing
 object, both front ends keep the object unchanged without fallback and
 replace it in full with fallback, and no write with a token reaches it."""
 
+import base64
 import http.server
 import threading
 import warnings
+import zlib
 
 import pytest
 
@@ -66,6 +68,12 @@ class _PlainS3(http.server.BaseHTTPRequestHandler):
             body = b"<?xml version='1.0'?><Error><Code>InvalidRange</Code><Message>r</Message></Error>"
             return self._send(416, body, [("Content-Type", "application/xml")])
         b = min(b, len(obj) - 1)
+        if self.server.rclone_ranges:
+            # As `rclone serve s3` 1.75 answers: 200, and the whole object's
+            # checksum beside the range's bytes.
+            crc = base64.b64encode(zlib.crc32(obj).to_bytes(4, "big")).decode()
+            headers = [("Content-Range", f"bytes {a}-{b}/{len(obj)}"), ("x-amz-checksum-crc32", crc)]
+            return self._send(200, obj[a : b + 1], headers)
         self._send(206, obj[a : b + 1], [("Content-Range", f"bytes {a}-{b}/{len(obj)}")])
 
     do_HEAD = do_GET
@@ -78,6 +86,7 @@ def plain_s3(request):
     srv.versions = {}
     srv.versioned = request.param
     srv.token_methods = []
+    srv.rclone_ranges = False
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
     yield srv
@@ -114,3 +123,39 @@ def test_a_put_to_a_plain_server_keeps_or_replaces_the_object_in_full(client, pl
     assert plain_s3.token_methods, "no probe was sent"
     assert all(m == "GET bytes=0-0" for m in plain_s3.token_methods), plain_s3.token_methods
     assert all(v for vs in plain_s3.versions.values() for v in vs), "an empty object or version exists"
+
+
+def test_the_boto3_probe_reads_past_a_whole_object_checksum_on_a_range(client, plain_s3):
+    """`rclone serve s3` answers a ranged GET with the whole object's
+    x-amz-checksum-crc32, which botocore checks against the range's bytes
+    and refuses (FlexibleChecksumError). The probe's one byte is thrown
+    away: that check must not stop the write (no-harm matrix, docs/testing.md).
+    Before, every write through hipobj.Boto3 to rclone failed, fallback or
+    not, with "the server answered the probe with HTTP None"."""
+    plain_s3.rclone_ranges = True
+    endpoint = f"http://127.0.0.1:{plain_s3.server_address[1]}"
+    # boto3's defaults (since 1.36): a response's checksum is checked when
+    # the server sends one.
+    from botocore.config import Config
+
+    s3 = pytest.importorskip("boto3").client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id="k",
+        aws_secret_access_key="s",
+        region_name="us-east-1",
+        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
+    )
+    old = bytes(range(256)) * 400
+    new = bytearray(b"\x5a" * 65536)
+    plain_s3.versions["/b/obj"] = [old]
+    with pytest.raises(hipobj.HipObjError) as e:
+        hipobj.Boto3(client, s3, fallback=False).put_from(new, "b", "obj")
+    assert getattr(e.value, "declined", False), e.value
+    assert plain_s3.versions["/b/obj"] == [old], "the object changed"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", hipobj.RdmaFallbackWarning)
+        assert hipobj.Boto3(client, s3).put_from(new, "b", "obj") == len(new)
+    want = [old, bytes(new)] if plain_s3.versioned else [bytes(new)]
+    assert plain_s3.versions["/b/obj"] == want, "not one full replacement"
+    assert all(m == "GET bytes=0-0" for m in plain_s3.token_methods), plain_s3.token_methods

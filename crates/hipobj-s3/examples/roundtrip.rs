@@ -1,15 +1,24 @@
 //! PUT an object and GET it back through registered memory.
 //!
-//! `roundtrip ENDPOINT BUCKET [NIC]`, with credentials in
+//! `roundtrip [--require-rdma] ENDPOINT BUCKET [NIC]`, with credentials in
 //! `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`. NIC defaults to `softroce0`.
+//! With `--require-rdma` a server that does not speak RDMA fails the
+//! transfer instead of getting the bytes over plain HTTP.
 
 use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
 use hipobj_s3::{RdmaS3Client, Span};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut args = std::env::args().skip(1);
+    let (flags, rest): (Vec<String>, Vec<String>) =
+        std::env::args().skip(1).partition(|a| a.starts_with("--"));
+    let require_rdma = match flags.as_slice() {
+        [] => false,
+        [f] if f == "--require-rdma" => true,
+        _ => return Err("usage: roundtrip [--require-rdma] ENDPOINT BUCKET [NIC]".into()),
+    };
+    let mut args = rest.into_iter();
     let (Some(endpoint), Some(bucket)) = (args.next(), args.next()) else {
-        return Err("usage: roundtrip ENDPOINT BUCKET [NIC]".into());
+        return Err("usage: roundtrip [--require-rdma] ENDPOINT BUCKET [NIC]".into());
     };
     let nic = args.next().unwrap_or_else(|| "softroce0".into());
     let ak = std::env::var("AWS_ACCESS_KEY_ID")?;
@@ -34,7 +43,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let hipobj = hipobj::Client::builder(hipobj_system::platform())
         .nic_hint(nic)
         .build()?;
-    let client = RdmaS3Client::new(s3, hipobj.clone(), rt.handle().clone());
+    let client = RdmaS3Client::new(s3, hipobj.clone(), rt.handle().clone()).fallback(!require_rdma);
 
     let len = 1 << 20;
     let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();

@@ -45,31 +45,35 @@ fn the_roundtrip_example_moves_its_object_over_rdma() {
         .rdma()
         .and_then(|r| r.target().selection().gid.to_ipv4())
         .unwrap();
-    let out = Command::new(&example)
-        .args([
-            h.endpoint().as_str(),
-            "example-bucket",
-            hipobj_softroce::DEFAULT_NAME,
-        ])
-        .env("AWS_ACCESS_KEY_ID", "example-key")
-        .env("AWS_SECRET_ACCESS_KEY", "example-secret")
-        // The server's soft NIC has a loopback address of its own, not the
-        // endpoint's 127.0.0.1: name it (docs/protocol.md §8).
-        .env("HIPOBJ_ALLOW_PEER_GID", server_ip.to_string())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        stdout.contains("PUT 1048576 bytes") && stdout.contains("rdma true"),
-        "{stdout}"
-    );
-    assert!(stdout.contains("round trip OK"), "{stdout}");
-    assert!(!stdout.contains("fell back"), "{stdout}");
-    assert_eq!(h.rdma().unwrap().target().stats().transfers, 2);
+    // As given, and with --require-rdma (no fallback to plain HTTP).
+    for (flag, transfers) in [(None, 2), (Some("--require-rdma"), 4)] {
+        let out = Command::new(&example)
+            .args(flag)
+            .args([
+                h.endpoint().as_str(),
+                "example-bucket",
+                hipobj_softroce::DEFAULT_NAME,
+            ])
+            .env("AWS_ACCESS_KEY_ID", "example-key")
+            .env("AWS_SECRET_ACCESS_KEY", "example-secret")
+            // The server's soft NIC has a loopback address of its own, not the
+            // endpoint's 127.0.0.1: name it (docs/protocol.md §8).
+            .env("HIPOBJ_ALLOW_PEER_GID", server_ip.to_string())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{flag:?}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            stdout.contains("PUT 1048576 bytes") && stdout.contains("rdma true"),
+            "{stdout}"
+        );
+        assert!(stdout.contains("round trip OK"), "{stdout}");
+        assert!(!stdout.contains("fell back"), "{stdout}");
+        assert_eq!(h.rdma().unwrap().target().stats().transfers, transfers);
+    }
     rt.block_on(h.shutdown());
 }
