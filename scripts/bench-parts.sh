@@ -19,7 +19,9 @@
 # system) per GiB. The CLI and s5cmd are whole processes under
 # /usr/bin/time (start-up, and for the CLI the soft NIC's worker threads,
 # included); the Python rows time the transfer call alone from inside
-# (scripts/bench-parts.py). Prints a markdown table of the medians.
+# (scripts/bench-parts.py). Beside them, the server's own CPU seconds per
+# GiB (hipobj_server_cpu_seconds_total, every role, its soft NIC's workers
+# included) over the same transfer. Prints a markdown table of the medians.
 #
 # Checks: every GET's file has SIZE bytes, and the first GET of each
 # client has the source's sha256 (which also proves that client's PUT);
@@ -122,6 +124,8 @@ want=$(sha256sum "$src" | cut -d' ' -f1)
 dst="$files/dst"
 
 counter() { curl -sf "$endpoint/.hipobj/metrics" | awk -v n="$1" '$1 == n { v = $2 } END { print v + 0 }'; }
+# The server's CPU seconds, every role (its soft NIC's workers included).
+server_cpu() { curl -sf "$endpoint/.hipobj/metrics" | awk '$1 ~ /^hipobj_server_cpu_seconds_total/ { s += $2 } END { printf "%.3f", s }'; }
 s5() { "$s5venv/bin/s5cmd" --endpoint-url "$endpoint" "$@"; }
 
 # One transfer: CLIENT IN_FLIGHT OP KEY. Appends "wall user sys" to $timing.
@@ -170,7 +174,7 @@ done
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
 raw="$out/rows.tsv"
-printf 'round\tclient\tin_flight\top\tseconds\tuser\tsys\tmib_per_s\tcpu_s_per_gib\n' >"$raw"
+printf 'round\tclient\tin_flight\top\tseconds\tuser\tsys\tmib_per_s\tcpu_s_per_gib\tserver_cpu_s_per_gib\n' >"$raw"
 declare -A hashed=()
 nrows=${#rows[@]}
 for ((r = 0; r < rounds; r++)); do
@@ -184,8 +188,9 @@ for ((r = 0; r < rounds; r++)); do
             rm -f "$dst"
             # A PUT is the server's RDMA READ, a GET its WRITE.
             rdma=hipobj_rdma_bytes_$([[ $op == put ]] && echo read || echo written)_total
-            before=$(counter "$rdma") declines=$(counter hipobj_rdma_declines_total)
+            before=$(counter "$rdma") declines=$(counter hipobj_rdma_declines_total) srv0=$(server_cpu)
             transfer "$client" "$n" "$op" "$key"
+            srv1=$(server_cpu)
             if [[ $client == hipobj ]]; then
                 moved=$(($(counter "$rdma") - before))
                 ((moved == size)) || fail "hipobj $op at $n in flight: the server moved $moved bytes by RDMA, not $size"
@@ -200,9 +205,9 @@ for ((r = 0; r < rounds; r++)); do
                 fi
             fi
             read -r secs user sys <<<"$timing"
-            awk -v r=$((r + 1)) -v c="$client" -v n="$n" -v op="$op" -v s="$secs" -v u="$user" -v y="$sys" -v b="$size" \
-                'BEGIN { printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.3f\n", r, c, n, op, s, u, y, b / 1048576 / s, (u + y) / (b / 1073741824) }' >>"$raw"
-            printf '  round %d  %-9s %-7s %s  %s\n' $((r + 1)) "$client" "$n" "$op" "$(tail -1 "$raw" | cut -f8,9 | sed 's/\t/ MiB\/s  /') s/GiB" >&2
+            awk -v r=$((r + 1)) -v c="$client" -v n="$n" -v op="$op" -v s="$secs" -v u="$user" -v y="$sys" -v b="$size" -v srv="$(echo "$srv1 - $srv0" | bc)" \
+                'BEGIN { g = b / 1073741824; printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.3f\t%.3f\n", r, c, n, op, s, u, y, b / 1048576 / s, (u + y) / g, srv / g }' >>"$raw"
+            printf '  round %d  %-9s %-7s %s  %s\n' $((r + 1)) "$client" "$n" "$op" "$(tail -1 "$raw" | awk -F'\t' '{ printf "%s MiB/s, client %s s/GiB, server %s s/GiB", $8, $9, $10 }')" >&2
         done
         s5 rm "s3://bench/$key" >/dev/null
         rm -f "$dst"
@@ -227,17 +232,20 @@ what = {
     "boto3-crt": "boto3 + awscrt, HTTP",
     "boto3": "boto3 classic, HTTP",
 }
+defaults = {"s5cmd": "default (5 × 50 MiB)", "boto3-crt": "default (CRT's, 8 MiB)"}
 def med(recs, field):
     return statistics.median(float(r[field]) for r in recs)
-print("| client | in flight | PUT MiB/s | PUT CPU s/GiB | GET MiB/s | GET CPU s/GiB |")
-print("|---|---|---|---|---|---|")
+print("| client | in flight | PUT MiB/s | PUT client CPU s/GiB | GET MiB/s | GET client CPU s/GiB | server CPU s/GiB PUT / GET |")
+print("|---|---|---|---|---|---|---|")
 for row in rows:
     client, n = row.split(":")
     put, get = data.get((client, n, "put"), []), data.get((client, n, "get"), [])
     if not put or not get:
         continue
-    print(f"| {what[client]} | {n} | {med(put, 'mib_per_s'):.0f} | {med(put, 'cpu_s_per_gib'):.2f} "
-          f"| {med(get, 'mib_per_s'):.0f} | {med(get, 'cpu_s_per_gib'):.2f} |")
+    label = defaults.get(client, n) if n == "default" else n
+    print(f"| {what[client]} | {label} | {med(put, 'mib_per_s'):.0f} | {med(put, 'cpu_s_per_gib'):.2f} "
+          f"| {med(get, 'mib_per_s'):.0f} | {med(get, 'cpu_s_per_gib'):.2f} "
+          f"| {med(put, 'server_cpu_s_per_gib'):.2f} / {med(get, 'server_cpu_s_per_gib'):.2f} |")
 PY
 echo
 echo "Medians of $rounds round(s); every round's rows are in $raw."
