@@ -138,7 +138,11 @@ async fn a_folder_changed_behind_the_index_lists_as_it_is_at_the_next_open() {
     std::fs::copy(object_file(&root, "bkt", "a"), object_file(&root, "bkt", "d")).unwrap();
     std::fs::remove_file(object_file(&root, "bkt", "b")).unwrap();
     // The removed one is never listed, even by the store that indexed it.
-    assert_eq!(walk(&first, "bkt", "", None, 1000).await, ["a", "c"]);
+    assert!(
+        !walk(&first, "bkt", "", None, 1000)
+            .await
+            .contains(&"b".to_owned())
+    );
     let second = open(&root);
     assert_eq!(walk(&second, "bkt", "", None, 1000).await, ["a", "c", "d"]);
     assert_eq!(walk(&first, "bkt", "", None, 1000).await, ["a", "c", "d"]);
