@@ -242,11 +242,6 @@ impl KeyIndex {
         Ok(walk.take(&keys, want))
     }
 
-    /// How many keys the index holds for `bucket` (tests, benchmarks).
-    pub(super) async fn len(&self, bucket: &str) -> usize {
-        self.bucket(bucket).keys.read().await.len()
-    }
-
     fn upload_state(&self) -> Arc<Uploads> {
         Arc::clone(&self.uploads.lock().unwrap_or_else(PoisonError::into_inner))
     }
@@ -334,24 +329,24 @@ impl FsStore {
     /// Every key of the bucket folder `dir` with an object file or
     /// versions: what the index of a bucket starts from.
     async fn folder_keys(dir: &Path) -> S3Result<Vec<String>> {
-        let mut keys: Vec<String> = Self::bucket_entries(dir, "")
-            .await?
-            .into_iter()
-            .map(|(key, _, _)| key)
-            .collect();
+        let mut keys = Vec::new();
+        let mut rd = tokio::fs::read_dir(dir)
+            .await
+            .map_err(|e| super::internal("indexing a bucket", e))?;
+        while let Some(ent) = rd
+            .next_entry()
+            .await
+            .map_err(|e| super::internal("indexing a bucket", e))?
+        {
+            let name = ent.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if let Some((key, _)) = Self::key_of_name(dir, name).await? {
+                keys.push(key);
+            }
+        }
         keys.sort_unstable();
         keys.dedup();
         Ok(keys)
-    }
-
-    /// How many keys the index holds for `bucket`, listed once first (the
-    /// benchmark's count).
-    #[doc(hidden)]
-    pub async fn indexed_keys(&self, bucket: &str) -> S3Result<usize> {
-        let dir = self.existing_bucket(bucket).await?;
-        self.index_page(bucket, &dir, &mut Walk::new("", None, None, false), 0)
-            .await?;
-        Ok(self.index.len(bucket).await)
     }
 }
 

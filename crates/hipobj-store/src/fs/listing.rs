@@ -3,8 +3,6 @@
 //! (with one prologue for the arguments they share), and the pages of
 //! ListBuckets.
 
-use std::path::{Path, PathBuf};
-
 use std::time::UNIX_EPOCH;
 
 use s3s::dto::{self, ETag, Timestamp};
@@ -84,30 +82,6 @@ impl FsStore {
         .await
     }
 
-    /// The entries of the bucket folder `dir` that name a key starting
-    /// with `prefix`, in no order: the key, whether the entry is the key's
-    /// folder of versions (else its object file), and the entry's path.
-    pub(super) async fn bucket_entries(dir: &Path, prefix: &str) -> S3Result<Vec<(String, bool, PathBuf)>> {
-        let mut out = Vec::new();
-        let mut rd = tokio::fs::read_dir(dir)
-            .await
-            .map_err(|e| internal("listing a bucket", e))?;
-        while let Some(ent) = rd
-            .next_entry()
-            .await
-            .map_err(|e| internal("listing a bucket", e))?
-        {
-            let name = ent.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if let Some((key, folder)) = Self::key_of_name(dir, name).await?
-                && key.starts_with(prefix)
-            {
-                out.push((key, folder, ent.path()));
-            }
-        }
-        Ok(out)
-    }
-
     /// The core of both ListObjects versions: keys after `after`, grouped
     /// by `delimiter`, at most `max` entries. The keys come from the index
     /// (`index`), a page at a time; each is read from its file, and one
@@ -127,7 +101,24 @@ impl FsStore {
             if items.is_empty() {
                 break;
             }
-            for item in items {
+            // Unversioned, the object files of the items that fit on the
+            // page are read in one go (the one after them only tells
+            // whether the page is truncated, unless one of them is gone).
+            let room = q.max - (listing.objects.len() + listing.prefixes.len());
+            let mut metas = if versioned {
+                Vec::new().into_iter()
+            } else {
+                let paths = items
+                    .iter()
+                    .take(room)
+                    .filter_map(|i| match i {
+                        Item::Key(k) => Some(dir.join(Self::file_name(k))),
+                        Item::Prefix(_) => None,
+                    })
+                    .collect();
+                Self::read_listed_metas(paths).await?.into_iter()
+            };
+            for (i, item) in items.into_iter().enumerate() {
                 if listing.objects.len() + listing.prefixes.len() >= q.max {
                     listing.truncated = true;
                     break 'page;
@@ -138,12 +129,15 @@ impl FsStore {
                         listing.prefixes.push(cp);
                     }
                     Item::Key(key) => {
-                        let Some(mut st) = self.current_of(&dir, &key, versioned).await? else {
-                            continue;
+                        let meta = if versioned || i >= room {
+                            self.current_of(&dir, &key, versioned).await?.map(|st| st.meta)
+                        } else {
+                            metas.next().flatten()
                         };
+                        let Some(mut meta) = meta else { continue };
                         listing.next = Some(key.clone());
-                        st.meta.key = key;
-                        listing.objects.push(st.meta);
+                        meta.key = key;
+                        listing.objects.push(meta);
                     }
                 }
             }
