@@ -620,7 +620,10 @@ impl FsStore {
             Some(km) => Bound::Included((input.bucket.clone(), km.clone(), 0, String::new())),
             None => Bound::Unbounded,
         };
-        'page: while max > 0 {
+        'page: loop {
+            if max == 0 {
+                break;
+            }
             let batch = self
                 .indexed_uploads(&input.bucket, &prefix, from.clone(), max + 1)
                 .await?;
