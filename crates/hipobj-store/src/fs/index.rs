@@ -21,7 +21,9 @@
 //!
 //! A process holds one index per data directory ([`KeyIndex::of`]), so
 //! that two stores opened on one directory in one process see each
-//! other's changes. One server per data directory, as always.
+//! other's changes; each open starts it afresh (every bucket is read again
+//! at its next listing). One server per data directory, as always: files
+//! another process adds while this one runs are listed from its next start.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
