@@ -3,13 +3,14 @@
 //! (with one prologue for the arguments they share), and the pages of
 //! ListBuckets.
 
-use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
 use s3s::dto::{self, ETag, Timestamp};
 use s3s::{S3Result, s3_error};
 
+use super::index::{Item, Walk};
 use super::object::Meta;
+use super::versions::Status;
 use super::{FsStore, i64_of, internal, timestamp};
 use crate::names::check_bucket;
 use crate::owner_record::{self, Lookup};
@@ -81,50 +82,10 @@ impl FsStore {
         .await
     }
 
-    /// The entries of the bucket folder `dir` that name a key starting
-    /// with `prefix`, in no order: the key, whether the entry is the key's
-    /// folder of versions (else its object file), and the entry's path.
-    pub(super) async fn bucket_entries(dir: &Path, prefix: &str) -> S3Result<Vec<(String, bool, PathBuf)>> {
-        let mut out = Vec::new();
-        let mut rd = tokio::fs::read_dir(dir)
-            .await
-            .map_err(|e| internal("listing a bucket", e))?;
-        while let Some(ent) = rd
-            .next_entry()
-            .await
-            .map_err(|e| internal("listing a bucket", e))?
-        {
-            let name = ent.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if let Some((key, folder)) = Self::key_of_name(dir, name).await?
-                && key.starts_with(prefix)
-            {
-                out.push((key, folder, ent.path()));
-            }
-        }
-        Ok(out)
-    }
-
-    /// The keys of a bucket, sorted, with the file holding each.
-    pub(super) async fn keys(&self, dir: &Path, prefix: &str) -> S3Result<Vec<(String, PathBuf)>> {
-        let mut out = Vec::new();
-        let mut folders = Vec::new();
-        for (key, folder, path) in Self::bucket_entries(dir, prefix).await? {
-            if folder {
-                folders.push(key);
-            } else {
-                out.push((key, path));
-            }
-        }
-        // A key with versions lists as its newest version, if that is not
-        // a delete marker.
-        Self::newest_of_folders(dir, folders, &mut out).await?;
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(out)
-    }
-
     /// The core of both ListObjects versions: keys after `after`, grouped
-    /// by `delimiter`, at most `max` entries.
+    /// by `delimiter`, at most `max` entries. The keys come from the index
+    /// (`index`), a page at a time; each is read from its file, and one
+    /// whose file is gone is left out.
     async fn list(&self, q: ListQuery<'_>) -> S3Result<Listing> {
         let dir = self.existing_bucket(q.bucket).await?;
         let mut listing = Listing::default();
@@ -132,41 +93,52 @@ impl FsStore {
             // Nothing asked for: an empty page that is not truncated.
             return Ok(listing);
         }
-        let keys = self.keys(&dir, q.prefix).await?;
-        let mut last_prefix: Option<String> = None;
-        for (key, path) in keys {
-            if q.after.is_some_and(|a| key.as_str() <= a) {
-                continue;
-            }
-            let common = q.delimiter.filter(|d| !d.is_empty()).and_then(|d| {
-                key[q.prefix.len()..]
-                    .find(d)
-                    .map(|i| key[..q.prefix.len() + i + d.len()].to_owned())
-            });
-            if let Some(cp) = &common
-                && (last_prefix.as_ref() == Some(cp) || q.after.is_some_and(|a| cp.as_str() <= a))
-            {
-                // Rolled up already: on this page, or (a marker or token
-                // that is this prefix) on an earlier one.
-                continue;
-            }
-            if listing.objects.len() + listing.prefixes.len() >= q.max {
-                listing.truncated = true;
+        let versioned = self.versioning(q.bucket).await? != Status::Off;
+        let mut walk = Walk::new(q.prefix, q.delimiter, q.after, false);
+        'page: loop {
+            let want = q.max + 1 - (listing.objects.len() + listing.prefixes.len());
+            let items = self.index_page(q.bucket, &dir, &mut walk, want).await?;
+            if items.is_empty() {
                 break;
             }
-            match common {
-                Some(cp) => {
-                    listing.next = Some(cp.clone());
-                    last_prefix = Some(cp.clone());
-                    listing.prefixes.push(cp);
+            // Unversioned, the object files of the items that fit on the
+            // page are read in one go (the one after them only tells
+            // whether the page is truncated, unless one of them is gone).
+            let room = q.max - (listing.objects.len() + listing.prefixes.len());
+            let mut metas = if versioned {
+                Vec::new().into_iter()
+            } else {
+                let paths = items
+                    .iter()
+                    .take(room)
+                    .filter_map(|i| match i {
+                        Item::Key(k) => Some(dir.join(Self::file_name(k))),
+                        Item::Prefix(_) => None,
+                    })
+                    .collect();
+                Self::read_listed_metas(paths).await?.into_iter()
+            };
+            for (i, item) in items.into_iter().enumerate() {
+                if listing.objects.len() + listing.prefixes.len() >= q.max {
+                    listing.truncated = true;
+                    break 'page;
                 }
-                None => {
-                    let Some(mut st) = Self::read_listed(&path).await else {
-                        continue;
-                    };
-                    listing.next = Some(key.clone());
-                    st.meta.key = key;
-                    listing.objects.push(st.meta);
+                match item {
+                    Item::Prefix(cp) => {
+                        listing.next = Some(cp.clone());
+                        listing.prefixes.push(cp);
+                    }
+                    Item::Key(key) => {
+                        let meta = if versioned || i >= room {
+                            self.current_of(&dir, &key, versioned).await?.map(|st| st.meta)
+                        } else {
+                            metas.next().flatten()
+                        };
+                        let Some(mut meta) = meta else { continue };
+                        listing.next = Some(key.clone());
+                        meta.key = key;
+                        listing.objects.push(meta);
+                    }
                 }
             }
         }

@@ -38,6 +38,7 @@
 //! * `bucket_encryption`: a bucket's default encryption;
 //! * `acl`: canned ACLs on buckets and objects, and who they let in;
 //! * `public_access`: a bucket's PublicAccessBlock and its ACL switches;
+//! * `index`: the listings' ordered index of keys and uploads, in memory;
 //! * `listing`: ListObjects (both versions), ListObjectVersions, ListBuckets;
 //! * `uploads`: multipart uploads and their parts;
 //! * `upload_sums`: an upload's checksum algorithm and the object's checksum of its parts';
@@ -65,6 +66,7 @@ mod checksums;
 mod conditions;
 pub mod format;
 mod fsck;
+mod index;
 mod layout;
 mod listing;
 mod object;
@@ -141,6 +143,8 @@ pub struct FsStore {
     last_sweep_ms: AtomicU64,
     /// The key-encryption key of SSE-S3 objects.
     master: sse::MasterKey,
+    /// The listings' index (`index`).
+    index: std::sync::Arc<index::KeyIndex>,
 }
 
 impl FsStore {
@@ -166,6 +170,7 @@ impl FsStore {
             .unwrap_or_else(|| root.join(".keys").join("sse-s3.key"));
         let master = sse::MasterKey::load_or_create(&key_file)?;
         Ok(Self {
+            index: index::KeyIndex::of(&root),
             root,
             limits,
             counter: AtomicU64::new(0),

@@ -13,7 +13,7 @@ use super::listing::{BucketPage, ListArgs, encode_key};
 use super::object::{Meta, attrs_of, described};
 use super::sse::{Described, Mode, Protection, customer_headers};
 use super::upload_sums::{UploadChecksum, check_type, checksum_type};
-use super::uploads::{Upload, check_part_number, completed, copy_source_range, object_sums};
+use super::uploads::{Upload, check_part_number, completed, copy_source_range, object_sums, upload_entry};
 use super::write::bucket_key_source;
 use super::{FsStore, US_EAST_1, hex, i64_of, internal, io_kind, now_ms, timestamp, unhex};
 use crate::Requester;
@@ -50,6 +50,8 @@ impl S3 for FsStore {
         let acl = Canned::parse(req.input.acl.as_ref().map(|a| a.as_str()), false)?;
         match ndisk::create_dir(&dir, self.durability()).await {
             Ok(()) => {
+                // Nothing of an earlier bucket of this name is listed.
+                self.index.forget(&req.input.bucket);
                 self.set_bucket_acl(&req.input.bucket, acl.unwrap_or_default())
                     .await?;
                 Ok(S3Response::new(dto::CreateBucketOutput {
@@ -91,7 +93,10 @@ impl S3 for FsStore {
         // As AWS: uploads in progress go with their bucket (and their parts
         // with them), never left behind unlistable.
         self.abort_uploads_of(&req.input.bucket).await?;
-        match ndisk::remove_dir(&dir, self.durability()).await {
+        let removed = ndisk::remove_dir(&dir, self.durability()).await;
+        // Whatever came of it, the bucket's next listing reads its folder.
+        self.index.forget(&req.input.bucket);
+        match removed {
             Ok(()) => {
                 self.forget_settings(&req.input.bucket).await;
                 Ok(S3Response::new(dto::DeleteBucketOutput {}))
@@ -873,13 +878,14 @@ impl S3 for FsStore {
         let claimed = sums_of!(input);
         check_type(up.checksum, input.checksum_type.as_ref())?;
         let (sums, part_sums) = object_sums(&up, &chosen, &wanted, &claimed)?;
+        let entry = upload_entry(&input.upload_id, &up);
         let (tmp, mut meta) = self
             .assemble(&dir, &chosen, up, (&input.upload_id, sums, part_sums))
             .await?;
         let version_id = self
             .store_object(&input.bucket, &input.key, tmp, &mut meta, cond)
             .await?;
-        if let Err(e) = ndisk::remove_dir_all(&dir, self.durability()).await {
+        if let Err(e) = self.remove_upload(&dir, entry).await {
             tracing::warn!("removing the finished upload {}: {e}", dir.display());
         }
         let enc = Described::of(meta.encryption.as_ref());
@@ -982,10 +988,10 @@ impl S3 for FsStore {
     ) -> S3Result<S3Response<dto::AbortMultipartUploadOutput>> {
         let input = req.input;
         let owner = req.credentials.as_ref().map(|c| c.access_key.as_str());
-        let (dir, _) = self
+        let (dir, up) = self
             .load_upload(&input.upload_id, &input.bucket, &input.key, owner)
             .await?;
-        ndisk::remove_dir_all(&dir, self.durability())
+        self.remove_upload(&dir, upload_entry(&input.upload_id, &up))
             .await
             .map_err(|e| internal("aborting an upload", e))?;
         Ok(S3Response::new(dto::AbortMultipartUploadOutput::default()))

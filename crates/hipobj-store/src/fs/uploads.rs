@@ -5,6 +5,7 @@
 //! ones that keep a bucket from being deleted, and removing the ones
 //! abandoned for longer than the configured age.
 
+use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -16,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::acl::Canned;
 use super::checksums::Sums;
+use super::index::{UploadEntry, successor};
 use super::layout::{Stored, TempFile, part_file};
 use super::listing::{common_prefixes, encode_key, wants_url};
 use super::object::{Attrs, Meta};
@@ -159,6 +161,18 @@ impl FsStore {
             let _ = tokio::fs::remove_dir_all(&staging).await;
             return Err(internal("creating an upload", e));
         }
+        self.index
+            .upload_added(upload_entry(id, up), up.owner.clone())
+            .await;
+        Ok(())
+    }
+
+    /// Removes an upload (its folder `dir`, its `entry` in the listings'
+    /// index) with its parts: the folder first, then the entry, so that an
+    /// upload whose folder could not be removed stays listed.
+    pub(super) async fn remove_upload(&self, dir: &Path, entry: UploadEntry) -> std::io::Result<()> {
+        ndisk::remove_dir_all(dir, self.durability()).await?;
+        self.index.upload_removed(&entry).await;
         Ok(())
     }
 
@@ -183,6 +197,27 @@ impl FsStore {
             return Err(s3_error!(AccessDenied, "the upload belongs to another user"));
         }
         Ok((dir, up))
+    }
+
+    /// The numbers of the parts in the upload folder `dir`, in order, from
+    /// the names alone (ListParts reads only its page's files).
+    pub(super) async fn part_numbers(dir: &Path) -> S3Result<Vec<i32>> {
+        let mut numbers = Vec::new();
+        let mut rd = tokio::fs::read_dir(dir)
+            .await
+            .map_err(|e| internal("listing parts", e))?;
+        while let Some(ent) = rd.next_entry().await.map_err(|e| internal("listing parts", e))? {
+            let name = ent.file_name();
+            if let Some(Ok(n)) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("part-"))
+                .map(str::parse::<i32>)
+            {
+                numbers.push(n);
+            }
+        }
+        numbers.sort_unstable();
+        Ok(numbers)
     }
 
     pub(super) async fn list_parts_in(dir: &Path) -> S3Result<Vec<(i32, Meta, SystemTime)>> {
@@ -373,17 +408,31 @@ impl FsStore {
         let max = input
             .max_parts
             .map_or(1000, |m| usize::try_from(m).unwrap_or(0).min(1000));
-        let all: Vec<_> = Self::list_parts_in(&dir)
+        // The numbers from the folder's names; only the page's files are read.
+        let numbers: Vec<i32> = Self::part_numbers(&dir)
             .await?
             .into_iter()
-            .filter(|p| p.0 > marker)
+            .filter(|n| *n > marker)
             .collect();
-        let truncated = all.len() > max;
-        let parts: Vec<dto::Part> = all
-            .into_iter()
-            .take(max)
-            .map(|(n, m, modified)| dto::Part {
-                part_number: Some(n),
+        let mut parts: Vec<dto::Part> = Vec::new();
+        let mut truncated = false;
+        for (i, n) in numbers.iter().enumerate() {
+            if parts.len() >= max {
+                truncated = numbers.len() > i;
+                break;
+            }
+            let Some(st) = Self::read_listed(&part_file(&dir, *n)).await else {
+                continue;
+            };
+            let modified = st
+                .file
+                .metadata()
+                .await
+                .and_then(|m| m.modified())
+                .unwrap_or(UNIX_EPOCH);
+            let m = st.meta;
+            parts.push(dto::Part {
+                part_number: Some(*n),
                 size: Some(i64_of(m.size)),
                 e_tag: Some(ETag::Strong(m.etag)),
                 last_modified: Some(Timestamp::from(modified)),
@@ -392,8 +441,8 @@ impl FsStore {
                 checksum_sha1: m.sums.sha1,
                 checksum_sha256: m.sums.sha256,
                 checksum_crc64nvme: m.sums.crc64nvme,
-            })
-            .collect();
+            });
+        }
         Ok(dto::ListPartsOutput {
             bucket: Some(input.bucket),
             key: Some(input.key),
@@ -440,23 +489,69 @@ impl FsStore {
 
     /// Whether `bucket` has an upload in progress.
     pub(super) async fn has_uploads(&self, bucket: &str) -> S3Result<bool> {
-        Ok(self
-            .all_uploads()
+        Ok(!self
+            .indexed_uploads(bucket, "", Bound::Unbounded, 1)
             .await?
-            .iter()
-            .any(|(_, _, u)| u.bucket == bucket))
+            .is_empty())
     }
 
     /// Aborts every upload of `bucket` (DeleteBucket).
     pub(super) async fn abort_uploads_of(&self, bucket: &str) -> S3Result<()> {
-        for (_, dir, up) in self.all_uploads().await? {
+        for (id, dir, up) in self.all_uploads().await? {
             if up.bucket == bucket {
-                ndisk::remove_dir_all(&dir, self.durability())
+                self.remove_upload(&dir, upload_entry(&id, &up))
                     .await
                     .map_err(|e| internal("aborting an upload of a deleted bucket", e))?;
             }
         }
         Ok(())
+    }
+
+    /// The uploads of `bucket` in progress whose keys start with `prefix`,
+    /// from `from` on, in ListMultipartUploads' order, at most `want`:
+    /// from the index, each checked against its folder.
+    pub(super) async fn indexed_uploads(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        mut from: Bound<UploadEntry>,
+        want: usize,
+    ) -> S3Result<Vec<(UploadEntry, Option<String>)>> {
+        let mut out = Vec::new();
+        while out.len() < want {
+            let batch = self
+                .index
+                .uploads(
+                    || self.upload_entries(),
+                    bucket,
+                    prefix,
+                    from.clone(),
+                    want - out.len(),
+                )
+                .await?;
+            let Some(last) = batch.last() else { break };
+            from = Bound::Excluded(last.0.clone());
+            for (e, owner) in batch {
+                let Ok(dir) = self.upload_dir(&e.3) else { continue };
+                if tokio::fs::try_exists(dir.join("upload.json"))
+                    .await
+                    .unwrap_or(true)
+                {
+                    out.push((e, owner));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every upload in `.uploads`, as the index keeps them.
+    async fn upload_entries(&self) -> S3Result<Vec<(UploadEntry, Option<String>)>> {
+        Ok(self
+            .all_uploads()
+            .await?
+            .into_iter()
+            .map(|(id, _, up)| (upload_entry(&id, &up), up.owner))
+            .collect())
     }
 
     /// Whether the bucket directory `dir` holds anything.
@@ -483,7 +578,7 @@ impl FsStore {
         let Ok(all) = self.all_uploads().await else { return };
         for (id, dir, up) in all {
             if now.saturating_sub(up.initiated_ms) > self.limits.upload_expiry_ms {
-                match ndisk::remove_dir_all(&dir, self.durability()).await {
+                match self.remove_upload(&dir, upload_entry(&id, &up)).await {
                     Ok(()) => tracing::info!(
                         upload = %id,
                         bucket = %up.bucket,
@@ -511,13 +606,6 @@ impl FsStore {
                 .map(|n| n.min(1000))
                 .map_err(|_| s3_error!(InvalidArgument, "max-uploads must be 0 or more"))?,
         };
-        let mut ups: Vec<_> = self
-            .all_uploads()
-            .await?
-            .into_iter()
-            .filter(|(_, _, u)| u.bucket == input.bucket && u.key.starts_with(&prefix))
-            .collect();
-        ups.sort_by(|a, b| (&a.2.key, a.2.initiated_ms, &a.0).cmp(&(&b.2.key, b.2.initiated_ms, &b.0)));
         let key_marker = input.key_marker.clone().filter(|m| !m.is_empty());
         let id_marker = input.upload_id_marker.clone().filter(|m| !m.is_empty());
         let url = wants_url(input.encoding_type.as_ref());
@@ -526,12 +614,25 @@ impl FsStore {
         let mut truncated = false;
         let mut next: Option<(String, String)> = None;
         let mut past_id_marker = id_marker.is_none();
-        for (id, _, up) in ups {
-            if let Some(km) = &key_marker {
-                if up.key < *km {
-                    continue;
-                }
-                if up.key == *km {
+        // From the marker key's first upload (those of the marker key are
+        // skipped below as they always were).
+        let mut from = match &key_marker {
+            Some(km) => Bound::Included((input.bucket.clone(), km.clone(), 0, String::new())),
+            None => Bound::Unbounded,
+        };
+        'page: loop {
+            if max == 0 {
+                break;
+            }
+            let batch = self
+                .indexed_uploads(&input.bucket, &prefix, from.clone(), max + 1)
+                .await?;
+            let Some(last) = batch.last() else { break };
+            from = Bound::Excluded(last.0.clone());
+            for ((_, key, initiated_ms, id), owner) in batch {
+                if let Some(km) = &key_marker
+                    && key == *km
+                {
                     // With an upload-id marker, uploads of the marker key
                     // after that id; without one, none of the marker key.
                     if !past_id_marker {
@@ -542,53 +643,36 @@ impl FsStore {
                         continue;
                     }
                 }
-            }
-            let common = delimiter.as_deref().and_then(|d| {
-                up.key[prefix.len()..]
-                    .find(d)
-                    .map(|i| up.key[..prefix.len() + i + d.len()].to_owned())
-            });
-            if let Some(cp) = &common
-                && (prefixes.last() == Some(cp) || key_marker.as_ref().is_some_and(|m| cp <= m))
-            {
-                continue;
-            }
-            if uploads.len() + prefixes.len() >= max {
-                truncated = max > 0;
-                break;
-            }
-            match common {
-                Some(cp) => {
-                    next = Some((cp.clone(), String::new()));
-                    prefixes.push(cp);
+                let common = delimiter.as_deref().and_then(|d| {
+                    key[prefix.len()..]
+                        .find(d)
+                        .map(|i| key[..prefix.len() + i + d.len()].to_owned())
+                });
+                if let Some(cp) = &common {
+                    // Every upload under the prefix is rolled up into it:
+                    // the next batch starts after the last of them.
+                    match successor(cp) {
+                        Some(s) => from = Bound::Included((input.bucket.clone(), s, 0, String::new())),
+                        None => break 'page,
+                    }
+                    if key_marker.as_ref().is_some_and(|m| cp <= m) {
+                        continue 'page;
+                    }
                 }
-                None => {
-                    next = Some((up.key.clone(), id.clone()));
-                    // The account of the key that started it.
-                    let who = up.owner.clone().map(|key| {
-                        let (id, name) = self
-                            .limits
-                            .accounts
-                            .get(&key)
-                            .cloned()
-                            .unwrap_or((key.clone(), key));
-                        dto::Owner {
-                            display_name: Some(name),
-                            id: Some(id),
-                        }
-                    });
-                    uploads.push(dto::MultipartUpload {
-                        key: Some(encode_key(&up.key, url)),
-                        upload_id: Some(id),
-                        initiated: Some(timestamp(up.initiated_ms)),
-                        initiator: who.as_ref().map(|o| dto::Initiator {
-                            display_name: o.display_name.clone(),
-                            id: o.id.clone(),
-                        }),
-                        owner: who,
-                        storage_class: Some(dto::StorageClass::from_static(dto::StorageClass::STANDARD)),
-                        ..Default::default()
-                    });
+                if uploads.len() + prefixes.len() >= max {
+                    truncated = true;
+                    break 'page;
+                }
+                match common {
+                    Some(cp) => {
+                        next = Some((cp.clone(), String::new()));
+                        prefixes.push(cp);
+                        continue 'page;
+                    }
+                    None => {
+                        next = Some((key.clone(), id.clone()));
+                        uploads.push(self.upload_listed(key, id, initiated_ms, owner, url));
+                    }
                 }
             }
         }
@@ -608,6 +692,49 @@ impl FsStore {
             common_prefixes: common_prefixes(&prefixes, url),
             ..Default::default()
         })
+    }
+}
+
+/// An upload as the listings' index keeps it.
+pub(super) fn upload_entry(id: &str, up: &Upload) -> UploadEntry {
+    (up.bucket.clone(), up.key.clone(), up.initiated_ms, id.to_owned())
+}
+
+impl FsStore {
+    /// One upload of ListMultipartUploads' answer.
+    fn upload_listed(
+        &self,
+        key: String,
+        id: String,
+        initiated_ms: u64,
+        owner: Option<String>,
+        url: bool,
+    ) -> dto::MultipartUpload {
+        // The account of the key that started it.
+        let who = owner.map(|key| {
+            let (id, name) = self
+                .limits
+                .accounts
+                .get(&key)
+                .cloned()
+                .unwrap_or((key.clone(), key));
+            dto::Owner {
+                display_name: Some(name),
+                id: Some(id),
+            }
+        });
+        dto::MultipartUpload {
+            key: Some(encode_key(&key, url)),
+            upload_id: Some(id),
+            initiated: Some(timestamp(initiated_ms)),
+            initiator: who.as_ref().map(|o| dto::Initiator {
+                display_name: o.display_name.clone(),
+                id: o.id.clone(),
+            }),
+            owner: who,
+            storage_class: Some(dto::StorageClass::from_static(dto::StorageClass::STANDARD)),
+            ..Default::default()
+        }
     }
 }
 

@@ -39,7 +39,6 @@
 //!   removed; (3) an empty folder is removed. Stopping after (1) leaves the
 //!   version in place as the newest: as if it was never removed.
 
-use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -48,6 +47,7 @@ use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
 
 use super::acl::{self, Access};
 use super::conditions::{ReadConditions, WriteCondition};
+use super::index::{Item, Walk};
 use super::layout::{Stored, TempFile};
 use super::listing::{ListArgs, common_prefixes, encode_key};
 use super::object::Meta;
@@ -392,7 +392,21 @@ impl FsStore {
     /// holds: in a bucket never versioned as [`FsStore::finish_if`], else
     /// as a new version (the null version while versioning is suspended).
     /// Sets `meta`'s version id; returns it (`None` for a null version).
+    /// The key's entry in the listings' index follows, whatever happened.
     pub(super) async fn store_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        tmp: TempFile,
+        meta: &mut Meta,
+        cond: WriteCondition,
+    ) -> S3Result<Option<String>> {
+        let done = self.store_object_in(bucket, key, tmp, meta, cond).await;
+        self.reindex(bucket, key).await;
+        done
+    }
+
+    async fn store_object_in(
         &self,
         bucket: &str,
         key: &str,
@@ -429,7 +443,14 @@ impl FsStore {
     /// DeleteObject without a version id: removes the object in a bucket
     /// never versioned, else adds a delete marker (the null version while
     /// versioning is suspended).
+    /// The key's entry in the listings' index follows, whatever happened.
     pub(super) async fn delete_newest(&self, bucket: &str, key: &str) -> S3Result<Deleted> {
+        let done = self.delete_newest_in(bucket, key).await;
+        self.reindex(bucket, key).await;
+        done
+    }
+
+    async fn delete_newest_in(&self, bucket: &str, key: &str) -> S3Result<Deleted> {
         let path = self.object_path(bucket, key).await?;
         let status = self.versioning(bucket).await?;
         if status == Status::Off {
@@ -460,7 +481,14 @@ impl FsStore {
 
     /// DeleteObject with a version id: removes that version (nothing if
     /// there is none); the one before it becomes the newest.
+    /// The key's entry in the listings' index follows, whatever happened.
     pub(super) async fn delete_version(&self, bucket: &str, key: &str, id: &str) -> S3Result<Deleted> {
+        let done = self.delete_version_in(bucket, key, id).await;
+        self.reindex(bucket, key).await;
+        done
+    }
+
+    async fn delete_version_in(&self, bucket: &str, key: &str, id: &str) -> S3Result<Deleted> {
         check_version_id(id)?;
         self.object_path(bucket, key).await?;
         let dir = self.existing_bucket(bucket).await?;
@@ -673,42 +701,27 @@ impl FsStore {
         Ok(Self::read_listed(&path).await.map(|st| (st.meta.key, folder)))
     }
 
-    /// For the listings of current objects: replaces the entries of keys
-    /// that have version folders (`folders`) by the file of each key's
-    /// newest version, or by nothing where that is a delete marker.
-    pub(super) async fn newest_of_folders(
+    /// For the listings of current objects: the file of `key`'s current
+    /// object in the bucket folder `dir`, `None` if it has none (no file,
+    /// a damaged one, or a delete marker as its newest version). In a
+    /// bucket ever `versioned`, the newest version of the key's folder
+    /// counts, else the object file.
+    pub(super) async fn current_of(
+        &self,
         dir: &Path,
-        folders: Vec<String>,
-        out: &mut Vec<(String, PathBuf)>,
-    ) -> S3Result<()> {
-        if folders.is_empty() {
-            return Ok(());
+        key: &str,
+        versioned: bool,
+    ) -> S3Result<Option<Stored>> {
+        if !versioned {
+            return Ok(Self::read_listed(&dir.join(Self::file_name(key))).await);
         }
-        let versioned: HashSet<&String> = folders.iter().collect();
-        out.retain(|(k, _)| !versioned.contains(k));
-        for key in &folders {
-            let vs = Versions::load(dir, key).await?;
-            let Some(v) = vs.list.first() else { continue };
-            if let Some(st) = Self::read_listed(&v.path).await
-                && !st.meta.delete_marker
-            {
-                out.push((key.clone(), v.path.clone()));
-            }
-        }
-        Ok(())
-    }
-
-    /// Every key of the bucket folder `dir` that starts with `prefix` and
-    /// has an object or versions, sorted.
-    async fn version_keys(&self, dir: &Path, prefix: &str) -> S3Result<Vec<String>> {
-        let mut keys: Vec<String> = Self::bucket_entries(dir, prefix)
-            .await?
-            .into_iter()
-            .map(|(key, _, _)| key)
-            .collect();
-        keys.sort();
-        keys.dedup();
-        Ok(keys)
+        let vs = Versions::load(dir, key).await?;
+        let Some(v) = vs.list.first() else {
+            return Ok(None);
+        };
+        Ok(Self::read_listed(&v.path)
+            .await
+            .filter(|st| !st.meta.delete_marker))
     }
 
     /// ListObjectVersions: the versions and delete markers of each key
@@ -734,74 +747,75 @@ impl FsStore {
         let mut prefixes: Vec<String> = Vec::new();
         let mut truncated = false;
         let mut next: Option<(String, Option<String>)> = None;
-        let keys = if args.max == 0 {
-            Vec::new()
-        } else {
-            self.version_keys(&dir, &args.prefix).await?
-        };
-        'keys: for key in keys {
-            if key_marker.as_ref().is_some_and(|m| key < *m) {
-                continue;
+        let mut walk = Walk::new(
+            &args.prefix,
+            args.delimiter.as_deref(),
+            key_marker.as_deref(),
+            id_marker.is_some(),
+        );
+        'keys: loop {
+            let want = args.max + 1 - (versions.len() + markers.len() + prefixes.len()).min(args.max);
+            let items = if args.max == 0 {
+                Vec::new()
+            } else {
+                self.index_page(&input.bucket, &dir, &mut walk, want).await?
+            };
+            if items.is_empty() {
+                break;
             }
-            let at_marker = key_marker.as_ref() == Some(&key);
-            if at_marker && id_marker.is_none() {
-                continue;
-            }
-            let common = args.delimiter.as_deref().and_then(|d| {
-                key[args.prefix.len()..]
-                    .find(d)
-                    .map(|i| key[..args.prefix.len() + i + d.len()].to_owned())
-            });
-            if let Some(cp) = common {
-                if prefixes.last() == Some(&cp) || key_marker.as_ref().is_some_and(|m| cp <= *m) {
-                    continue;
-                }
-                if versions.len() + markers.len() + prefixes.len() >= args.max {
-                    truncated = true;
-                    break;
-                }
-                next = Some((cp.clone(), None));
-                prefixes.push(cp);
-                continue;
-            }
-            let vs = Versions::load(&dir, &key).await?;
-            let mut skipping = at_marker;
-            for (i, v) in vs.list.iter().enumerate() {
-                if skipping {
-                    skipping = id_marker.as_deref() != Some(v.id.as_str());
-                    continue;
-                }
-                let Some(st) = Self::read_listed(&v.path).await else {
-                    continue;
+            for item in items {
+                let key = match item {
+                    Item::Prefix(cp) => {
+                        if versions.len() + markers.len() + prefixes.len() >= args.max {
+                            truncated = true;
+                            break 'keys;
+                        }
+                        next = Some((cp.clone(), None));
+                        prefixes.push(cp);
+                        continue;
+                    }
+                    Item::Key(key) => key,
                 };
-                if versions.len() + markers.len() + prefixes.len() >= args.max {
-                    truncated = true;
-                    break 'keys;
-                }
-                let m = st.meta;
-                next = Some((key.clone(), Some(v.id.clone())));
-                if m.delete_marker {
-                    markers.push(dto::DeleteMarkerEntry {
-                        key: Some(encode_key(&key, url)),
-                        version_id: Some(v.id.clone()),
-                        is_latest: Some(i == 0),
-                        last_modified: Some(timestamp(m.modified_ms)),
-                        owner: Some(owner.clone()),
-                    });
-                } else {
-                    versions.push(dto::ObjectVersion {
-                        key: Some(encode_key(&key, url)),
-                        version_id: Some(v.id.clone()),
-                        is_latest: Some(i == 0),
-                        last_modified: Some(timestamp(m.modified_ms)),
-                        size: Some(i64_of(m.size)),
-                        e_tag: Some(ETag::Strong(m.etag)),
-                        owner: Some(owner.clone()),
-                        storage_class: Some(dto::ObjectVersionStorageClass::from_static(
-                            dto::ObjectVersionStorageClass::STANDARD,
-                        )),
-                        ..Default::default()
-                    });
+                let at_marker = key_marker.as_ref() == Some(&key);
+                let vs = Versions::load(&dir, &key).await?;
+                let mut skipping = at_marker;
+                for (i, v) in vs.list.iter().enumerate() {
+                    if skipping {
+                        skipping = id_marker.as_deref() != Some(v.id.as_str());
+                        continue;
+                    }
+                    let Some(st) = Self::read_listed(&v.path).await else {
+                        continue;
+                    };
+                    if versions.len() + markers.len() + prefixes.len() >= args.max {
+                        truncated = true;
+                        break 'keys;
+                    }
+                    let m = st.meta;
+                    next = Some((key.clone(), Some(v.id.clone())));
+                    if m.delete_marker {
+                        markers.push(dto::DeleteMarkerEntry {
+                            key: Some(encode_key(&key, url)),
+                            version_id: Some(v.id.clone()),
+                            is_latest: Some(i == 0),
+                            last_modified: Some(timestamp(m.modified_ms)),
+                            owner: Some(owner.clone()),
+                        });
+                    } else {
+                        versions.push(dto::ObjectVersion {
+                            key: Some(encode_key(&key, url)),
+                            version_id: Some(v.id.clone()),
+                            is_latest: Some(i == 0),
+                            last_modified: Some(timestamp(m.modified_ms)),
+                            size: Some(i64_of(m.size)),
+                            e_tag: Some(ETag::Strong(m.etag)),
+                            owner: Some(owner.clone()),
+                            storage_class: Some(dto::ObjectVersionStorageClass::from_static(
+                                dto::ObjectVersionStorageClass::STANDARD,
+                            )),
+                            ..Default::default()
+                        });
+                    }
                 }
             }
         }
