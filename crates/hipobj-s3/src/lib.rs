@@ -537,8 +537,11 @@ impl RdmaS3Client {
             probe::Found::RcV2 => match op {
                 S3Call::Put if self.args.is_default() => self.v2_put(reg, at, bucket, key, op, true),
                 S3Call::Put => self.declined_put(reg, at, bucket, key, op, NO_V2_ARGS.into()),
-                S3Call::Part { .. } if self.protocol.v2_parts() => {
+                S3Call::Part { .. } if self.args.is_default() && self.protocol.v2_parts() => {
                     self.v2_put(reg, at, bucket, key, op, true)
+                }
+                S3Call::Part { .. } if !self.args.is_default() => {
+                    self.declined_put(reg, at, bucket, key, op, NO_V2_ARGS.into())
                 }
                 // No v2 answer seen says the server stores parts: a part is
                 // never sent to one that would store it as the object.
