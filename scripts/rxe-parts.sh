@@ -40,14 +40,16 @@ part=$((size / 4))
 c() { curl -s "$ep/.hipobj/metrics" | awk -v n="$1" '$1 == n { printf "%.0f\n", $2 }'; }
 rdma="--endpoint-url $ep --nic-hint rxe0 --require-rdma"
 fail=0
-if ! $H put $W/object s3://parts/obj $rdma; then echo "rxe-parts: PUT FAILED"; fail=1; fi
+# The CLI's stderr (its progress line: the VM's console is a terminal)
+# goes to a file, shown when a command fails.
+if ! $H put $W/object s3://parts/obj $rdma 2>$W/cli.err; then echo "rxe-parts: PUT FAILED"; cat $W/cli.err; fail=1; fi
 echo "rxe-parts: | in flight | round | GET s | MiB/s | server RDMA GETs | bytes written |"
 for r in $(seq $ROUNDS); do
     for n in 1 2 4; do
         g0=$(c hipobj_rdma_gets_total) w0=$(c hipobj_rdma_bytes_written_total) d0=$(c hipobj_rdma_declines_total)
         rm -f $W/back
         t0=$(date +%s.%N)
-        if $H get $rdma --part-size $part --parallel $n s3://parts/obj $W/back && cmp -s $W/object $W/back; then
+        if $H get $rdma --part-size $part --parallel $n s3://parts/obj $W/back 2>$W/cli.err && cmp -s $W/object $W/back; then
             t1=$(date +%s.%N)
             g=$(( $(c hipobj_rdma_gets_total) - g0 )) w=$(( $(c hipobj_rdma_bytes_written_total) - w0 ))
             s=$(echo "$t1 - $t0" | bc)
@@ -55,7 +57,7 @@ for r in $(seq $ROUNDS); do
             [ "$w" -eq "$size" ] || { echo "rxe-parts: $n in flight: $w bytes by RDMA, not $size"; fail=1; }
             [ "$(c hipobj_rdma_declines_total)" -eq "$d0" ] || { echo "rxe-parts: a decline"; fail=1; }
         else
-            echo "rxe-parts: GET at $n in flight FAILED or differs"; fail=1
+            echo "rxe-parts: GET at $n in flight FAILED or differs"; cat $W/cli.err; fail=1
         fi
     done
 done
