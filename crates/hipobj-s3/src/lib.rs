@@ -398,75 +398,6 @@ impl RdmaS3Client {
         self.plain_get(reg, at, bucket, key, range, why, None)
     }
 
-    /// GetObject by hipobj-rc-v2: one session for the range (or, without
-    /// one, for the whole object, whose size a HeadObject finds first: v2
-    /// moves exactly the size asked for).
-    fn v2_get(
-        &self,
-        reg: &mut Registration<'_>,
-        at: Span,
-        bucket: &str,
-        key: &str,
-        range: Option<&str>,
-        probing: bool,
-    ) -> Result<Transfer> {
-        let (offset, len, object_size) = match range {
-            Some(r) => {
-                let (o, n) = rc_v2::v2_range(r, at.len).ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::InvalidValue,
-                        format!("hipobj-rc-v2 serves ranges of the form bytes=a-b or bytes=a-, not {r:?}"),
-                    )
-                })?;
-                (o, n, None)
-            }
-            None => {
-                let size = self.object_size(bucket, key)?;
-                (0, size, Some(size))
-            }
-        };
-        if len > at.len as u64 {
-            return Err(Error::new(
-                ErrorKind::SizeTooLarge,
-                format!(
-                    "the object or range ({len} bytes) is larger than the {}-byte buffer",
-                    at.len
-                ),
-            ));
-        }
-        if len == 0 {
-            return self.plain_get(
-                reg,
-                at,
-                bucket,
-                key,
-                range,
-                "an empty object moves no bytes".into(),
-                None,
-            );
-        }
-        let n = usize::try_from(len).map_err(|_| Error::new(ErrorKind::SizeTooLarge, "length"))?;
-        let mut s = self.hipobj.rc_v2_get(reg, at.offset, n)?;
-        match self.run_v2(&mut s, bucket, key, Some(offset), None, probing)? {
-            rc_v2::Outcome::Done(bytes, etag) => {
-                self.protocol.set(Protocol::RcV2);
-                Ok(Transfer {
-                    bytes,
-                    etag,
-                    rdma: true,
-                    declined: None,
-                    object_size,
-                    status: if range.is_some() { 206 } else { 200 },
-                })
-            }
-            rc_v2::Outcome::Unsupported(why) => {
-                drop(s);
-                self.protocol.set(Protocol::Plain(why.clone()));
-                self.declined_get(reg, at, bucket, key, range, S3Call::Get { range }, why)
-            }
-        }
-    }
-
     /// PutObject of the `at.len` bytes at `at.offset` of `reg`.
     ///
     /// To a server that speaks the binding exchange, more than
@@ -614,56 +545,6 @@ impl RdmaS3Client {
             return Err(Error::declined(op.name(), why));
         }
         self.plain_put(reg, at, bucket, key, op, why)
-    }
-
-    /// PutObject by hipobj-rc-v2: one session, the client's write into the
-    /// server's staging buffer.
-    /// A PutObject by hipobj-rc-v2, or with `part` an UploadPart (the
-    /// `mp` extension: only to a server that advertised it, as one without
-    /// it would store the bytes as the object).
-    fn v2_put(
-        &self,
-        reg: &Registration<'_>,
-        at: Span,
-        bucket: &str,
-        key: &str,
-        op: S3Call<'_>,
-        probing: bool,
-    ) -> Result<Transfer> {
-        let part = match op {
-            S3Call::Part { upload_id, number } => Some(hipobj_proto::rc_v2::UploadPart {
-                upload_id: upload_id.to_owned(),
-                number: u16::try_from(number)
-                    .ok()
-                    .filter(|n| (1..=hipobj_proto::rc_v2::UploadPart::MAX_NUMBER).contains(n))
-                    .ok_or_else(|| {
-                        Error::new(
-                            ErrorKind::InvalidValue,
-                            format!("part number {number} is not 1 to 10000"),
-                        )
-                    })?,
-            }),
-            S3Call::Put | S3Call::Get { .. } => None,
-        };
-        let mut s = self.hipobj.rc_v2_put(reg, at.offset, at.len)?;
-        match self.run_v2(&mut s, bucket, key, None, part.as_ref(), probing)? {
-            rc_v2::Outcome::Done(bytes, etag) => {
-                self.protocol.set(Protocol::RcV2);
-                Ok(Transfer {
-                    bytes,
-                    etag,
-                    rdma: true,
-                    declined: None,
-                    object_size: None,
-                    status: 200,
-                })
-            }
-            rc_v2::Outcome::Unsupported(why) => {
-                drop(s);
-                self.protocol.set(Protocol::Plain(why.clone()));
-                self.declined_put(reg, at, bucket, key, op, why)
-            }
-        }
     }
 
     /// Turns a transfer's outcome into a result, or into the reason to fall

@@ -13,12 +13,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use hipobj::{ErrorKind, RcV2Session};
+use hipobj::{ErrorKind, RcV2Session, Registration};
 use hipobj_proto::rc_v2::{self, UploadPart};
 
 use crate::capture::{Capture, Exchange};
 use crate::error::{Error, Result};
-use crate::{RdmaS3Client, rdma_overrides};
+use crate::{RdmaS3Client, S3Call, Span, Transfer, rdma_overrides};
 
 /// What an endpoint was found to speak.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -61,13 +61,7 @@ impl Memory {
 /// Whether a v2 answer's [`rc_v2::CAPABILITIES_HEADER`] lists
 /// [`rc_v2::CAPABILITY_MULTIPART`].
 fn advertises_parts<'a>(mut headers: impl Iterator<Item = (&'a str, &'a [u8])>) -> bool {
-    headers.any(|(n, v)| {
-        n == rc_v2::CAPABILITIES_HEADER
-            && v.split(|&b| b == b',').any(|c| {
-                c.trim_ascii()
-                    .eq_ignore_ascii_case(rc_v2::CAPABILITY_MULTIPART.as_bytes())
-            })
-    })
+    headers.any(|(n, v)| n == rc_v2::CAPABILITIES_HEADER && rc_v2::lists_multipart(v))
 }
 
 /// How long a PUT waits after sending READY before its write goes out: the
@@ -240,6 +234,124 @@ impl RdmaS3Client {
             .finish_from(status, ex.rdma_headers())
             .map_err(|e| with_status(e, "READY", status))?;
         Ok(Outcome::Done(n, etag))
+    }
+
+    /// GetObject by hipobj-rc-v2: one session for the range (or, without
+    /// one, for the whole object, whose size a HeadObject finds first: v2
+    /// moves exactly the size asked for).
+    pub(crate) fn v2_get(
+        &self,
+        reg: &mut Registration<'_>,
+        at: Span,
+        bucket: &str,
+        key: &str,
+        range: Option<&str>,
+        probing: bool,
+    ) -> Result<Transfer> {
+        let (offset, len, object_size) = match range {
+            Some(r) => {
+                let (o, n) = v2_range(r, at.len).ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::InvalidValue,
+                        format!("hipobj-rc-v2 serves ranges of the form bytes=a-b or bytes=a-, not {r:?}"),
+                    )
+                })?;
+                (o, n, None)
+            }
+            None => {
+                let size = self.object_size(bucket, key)?;
+                (0, size, Some(size))
+            }
+        };
+        if len > at.len as u64 {
+            return Err(Error::new(
+                ErrorKind::SizeTooLarge,
+                format!(
+                    "the object or range ({len} bytes) is larger than the {}-byte buffer",
+                    at.len
+                ),
+            ));
+        }
+        if len == 0 {
+            return self.plain_get(
+                reg,
+                at,
+                bucket,
+                key,
+                range,
+                "an empty object moves no bytes".into(),
+                None,
+            );
+        }
+        let n = usize::try_from(len).map_err(|_| Error::new(ErrorKind::SizeTooLarge, "length"))?;
+        let mut s = self.hipobj.rc_v2_get(reg, at.offset, n)?;
+        match self.run_v2(&mut s, bucket, key, Some(offset), None, probing)? {
+            Outcome::Done(bytes, etag) => {
+                self.protocol.set(Protocol::RcV2);
+                Ok(Transfer {
+                    bytes,
+                    etag,
+                    rdma: true,
+                    declined: None,
+                    object_size,
+                    status: if range.is_some() { 206 } else { 200 },
+                })
+            }
+            Outcome::Unsupported(why) => {
+                drop(s);
+                self.protocol.set(Protocol::Plain(why.clone()));
+                self.declined_get(reg, at, bucket, key, range, S3Call::Get { range }, why)
+            }
+        }
+    }
+
+    /// PutObject by hipobj-rc-v2: one session, the client's write into the
+    /// server's staging buffer; for an UploadPart `op`, the part (the `mp`
+    /// extension: only to a server that advertised it, as one without it
+    /// would store the bytes as the object).
+    pub(crate) fn v2_put(
+        &self,
+        reg: &Registration<'_>,
+        at: Span,
+        bucket: &str,
+        key: &str,
+        op: S3Call<'_>,
+        probing: bool,
+    ) -> Result<Transfer> {
+        let part = match op {
+            S3Call::Part { upload_id, number } => Some(UploadPart {
+                upload_id: upload_id.to_owned(),
+                number: u16::try_from(number)
+                    .ok()
+                    .filter(|n| (1..=UploadPart::MAX_NUMBER).contains(n))
+                    .ok_or_else(|| {
+                        Error::new(
+                            ErrorKind::InvalidValue,
+                            format!("part number {number} is not 1 to 10000"),
+                        )
+                    })?,
+            }),
+            S3Call::Put | S3Call::Get { .. } => None,
+        };
+        let mut s = self.hipobj.rc_v2_put(reg, at.offset, at.len)?;
+        match self.run_v2(&mut s, bucket, key, None, part.as_ref(), probing)? {
+            Outcome::Done(bytes, etag) => {
+                self.protocol.set(Protocol::RcV2);
+                Ok(Transfer {
+                    bytes,
+                    etag,
+                    rdma: true,
+                    declined: None,
+                    object_size: None,
+                    status: 200,
+                })
+            }
+            Outcome::Unsupported(why) => {
+                drop(s);
+                self.protocol.set(Protocol::Plain(why.clone()));
+                self.declined_put(reg, at, bucket, key, op, why)
+            }
+        }
     }
 }
 

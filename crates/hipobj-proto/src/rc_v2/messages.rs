@@ -240,13 +240,7 @@ impl PrepareResponse {
         {
             return Err(V2Error::BadReplyToken);
         }
-        // Unknown capabilities are ignored; a malformed list names none.
-        let multipart = f.get(CAPABILITIES_HEADER).is_some_and(|v| {
-            v.split(|&b| b == b',').any(|c| {
-                c.trim_ascii()
-                    .eq_ignore_ascii_case(CAPABILITY_MULTIPART.as_bytes())
-            })
-        });
+        let multipart = f.get(CAPABILITIES_HEADER).is_some_and(lists_multipart);
         Ok(PrepareResponse {
             token,
             session,
@@ -254,6 +248,16 @@ impl PrepareResponse {
             multipart,
         })
     }
+}
+
+/// Whether a [`CAPABILITIES_HEADER`] value lists [`CAPABILITY_MULTIPART`]:
+/// a comma-separated list, names in any case; unknown names are ignored,
+/// and a malformed list names nothing.
+pub fn lists_multipart(value: &[u8]) -> bool {
+    value.split(|&b| b == b',').any(|c| {
+        c.trim_ascii()
+            .eq_ignore_ascii_case(CAPABILITY_MULTIPART.as_bytes())
+    })
 }
 
 /// The READY request.

@@ -65,7 +65,7 @@ mod values;
 pub use crate::Direction;
 pub use messages::{
     CancelRequest, PrepareRequest, PrepareResponse, ReadyRequest, ReadyResponse, UploadPart, is_v2,
-    zero_token,
+    lists_multipart, zero_token,
 };
 pub use values::{Cookie, ObjectPath, Psn, Qpn, RemoteMr, SessionId, Size, parse_mr_addr, parse_mr_rkey};
 
@@ -325,8 +325,9 @@ mod tests {
         assert_eq!((mr.addr, mr.rkey, qpn.get()), (0x55d4_c0a3_b000, 0x1f2e, 0x11));
     }
 
-    fn prepare_with(name: &str, value: Option<&str>) -> Result<PrepareRequest, V2Error> {
-        let token = Token {
+    /// An RC client token, encoded as PREPARE carries it.
+    fn client_token() -> String {
+        Token {
             transport: Transport::Rc,
             qpn: 0x11,
             gid: [1; 16],
@@ -337,7 +338,11 @@ mod tests {
             lid: 0,
         }
         .encode()
-        .to_string();
+        .to_string()
+    }
+
+    fn prepare_with(name: &str, value: Option<&str>) -> Result<PrepareRequest, V2Error> {
+        let token = client_token();
         let mut pairs: Vec<(&str, &str)> = UPSTREAM_PREPARE.to_vec();
         pairs[3].1 = &token;
         pairs.retain(|(n, _)| *n != name);
@@ -413,18 +418,7 @@ mod tests {
 
     #[test]
     fn a_put_may_name_a_part_both_headers_or_neither_and_a_get_none() {
-        let token = Token {
-            transport: Transport::Rc,
-            qpn: 0x11,
-            gid: [1; 16],
-            rkey: 0,
-            addr: 0,
-            len: 0,
-            port: 1,
-            lid: 0,
-        }
-        .encode()
-        .to_string();
+        let token = client_token();
         let with = |op: &'static str, extra: &[(&'static str, &'static str)]| {
             let mut pairs: Vec<(&str, &str)> = UPSTREAM_PREPARE.to_vec();
             pairs[3].1 = &token;

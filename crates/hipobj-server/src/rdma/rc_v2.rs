@@ -374,7 +374,7 @@ impl V2 {
                             async move { store.put_object(req).await }
                         };
                         put_bytes(sessions, claimed, same, commit, |o: &dto::PutObjectOutput| {
-                            o.e_tag.as_ref().map(|e| format!("\"{}\"", e.value()))
+                            o.e_tag.as_ref()
                         })
                         .await
                     }
@@ -394,7 +394,7 @@ impl V2 {
                             async move { store.upload_part(req).await }
                         };
                         put_bytes(sessions, claimed, same, commit, |o: &dto::UploadPartOutput| {
-                            o.e_tag.as_ref().map(|e| format!("\"{}\"", e.value()))
+                            o.e_tag.as_ref()
                         })
                         .await
                     }
@@ -444,7 +444,7 @@ async fn put_bytes<T, C, F>(
     claimed: hipobj_target::rc_v2::Claimed,
     same: SameBucket,
     commit: C,
-    etag_of: fn(&T) -> Option<String>,
+    etag_of: fn(&T) -> Option<&dto::ETag>,
 ) -> Result<
     (
         Result<u64, V2Failure<S3Error>>,
@@ -482,6 +482,6 @@ where
         .inner_mut()
         .inner_mut()
         .take_response()
-        .and_then(|r| etag_of(&r.output));
+        .and_then(|r| etag_of(&r.output).map(|e| format!("\"{}\"", e.value())));
     Ok((moved, etag, crc))
 }
