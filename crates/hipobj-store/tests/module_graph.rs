@@ -136,7 +136,10 @@ fn tokens(code: &str) -> Vec<Tok> {
                 line,
             });
         } else if c == ':' && b.get(i + 1) == Some(&':') {
-            out.push(Tok { text: "::".into(), line });
+            out.push(Tok {
+                text: "::".into(),
+                line,
+            });
             i += 2;
         } else {
             out.push(Tok {
@@ -150,7 +153,9 @@ fn tokens(code: &str) -> Vec<Tok> {
 }
 
 fn is_ident(t: &str) -> bool {
-    t.chars().next().is_some_and(|c| c.is_alphabetic() || c == '_' || c == '$')
+    t.chars()
+        .next()
+        .is_some_and(|c| c.is_alphabetic() || c == '_' || c == '$')
 }
 
 /// One path named in a module: where, and what it resolves to.
@@ -181,7 +186,10 @@ impl Parser<'_> {
             _ => return None,
         };
         let _ = in_use;
-        for s in segs.iter().skip(usize::from(first == "crate" || first == "$crate")) {
+        for s in segs
+            .iter()
+            .skip(usize::from(first == "crate" || first == "$crate"))
+        {
             match s.as_str() {
                 "super" => {
                     path.pop();
@@ -261,12 +269,20 @@ impl Parser<'_> {
                 "mod" if is_ident(at(1)) && (at(2) == "{" || at(2) == ";") => {
                     let name = at(1).to_string();
                     if cfg_test {
-                        i = if at(2) == "{" { skip_block(self.toks, i + 2) } else { i + 3 };
+                        i = if at(2) == "{" {
+                            skip_block(self.toks, i + 2)
+                        } else {
+                            i + 3
+                        };
                     } else {
                         self.children.get_mut(module).unwrap().insert(name.clone());
                         let mut child = module.clone();
                         child.push(name);
-                        i = if at(2) == "{" { self.module(&child, i + 3) } else { i + 3 };
+                        i = if at(2) == "{" {
+                            self.module(&child, i + 3)
+                        } else {
+                            i + 3
+                        };
                     }
                     cfg_test = false;
                     continue;
@@ -497,8 +513,16 @@ fn the_graph_sees_a_circle_and_passes_a_tree() {
         "mod a;\nmod c;\n// crate::c::x in a comment\nconst S: &str = \"crate::a\";\n",
     )
     .unwrap();
-    std::fs::write(src.join("a/mod.rs"), "mod b;\npub use b::X;\nfn f() { crate::c::g(); }\n").unwrap();
-    std::fs::write(src.join("a/b.rs"), "use super::super::c::{self, Y};\npub struct X;\n").unwrap();
+    std::fs::write(
+        src.join("a/mod.rs"),
+        "mod b;\npub use b::X;\nfn f() { crate::c::g(); }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        src.join("a/b.rs"),
+        "use super::super::c::{self, Y};\npub struct X;\n",
+    )
+    .unwrap();
     std::fs::write(
         src.join("c.rs"),
         "pub struct Y;\npub fn g() {}\n#[cfg(test)]\nmod tests { use crate::a::X; }\n",
@@ -515,7 +539,11 @@ fn the_graph_sees_a_circle_and_passes_a_tree() {
     assert!(edges(&["crate"]).is_empty());
 
     // c reaching back into a (outside its tests) closes a circle.
-    std::fs::write(src.join("c.rs"), "pub struct Y;\npub fn g() { let _ = super::a::X; }\n").unwrap();
+    std::fs::write(
+        src.join("c.rs"),
+        "pub struct Y;\npub fn g() { let _ = super::a::X; }\n",
+    )
+    .unwrap();
     let g = graph(src);
     let found = circles(&g);
     assert_eq!(found.len(), 1, "{g:?}");

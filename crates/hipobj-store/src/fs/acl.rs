@@ -19,11 +19,12 @@ use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
 use serde::{Deserialize, Serialize};
 
 use super::conditions::ReadConditions;
+use super::errors::internal;
 use super::layout::Stored;
 use super::object::Meta;
 use super::settings::{Setting, damaged_setting};
+use super::store::FsStore;
 use super::write::CopyErrors;
-use super::{FsStore, internal};
 use crate::Requester;
 
 const ALL_USERS: &str = "http://acs.amazonaws.com/groups/global/AllUsers";

@@ -6,9 +6,9 @@
 use s3s::dto;
 use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
 
-use super::FsStore;
 use super::settings::{Setting, damaged_setting};
 use super::sse::Protection;
+use super::store::FsStore;
 
 /// The setting of a bucket with SSE-S3 by default.
 pub(super) const SSE_S3: &str = "AES256";

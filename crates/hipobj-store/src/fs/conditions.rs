@@ -8,9 +8,11 @@ use std::path::Path;
 use s3s::dto::{self, Timestamp};
 use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
 
+use super::errors::{internal, io_kind};
 use super::layout::{Stored, TempFile};
 use super::object::Meta;
-use super::{FsStore, etag_of, internal, io_kind, strip_quotes};
+use super::store::FsStore;
+use super::text::{etag_of, strip_quotes};
 
 /// Seconds since the epoch of an S3 timestamp (HTTP dates have whole
 /// seconds, so conditions compare at that resolution).

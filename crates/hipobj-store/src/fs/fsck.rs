@@ -9,10 +9,11 @@
 use std::path::{Path, PathBuf};
 
 use super::acl::Canned;
+use super::bucket_encryption;
 use super::layout::Stored;
 use super::public_access::decode;
 use super::settings::Setting;
-use super::{FsStore, bucket_encryption};
+use super::store::FsStore;
 use crate::disk::Durability;
 use crate::names::check_bucket;
 use crate::owner_record::{self, Lookup, OwnerRecord};

@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use s3s::S3Result;
 use tokio::sync::{OnceCell, RwLock};
 
-use super::FsStore;
+use super::store::FsStore;
 use super::versions::FOLDER;
 
 /// The keys of one bucket, in order.
@@ -334,11 +334,11 @@ impl FsStore {
         let mut keys = Vec::new();
         let mut rd = tokio::fs::read_dir(dir)
             .await
-            .map_err(|e| super::internal("indexing a bucket", e))?;
+            .map_err(|e| super::errors::internal("indexing a bucket", e))?;
         while let Some(ent) = rd
             .next_entry()
             .await
-            .map_err(|e| super::internal("indexing a bucket", e))?
+            .map_err(|e| super::errors::internal("indexing a bucket", e))?
         {
             let name = ent.file_name();
             let Some(name) = name.to_str() else { continue };

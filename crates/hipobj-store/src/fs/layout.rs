@@ -11,9 +11,11 @@ use s3s::crypto::{Checksum as _, Sha256};
 use s3s::{S3Result, s3_error};
 use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt, BufWriter};
 
+use super::errors::{internal, io_kind};
 use super::object::Meta;
 use super::sse::{MasterKey, Protection, Sealer, Unlocked};
-use super::{FsStore, hex, internal, io_kind};
+use super::store::FsStore;
+use super::text::hex;
 use crate::blocks::{BlockHasher, Checker};
 use crate::disk::{Durability, nonblocking as ndisk};
 use crate::file_range::{FileRange, WantsFileRange};

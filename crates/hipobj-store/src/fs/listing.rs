@@ -8,10 +8,12 @@ use std::time::UNIX_EPOCH;
 use s3s::dto::{self, ETag, Timestamp};
 use s3s::{S3Result, s3_error};
 
+use super::errors::internal;
 use super::index::{Item, Walk};
 use super::object::Meta;
+use super::store::FsStore;
+use super::text::{i64_of, timestamp};
 use super::versions::Status;
-use super::{FsStore, i64_of, internal, timestamp};
 use crate::names::check_bucket;
 use crate::owner_record::{self, Lookup};
 

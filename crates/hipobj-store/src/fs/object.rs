@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use super::acl::Canned;
 use super::checksums::Sums;
-use super::i64_of;
 use super::sse::Encryption;
+use super::text::i64_of;
 use super::upload_sums;
 use crate::blocks::BlockSums;
 
@@ -137,7 +137,7 @@ macro_rules! described {
             $($field $(: $value)?,)*
             accept_ranges: Some("bytes".into()),
             e_tag: Some(s3s::dto::ETag::Strong(meta.etag)),
-            last_modified: Some($crate::fs::timestamp(meta.modified_ms)),
+            last_modified: Some($crate::fs::text::timestamp(meta.modified_ms)),
             metadata: a.metadata(),
             content_type: Some(a.content_type.unwrap_or_else(|| $crate::fs::object::DEFAULT_CONTENT_TYPE.to_owned())),
             content_encoding: a.content_encoding,

@@ -15,9 +15,9 @@
 use s3s::dto;
 use s3s::{S3Result, s3_error};
 
-use super::FsStore;
 use super::acl::Canned;
 use super::settings::{Setting, damaged_setting};
+use super::store::FsStore;
 
 /// The four switches, stored as four `0`/`1` characters in S3's order.
 fn encode(c: &dto::PublicAccessBlockConfiguration) -> String {

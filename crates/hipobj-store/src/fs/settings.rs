@@ -13,7 +13,8 @@ use std::sync::RwLock;
 
 use s3s::{S3Error, S3ErrorCode, S3Result};
 
-use super::{FsStore, internal, io_kind};
+use super::errors::{internal, io_kind};
+use super::store::FsStore;
 use crate::disk::nonblocking as ndisk;
 
 /// One setting of a bucket.

@@ -129,7 +129,7 @@ impl MasterKey {
             return Some(Self(Arc::new(raw)));
         }
         let text = std::str::from_utf8(b).ok()?.trim_end();
-        let bytes = super::unhex(text)?;
+        let bytes = super::text::unhex(text)?;
         <[u8; KEY]>::try_from(bytes.as_slice())
             .ok()
             .map(|k| Self(Arc::new(k)))
@@ -274,9 +274,9 @@ impl Protection {
                     &aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, &c.key),
                     md5,
                 );
-                super::hex(&tag.as_ref()[..16])
+                super::text::hex(&tag.as_ref()[..16])
             }
-            _ => super::hex(md5),
+            _ => super::text::hex(md5),
         }
     }
 

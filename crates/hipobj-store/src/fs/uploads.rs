@@ -17,14 +17,16 @@ use serde::{Deserialize, Serialize};
 
 use super::acl::Canned;
 use super::checksums::Sums;
+use super::errors::{internal, io_kind};
 use super::index::{UploadEntry, successor};
 use super::layout::{Stored, TempFile, part_file};
 use super::listing::{common_prefixes, encode_key, wants_url};
 use super::object::{Attrs, Meta};
 use super::sse::{Encryption, UploadMode};
+use super::store::FsStore;
+use super::text::{etag_of, hex, i64_of, now_ms, strip_quotes, timestamp, unhex};
 use super::upload_sums::{UploadChecksum, checksum_type};
 use super::write::CopyErrors;
-use super::{FsStore, etag_of, hex, i64_of, internal, io_kind, now_ms, strip_quotes, timestamp, unhex};
 use crate::disk::nonblocking as ndisk;
 
 /// Sweeps run at most this often (milliseconds), from CreateMultipartUpload.

@@ -47,12 +47,14 @@ use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
 
 use super::acl::{self, Access};
 use super::conditions::{ReadConditions, WriteCondition};
+use super::errors::{internal, io_kind};
 use super::index::{Item, Walk};
 use super::layout::{Stored, TempFile};
 use super::listing::{ListArgs, common_prefixes, encode_key};
 use super::object::Meta;
 use super::settings::{Setting, damaged_setting};
-use super::{FsStore, i64_of, internal, io_kind, now_ms, timestamp, unhex};
+use super::store::FsStore;
+use super::text::{i64_of, now_ms, timestamp, unhex};
 use crate::Requester;
 use crate::disk::nonblocking as ndisk;
 

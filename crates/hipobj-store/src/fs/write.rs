@@ -14,9 +14,10 @@ use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 use super::checksums::{Expected, Sums};
+use super::errors::internal;
 use super::layout::{Stored, TempFile};
 use super::sse::{Encryption, Protection, Segment, Unlocked};
-use super::{FsStore, internal};
+use super::store::FsStore;
 use crate::blocks::Checker;
 
 /// How a copy names its failures: reading the source, writing the copy.
