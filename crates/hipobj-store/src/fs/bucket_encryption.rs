@@ -20,7 +20,7 @@ impl FsStore {
         bucket: &str,
         config: &dto::ServerSideEncryptionConfiguration,
     ) -> S3Result<()> {
-        self.existing_bucket(bucket).await?;
+        self.disk.existing_bucket(bucket).await?;
         let mut algorithms = config
             .rules
             .iter()
@@ -46,12 +46,19 @@ impl FsStore {
                 ));
             }
         }
-        self.set_setting(Setting::Encryption, bucket, Some(SSE_S3)).await
+        self.settings
+            .set(&self.disk, Setting::Encryption, bucket, Some(SSE_S3))
+            .await
     }
 
     /// The bucket's default (`None`: objects are not encrypted unless asked).
     pub(super) async fn bucket_encryption(&self, bucket: &str) -> S3Result<Option<&'static str>> {
-        match self.setting(Setting::Encryption, bucket).await?.as_deref() {
+        match self
+            .settings
+            .get(&self.disk, Setting::Encryption, bucket)
+            .await?
+            .as_deref()
+        {
             None => Ok(None),
             Some(SSE_S3) => Ok(Some(SSE_S3)),
             Some(other) => Err(damaged_setting(Setting::Encryption, bucket, other)),
@@ -60,7 +67,9 @@ impl FsStore {
 
     /// Removes the bucket's default (nothing to remove is no error).
     pub(super) async fn clear_bucket_encryption(&self, bucket: &str) -> S3Result<()> {
-        self.set_setting(Setting::Encryption, bucket, None).await
+        self.settings
+            .set(&self.disk, Setting::Encryption, bucket, None)
+            .await
     }
 
     /// What a write asks for, the bucket's default filling in when it

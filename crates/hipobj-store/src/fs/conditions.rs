@@ -9,7 +9,7 @@ use s3s::dto::{self, Timestamp};
 use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
 
 use super::errors::{internal, io_kind};
-use super::layout::{Stored, TempFile};
+use super::layout::{Disk, Stored, TempFile};
 use super::object::Meta;
 use super::store::FsStore;
 use super::text::{etag_of, strip_quotes};
@@ -164,7 +164,7 @@ impl FsStore {
     /// The object stored at `path`, if it exists and the conditions hold
     /// (`copy`: those of a copy source, see [`ReadConditions::check`]).
     pub(super) async fn read_if(path: &Path, cond: ReadConditions<'_>, copy: bool) -> S3Result<Stored> {
-        let Some(st) = Self::read_stored(path).await? else {
+        let Some(st) = Disk::read_stored(path).await? else {
             return Err(if copy {
                 s3_error!(NoSuchKey, "the copy source does not exist")
             } else {
@@ -185,10 +185,10 @@ impl FsStore {
         cond: WriteCondition,
     ) -> S3Result<()> {
         match cond {
-            WriteCondition::None => self.finish(tmp, meta, dest).await,
+            WriteCondition::None => self.disk.finish(tmp, meta, dest).await,
             WriteCondition::Absent => {
-                let tmp = self.seal(tmp, meta).await?;
-                match tmp.commit_new(dest, self.limits.sync).await {
+                let tmp = self.disk.seal(tmp, meta).await?;
+                match tmp.commit_new(dest, self.disk.sync).await {
                     Ok(()) => Ok(()),
                     Err(e) if io_kind(&e) == std::io::ErrorKind::AlreadyExists => Err(s3_error!(
                         PreconditionFailed,
@@ -201,9 +201,9 @@ impl FsStore {
                 // Conditional writers of this store take turns between the
                 // check and the rename.
                 let _turn = self.cond_lock.lock().await;
-                let current = Self::read_stored(dest).await?;
+                let current = Disk::read_stored(dest).await?;
                 cond.check(current.as_ref().map(|st| &st.meta))?;
-                self.finish(tmp, meta, dest).await
+                self.disk.finish(tmp, meta, dest).await
             }
         }
     }

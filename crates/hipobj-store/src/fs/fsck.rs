@@ -8,12 +8,11 @@
 
 use std::path::{Path, PathBuf};
 
-use super::acl::Canned;
 use super::bucket_encryption;
-use super::layout::Stored;
+use super::canned::Canned;
+use super::layout::{Disk, Stored};
 use super::public_access::decode;
 use super::settings::Setting;
-use super::store::FsStore;
 use crate::disk::Durability;
 use crate::names::check_bucket;
 use crate::owner_record::{self, Lookup, OwnerRecord};
@@ -159,7 +158,7 @@ pub async fn fsck(root: &Path, opts: &FsckOptions) -> std::io::Result<FsckReport
         let mut files: Vec<PathBuf> = Vec::new();
         for n in names(&dir)? {
             let p = dir.join(&n);
-            if n.starts_with(super::versions::FOLDER) && p.is_dir() {
+            if n.starts_with(super::layout::FOLDER) && p.is_dir() {
                 files.extend(names(&p)?.into_iter().map(|v| p.join(v)));
             } else {
                 files.push(p);
@@ -203,7 +202,7 @@ async fn check_file(path: &Path, scrub: bool, r: &mut FsckReport) -> Option<(Str
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let st = match FsStore::read_stored(path).await {
+    let st = match Disk::read_stored(path).await {
         Ok(Some(st)) => st,
         Ok(None) => return None,
         Err(_) => return Some((file_name, "the file does not read back as an object".into())),

@@ -4,7 +4,7 @@
 
 use std::io::SeekFrom;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::StreamExt as _;
 use s3s::crypto::{Checksum as _, Sha256};
@@ -14,7 +14,6 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt, BufWriter};
 use super::errors::{internal, io_kind};
 use super::object::Meta;
 use super::sse::{MasterKey, Protection, Sealer, Unlocked};
-use super::store::FsStore;
 use super::text::hex;
 use crate::blocks::{BlockHasher, Checker};
 use crate::disk::{Durability, nonblocking as ndisk};
@@ -25,6 +24,9 @@ const MAGIC: &[u8; 4] = b"HOB1";
 const TRAILER: u64 = 8;
 /// Keys up to this many bytes are stored under their hex encoding.
 const HEX_KEY_MAX: usize = 100;
+
+/// The folder of a key's versions is its object file's name after this.
+pub(super) const FOLDER: &str = "v-";
 
 /// A file in `.tmp` that is removed unless it is committed.
 pub(super) struct TempFile {
@@ -198,7 +200,33 @@ impl Stored {
     }
 }
 
-impl FsStore {
+/// The store's disk layer: where each thing lives under the data
+/// directory, and the temporary files that become objects, parts and
+/// settings when they are committed.
+#[derive(Debug)]
+pub(super) struct Disk {
+    /// The data directory.
+    pub(super) root: PathBuf,
+    /// Makes temporary file names unique within this process.
+    counter: AtomicU64,
+    /// Flush each file to disk before it becomes visible.
+    pub(super) sync: bool,
+}
+
+impl Disk {
+    pub(super) fn new(root: PathBuf, sync: bool) -> Self {
+        Self {
+            root,
+            counter: AtomicU64::new(0),
+            sync,
+        }
+    }
+
+    /// Whether changes are synced before they are acknowledged.
+    pub(super) fn durability(&self) -> Durability {
+        Durability::from_sync(self.sync)
+    }
+
     pub(super) fn bucket_dir(&self, bucket: &str) -> S3Result<PathBuf> {
         check_bucket(bucket)?;
         Ok(self.root.join(bucket))
@@ -290,7 +318,7 @@ impl FsStore {
     /// The metadata of object files for a page of a listing, read in one
     /// blocking task rather than a hop to the blocking pool for each step
     /// of each file: `None` for a file that is gone or, logged and counted
-    /// as [`FsStore::read_listed`] does, does not read back.
+    /// as [`Disk::read_listed`] does, does not read back.
     pub(super) async fn read_listed_metas(paths: Vec<PathBuf>) -> S3Result<Vec<Option<Meta>>> {
         tokio::task::spawn_blocking(move || {
             paths
@@ -349,7 +377,7 @@ impl FsStore {
     pub(super) async fn finish(&self, tmp: TempFile, meta: &Meta, dest: &Path) -> S3Result<()> {
         self.seal(tmp, meta)
             .await?
-            .commit(dest, self.limits.sync)
+            .commit(dest, self.sync)
             .await
             .map_err(|e| internal("committing an object", e))
     }

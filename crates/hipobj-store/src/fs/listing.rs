@@ -10,10 +10,11 @@ use s3s::{S3Result, s3_error};
 
 use super::errors::internal;
 use super::index::{Item, Walk};
+use super::layout::Disk;
 use super::object::Meta;
+use super::settings::Status;
 use super::store::FsStore;
 use super::text::{i64_of, timestamp};
-use super::versions::Status;
 use crate::names::check_bucket;
 use crate::owner_record::{self, Lookup};
 
@@ -89,7 +90,7 @@ impl FsStore {
     /// (`index`), a page at a time; each is read from its file, and one
     /// whose file is gone is left out.
     async fn list(&self, q: ListQuery<'_>) -> S3Result<Listing> {
-        let dir = self.existing_bucket(q.bucket).await?;
+        let dir = self.disk.existing_bucket(q.bucket).await?;
         let mut listing = Listing::default();
         if q.max == 0 {
             // Nothing asked for: an empty page that is not truncated.
@@ -114,11 +115,11 @@ impl FsStore {
                     .iter()
                     .take(room)
                     .filter_map(|i| match i {
-                        Item::Key(k) => Some(dir.join(Self::file_name(k))),
+                        Item::Key(k) => Some(dir.join(Disk::file_name(k))),
                         Item::Prefix(_) => None,
                     })
                     .collect();
-                Self::read_listed_metas(paths).await?.into_iter()
+                Disk::read_listed_metas(paths).await?.into_iter()
             };
             for (i, item) in items.into_iter().enumerate() {
                 if listing.objects.len() + listing.prefixes.len() >= q.max {
@@ -304,7 +305,7 @@ impl FsStore {
         who: Option<&str>,
     ) -> S3Result<(Vec<dto::Bucket>, Option<String>)> {
         let mut buckets = Vec::new();
-        let mut rd = tokio::fs::read_dir(&self.root)
+        let mut rd = tokio::fs::read_dir(&self.disk.root)
             .await
             .map_err(|e| internal("listing buckets", e))?;
         while let Some(ent) = rd
@@ -326,7 +327,7 @@ impl FsStore {
             // since whose it is cannot be known.
             if let Some(who) = who
                 && self.limits.owner_records
-                && !matches!(owner_record::read(&self.root, name).await,
+                && !matches!(owner_record::read(&self.disk.root, name).await,
                     Lookup::Found(r) if r.key == who)
             {
                 continue;

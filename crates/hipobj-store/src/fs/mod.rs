@@ -55,12 +55,14 @@ pub use uploads::parse_upload_file;
 
 mod acl;
 mod bucket_encryption;
+mod canned;
 mod checksums;
 mod conditions;
 mod errors;
 pub mod format;
 mod fsck;
 mod index;
+mod indexing;
 mod layout;
 mod listing;
 mod object;

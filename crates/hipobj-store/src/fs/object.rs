@@ -10,11 +10,10 @@ use s3s::dto::{self, Timestamp};
 use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
 use serde::{Deserialize, Serialize};
 
-use super::acl::Canned;
-use super::checksums::Sums;
+use super::canned::Canned;
+use super::checksums::{self, Sums};
 use super::sse::Encryption;
 use super::text::i64_of;
-use super::upload_sums;
 use crate::blocks::BlockSums;
 
 /// What is stored with each object (and each part of an upload).
@@ -132,7 +131,7 @@ macro_rules! described {
         let enc = $crate::fs::sse::Described::of(meta.encryption.as_ref());
         let a = meta.attrs;
         let sums: $crate::fs::checksums::Sums = $sums;
-        let checksum_type = $crate::fs::upload_sums::checksum_type(&sums);
+        let checksum_type = $crate::fs::checksums::checksum_type(&sums);
         $ty {
             $($field $(: $value)?,)*
             accept_ranges: Some("bytes".into()),
@@ -174,7 +173,7 @@ impl Meta {
             .and_then(|n| usize::try_from(n).ok()?.checked_sub(1))
             .and_then(|i| self.part_sums.get(i));
         match stored {
-            Some(v) => upload_sums::of_part(&self.sums, v),
+            Some(v) => checksums::of_part(&self.sums, v),
             None if whole => self.sums.clone(),
             None => Sums::default(),
         }
@@ -258,7 +257,7 @@ impl Meta {
             .skip(after)
             .take(take)
             .map(|(i, size)| {
-                let sums = self.part_sums.get(i).map(|v| upload_sums::of_part(&self.sums, v));
+                let sums = self.part_sums.get(i).map(|v| checksums::of_part(&self.sums, v));
                 let sums = sums.unwrap_or_default();
                 dto::ObjectPart {
                     part_number: i32::try_from(i + 1).ok(),

@@ -15,7 +15,7 @@
 use s3s::dto;
 use s3s::{S3Result, s3_error};
 
-use super::acl::Canned;
+use super::canned::Canned;
 use super::settings::{Setting, damaged_setting};
 use super::store::FsStore;
 
@@ -54,7 +54,11 @@ impl FsStore {
         &self,
         bucket: &str,
     ) -> S3Result<Option<dto::PublicAccessBlockConfiguration>> {
-        match self.setting(Setting::PublicAccessBlock, bucket).await? {
+        match self
+            .settings
+            .get(&self.disk, Setting::PublicAccessBlock, bucket)
+            .await?
+        {
             None => Ok(None),
             Some(s) => decode(&s)
                 .map(Some)
@@ -68,9 +72,10 @@ impl FsStore {
         bucket: &str,
         config: Option<&dto::PublicAccessBlockConfiguration>,
     ) -> S3Result<()> {
-        self.existing_bucket(bucket).await?;
+        self.disk.existing_bucket(bucket).await?;
         let value = config.map(encode);
-        self.set_setting(Setting::PublicAccessBlock, bucket, value.as_deref())
+        self.settings
+            .set(&self.disk, Setting::PublicAccessBlock, bucket, value.as_deref())
             .await
     }
 

@@ -5,8 +5,8 @@ use s3s::checksum::ChecksumHasher;
 use s3s::dto::{self, ETag, StreamingBlob};
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 
-use super::acl::{Access, Canned, requester};
-use super::checksums::{Sums, checksum_enabled, expected_of, sums_of};
+use super::canned::{Access, Canned, requester};
+use super::checksums::{Sums, checksum_enabled, checksum_type, expected_of, sums_of};
 use super::conditions::{ReadConditions, WriteCondition, read_conditions};
 use super::errors::{internal, io_kind};
 use super::layout::Stored;
@@ -15,7 +15,7 @@ use super::object::{Meta, attrs_of, described};
 use super::sse::{Described, Mode, Protection, customer_headers};
 use super::store::{FsStore, US_EAST_1};
 use super::text::{hex, i64_of, now_ms, timestamp, unhex};
-use super::upload_sums::{UploadChecksum, check_type, checksum_type};
+use super::upload_sums::{UploadChecksum, check_type};
 use super::uploads::{Upload, check_part_number, completed, copy_source_range, object_sums, upload_entry};
 use super::write::bucket_key_source;
 use crate::Requester;
@@ -28,7 +28,7 @@ impl S3 for FsStore {
         &self,
         req: S3Request<dto::CreateBucketInput>,
     ) -> S3Result<S3Response<dto::CreateBucketOutput>> {
-        let dir = self.bucket_dir(&req.input.bucket)?;
+        let dir = self.disk.bucket_dir(&req.input.bucket)?;
         let asked = req
             .input
             .create_bucket_configuration
@@ -80,7 +80,7 @@ impl S3 for FsStore {
         &self,
         req: S3Request<dto::DeleteBucketInput>,
     ) -> S3Result<S3Response<dto::DeleteBucketOutput>> {
-        let dir = self.existing_bucket(&req.input.bucket).await?;
+        let dir = self.disk.existing_bucket(&req.input.bucket).await?;
         self.sweep_stale_uploads().await;
         self.drop_empty_folders(&dir).await?;
         if self.has_objects(&dir).await? {
@@ -100,7 +100,7 @@ impl S3 for FsStore {
         self.index.forget(&req.input.bucket);
         match removed {
             Ok(()) => {
-                self.forget_settings(&req.input.bucket).await;
+                self.settings.forget(&self.disk, &req.input.bucket).await;
                 Ok(S3Response::new(dto::DeleteBucketOutput {}))
             }
             Err(e) if io_kind(&e) == std::io::ErrorKind::DirectoryNotEmpty => Err(s3_error!(BucketNotEmpty)),
@@ -113,7 +113,7 @@ impl S3 for FsStore {
         &self,
         req: S3Request<dto::HeadBucketInput>,
     ) -> S3Result<S3Response<dto::HeadBucketOutput>> {
-        self.existing_bucket(&req.input.bucket).await?;
+        self.disk.existing_bucket(&req.input.bucket).await?;
         Ok(S3Response::new(dto::HeadBucketOutput::default()))
     }
 
@@ -121,7 +121,7 @@ impl S3 for FsStore {
         &self,
         req: S3Request<dto::GetBucketLocationInput>,
     ) -> S3Result<S3Response<dto::GetBucketLocationOutput>> {
-        self.existing_bucket(&req.input.bucket).await?;
+        self.disk.existing_bucket(&req.input.bucket).await?;
         // AWS answers an empty LocationConstraint for us-east-1.
         let region = &self.limits.region;
         Ok(S3Response::new(dto::GetBucketLocationOutput {
@@ -143,7 +143,7 @@ impl S3 for FsStore {
         &self,
         req: S3Request<dto::GetBucketEncryptionInput>,
     ) -> S3Result<S3Response<dto::GetBucketEncryptionOutput>> {
-        self.existing_bucket(&req.input.bucket).await?;
+        self.disk.existing_bucket(&req.input.bucket).await?;
         let Some(algorithm) = self.bucket_encryption(&req.input.bucket).await? else {
             return Err(s3_error!(ServerSideEncryptionConfigurationNotFoundError));
         };
@@ -164,7 +164,7 @@ impl S3 for FsStore {
         &self,
         req: S3Request<dto::DeleteBucketEncryptionInput>,
     ) -> S3Result<S3Response<dto::DeleteBucketEncryptionOutput>> {
-        self.existing_bucket(&req.input.bucket).await?;
+        self.disk.existing_bucket(&req.input.bucket).await?;
         self.clear_bucket_encryption(&req.input.bucket).await?;
         Ok(S3Response::new(dto::DeleteBucketEncryptionOutput {}))
     }
@@ -174,7 +174,7 @@ impl S3 for FsStore {
         req: S3Request<dto::GetBucketAclInput>,
     ) -> S3Result<S3Response<dto::GetBucketAclOutput>> {
         let bucket = &req.input.bucket;
-        self.existing_bucket(bucket).await?;
+        self.disk.existing_bucket(bucket).await?;
         let owner = self.bucket_owner(bucket, &req.credentials).await;
         let acl = self.bucket_acl(bucket).await?;
         Ok(S3Response::new(dto::GetBucketAclOutput {
@@ -188,7 +188,7 @@ impl S3 for FsStore {
         req: S3Request<dto::PutBucketAclInput>,
     ) -> S3Result<S3Response<dto::PutBucketAclOutput>> {
         let input = req.input;
-        self.existing_bucket(&input.bucket).await?;
+        self.disk.existing_bucket(&input.bucket).await?;
         let owner = self.bucket_owner(&input.bucket, &req.credentials).await;
         let acl = Canned::of_request(
             input.acl.as_ref().map(|a| a.as_str()),
@@ -228,7 +228,7 @@ impl S3 for FsStore {
         req: S3Request<dto::PutObjectAclInput>,
     ) -> S3Result<S3Response<dto::PutObjectAclOutput>> {
         let input = req.input;
-        self.object_path(&input.bucket, &input.key).await?;
+        self.disk.object_path(&input.bucket, &input.key).await?;
         let owner = self.bucket_owner(&input.bucket, &req.credentials).await;
         let acl = Canned::of_request(
             input.acl.as_ref().map(|a| a.as_str()),
@@ -268,7 +268,7 @@ impl S3 for FsStore {
         req: S3Request<dto::PutObjectInput>,
     ) -> S3Result<S3Response<dto::PutObjectOutput>> {
         let input = req.input;
-        self.object_path(&input.bucket, &input.key).await?;
+        self.disk.object_path(&input.bucket, &input.key).await?;
         self.check_bucket_access(&input.bucket, &requester(&req.extensions), Access::Write)
             .await?;
         let acl = Canned::parse(input.acl.as_ref().map(|a| a.as_str()), true)?;
@@ -447,7 +447,7 @@ impl S3 for FsStore {
         req: S3Request<dto::DeleteObjectInput>,
     ) -> S3Result<S3Response<dto::DeleteObjectOutput>> {
         let input = req.input;
-        self.object_path(&input.bucket, &input.key).await?;
+        self.disk.object_path(&input.bucket, &input.key).await?;
         self.check_bucket_access(&input.bucket, &requester(&req.extensions), Access::Write)
             .await?;
         let gone = match input.version_id.as_deref() {
@@ -465,7 +465,7 @@ impl S3 for FsStore {
         req: S3Request<dto::DeleteObjectsInput>,
     ) -> S3Result<S3Response<dto::DeleteObjectsOutput>> {
         let input = req.input;
-        self.existing_bucket(&input.bucket).await?;
+        self.disk.existing_bucket(&input.bucket).await?;
         self.check_bucket_access(&input.bucket, &requester(&req.extensions), Access::Write)
             .await?;
         if input.delete.objects.len() > 1000 {
@@ -598,8 +598,8 @@ impl S3 for FsStore {
     ) -> S3Result<S3Response<dto::CopyObjectOutput>> {
         let input = req.input;
         let (src_bucket, src_key, src_version) = bucket_key_source(&input.copy_source)?;
-        let src = self.object_path(src_bucket, src_key).await?;
-        let dest = self.object_path(&input.bucket, &input.key).await?;
+        let src = self.disk.object_path(src_bucket, src_key).await?;
+        let dest = self.disk.object_path(&input.bucket, &input.key).await?;
         let replace = input
             .metadata_directive
             .as_ref()
@@ -692,7 +692,7 @@ impl S3 for FsStore {
     ) -> S3Result<S3Response<dto::CreateMultipartUploadOutput>> {
         let input = req.input;
         check_key(&input.key)?;
-        self.existing_bucket(&input.bucket).await?;
+        self.disk.existing_bucket(&input.bucket).await?;
         let protection =
             Protection::of_write(input.server_side_encryption.as_ref(), customer_headers!(input))?;
         let protection = self.with_default(&input.bucket, protection).await?;
@@ -853,7 +853,7 @@ impl S3 for FsStore {
     ) -> S3Result<S3Response<dto::CompleteMultipartUploadOutput>> {
         let input = req.input;
         let owner = req.credentials.as_ref().map(|c| c.access_key.as_str());
-        let dest = self.object_path(&input.bucket, &input.key).await?;
+        let dest = self.disk.object_path(&input.bucket, &input.key).await?;
         let (dir, up) = match self
             .load_upload(&input.upload_id, &input.bucket, &input.key, owner)
             .await
@@ -962,7 +962,7 @@ impl S3 for FsStore {
         req: S3Request<dto::GetPublicAccessBlockInput>,
     ) -> S3Result<S3Response<dto::GetPublicAccessBlockOutput>> {
         let bucket = &req.input.bucket;
-        self.existing_bucket(bucket).await?;
+        self.disk.existing_bucket(bucket).await?;
         let Some(config) = self.public_access_block(bucket).await? else {
             let mut e = S3Error::with_message(
                 S3ErrorCode::Custom("NoSuchPublicAccessBlockConfiguration".into()),

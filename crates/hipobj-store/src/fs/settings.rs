@@ -14,7 +14,7 @@ use std::sync::RwLock;
 use s3s::{S3Error, S3ErrorCode, S3Result};
 
 use super::errors::{internal, io_kind};
-use super::store::FsStore;
+use super::layout::Disk;
 use crate::disk::nonblocking as ndisk;
 
 /// One setting of a bucket.
@@ -46,6 +46,15 @@ impl Setting {
             Self::PublicAccessBlock => ".public-access",
         }
     }
+}
+
+/// A bucket's versioning state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Status {
+    /// Never versioned: one object per key, no version folders.
+    Off,
+    Enabled,
+    Suspended,
 }
 
 /// The settings read or written so far (`None`: the bucket has none).
@@ -80,28 +89,34 @@ pub(super) fn damaged_setting(s: Setting, bucket: &str, why: &str) -> S3Error {
     )
 }
 
-impl FsStore {
-    fn setting_file(&self, s: Setting, bucket: &str) -> std::path::PathBuf {
-        self.root.join(s.folder()).join(bucket)
+/// A data directory's bucket settings, and those read or written so far.
+#[derive(Debug, Default)]
+pub(super) struct Settings {
+    cache: Cache,
+}
+
+impl Settings {
+    fn file(disk: &Disk, s: Setting, bucket: &str) -> std::path::PathBuf {
+        disk.root.join(s.folder()).join(bucket)
     }
 
     fn remember(&self, s: Setting, bucket: &str, value: Option<String>) {
-        if let Ok(mut c) = self.settings.write() {
+        if let Ok(mut c) = self.cache.write() {
             c.insert((s, bucket.to_owned()), value);
         }
     }
 
     /// The bucket's setting `s`, trimmed (`None`: not set).
-    pub(super) async fn setting(&self, s: Setting, bucket: &str) -> S3Result<Option<String>> {
+    pub(super) async fn get(&self, disk: &Disk, s: Setting, bucket: &str) -> S3Result<Option<String>> {
         let known = self
-            .settings
+            .cache
             .read()
             .ok()
             .and_then(|c| c.get(&(s, bucket.to_owned())).cloned());
         if let Some(v) = known {
             return Ok(v);
         }
-        let v = match tokio::fs::read(self.setting_file(s, bucket)).await {
+        let v = match tokio::fs::read(Self::file(disk, s, bucket)).await {
             Ok(t) => match String::from_utf8(t).map(|t| t.trim().to_owned()) {
                 Ok(t) if !t.is_empty() => Some(t),
                 // Never remembered: a repair takes effect at once.
@@ -115,17 +130,23 @@ impl FsStore {
     }
 
     /// Sets the bucket's setting `s` to `value`, or removes it (`None`).
-    pub(super) async fn set_setting(&self, s: Setting, bucket: &str, value: Option<&str>) -> S3Result<()> {
-        let path = self.setting_file(s, bucket);
-        let d = self.durability();
+    pub(super) async fn set(
+        &self,
+        disk: &Disk,
+        s: Setting,
+        bucket: &str,
+        value: Option<&str>,
+    ) -> S3Result<()> {
+        let path = Self::file(disk, s, bucket);
+        let d = disk.durability();
         let done = match value {
             None => match ndisk::remove_file(&path, d).await {
                 Err(e) if io_kind(&e) == std::io::ErrorKind::NotFound => Ok(()),
                 r => r,
             },
             Some(v) => {
-                let tmp = self.temp_path();
-                match ndisk::create_dir_all(&self.root.join(s.folder()), d).await {
+                let tmp = disk.temp_path();
+                match ndisk::create_dir_all(&disk.root.join(s.folder()), d).await {
                     Ok(()) => ndisk::write_atomic(&tmp, &path, v.as_bytes().to_vec(), d).await,
                     Err(e) => Err(e),
                 }
@@ -139,9 +160,9 @@ impl FsStore {
     /// Removes every setting of a bucket that is gone (DeleteBucket); a
     /// file that cannot be removed is logged, not an error, since the
     /// bucket is already gone.
-    pub(super) async fn forget_settings(&self, bucket: &str) {
+    pub(super) async fn forget(&self, disk: &Disk, bucket: &str) {
         for s in Setting::ALL {
-            if let Err(e) = self.set_setting(s, bucket, None).await {
+            if let Err(e) = self.set(disk, s, bucket, None).await {
                 tracing::warn!("removing a setting of the deleted bucket {bucket}: {e:?}");
             }
         }

@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicU64;
 
 use s3s::dto;
 
-use super::{format, index, settings, sse};
+use super::{format, index, layout, settings, sse};
 use crate::disk::{self, Durability};
 
 /// Limits of the filesystem store.
@@ -63,14 +63,14 @@ impl Default for FsLimits {
 /// The filesystem store. See the module documentation.
 #[derive(Debug)]
 pub struct FsStore {
-    pub(super) root: PathBuf,
+    /// Where everything is on disk (`layout`).
+    pub(super) disk: layout::Disk,
     pub(super) limits: FsLimits,
-    pub(super) counter: AtomicU64,
     /// Held between the check and the commit of a conditional write, and
     /// around every change to a key's versions.
     pub(super) cond_lock: tokio::sync::Mutex<()>,
     /// Bucket settings read or written so far (`settings`).
-    pub(super) settings: settings::Cache,
+    pub(super) settings: settings::Settings,
     /// When stale uploads were last swept (`now_ms`), 0: never.
     pub(super) last_sweep_ms: AtomicU64,
     /// The key-encryption key of SSE-S3 objects.
@@ -103,11 +103,10 @@ impl FsStore {
         let master = sse::MasterKey::load_or_create(&key_file)?;
         Ok(Self {
             index: index::KeyIndex::of(&root),
-            root,
+            disk: layout::Disk::new(root, limits.sync),
             limits,
-            counter: AtomicU64::new(0),
             cond_lock: tokio::sync::Mutex::new(()),
-            settings: settings::Cache::default(),
+            settings: settings::Settings::default(),
             last_sweep_ms: AtomicU64::new(0),
             master,
         })
@@ -115,12 +114,12 @@ impl FsStore {
 
     /// Whether changes are synced before they are acknowledged.
     pub(super) fn durability(&self) -> Durability {
-        Durability::from_sync(self.limits.sync)
+        self.disk.durability()
     }
 
     /// The data directory.
     pub fn root(&self) -> &Path {
-        &self.root
+        &self.disk.root
     }
 
     /// The owner of a bucket's objects: the key that created the bucket
@@ -137,7 +136,7 @@ impl FsStore {
         bucket: &str,
         asking: &Option<s3s::auth::Credentials>,
     ) -> dto::Owner {
-        let recorded = match crate::owner_record::read(&self.root, bucket).await {
+        let recorded = match crate::owner_record::read(&self.disk.root, bucket).await {
             crate::owner_record::Lookup::Found(r) => Some(r.key),
             _ => None,
         };

@@ -13,144 +13,18 @@
 //! An algorithm without a type is COMPOSITE, except CRC64NVME, which is
 //! only FULL_OBJECT.
 
-use crc_fast::{CrcAlgorithm, checksum_combine};
-use s3s::checksum::ChecksumHasher;
+use crc_fast::checksum_combine;
 use s3s::dto;
 use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
 use serde::{Deserialize, Serialize};
 
-use super::checksums::{Expected, Sums};
-
-/// A checksum algorithm of S3's five.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub(super) enum Algorithm {
-    Crc32,
-    Crc32c,
-    Crc64nvme,
-    Sha1,
-    Sha256,
-}
-
-/// How the object's checksum is made of its parts'.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub(super) enum Kind {
-    Composite,
-    FullObject,
-}
-
-impl Kind {
-    pub(super) fn to_dto(self) -> dto::ChecksumType {
-        dto::ChecksumType::from_static(match self {
-            Kind::Composite => dto::ChecksumType::COMPOSITE,
-            Kind::FullObject => dto::ChecksumType::FULL_OBJECT,
-        })
-    }
-}
+use super::checksums::{Algorithm, Expected, Kind, Sums, algorithms_in};
 
 /// What CreateMultipartUpload chose.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub(super) struct UploadChecksum {
     pub(super) algorithm: Algorithm,
     pub(super) kind: Kind,
-}
-
-impl Algorithm {
-    pub(super) fn of(a: &dto::ChecksumAlgorithm) -> S3Result<Self> {
-        Ok(match a.as_str().to_ascii_uppercase().as_str() {
-            dto::ChecksumAlgorithm::CRC32 => Self::Crc32,
-            dto::ChecksumAlgorithm::CRC32C => Self::Crc32c,
-            dto::ChecksumAlgorithm::CRC64NVME => Self::Crc64nvme,
-            dto::ChecksumAlgorithm::SHA1 => Self::Sha1,
-            dto::ChecksumAlgorithm::SHA256 => Self::Sha256,
-            other => {
-                return Err(S3Error::with_message(
-                    S3ErrorCode::InvalidArgument,
-                    format!("unknown checksum algorithm {other:?}"),
-                ));
-            }
-        })
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Self::Crc32 => "crc32",
-            Self::Crc32c => "crc32c",
-            Self::Crc64nvme => "crc64nvme",
-            Self::Sha1 => "sha1",
-            Self::Sha256 => "sha256",
-        }
-    }
-
-    pub(super) fn to_dto(self) -> dto::ChecksumAlgorithm {
-        dto::ChecksumAlgorithm::from_static(match self {
-            Self::Crc32 => dto::ChecksumAlgorithm::CRC32,
-            Self::Crc32c => dto::ChecksumAlgorithm::CRC32C,
-            Self::Crc64nvme => dto::ChecksumAlgorithm::CRC64NVME,
-            Self::Sha1 => dto::ChecksumAlgorithm::SHA1,
-            Self::Sha256 => dto::ChecksumAlgorithm::SHA256,
-        })
-    }
-
-    /// This algorithm's value in `sums`.
-    pub(super) fn value(self, sums: &Sums) -> Option<&String> {
-        match self {
-            Self::Crc32 => sums.crc32.as_ref(),
-            Self::Crc32c => sums.crc32c.as_ref(),
-            Self::Crc64nvme => sums.crc64nvme.as_ref(),
-            Self::Sha1 => sums.sha1.as_ref(),
-            Self::Sha256 => sums.sha256.as_ref(),
-        }
-    }
-
-    /// `sums` with only this algorithm's `value`.
-    fn only(self, value: String) -> Sums {
-        let mut s = Sums::default();
-        *match self {
-            Self::Crc32 => &mut s.crc32,
-            Self::Crc32c => &mut s.crc32c,
-            Self::Crc64nvme => &mut s.crc64nvme,
-            Self::Sha1 => &mut s.sha1,
-            Self::Sha256 => &mut s.sha256,
-        } = Some(value);
-        s
-    }
-
-    /// A hasher computing this algorithm.
-    pub(super) fn hasher(self) -> ChecksumHasher {
-        let mut h = ChecksumHasher::default();
-        match self {
-            Self::Crc32 => h.crc32 = Some(Default::default()),
-            Self::Crc32c => h.crc32c = Some(Default::default()),
-            Self::Crc64nvme => h.crc64nvme = Some(Default::default()),
-            Self::Sha1 => h.sha1 = Some(Default::default()),
-            Self::Sha256 => h.sha256 = Some(Default::default()),
-        }
-        h
-    }
-
-    fn crc(self) -> Option<CrcAlgorithm> {
-        match self {
-            Self::Crc32 => Some(CrcAlgorithm::Crc32IsoHdlc),
-            Self::Crc32c => Some(CrcAlgorithm::Crc32Iscsi),
-            Self::Crc64nvme => Some(CrcAlgorithm::Crc64Nvme),
-            Self::Sha1 | Self::Sha256 => None,
-        }
-    }
-}
-
-/// The algorithms whose values `sums` holds, in S3's order.
-fn algorithms_in(sums: &Sums) -> impl Iterator<Item = Algorithm> + '_ {
-    [
-        Algorithm::Crc32,
-        Algorithm::Crc32c,
-        Algorithm::Crc64nvme,
-        Algorithm::Sha1,
-        Algorithm::Sha256,
-    ]
-    .into_iter()
-    .filter(|a| a.value(sums).is_some())
 }
 
 impl UploadChecksum {
@@ -351,29 +225,6 @@ pub(super) fn check_type(chosen: Option<UploadChecksum>, given: Option<&dto::Che
             ),
         )),
     }
-}
-
-/// The checksums of a multipart object's part whose stored `value` is of
-/// the algorithm of the object's `sums`, reported with the object's type.
-pub(super) fn of_part(object: &Sums, value: &str) -> Sums {
-    let Some(a) = algorithms_in(object).next() else {
-        return Sums::default();
-    };
-    let mut s = a.only(value.to_owned());
-    s.composite = object.composite;
-    s
-}
-
-/// The object's ChecksumType, for an object with checksums.
-pub(super) fn checksum_type(sums: &Sums) -> Option<dto::ChecksumType> {
-    (!sums.is_empty()).then(|| {
-        if sums.composite {
-            Kind::Composite
-        } else {
-            Kind::FullObject
-        }
-        .to_dto()
-    })
 }
 
 #[cfg(test)]

@@ -15,17 +15,18 @@ use s3s::dto::{self, ETag, Timestamp};
 use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
 use serde::{Deserialize, Serialize};
 
-use super::acl::Canned;
+use super::canned::Canned;
 use super::checksums::Sums;
+use super::checksums::checksum_type;
 use super::errors::{internal, io_kind};
 use super::index::{UploadEntry, successor};
-use super::layout::{Stored, TempFile, part_file};
+use super::layout::{Disk, Stored, TempFile, part_file};
 use super::listing::{common_prefixes, encode_key, wants_url};
 use super::object::{Attrs, Meta};
 use super::sse::{Encryption, UploadMode};
 use super::store::FsStore;
 use super::text::{etag_of, hex, i64_of, now_ms, strip_quotes, timestamp, unhex};
-use super::upload_sums::{UploadChecksum, checksum_type};
+use super::upload_sums::UploadChecksum;
 use super::write::CopyErrors;
 use crate::disk::nonblocking as ndisk;
 
@@ -150,13 +151,13 @@ impl FsStore {
     /// renamed into `.uploads`, so that a crash leaves the upload there with
     /// its record or not at all.
     pub(super) async fn create_upload(&self, id: &str, up: &Upload) -> S3Result<()> {
-        let dir = self.upload_dir(id)?;
+        let dir = self.disk.upload_dir(id)?;
         let json = serde_json::to_vec(up).map_err(|e| internal("encoding an upload", e))?;
-        let staging = self.temp_path();
+        let staging = self.disk.temp_path();
         let d = self.durability();
         let made = async {
             ndisk::create_dir(&staging, d).await?;
-            ndisk::write_atomic(&self.temp_path(), &staging.join("upload.json"), json, d).await?;
+            ndisk::write_atomic(&self.disk.temp_path(), &staging.join("upload.json"), json, d).await?;
             ndisk::rename(&staging, &dir, d).await
         };
         if let Err(e) = made.await {
@@ -185,7 +186,7 @@ impl FsStore {
         key: &str,
         owner: Option<&str>,
     ) -> S3Result<(PathBuf, Upload)> {
-        let dir = self.upload_dir(upload_id)?;
+        let dir = self.disk.upload_dir(upload_id)?;
         let json = match tokio::fs::read(dir.join("upload.json")).await {
             Ok(j) => j,
             Err(e) if io_kind(&e) == std::io::ErrorKind::NotFound => return Err(s3_error!(NoSuchUpload)),
@@ -233,7 +234,7 @@ impl FsStore {
                 continue;
             };
             let Ok(n) = n.parse::<i32>() else { continue };
-            if let Some(mut st) = Self::read_listed(&ent.path()).await {
+            if let Some(mut st) = Disk::read_listed(&ent.path()).await {
                 let modified = st
                     .file
                     .metadata()
@@ -252,7 +253,8 @@ impl FsStore {
     /// may have been completed or aborted meanwhile: the rename then fails
     /// and nothing is left behind.
     pub(super) async fn store_part(&self, tmp: TempFile, meta: &Meta, dir: &Path, n: i32) -> S3Result<()> {
-        self.finish(tmp, meta, &part_file(dir, n))
+        self.disk
+            .finish(tmp, meta, &part_file(dir, n))
             .await
             .map_err(|_| s3_error!(NoSuchUpload))
     }
@@ -261,7 +263,7 @@ impl FsStore {
     /// it from `upload_id`: a retry whose first answer was lost finds the
     /// upload gone because it made the object that is there now.
     pub(super) async fn completed_by(dest: &Path, upload_id: &str) -> S3Result<Option<Meta>> {
-        Ok(Self::read_stored(dest)
+        Ok(Disk::read_stored(dest)
             .await?
             .filter(|st| st.meta.upload_id.as_deref() == Some(upload_id))
             .map(|st| st.meta))
@@ -327,7 +329,7 @@ impl FsStore {
         if total > self.limits.max_object_size.saturating_mul(10_000) {
             return Err(s3_error!(EntityTooLarge));
         }
-        let mut tmp = self.temp().await?;
+        let mut tmp = self.disk.temp().await?;
         let mut etag_md5 = Md5::new();
         let errors = CopyErrors {
             reading: "reading a part",
@@ -335,7 +337,7 @@ impl FsStore {
         };
         let mut segments = Vec::new();
         for (n, meta) in chosen {
-            let Some(st) = Self::read_stored(&part_file(dir, *n)).await? else {
+            let Some(st) = Disk::read_stored(&part_file(dir, *n)).await? else {
                 return Err(S3Error::with_message(
                     S3ErrorCode::InvalidPart,
                     format!("part {n} vanished"),
@@ -423,7 +425,7 @@ impl FsStore {
                 truncated = numbers.len() > i;
                 break;
             }
-            let Some(st) = Self::read_listed(&part_file(&dir, *n)).await else {
+            let Some(st) = Disk::read_listed(&part_file(&dir, *n)).await else {
                 continue;
             };
             let modified = st
@@ -467,7 +469,7 @@ impl FsStore {
     /// Every upload in progress, with its directory, in no order.
     pub(super) async fn all_uploads(&self) -> S3Result<Vec<(String, PathBuf, Upload)>> {
         let mut out = Vec::new();
-        let mut rd = tokio::fs::read_dir(self.root.join(".uploads"))
+        let mut rd = tokio::fs::read_dir(self.disk.root.join(".uploads"))
             .await
             .map_err(|e| internal("listing uploads", e))?;
         while let Some(ent) = rd
@@ -534,7 +536,9 @@ impl FsStore {
             let Some(last) = batch.last() else { break };
             from = Bound::Excluded(last.0.clone());
             for (e, owner) in batch {
-                let Ok(dir) = self.upload_dir(&e.3) else { continue };
+                let Ok(dir) = self.disk.upload_dir(&e.3) else {
+                    continue;
+                };
                 if tokio::fs::try_exists(dir.join("upload.json"))
                     .await
                     .unwrap_or(true)
@@ -599,7 +603,7 @@ impl FsStore {
         &self,
         input: dto::ListMultipartUploadsInput,
     ) -> S3Result<dto::ListMultipartUploadsOutput> {
-        self.existing_bucket(&input.bucket).await?;
+        self.disk.existing_bucket(&input.bucket).await?;
         let prefix = input.prefix.clone().unwrap_or_default();
         let delimiter = input.delimiter.clone().filter(|d| !d.is_empty());
         let max = match input.max_uploads {

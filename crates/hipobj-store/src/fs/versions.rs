@@ -45,14 +45,14 @@ use std::path::{Path, PathBuf};
 use s3s::dto::{self, ETag};
 use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
 
-use super::acl::{self, Access};
+use super::canned::{self, Access};
 use super::conditions::{ReadConditions, WriteCondition};
 use super::errors::{internal, io_kind};
 use super::index::{Item, Walk};
-use super::layout::{Stored, TempFile};
+use super::layout::{Disk, FOLDER, Stored, TempFile};
 use super::listing::{ListArgs, common_prefixes, encode_key};
 use super::object::Meta;
-use super::settings::{Setting, damaged_setting};
+use super::settings::{Setting, Status, damaged_setting};
 use super::store::FsStore;
 use super::text::{i64_of, now_ms, timestamp, unhex};
 use crate::Requester;
@@ -60,17 +60,6 @@ use crate::disk::nonblocking as ndisk;
 
 /// The null version's id.
 pub(super) const NULL: &str = "null";
-/// The folder of a key's versions is its object file's name after this.
-pub(super) const FOLDER: &str = "v-";
-
-/// A bucket's versioning state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Status {
-    /// Never versioned: one object per key, no version folders.
-    Off,
-    Enabled,
-    Suspended,
-}
 
 /// One version of a key.
 struct Version {
@@ -138,7 +127,7 @@ fn marker_error(code: S3ErrorCode, message: &str, id: &str) -> S3Error {
 impl Versions {
     /// Reads the versions of `key` in the bucket folder `dir`.
     async fn load(dir: &Path, key: &str) -> S3Result<Self> {
-        let name = FsStore::file_name(key);
+        let name = Disk::file_name(key);
         let folder = dir.join(format!("{FOLDER}{name}"));
         let current = dir.join(&name);
         let mut list = Vec::new();
@@ -239,7 +228,12 @@ impl FsStore {
     /// The versioning state of `bucket` (an existing bucket).
     pub(super) async fn versioning(&self, bucket: &str) -> S3Result<Status> {
         Ok(
-            match self.setting(Setting::Versioning, bucket).await?.as_deref() {
+            match self
+                .settings
+                .get(&self.disk, Setting::Versioning, bucket)
+                .await?
+                .as_deref()
+            {
                 Some(dto::BucketVersioningStatus::ENABLED) => Status::Enabled,
                 Some(dto::BucketVersioningStatus::SUSPENDED) => Status::Suspended,
                 None => Status::Off,
@@ -255,7 +249,7 @@ impl FsStore {
         bucket: &str,
         config: &dto::VersioningConfiguration,
     ) -> S3Result<()> {
-        self.existing_bucket(bucket).await?;
+        self.disk.existing_bucket(bucket).await?;
         if config
             .mfa_delete
             .as_ref()
@@ -279,12 +273,14 @@ impl FsStore {
             Status::Suspended => dto::BucketVersioningStatus::SUSPENDED,
             _ => dto::BucketVersioningStatus::ENABLED,
         };
-        self.set_setting(Setting::Versioning, bucket, Some(text)).await
+        self.settings
+            .set(&self.disk, Setting::Versioning, bucket, Some(text))
+            .await
     }
 
     /// GetBucketVersioning's answer: no status for a bucket never versioned.
     pub(super) async fn get_versioning(&self, bucket: &str) -> S3Result<dto::GetBucketVersioningOutput> {
-        self.existing_bucket(bucket).await?;
+        self.disk.existing_bucket(bucket).await?;
         let status = match self.versioning(bucket).await? {
             Status::Off => None,
             Status::Enabled => Some(dto::BucketVersioningStatus::ENABLED),
@@ -309,7 +305,7 @@ impl FsStore {
         (cond, who): (ReadConditions<'_>, &Requester),
         copy: bool,
     ) -> S3Result<(Stored, Option<String>)> {
-        let path = self.object_path(bucket, key).await?;
+        let path = self.disk.object_path(bucket, key).await?;
         if let Some(id) = version_id {
             check_version_id(id)?;
         }
@@ -320,7 +316,7 @@ impl FsStore {
             }
             return Ok((self.read_as(bucket, &path, who, cond).await?, None));
         }
-        let dir = self.existing_bucket(bucket).await?;
+        let dir = self.disk.existing_bucket(bucket).await?;
         // A requester who may not list the bucket learns nothing of what is
         // missing or deleted: 403 for all of it, as S3.
         let may_list =
@@ -346,7 +342,7 @@ impl FsStore {
                 Some(id) => vs.find(id).ok_or_else(no_version)?,
             };
             let chosen = vs.list.swap_remove(i);
-            match Self::read_stored(&chosen.path).await? {
+            match Disk::read_stored(&chosen.path).await? {
                 Some(st) => break (chosen, st),
                 None if tries < 2 => {}
                 None => {
@@ -380,7 +376,7 @@ impl FsStore {
                 ),
             }));
         }
-        acl::check(
+        canned::check(
             self.counted_acl(bucket, st.meta.acl.unwrap_or_default()).await?,
             who,
             Access::Read,
@@ -416,7 +412,7 @@ impl FsStore {
         meta: &mut Meta,
         cond: WriteCondition,
     ) -> S3Result<Option<String>> {
-        let dest = self.object_path(bucket, key).await?;
+        let dest = self.disk.object_path(bucket, key).await?;
         let status = self.versioning(bucket).await?;
         if status == Status::Off {
             self.finish_if(tmp, meta, &dest, cond).await?;
@@ -424,12 +420,12 @@ impl FsStore {
         }
         meta.version_id = (status == Status::Enabled).then(new_version_id);
         let id = meta.version_id.clone().unwrap_or_else(|| NULL.to_owned());
-        let tmp = self.seal(tmp, meta).await?;
-        let dir = self.existing_bucket(bucket).await?;
+        let tmp = self.disk.seal(tmp, meta).await?;
+        let dir = self.disk.existing_bucket(bucket).await?;
         let _turn = self.cond_lock.lock().await;
         let mut vs = Versions::load(&dir, key).await?;
         let newest = match vs.list.first() {
-            Some(v) => Self::read_stored(&v.path)
+            Some(v) => Disk::read_stored(&v.path)
                 .await?
                 .map(|st| st.meta)
                 .filter(|m| !m.delete_marker),
@@ -453,7 +449,7 @@ impl FsStore {
     }
 
     async fn delete_newest_in(&self, bucket: &str, key: &str) -> S3Result<Deleted> {
-        let path = self.object_path(bucket, key).await?;
+        let path = self.disk.object_path(bucket, key).await?;
         let status = self.versioning(bucket).await?;
         if status == Status::Off {
             return match ndisk::remove_file(&path, self.durability()).await {
@@ -470,8 +466,8 @@ impl FsStore {
             ..Default::default()
         };
         let id = meta.version_id.clone().unwrap_or_else(|| NULL.to_owned());
-        let tmp = self.seal(self.temp().await?, &meta).await?;
-        let dir = self.existing_bucket(bucket).await?;
+        let tmp = self.disk.seal(self.disk.temp().await?, &meta).await?;
+        let dir = self.disk.existing_bucket(bucket).await?;
         let _turn = self.cond_lock.lock().await;
         let mut vs = Versions::load(&dir, key).await?;
         self.add_version(&mut vs, tmp, &id, true).await?;
@@ -492,8 +488,8 @@ impl FsStore {
 
     async fn delete_version_in(&self, bucket: &str, key: &str, id: &str) -> S3Result<Deleted> {
         check_version_id(id)?;
-        self.object_path(bucket, key).await?;
-        let dir = self.existing_bucket(bucket).await?;
+        self.disk.object_path(bucket, key).await?;
+        let dir = self.disk.existing_bucket(bucket).await?;
         let _turn = self.cond_lock.lock().await;
         let vs = Versions::load(&dir, key).await?;
         let mut gone = Deleted {
@@ -503,12 +499,12 @@ impl FsStore {
         let Some(i) = vs.find(id) else {
             return Ok(gone);
         };
-        gone.marker = Self::read_stored(&vs.list[i].path)
+        gone.marker = Disk::read_stored(&vs.list[i].path)
             .await?
             .is_some_and(|st| st.meta.delete_marker);
         if i == 0 {
             let next = match vs.list.get(1) {
-                Some(v) => match Self::read_stored(&v.path).await? {
+                Some(v) => match Disk::read_stored(&v.path).await? {
                     Some(st) if !st.meta.delete_marker => Some(v.path.clone()),
                     _ => None,
                 },
@@ -531,7 +527,7 @@ impl FsStore {
     /// Links the sealed `tmp` into the folder as version `id` and makes it
     /// the newest (see the module documentation for the steps).
     async fn add_version(&self, vs: &mut Versions, tmp: TempFile, id: &str, marker: bool) -> S3Result<()> {
-        let sync = self.limits.sync;
+        let sync = self.disk.sync;
         ndisk::create_dir_all(&vs.folder, self.durability())
             .await
             .map_err(|e| internal("creating a version folder", e))?;
@@ -573,7 +569,7 @@ impl FsStore {
         version_id: Option<&str>,
         edit: impl FnOnce(&mut Meta),
     ) -> S3Result<()> {
-        let path = self.object_path(bucket, key).await?;
+        let path = self.disk.object_path(bucket, key).await?;
         if let Some(id) = version_id {
             check_version_id(id)?;
         }
@@ -581,7 +577,7 @@ impl FsStore {
         if self.versioning(bucket).await? == Status::Off && version_id.is_none() {
             return self.rewrite_file(&path, edit).await;
         }
-        let dir = self.existing_bucket(bucket).await?;
+        let dir = self.disk.existing_bucket(bucket).await?;
         let vs = Versions::load(&dir, key).await?;
         let i = match version_id {
             None if vs.list.is_empty() => return Err(s3_error!(NoSuchKey)),
@@ -591,7 +587,7 @@ impl FsStore {
                 .ok_or_else(|| s3_error!(NoSuchVersion, "The specified version does not exist."))?,
         };
         let v = &vs.list[i];
-        let marker = Self::read_stored(&v.path)
+        let marker = Disk::read_stored(&v.path)
             .await?
             .is_some_and(|st| st.meta.delete_marker);
         if marker {
@@ -618,6 +614,7 @@ impl FsStore {
             };
         };
         let link = self
+            .disk
             .root
             .join(".tmp")
             .join(format!("{}-current", new_version_id()));
@@ -700,7 +697,7 @@ impl FsStore {
         } else {
             dir.join(name)
         };
-        Ok(Self::read_listed(&path).await.map(|st| (st.meta.key, folder)))
+        Ok(Disk::read_listed(&path).await.map(|st| (st.meta.key, folder)))
     }
 
     /// For the listings of current objects: the file of `key`'s current
@@ -715,13 +712,13 @@ impl FsStore {
         versioned: bool,
     ) -> S3Result<Option<Stored>> {
         if !versioned {
-            return Ok(Self::read_listed(&dir.join(Self::file_name(key))).await);
+            return Ok(Disk::read_listed(&dir.join(Disk::file_name(key))).await);
         }
         let vs = Versions::load(dir, key).await?;
         let Some(v) = vs.list.first() else {
             return Ok(None);
         };
-        Ok(Self::read_listed(&v.path)
+        Ok(Disk::read_listed(&v.path)
             .await
             .filter(|st| !st.meta.delete_marker))
     }
@@ -734,7 +731,7 @@ impl FsStore {
         input: dto::ListObjectVersionsInput,
         owner: dto::Owner,
     ) -> S3Result<dto::ListObjectVersionsOutput> {
-        let dir = self.existing_bucket(&input.bucket).await?;
+        let dir = self.disk.existing_bucket(&input.bucket).await?;
         let args = ListArgs::of(
             input.prefix.as_deref(),
             input.delimiter,
@@ -786,7 +783,7 @@ impl FsStore {
                         skipping = id_marker.as_deref() != Some(v.id.as_str());
                         continue;
                     }
-                    let Some(st) = Self::read_listed(&v.path).await else {
+                    let Some(st) = Disk::read_listed(&v.path).await else {
                         continue;
                     };
                     if versions.len() + markers.len() + prefixes.len() >= args.max {

@@ -56,7 +56,7 @@ impl FsStore {
     /// A temporary file that encrypts as `dest` asks, and the record of
     /// that encryption once `size` bytes are in it.
     async fn temp_for(&self, dest: &Protection) -> S3Result<(TempFile, Option<String>)> {
-        let mut tmp = self.temp().await?;
+        let mut tmp = self.disk.temp().await?;
         let sealer = dest.sealer(&self.master)?;
         let key = sealer.as_ref().map(|(_, k)| k.clone());
         tmp.encrypt_with(sealer.map(|(s, _)| s));
