@@ -26,24 +26,38 @@
 //! bucket, and object file names are derived from the key, never the key
 //! itself, so no key can name a path outside its bucket.
 //!
-//! The store's files, one concern each:
+//! The store's files, one concern each, split by the values they work on
+//! so that no file imports one that imports it back
+//! (`tests/module_graph.rs`; docs/architecture.md, "Inside the fs store").
+//! Values, which know nothing of [`FsStore`]:
 //!
-//! * `layout`: names on disk, temporary files, the trailer (sealing, reading);
-//! * `write`: filling a temporary file from a request body or a stored file;
-//! * `checksums`: what a request says its body hashes to, and the check;
-//! * `conditions`: conditional reads and writes (If-Match and friends);
-//! * `object`: what is stored with an object and how a read describes it;
+//! * `text`: hex, times and ETag text; `errors`: how failures are answered;
+//! * `checksums`: every checksum type: what is stored, what a request says
+//!   its body hashes to and the check, the algorithms, a part's sums;
+//! * `canned`: a canned ACL, what it grants, and who it lets in;
+//! * `object`: what is stored with an object (`Meta`, which owns its ACL
+//!   and sums) and how a read describes it;
 //! * `sse`: encryption at rest (SSE-S3, SSE-C): keys, chunks, ranges;
-//! * `settings`: a bucket's settings on disk (versioning, encryption, ACL);
-//! * `bucket_encryption`: a bucket's default encryption;
-//! * `acl`: canned ACLs on buckets and objects, and who they let in;
-//! * `public_access`: a bucket's PublicAccessBlock and its ACL switches;
+//! * `layout`: the disk layer (`Disk`): names on disk, temporary files and
+//!   their commit, the trailer (sealing, reading);
+//! * `settings`: a bucket's settings on disk (`Settings`: versioning,
+//!   encryption, ACL, PublicAccessBlock), cached;
 //! * `index`: the listings' ordered index of keys and uploads, in memory;
+//! * `format`: the data directory's format version, checked at every open.
+//!
+//! `store` holds [`FsStore`]'s state (built of the values above). The
+//! operations, each extending [`FsStore`]:
+//!
+//! * `write`: filling a temporary file from a request body or a stored file;
+//! * `conditions`: conditional reads and writes (If-Match and friends);
+//! * `acl`: a bucket's ACL setting, and an object's read and rewritten;
+//! * `public_access`: a bucket's PublicAccessBlock and its ACL switches;
+//! * `bucket_encryption`: a bucket's default encryption;
+//! * `versions`: bucket versioning, the versions of a key on disk;
+//! * `indexing`: keeping the index in step with the bucket folders;
 //! * `listing`: ListObjects (both versions), ListObjectVersions, ListBuckets;
 //! * `uploads`: multipart uploads and their parts;
-//! * `upload_sums`: an upload's checksum algorithm and the object's checksum of its parts';
-//! * `versions`: bucket versioning, the versions of a key on disk;
-//! * `format`: the data directory's format version, checked at every open;
+//! * `upload_sums`: an upload's checksum and the object's checksum of its parts';
 //! * `fsck`: the offline check and repair of a data directory (and `scrub`);
 //! * `s3`: only `impl S3 for FsStore`, each operation in terms of the above.
 

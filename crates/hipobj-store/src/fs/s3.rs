@@ -18,9 +18,7 @@ use super::text::{hex, i64_of, now_ms, timestamp, unhex};
 use super::upload_sums::{UploadChecksum, check_type};
 use super::uploads::{Upload, check_part_number, completed, copy_source_range, object_sums, upload_entry};
 use super::write::bucket_key_source;
-use crate::Requester;
-use crate::disk::nonblocking as ndisk;
-use crate::names::check_key;
+use crate::{Requester, disk::nonblocking as ndisk, names::check_key};
 
 #[async_trait::async_trait]
 impl S3 for FsStore {
