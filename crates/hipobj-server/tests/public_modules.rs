@@ -51,10 +51,7 @@ fn every_public_module_has_a_user_outside_the_library() {
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
     let lib = std::fs::read_to_string(here.join("src/lib.rs")).expect("src/lib.rs");
     let modules = public_modules(&lib);
-    assert!(
-        modules.len() >= 3,
-        "lib.rs read wrong: {modules:?}"
-    );
+    assert!(modules.len() >= 3, "lib.rs read wrong: {modules:?}");
     let mut files = Vec::new();
     rust_files(&root(), &mut files);
     let library = here.join("src");
@@ -71,8 +68,7 @@ fn every_public_module_has_a_user_outside_the_library() {
             !users.iter().any(|text| {
                 text.match_indices(&path).any(|(at, _)| {
                     // `hipobj_server::tls` and not `hipobj_server::tls_x`.
-                    !text[at + path.len()..]
-                        .starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+                    !text[at + path.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
                 })
             })
         })

@@ -47,7 +47,13 @@ struct OwnPaths {
 
 #[async_trait::async_trait]
 impl S3Route for OwnPaths {
-    fn is_match(&self, _method: &Method, uri: &Uri, _headers: &HeaderMap, _extensions: &mut Extensions) -> bool {
+    fn is_match(
+        &self,
+        _method: &Method,
+        uri: &Uri,
+        _headers: &HeaderMap,
+        _extensions: &mut Extensions,
+    ) -> bool {
         uri.path().starts_with("/.hipobj-rc/") || uri.path().starts_with("/.hipobj/")
     }
 
@@ -93,7 +99,10 @@ fn control_as_signed_in_the_field() -> http::Request<Body> {
         ("x-amz-rdma-session".to_owned(), "00".repeat(16)),
     ];
     let auth = hipobj_server::rdma::sigv4::sign("POST", path, &headers, KEY.0, KEY.1, &date);
-    assert!(auth.contains("/hipobj/aws4_request"), "signed for service hipobj: {auth}");
+    assert!(
+        auth.contains("/hipobj/aws4_request"),
+        "signed for service hipobj: {auth}"
+    );
     let mut b = http::Request::builder().method("POST").uri(path);
     for (n, v) in &headers {
         b = b.header(n, v);
@@ -182,5 +191,8 @@ async fn a_metrics_token_is_refused_before_any_route() {
         .unwrap();
     let (status, body) = answer(&service(&route, true), req).await;
     assert_ne!(status, 200, "{body}");
-    assert!(route.reached.lock().unwrap().is_empty(), "the route never saw it: {body}");
+    assert!(
+        route.reached.lock().unwrap().is_empty(),
+        "the route never saw it: {body}"
+    );
 }

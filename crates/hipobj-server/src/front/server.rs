@@ -14,11 +14,11 @@ use tokio::task::JoinHandle;
 use crate::Error;
 use crate::config::{Config, HttpConfig};
 use crate::front::conn::{ConnHandle, ConnState, Guarded, tune};
-use crate::metrics::Metrics;
 use crate::front::proxy_protocol::{Proxied, Trusted, read_header};
-use crate::rdma::{Rdma, RdmaLayer, VerbsProvider};
 use crate::front::service::{Front, s3_service};
 use crate::front::shares::Shares;
+use crate::metrics::Metrics;
+use crate::rdma::{Rdma, RdmaLayer, VerbsProvider};
 
 /// The server, as a library.
 #[derive(Debug)]

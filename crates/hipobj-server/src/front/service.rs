@@ -6,11 +6,11 @@ use hyper::body::Incoming;
 use s3s::service::{S3Service, S3ServiceBuilder};
 use s3s::{Body, HttpError};
 
-use crate::s3::access::Policy;
-use crate::s3::errors::{finish, xml_text};
 use crate::config::Config;
 use crate::metrics::{Metrics, inc};
 use crate::rdma::RdmaLayer;
+use crate::s3::access::Policy;
+use crate::s3::errors::{finish, xml_text};
 
 /// Builds the s3s service over the RDMA layer, with auth and policy;
 /// `owners` is the server's one set of ownership rules, `keys` the access

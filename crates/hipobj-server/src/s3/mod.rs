@@ -6,4 +6,3 @@ pub mod access;
 pub mod bucket_use;
 pub mod errors;
 pub mod owners;
-
