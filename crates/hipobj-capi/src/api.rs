@@ -14,7 +14,7 @@ use hipobj_platform::MemRegion;
 
 use crate::boundary::{guard, guard_or};
 use crate::types::{HipObjConfig, HipObjError, HipObjOps, HipObjRcV2Session, OpError};
-use crate::{rc_v2, strings, testing};
+use crate::{rc_v2, strings};
 
 /// The process's library state.
 static LIBRARY: Library = Library::new();
@@ -69,7 +69,8 @@ fn with_instance(f: impl FnOnce(&hipobj::Instance) -> Result<(), Error>) -> HipO
 #[unsafe(no_mangle)]
 pub extern "C" fn hipObjGetErrorString(err: OpError) -> *const c_char {
     guard_or(strings::FALLBACK_ERROR.as_ptr(), || {
-        if testing::panic_requested("hipObjGetErrorString") {
+        #[cfg(feature = "testing")]
+        if crate::testing::panic_requested("hipObjGetErrorString") {
             panic!("injected panic in hipObjGetErrorString");
         }
         strings::error_string(err).as_ptr()
@@ -80,7 +81,8 @@ pub extern "C" fn hipObjGetErrorString(err: OpError) -> *const c_char {
 #[unsafe(no_mangle)]
 pub extern "C" fn hipObjGetVersionString() -> *const c_char {
     guard_or(strings::FALLBACK_VERSION.as_ptr(), || {
-        if testing::panic_requested("hipObjGetVersionString") {
+        #[cfg(feature = "testing")]
+        if crate::testing::panic_requested("hipObjGetVersionString") {
             panic!("injected panic in hipObjGetVersionString");
         }
         strings::VERSION.as_ptr()
@@ -136,7 +138,7 @@ pub unsafe extern "C" fn hipObjInit(config: *mut HipObjConfig) -> HipObjError {
             nic_hint: hint,
         };
         LIBRARY
-            .init(&cfg, || Ok(testing::platform()), Options::from_env)
+            .init(&cfg, || Ok(crate::platform()), Options::from_env)
             .into()
     })
 }

@@ -4,7 +4,8 @@
 //! pointers into Rust values, maps errors to `hipObjError_t`, and catches
 //! every panic before it can unwind into C. The only symbols it exports are
 //! the `hipObj*` functions of include/hipobj.h. `hipObjInit` runs the core
-//! on the production platform of `hipobj-system`. A test
+//! on the production platform of `hipobj-system` (only this crate's tests,
+//! with the `testing` feature, can give it another or inject panics). A test
 //! (`header_check.rs`) compiles the header against this crate's layouts,
 //! values and signatures.
 
@@ -14,8 +15,22 @@ mod boundary;
 mod header_check;
 mod rc_v2;
 mod strings;
+#[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod testing;
 pub mod types;
 
 pub use api::*;
+
+/// The platform `hipObjInit` uses: the system's, or with the `testing`
+/// feature the one a test set (`testing::set_platform`).
+fn platform() -> hipobj_platform::Platform {
+    #[cfg(feature = "testing")]
+    {
+        testing::platform()
+    }
+    #[cfg(not(feature = "testing"))]
+    {
+        hipobj_system::platform()
+    }
+}

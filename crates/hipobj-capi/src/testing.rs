@@ -1,5 +1,6 @@
-//! Hooks for this crate's own tests: they are reachable from Rust only, and
-//! never exported from the shared library.
+//! Hooks for this crate's own tests, built only with the `testing` feature
+//! (which only those tests enable): reachable from Rust only, and absent
+//! from the shipped library.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};

@@ -268,7 +268,7 @@ pub struct HttpConfig {
     /// access is off.
     pub unauthenticated_body_limit: u64,
     /// Most bytes of one request body sent chunked without a length
-    /// (`crate::unsized_body`), which the server holds in memory; a longer
+    /// (`crate::front::unsized_body`), which the server holds in memory; a longer
     /// one is `411 MissingContentLength`.
     pub unsized_body_limit: u64,
     /// Most bytes of such bodies held at once, all requests together; past
@@ -486,7 +486,7 @@ impl Config {
         if self.http.max_connections == 0 || self.http.max_connections_per_address == 0 {
             return bad("http.max_connections and http.max_connections_per_address must be above 0");
         }
-        if let Err(why) = crate::proxy_protocol::Trusted::parse(&self.http.proxy_protocol_from) {
+        if let Err(why) = crate::front::proxy_protocol::Trusted::parse(&self.http.proxy_protocol_from) {
             return bad(&why);
         }
         if self.http.body_min_rate > 0 && self.http.body_rate_window_secs == 0 {

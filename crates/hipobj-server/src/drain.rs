@@ -25,7 +25,7 @@ pub async fn reload(handle: &Handle, access: Option<&AccessFile>, why: &str) {
     if let Some(certs) = handle.tls().cloned() {
         let c = certs.clone();
         let done = tokio::task::spawn_blocking(move || c.reload()).await.ok();
-        crate::tls::log_reload(why, &certs, done);
+        crate::front::tls::log_reload(why, &certs, done);
     }
     if handle.keys().file().is_some() {
         let keys = handle.keys().clone();

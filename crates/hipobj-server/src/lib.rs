@@ -3,8 +3,9 @@
 //!
 //! The layers, outside in:
 //!
-//! * [`s3`]: HTTP (hyper), S3 parsing and SigV4 (s3s), the access policy,
-//!   and the server's own endpoints (`/.hipobj/metrics`);
+//! * the front door (`front`): connections, TLS, body limits, and the
+//!   server's own paths (`/.hipobj/...`, `/.hipobj-rc/...`) before s3s;
+//! * `s3`: S3 parsing and SigV4 (s3s), and the access policy;
 //! * [`rdma`]: the RDMA layer, which serves GetObject, PutObject and
 //!   UploadPart requests carrying `x-amz-rdma-token` and passes everything
 //!   else through;
@@ -14,31 +15,26 @@
 //! [`Server::start`] runs it in-process and returns a [`Handle`]; the
 //! `hipobj-server` binary is a thin command line over the same call.
 
-pub mod access_log;
-pub mod body;
+mod access_log;
 pub mod config;
 pub mod config_text;
-pub mod conn;
 pub mod cpu;
 pub mod drain;
-pub mod health;
-pub mod keys;
-pub mod limit_log;
+mod front;
+mod health;
+mod keys;
+mod limit_log;
 pub mod logging;
-pub mod metrics;
-pub mod metrics_http;
-pub mod operation;
-mod proxy_protocol;
+mod metrics;
+mod metrics_http;
+mod operation;
 pub mod rdma;
-pub mod s3;
-mod server;
-pub mod shares;
+mod s3;
 mod store;
-pub mod tls;
-pub mod unsized_body;
 
 pub use config::Config;
-pub use server::{Handle, Server};
+pub use front::server::{Handle, Server};
+pub use front::tls;
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]

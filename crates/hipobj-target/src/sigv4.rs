@@ -132,6 +132,52 @@ pub fn verify_at(
     if query.is_some() {
         return Err("a control request has no query string".into());
     }
+    let auth = control_authorization(headers)?;
+    let secret = keys.get(auth.access_key).ok_or("unknown access key")?;
+    let amz_date = first(headers, "x-amz-date")
+        .and_then(text)
+        .ok_or("x-amz-date is missing")?;
+    let when = parse_amz_date(amz_date).ok_or("x-amz-date is malformed")?;
+    if !amz_date.starts_with(auth.date) || auth.date.len() != 8 {
+        return Err("x-amz-date is not on the credential's date".into());
+    }
+    if now.abs_diff(when) > SKEW_SECS {
+        return Err("x-amz-date is more than 15 minutes from now".into());
+    }
+    let names = control_signed_names(auth.signed, headers)?;
+    let payload = control_payload(headers)?;
+    let canonical = control_canonical(method, path, headers, &names, auth.signed, payload)?;
+    let to_sign = format!(
+        "AWS4-HMAC-SHA256\n{amz_date}\n{}/{}/{}/aws4_request\n{}",
+        auth.date,
+        auth.region,
+        auth.service,
+        hex(&sha256(canonical.as_bytes()))
+    );
+    let k_date = hmac(format!("AWS4{secret}").as_bytes(), auth.date.as_bytes());
+    let k_region = hmac(&k_date, auth.region.as_bytes());
+    let k_service = hmac(&k_region, auth.service.as_bytes());
+    let k_signing = hmac(&k_service, b"aws4_request");
+    let want = hex(&hmac(&k_signing, to_sign.as_bytes()));
+    if !same_text(&want, auth.signature) {
+        return Err("the signature does not match".into());
+    }
+    Ok(auth.access_key.to_owned())
+}
+
+/// A control request's `Authorization` header, read.
+struct ControlAuthorization<'h> {
+    access_key: &'h str,
+    date: &'h str,
+    region: &'h str,
+    service: &'h str,
+    signed: &'h str,
+    signature: &'h str,
+}
+
+/// The one `Authorization` header of `headers`: an `AWS4-HMAC-SHA256`
+/// signature whose credential scope names one of [`SERVICES`].
+fn control_authorization<'h>(headers: &[(&str, &'h [u8])]) -> Result<ControlAuthorization<'h>, String> {
     let auth = first(headers, "authorization").ok_or("the request is not signed")?;
     let auth = text(auth).ok_or("the Authorization header is not text")?;
     if all(headers, "authorization").count() != 1 {
@@ -166,17 +212,19 @@ pub fn verify_at(
             "the credential scope's service must be one of {SERVICES:?}"
         ));
     }
-    let secret = keys.get(*access_key).ok_or("unknown access key")?;
-    let amz_date = first(headers, "x-amz-date")
-        .and_then(text)
-        .ok_or("x-amz-date is missing")?;
-    let when = parse_amz_date(amz_date).ok_or("x-amz-date is malformed")?;
-    if !amz_date.starts_with(*date) || date.len() != 8 {
-        return Err("x-amz-date is not on the credential's date".into());
-    }
-    if now.abs_diff(when) > SKEW_SECS {
-        return Err("x-amz-date is more than 15 minutes from now".into());
-    }
+    Ok(ControlAuthorization {
+        access_key,
+        date,
+        region,
+        service,
+        signed,
+        signature,
+    })
+}
+
+/// `SignedHeaders` as a list: sorted lowercase names that include `host`,
+/// `x-amz-date` and every `x-amz-*` header the request carries.
+fn control_signed_names<'s>(signed: &'s str, headers: &[(&str, &[u8])]) -> Result<Vec<&'s str>, String> {
     let names: Vec<&str> = signed.split(';').collect();
     if names
         .iter()
@@ -196,15 +244,33 @@ pub fn verify_at(
             return Err(format!("{n} is not signed"));
         }
     }
-    let payload = match first(headers, "x-amz-content-sha256") {
-        None => EMPTY_SHA256,
+    Ok(names)
+}
+
+/// The payload hash a control request signs: its `x-amz-content-sha256`
+/// (the empty body's hash or `UNSIGNED-PAYLOAD`), or without one (the
+/// upstream client sends none) the empty body's hash.
+fn control_payload<'h>(headers: &[(&str, &'h [u8])]) -> Result<&'h str, String> {
+    match first(headers, "x-amz-content-sha256") {
+        None => Ok(EMPTY_SHA256),
         Some(v) => match text(v) {
-            Some(v @ (EMPTY_SHA256 | "UNSIGNED-PAYLOAD")) => v,
-            _ => return Err("x-amz-content-sha256 must be the empty body's hash or UNSIGNED-PAYLOAD".into()),
+            Some(v @ (EMPTY_SHA256 | "UNSIGNED-PAYLOAD")) => Ok(v),
+            _ => Err("x-amz-content-sha256 must be the empty body's hash or UNSIGNED-PAYLOAD".into()),
         },
-    };
+    }
+}
+
+/// The canonical request of a control request (no query string).
+fn control_canonical(
+    method: &str,
+    path: &str,
+    headers: &[(&str, &[u8])],
+    names: &[&str],
+    signed: &str,
+    payload: &str,
+) -> Result<String, String> {
     let mut canonical = format!("{method}\n{path}\n\n");
-    for n in &names {
+    for n in names {
         let values: Vec<String> = all(headers, n)
             .map(|v| {
                 String::from_utf8_lossy(v)
@@ -225,26 +291,18 @@ pub fn verify_at(
     canonical.push_str(signed);
     canonical.push('\n');
     canonical.push_str(payload);
-    let to_sign = format!(
-        "AWS4-HMAC-SHA256\n{amz_date}\n{date}/{region}/{service}/aws4_request\n{}",
-        hex(&sha256(canonical.as_bytes()))
-    );
-    let k_date = hmac(format!("AWS4{secret}").as_bytes(), date.as_bytes());
-    let k_region = hmac(&k_date, region.as_bytes());
-    let k_service = hmac(&k_region, service.as_bytes());
-    let k_signing = hmac(&k_service, b"aws4_request");
-    let want = hex(&hmac(&k_signing, to_sign.as_bytes()));
-    // Constant time: the comparison does not say how much matched.
-    let same = want.len() == signature.len()
+    Ok(canonical)
+}
+
+/// Whether two signatures are the same text, in constant time: the
+/// comparison does not say how much matched.
+fn same_text(want: &str, got: &str) -> bool {
+    want.len() == got.len()
         && want
             .bytes()
-            .zip(signature.bytes())
+            .zip(got.bytes())
             .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0;
-    if !same {
-        return Err("the signature does not match".into());
-    }
-    Ok((*access_key).to_owned())
+            == 0
 }
 
 /// Seconds since the epoch, now.
@@ -495,95 +553,9 @@ pub fn verify_s3_head_at(
         return Ok(None);
     }
     let (signed, payload) = if presigned {
-        if param("X-Amz-Algorithm") != Some("AWS4-HMAC-SHA256") {
-            return Err(refused("X-Amz-Algorithm must be AWS4-HMAC-SHA256"));
-        }
-        let credential = param("X-Amz-Credential").ok_or_else(|| refused("X-Amz-Credential is missing"))?;
-        let [access_key, date, region, service] = scope(credential)?;
-        let amz_date = param("X-Amz-Date").ok_or_else(|| refused("X-Amz-Date is missing"))?;
-        let names = param("X-Amz-SignedHeaders")
-            .ok_or_else(|| refused("X-Amz-SignedHeaders is missing"))?
-            .split(';')
-            .collect();
-        let expires: u64 = param("X-Amz-Expires")
-            .and_then(|e| e.parse().ok())
-            .ok_or_else(|| refused("X-Amz-Expires is missing or not a number of seconds"))?;
-        let when = parse_amz_date(amz_date).ok_or_else(|| refused("X-Amz-Date is malformed"))?;
-        if when > now.saturating_add(SKEW_SECS) {
-            return Err(refused("X-Amz-Date is too far in the future"));
-        }
-        if now.saturating_sub(when) > expires {
-            return Err(refused("the presigned URL has expired"));
-        }
-        let signature = param("X-Amz-Signature").unwrap_or_default();
-        (
-            Signed {
-                access_key,
-                date,
-                region,
-                service,
-                amz_date,
-                names,
-                signature,
-            },
-            "UNSIGNED-PAYLOAD",
-        )
+        presigned_head(&pairs, now)?
     } else {
-        if all(headers, "authorization").count() != 1 {
-            return Err(refused("more than one Authorization header"));
-        }
-        let auth = auth
-            .and_then(text)
-            .ok_or_else(|| refused("the Authorization header is not text"))?;
-        let rest = auth
-            .strip_prefix("AWS4-HMAC-SHA256 ")
-            .ok_or_else(|| refused("only AWS4-HMAC-SHA256 signatures are accepted"))?;
-        let (mut credential, mut names, mut signature) = (None, None, None);
-        for part in rest.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            if let Some(v) = part.strip_prefix("Credential=") {
-                credential = Some(v);
-            } else if let Some(v) = part.strip_prefix("SignedHeaders=") {
-                names = Some(v);
-            } else if let Some(v) = part.strip_prefix("Signature=") {
-                signature = Some(v);
-            } else {
-                return Err(refused("the Authorization header has an unknown field"));
-            }
-        }
-        let (Some(credential), Some(names), Some(signature)) = (credential, names, signature) else {
-            return Err(refused(
-                "Authorization lacks Credential, SignedHeaders or Signature",
-            ));
-        };
-        let [access_key, date, region, service] = scope(credential)?;
-        let amz_date = first(headers, "x-amz-date")
-            .and_then(text)
-            .ok_or_else(|| refused("x-amz-date is missing"))?;
-        let payload = first(headers, "x-amz-content-sha256")
-            .and_then(text)
-            .ok_or_else(|| refused("x-amz-content-sha256 is missing"))?;
-        let when = parse_amz_date(amz_date).ok_or_else(|| refused("x-amz-date is malformed"))?;
-        if now.abs_diff(when) > SKEW_SECS {
-            // Checked after the key below: an unknown key is told so first.
-            if !keys.contains_key(access_key) {
-                return Err(HeadRefusal::UnknownKey);
-            }
-            return Err(refused("x-amz-date is more than 15 minutes from now"));
-        }
-        let mut names: Vec<&str> = names.split(';').collect();
-        names.sort_unstable();
-        (
-            Signed {
-                access_key,
-                date,
-                region,
-                service,
-                amz_date,
-                names,
-                signature,
-            },
-            payload,
-        )
+        header_head(headers, keys, now)?
     };
     let secret = keys.get(signed.access_key).ok_or(HeadRefusal::UnknownKey)?;
     if signed.service != "s3" {
@@ -594,8 +566,131 @@ pub fn verify_s3_head_at(
             "the credential's date is not the request's".into(),
         ));
     }
-    let (header_lines, header_list) = canonical_headers(headers, &signed.names)?;
     let query = canonical_query(&pairs);
+    if signs_head(&signed, secret, method, path, &query, headers, payload)? {
+        return Ok(Some(signed.access_key.to_owned()));
+    }
+    Err(HeadRefusal::BadSignature("the signature does not match".into()))
+}
+
+/// The signature of a presigned URL's query: `X-Amz-*` parameters, a
+/// date not in the future and not expired; its payload is unsigned.
+fn presigned_head(pairs: &[(String, String)], now: u64) -> Result<(Signed<'_>, &'static str), HeadRefusal> {
+    let refused = |why: &str| HeadRefusal::Refused(why.to_owned());
+    let param = |name: &str| pairs.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+    if param("X-Amz-Algorithm") != Some("AWS4-HMAC-SHA256") {
+        return Err(refused("X-Amz-Algorithm must be AWS4-HMAC-SHA256"));
+    }
+    let credential = param("X-Amz-Credential").ok_or_else(|| refused("X-Amz-Credential is missing"))?;
+    let [access_key, date, region, service] = scope(credential)?;
+    let amz_date = param("X-Amz-Date").ok_or_else(|| refused("X-Amz-Date is missing"))?;
+    let names = param("X-Amz-SignedHeaders")
+        .ok_or_else(|| refused("X-Amz-SignedHeaders is missing"))?
+        .split(';')
+        .collect();
+    let expires: u64 = param("X-Amz-Expires")
+        .and_then(|e| e.parse().ok())
+        .ok_or_else(|| refused("X-Amz-Expires is missing or not a number of seconds"))?;
+    let when = parse_amz_date(amz_date).ok_or_else(|| refused("X-Amz-Date is malformed"))?;
+    if when > now.saturating_add(SKEW_SECS) {
+        return Err(refused("X-Amz-Date is too far in the future"));
+    }
+    if now.saturating_sub(when) > expires {
+        return Err(refused("the presigned URL has expired"));
+    }
+    let signature = param("X-Amz-Signature").unwrap_or_default();
+    Ok((
+        Signed {
+            access_key,
+            date,
+            region,
+            service,
+            amz_date,
+            names,
+            signature,
+        },
+        "UNSIGNED-PAYLOAD",
+    ))
+}
+
+/// The signature of an `Authorization` header, and the payload hash it
+/// signs (`x-amz-content-sha256`, as sent).
+fn header_head<'h>(
+    headers: &[(&str, &'h [u8])],
+    keys: &HashMap<String, String>,
+    now: u64,
+) -> Result<(Signed<'h>, &'h str), HeadRefusal> {
+    let refused = |why: &str| HeadRefusal::Refused(why.to_owned());
+    let auth = first(headers, "authorization");
+    if all(headers, "authorization").count() != 1 {
+        return Err(refused("more than one Authorization header"));
+    }
+    let auth = auth
+        .and_then(text)
+        .ok_or_else(|| refused("the Authorization header is not text"))?;
+    let rest = auth
+        .strip_prefix("AWS4-HMAC-SHA256 ")
+        .ok_or_else(|| refused("only AWS4-HMAC-SHA256 signatures are accepted"))?;
+    let (mut credential, mut names, mut signature) = (None, None, None);
+    for part in rest.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        if let Some(v) = part.strip_prefix("Credential=") {
+            credential = Some(v);
+        } else if let Some(v) = part.strip_prefix("SignedHeaders=") {
+            names = Some(v);
+        } else if let Some(v) = part.strip_prefix("Signature=") {
+            signature = Some(v);
+        } else {
+            return Err(refused("the Authorization header has an unknown field"));
+        }
+    }
+    let (Some(credential), Some(names), Some(signature)) = (credential, names, signature) else {
+        return Err(refused(
+            "Authorization lacks Credential, SignedHeaders or Signature",
+        ));
+    };
+    let [access_key, date, region, service] = scope(credential)?;
+    let amz_date = first(headers, "x-amz-date")
+        .and_then(text)
+        .ok_or_else(|| refused("x-amz-date is missing"))?;
+    let payload = first(headers, "x-amz-content-sha256")
+        .and_then(text)
+        .ok_or_else(|| refused("x-amz-content-sha256 is missing"))?;
+    let when = parse_amz_date(amz_date).ok_or_else(|| refused("x-amz-date is malformed"))?;
+    if now.abs_diff(when) > SKEW_SECS {
+        // Checked after the key below: an unknown key is told so first.
+        if !keys.contains_key(access_key) {
+            return Err(HeadRefusal::UnknownKey);
+        }
+        return Err(refused("x-amz-date is more than 15 minutes from now"));
+    }
+    let mut names: Vec<&str> = names.split(';').collect();
+    names.sort_unstable();
+    Ok((
+        Signed {
+            access_key,
+            date,
+            region,
+            service,
+            amz_date,
+            names,
+            signature,
+        },
+        payload,
+    ))
+}
+
+/// Whether `signed` signs this request head with `secret`: its path as S3
+/// canonicalizes it (decoded, then encoded), or as sent.
+fn signs_head(
+    signed: &Signed<'_>,
+    secret: &str,
+    method: &str,
+    path: &str,
+    query: &str,
+    headers: &[(&str, &[u8])],
+    payload: &str,
+) -> Result<bool, HeadRefusal> {
+    let (header_lines, header_list) = canonical_headers(headers, &signed.names)?;
     let k_date = hmac(format!("AWS4{secret}").as_bytes(), signed.date.as_bytes());
     let k_region = hmac(&k_date, signed.region.as_bytes());
     let k_service = hmac(&k_region, signed.service.as_bytes());
@@ -619,17 +714,11 @@ pub fn verify_s3_head_at(
             hex(&sha256(canonical.as_bytes()))
         );
         let want = hex(&hmac(&k_signing, to_sign.as_bytes()));
-        let same = want.len() == signed.signature.len()
-            && want
-                .bytes()
-                .zip(signed.signature.bytes())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0;
-        if same {
-            return Ok(Some(signed.access_key.to_owned()));
+        if same_text(&want, signed.signature) {
+            return Ok(true);
         }
     }
-    Err(HeadRefusal::BadSignature("the signature does not match".into()))
+    Ok(false)
 }
 
 #[cfg(test)]

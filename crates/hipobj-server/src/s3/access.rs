@@ -237,7 +237,7 @@ fn check_customer_key_transport(cx: &mut S3AccessContext<'_>, over_http: bool) -
     });
     let tls = cx
         .extensions_mut()
-        .get::<crate::conn::Transport>()
+        .get::<crate::front::conn::Transport>()
         .is_some_and(|t| t.tls);
     if carries_key && !tls && !over_http {
         return Err(s3_error!(

@@ -1,9 +1,8 @@
 //! The HTTP face of the server: s3s parses and signs-checks requests,
-//! [`access::Policy`] decides who may do what, and [`service::Front`] adds
+//! [`access::Policy`] decides who may do what, and `crate::front::service::Front` adds
 //! the server's own endpoints (`/.hipobj/...`) in front of the S3 service.
 
 pub mod access;
 pub mod bucket_use;
 pub mod errors;
 pub mod owners;
-pub mod service;

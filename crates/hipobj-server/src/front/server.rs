@@ -13,12 +13,12 @@ use tokio::task::JoinHandle;
 
 use crate::Error;
 use crate::config::{Config, HttpConfig};
-use crate::conn::{ConnHandle, ConnState, Guarded, tune};
+use crate::front::conn::{ConnHandle, ConnState, Guarded, tune};
+use crate::front::proxy_protocol::{Proxied, Trusted, read_header};
+use crate::front::service::{Front, s3_service};
+use crate::front::shares::Shares;
 use crate::metrics::Metrics;
-use crate::proxy_protocol::{Proxied, Trusted, read_header};
 use crate::rdma::{Rdma, RdmaLayer, VerbsProvider};
-use crate::s3::service::{Front, s3_service};
-use crate::shares::Shares;
 
 /// The server, as a library.
 #[derive(Debug)]
@@ -33,7 +33,7 @@ pub struct Handle {
     metrics: Arc<Metrics>,
     rdma: Option<Arc<Rdma>>,
     v2: Option<Arc<hipobj_target::rc_v2::V2Sessions>>,
-    tls: Option<Arc<crate::tls::Certs>>,
+    tls: Option<Arc<crate::front::tls::Certs>>,
     metrics_addr: Option<SocketAddr>,
     keys: Arc<crate::keys::Keys>,
     health: Arc<crate::health::Health>,
@@ -120,11 +120,10 @@ impl Server {
         let front = Front {
             s3: s3_service(layer, &config, owners, keys.clone()),
             metrics: metrics.clone(),
-            rdma: rdma.clone(),
             endpoints: config.metrics_endpoint,
             v2,
-            bodies: crate::body::BodyLimits::new(&config.http, config.anonymous),
-            unsized_bodies: crate::unsized_body::Budget::new(
+            bodies: crate::front::body::BodyLimits::new(&config.http, config.anonymous),
+            unsized_bodies: crate::front::unsized_body::Budget::new(
                 config.http.unsized_body_limit,
                 config.http.unsized_body_budget,
             ),
@@ -133,7 +132,7 @@ impl Server {
             metrics_here: config.metrics_listen.is_none(),
             health: health.clone(),
         };
-        let tls = crate::tls::Tls::from_config(&config.tls)?;
+        let tls = crate::front::tls::Tls::from_config(&config.tls)?;
         let listener = TcpListener::bind(config.address)
             .await
             .map_err(|e| Error::Io(format!("binding {}", config.address), e))?;
@@ -176,7 +175,7 @@ impl Server {
         if let Some(c) = &certs
             && config.tls.reload_check_secs > 0
         {
-            tokio::spawn(crate::tls::watch(
+            tokio::spawn(crate::front::tls::watch(
                 c.clone(),
                 Duration::from_secs(config.tls.reload_check_secs),
                 stopped.clone(),
@@ -248,7 +247,7 @@ impl Handle {
     }
 
     /// The served TLS certificates, when the listener serves TLS.
-    pub fn tls(&self) -> Option<&Arc<crate::tls::Certs>> {
+    pub fn tls(&self) -> Option<&Arc<crate::front::tls::Certs>> {
         self.tls.as_ref()
     }
 
@@ -341,7 +340,7 @@ struct Limits {
     grace: Duration,
     http: HttpConfig,
     shares: Arc<Shares>,
-    tls: Option<crate::tls::Tls>,
+    tls: Option<crate::front::tls::Tls>,
     /// Load balancers whose connections carry a PROXY header.
     proxies: Trusted,
 }
@@ -398,7 +397,7 @@ async fn serve(listener: TcpListener, front: Front, limits: Limits) {
             graceful: graceful.watcher(),
         };
         if proxies.contains(peer.ip()) {
-            // A load balancer's connection (`crate::proxy_protocol`): a slot
+            // A load balancer's connection (`crate::front::proxy_protocol`): a slot
             // now, and its client's share once the header has named it.
             let Some(slot) = take_slot(&slots, &shares, None, &mut at_cap, &http, &mut stopped).await else {
                 break;
@@ -461,7 +460,7 @@ async fn serve(listener: TcpListener, front: Front, limits: Limits) {
 async fn take_slot(
     slots: &Arc<Semaphore>,
     shares: &Shares,
-    admitted: Option<&crate::shares::Ticket>,
+    admitted: Option<&crate::front::shares::Ticket>,
     at_cap: &mut bool,
     http: &HttpConfig,
     stopped: &mut watch::Receiver<bool>,
@@ -496,7 +495,7 @@ async fn take_slot(
 struct Connection {
     front: Front,
     http: HttpConfig,
-    tls: Option<crate::tls::Tls>,
+    tls: Option<crate::front::tls::Tls>,
     graceful: hyper_util::server::graceful::Watcher,
 }
 
@@ -514,7 +513,7 @@ impl Connection {
             tracing::debug!(%peer, "setting socket options: {e}");
         }
         let marks = state.clone();
-        let transport = crate::conn::Transport { tls: tls.is_some() };
+        let transport = crate::front::conn::Transport { tls: tls.is_some() };
         let open = Open::new(&front.metrics);
         let service = hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
             req.extensions_mut().insert(crate::rdma::ClientAddr(peer));
@@ -531,7 +530,7 @@ impl Connection {
                 resp
             }
         });
-        let io = TokioIo::new(crate::tls::stream(
+        let io = TokioIo::new(crate::front::tls::stream(
             Guarded::new(stream, state, &http),
             tls.as_ref(),
         ));

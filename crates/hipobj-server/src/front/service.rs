@@ -6,11 +6,11 @@ use hyper::body::Incoming;
 use s3s::service::{S3Service, S3ServiceBuilder};
 use s3s::{Body, HttpError};
 
-use super::access::Policy;
-use super::errors::{finish, xml_text};
 use crate::config::Config;
 use crate::metrics::{Metrics, inc};
-use crate::rdma::{Rdma, RdmaLayer};
+use crate::rdma::RdmaLayer;
+use crate::s3::access::Policy;
+use crate::s3::errors::{finish, xml_text};
 
 /// Builds the s3s service over the RDMA layer, with auth and policy;
 /// `owners` is the server's one set of ownership rules, `keys` the access
@@ -18,7 +18,7 @@ use crate::rdma::{Rdma, RdmaLayer};
 pub fn s3_service(
     layer: RdmaLayer,
     config: &Config,
-    owners: super::owners::Owners,
+    owners: crate::s3::owners::Owners,
     keys: Arc<crate::keys::Keys>,
 ) -> S3Service {
     let mut b = S3ServiceBuilder::new(layer);
@@ -42,16 +42,14 @@ pub struct Front {
     pub s3: S3Service,
     /// The counters.
     pub metrics: Arc<Metrics>,
-    /// The RDMA engine, for the binding count.
-    pub rdma: Option<Arc<Rdma>>,
     /// Whether `/.hipobj/*` is served.
     pub endpoints: bool,
     /// The `hipobj-rc-v2` control path, `/.hipobj-rc/*`.
     pub v2: crate::rdma::rc_v2::V2,
-    /// What every request body is held to (`crate::body`).
-    pub bodies: crate::body::BodyLimits,
-    /// Memory for chunked bodies without a length (`crate::unsized_body`).
-    pub unsized_bodies: Arc<crate::unsized_body::Budget>,
+    /// What every request body is held to (`crate::front::body`).
+    pub bodies: crate::front::body::BodyLimits,
+    /// Memory for chunked bodies without a length (`crate::front::unsized_body`).
+    pub unsized_bodies: Arc<crate::front::unsized_body::Budget>,
     /// What `/.hipobj/metrics` reads.
     pub scrape: crate::metrics_http::Source,
     /// Who may read it (`metrics_token`).
@@ -67,7 +65,7 @@ impl Front {
     /// when its response is done (`crate::access_log`).
     pub async fn call(&self, mut req: http::Request<Incoming>) -> Result<http::Response<Body>, HttpError> {
         let id = crate::access_log::new_request_id();
-        // The `<Resource>` of an S3 error (`super::errors`).
+        // The `<Resource>` of an S3 error (`crate::s3::errors`).
         let resource = req.uri().path().to_owned();
         let mut record = crate::access_log::Record::begin(&req, id.clone(), self.metrics.clone());
         req.extensions_mut().insert(record.slot());
@@ -122,37 +120,37 @@ impl Front {
             record.set_operation(crate::operation::PREFLIGHT);
             return Ok(preflight(req.headers()));
         }
-        if super::access::presign_expired_at_signing(&uri) {
+        if crate::s3::access::presign_expired_at_signing(&uri) {
             return Ok(error_response(
                 http::StatusCode::FORBIDDEN,
                 "AccessDenied",
                 "Request has expired: X-Amz-Expires is negative",
             ));
         }
-        super::access::date_for_sigv4(req.headers_mut(), &uri);
+        crate::s3::access::date_for_sigv4(req.headers_mut(), &uri);
         let conn = req
             .extensions()
-            .get::<crate::conn::ConnHandle>()
+            .get::<crate::front::conn::ConnHandle>()
             .map(|c| c.0.clone());
         let (parts, body) = req.into_parts();
-        let body = record.count_request(crate::body::Checked::new(
+        let body = record.count_request(crate::front::body::Checked::new(
             &parts,
             body,
             self.bodies,
             conn,
             self.metrics.clone(),
         ));
-        let body = if crate::unsized_body::is_unsized(&parts, &body) {
+        let body = if crate::front::unsized_body::is_unsized(&parts, &body) {
             // The signature first: no body byte is held for a request that
-            // cannot verify (`crate::unsized_body::check_signature`).
-            let held = match crate::unsized_body::check_signature(&parts, &self.v2.keys.current()) {
+            // cannot verify (`crate::front::unsized_body::check_signature`).
+            let held = match crate::front::unsized_body::check_signature(&parts, &self.v2.keys.current()) {
                 Ok(()) => self.unsized_bodies.collect(Box::pin(body)).await,
                 Err(e) => Err(e),
             };
             match held {
                 Ok(held) => Body::http_body(held),
                 Err(e) => {
-                    if !matches!(e, crate::unsized_body::Refused::Body(_)) {
+                    if !matches!(e, crate::front::unsized_body::Refused::Body(_)) {
                         self.metrics.limit_acted(
                             &self.metrics.http_unsized_bodies_refused,
                             "unsized_body",
@@ -182,8 +180,8 @@ impl Front {
 }
 
 /// The S3 error for a chunked body without a length that was not taken.
-fn unsized_refusal(e: &crate::unsized_body::Refused) -> http::Response<Body> {
-    use crate::unsized_body::Refused;
+fn unsized_refusal(e: &crate::front::unsized_body::Refused) -> http::Response<Body> {
+    use crate::front::unsized_body::Refused;
     let (status, code) = match e {
         Refused::TooLong(_) => (http::StatusCode::LENGTH_REQUIRED, "MissingContentLength"),
         Refused::Busy => (http::StatusCode::SERVICE_UNAVAILABLE, "SlowDown"),

@@ -15,7 +15,7 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::conn::ConnState;
+use crate::front::conn::ConnState;
 use crate::metrics::Metrics;
 
 /// What connections are counted by: an IPv4 address, or an IPv6 /64.
@@ -101,6 +101,7 @@ impl Shares {
     }
 
     /// Connections open now from `ip`'s source.
+    #[cfg(test)]
     pub fn open_from(&self, ip: IpAddr) -> usize {
         self.lock().get(&Source::of(ip)).map_or(0, Vec::len)
     }

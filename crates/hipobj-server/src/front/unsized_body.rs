@@ -29,7 +29,7 @@
 //! anything else that cannot verify (SigV2, out of date, expired)
 //! `403 AccessDenied`; the body is never read and the connection closes.
 //! A request with no signature at all is left to the rules for unsigned
-//! requests (`crate::body`, and anonymous access).
+//! requests (`crate::front::body`, and anonymous access).
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -125,6 +125,7 @@ impl Budget {
     }
 
     /// Bytes held now.
+    #[cfg(test)]
     pub fn held(&self) -> u64 {
         self.held.load(Ordering::Relaxed)
     }

@@ -4,7 +4,7 @@
 //!
 //! A load balancer that forwards TCP hides each client behind its own
 //! address: every client would share one address's share of the
-//! connections (`crate::shares`), and logs and the RDMA layer would see the
+//! connections (`crate::front::shares`), and logs and the RDMA layer would see the
 //! balancer. With `http.proxy_protocol_from`, a connection from one of
 //! those networks must begin with a PROXY header naming the client, and the
 //! server takes the client's address from it; a connection from anywhere

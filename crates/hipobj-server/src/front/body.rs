@@ -28,7 +28,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use tokio::time::{Instant, Sleep};
 
 use crate::config::HttpConfig;
-use crate::conn::ConnState;
+use crate::front::conn::ConnState;
 use crate::metrics::Metrics;
 
 /// The limits every body gets (from [`HttpConfig`] and `anonymous`).

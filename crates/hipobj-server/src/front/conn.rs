@@ -19,10 +19,10 @@
 //!
 //! While a request is being served (the handler runs, an RDMA transfer
 //! included) nothing times out here: the request body has its own timer
-//! (`crate::body`), and the handler has its own limits.
+//! (`crate::front::body`), and the handler has its own limits.
 //!
 //! A connection can also be closed from outside ([`ConnState::close`]): the
-//! per-address shares (`crate::shares`) close idle connections to make room,
+//! per-address shares (`crate::front::shares`) close idle connections to make room,
 //! and a body that broke a limit closes its connection.
 
 use std::io;
