@@ -196,6 +196,10 @@ impl RdmaS3Client {
             )));
         }
         if speaks_v2 {
+            // A v2 answer, a refusal included, proves the protocol: a
+            // transfer refused for its length (413) is sent again as parts
+            // straight to v2.
+            self.protocol.set(Protocol::RcV2);
             self.protocol.set_v2_parts(advertises_parts(ex.rdma_headers()));
         }
         if let Some(host) = &ex.host {

@@ -16,15 +16,13 @@
 //!   than [`V2Config::staging_max`] is refused with 413. READY posts one
 //!   receive, connects, and waits for `RecvRdmaWithImm` with immediate ==
 //!   cookie and byte count == size; then the sink takes the bytes.
-//! - GET: the staging buffer, local access only, holds the whole range up
-//!   to [`V2Config::staging_max`]: the client checks that the WRITE WITH
-//!   IMMEDIATE carrying the cookie counts every byte, and a receive
-//!   completion counts only its own WRITE's. READY moves the object through
-//!   it with the target's mover (the `pipeline` module) as one WRITE WITH
-//!   IMMEDIATE; a range larger than the staging limit goes in chunks of
-//!   that size, one at a time, the last one carrying the cookie (RC
-//!   delivers in order, so its completion at the client means every byte
-//!   before it is there).
+//! - GET: the staging buffer, local access only, holds the whole range:
+//!   the client checks that the WRITE WITH IMMEDIATE carrying the cookie
+//!   counts every byte, and a receive completion counts only its own
+//!   WRITE's. READY moves the range through it with the target's mover
+//!   (the `pipeline` module) as one WRITE WITH IMMEDIATE. So a GET larger
+//!   than [`V2Config::staging_max`] is refused with 413 at PREPARE, as a
+//!   PUT is: a client moves such an object as ranged GETs within the limit.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -59,8 +57,8 @@ pub struct V2Config {
     /// Staging bytes one access key's sessions may hold at once (503
     /// beyond).
     pub memory_per_key: usize,
-    /// Largest staging buffer: the largest PUT (413 above), and the
-    /// largest chunk of a GET (whose chunk is otherwise the target's).
+    /// Largest staging buffer: the largest PUT and the largest GET (413
+    /// above).
     pub staging_max: usize,
     /// How long a prepared session waits for READY.
     pub prepare_timeout: Duration,
@@ -312,22 +310,19 @@ impl V2Sessions {
             return Err(bad("a GET names no multipart upload's part".into()));
         }
         let size = req.size.get();
-        let staging_len = match req.op {
-            Direction::Put if size as usize > self.config.staging_max => {
-                return Err(V2Failure::new(
-                    Status::TooLarge,
-                    format!(
-                        "a PUT of {size} bytes is over this server's limit of {} bytes (its staging buffer)",
-                        self.config.staging_max
-                    ),
-                ));
-            }
-            Direction::Put => size as usize,
-            Direction::Get => {
-                let (slots, chunk) = self.get_ring(size);
-                slots * chunk
-            }
-        };
+        // One session's bytes are one WRITE WITH IMMEDIATE through one
+        // staging buffer, either way.
+        if size as usize > self.config.staging_max {
+            return Err(V2Failure::new(
+                Status::TooLarge,
+                format!(
+                    "a {} of {size} bytes is over this server's limit of {} bytes (its staging buffer)",
+                    req.op.as_str(),
+                    self.config.staging_max
+                ),
+            ));
+        }
+        let staging_len = size as usize;
         if req.op == Direction::Get && req.offset.unwrap_or(0).checked_add(u64::from(size)).is_none() {
             return Err(V2Failure::new(
                 Status::RangeNotSatisfiable,
@@ -390,18 +385,6 @@ impl V2Sessions {
         };
         lock(&self.sessions).insert(SessionId(id), session);
         Ok(response)
-    }
-
-    /// A GET's ring of `size` bytes: (slots, bytes per slot). One slot of
-    /// the whole range, up to `staging_max`: the client takes the GET as
-    /// done on the receive completion of the WRITE WITH IMMEDIATE carrying
-    /// the cookie and checks that it counts `size` bytes (docs/protocol.md,
-    /// the client's half), and a receive completion counts only its own
-    /// WRITE's bytes. Only a GET larger than `staging_max` goes in chunks
-    /// (one at a time, as before the pipelined mover).
-    fn get_ring(&self, size: u32) -> (usize, usize) {
-        let chunk = self.config.staging_max.min(size as usize).max(1);
-        (1, chunk)
     }
 
     /// The GID of ours that reaches `peer`: for a link-local peer GID (the
@@ -597,7 +580,12 @@ impl V2Sessions {
                         ),
                     ));
                 }
-                let (slots, chunk) = self.get_ring(s.size);
+                // One slot of the whole range (PREPARE refused a range
+                // over the staging limit): the client takes the GET as done
+                // on the receive completion of the WRITE WITH IMMEDIATE
+                // carrying the cookie and checks that it counts every byte,
+                // and a receive completion counts only its own WRITE's.
+                let (slots, chunk) = (1, (s.size as usize).max(1));
                 // The staging memory now, when it is used, within the
                 // budgets (503 when there is no room).
                 s.charge
