@@ -272,7 +272,7 @@ fn over_hipobj_rc_v2_an_object_over_the_staging_limit_goes_as_parts_by_rdma() {
 
 /// A front that declines the binding exchange (501 + unsupported), as a
 /// v2-only server does, and forwards the rest to the server at `to`. With
-/// `hold`, the first PREPARE answered 200 is held until a second is (or
+/// `hold`, each PREPARE answered 200 is held until a later one is (or
 /// 2 s pass), and `most` keeps the most v2 sessions the server had open at
 /// once, read off the server's own table as each PREPARE is answered.
 struct V2Front {
@@ -310,9 +310,10 @@ fn v2_front(w: &World, hold: bool) -> V2Front {
             let (lock, cv) = &*answered;
             let mut n = lock.lock().unwrap();
             *n += 1;
+            let mine = *n;
             cv.notify_all();
             let _ = cv
-                .wait_timeout_while(n, Duration::from_secs(2), |n| *n < 2)
+                .wait_timeout_while(n, Duration::from_secs(2), |n| *n == mine)
                 .unwrap();
         }
         resp
@@ -374,6 +375,59 @@ fn over_hipobj_rc_v2_a_get_over_the_staging_limit_goes_as_ranged_gets_by_rdma() 
     assert!(reg.to_vec() == data, "the bytes differ the second time");
     assert_eq!(metric(addr, "hipobj_rdma_v2_errors_total"), refusals, "refused again");
     assert_eq!(metric(addr, "hipobj_rdma_bytes_written_total"), 2 * SIZE as u64);
+    w.rt.block_on(w.server.shutdown());
+}
+
+/// Issue 41 over hipobj-rc-v2: the `mp` parts of a PUT and the ranges of
+/// a GET go `in_flight` at a time, each a session of its own, into the one
+/// registration. The front holds each PREPARE's answer until another is
+/// answered, and reads the server's open sessions as each is: more than
+/// one at once in each call (one at a time, each answer is held alone and
+/// the count stays 1). Every byte by RDMA, exact.
+#[test]
+fn over_hipobj_rc_v2_parts_and_ranges_go_in_flight_each_a_session_of_its_own() {
+    let w = world_v2_staging(RdmaRules::Hipobj, CAP as usize);
+    let front = v2_front(&w, true);
+    let h = hipobj_client("softroce-lg7", w.server_ip);
+    let c = RdmaS3Client::new(sdk(&front.double.endpoint()), h.clone(), w.rt.handle().clone()).parallel(
+        Parallel {
+            part_size: CAP as usize,
+            in_flight: 4,
+        },
+    );
+    let data = pattern(SIZE);
+    let reg = h.register(data.clone()).unwrap();
+    let t = c.put_object(&reg, Span::whole(SIZE), "bkt", "v2-flight").unwrap();
+    assert!(t.rdma && t.declined.is_none() && t.bytes == SIZE as u64, "{t:?}");
+    drop(reg);
+    assert_eq!(uploads_left(&w), 0);
+    let most_put = std::mem::take(&mut *front.most.lock().unwrap());
+    assert!(most_put >= 2, "the PUT's parts went one session at a time ({most_put})");
+
+    let mut reg = h.register(vec![0u8; SIZE]).unwrap();
+    let t = c
+        .get_object(&mut reg, Span::whole(SIZE), "bkt", "v2-flight", None)
+        .unwrap();
+    assert!(t.rdma && t.declined.is_none() && t.bytes == SIZE as u64, "{t:?}");
+    assert!(reg.to_vec() == data, "the bytes differ");
+    let most_get = *front.most.lock().unwrap();
+    assert!(most_get >= 2, "the GET's ranges went one session at a time ({most_get})");
+
+    let addr = w.server.addr();
+    assert_eq!(metric(addr, "hipobj_rdma_bytes_read_total"), SIZE as u64);
+    assert_eq!(metric(addr, "hipobj_rdma_bytes_written_total"), SIZE as u64);
+    assert_eq!(metric(addr, "hipobj_rdma_declines_total"), 0);
+    let stored = w.rt.block_on(async {
+        let o = sdk(&w.server.endpoint())
+            .get_object()
+            .bucket("bkt")
+            .key("v2-flight")
+            .send()
+            .await
+            .unwrap();
+        o.body.collect().await.unwrap().into_bytes()
+    });
+    assert!(stored.as_ref() == data.as_slice(), "the stored bytes differ");
     w.rt.block_on(w.server.shutdown());
 }
 
