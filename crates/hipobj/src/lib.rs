@@ -35,6 +35,7 @@ mod options;
 mod peer;
 mod pool;
 mod rc_v2;
+mod rc_v2_state;
 mod windows;
 
 // The public API: what programs built on the core (the C skin, the CLI, the
