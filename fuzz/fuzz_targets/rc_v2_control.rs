@@ -934,7 +934,13 @@ fn client(input: &mut Input<'_>, mw: bool) {
         let size = usize::from(input.u16()) % (BUF + 2);
         let offset = usize::from(input.u16()) % BUF;
         let mut s = match inst.rc_v2_session(dir, buf.addr(), size, offset) {
-            Ok(s) => s,
+            // The fake NIC delivers a write before the answer is handed
+            // over: waiting for a proof that is not there would only slow
+            // every input that plays a server answering without one.
+            Ok(mut s) => {
+                s.set_proof_wait(Duration::ZERO);
+                s
+            }
             Err(e) => {
                 assert!(size == 0 || offset + size > BUF, "a session refused: {e}");
                 continue;

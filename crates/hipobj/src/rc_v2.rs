@@ -59,17 +59,10 @@ pub const RC_V2_MAX_SIZE: u64 = 0x7fff_ffff;
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long a GET's WRITE WITH IMMEDIATE may take to show on the CQ after
-/// the READY answer arrived (the server answers only after its write
-/// completed, so normally it is already there).
-/// The fuzz build (`cfg(fuzzing)`, fuzz/fuzz_targets/rc_v2_control.rs) does
-/// not wait: its fake NIC delivers a write before the answer is handed
-/// over, and the wait would only slow every input that plays a server
-/// answering without one.
-const PROOF_WAIT: Duration = if cfg!(fuzzing) {
-    Duration::ZERO
-} else {
-    Duration::from_secs(2)
-};
+/// the READY answer arrived, unless the session is told otherwise
+/// ([`RcV2Session::set_proof_wait`]): the server answers only after its
+/// write completed, so normally it is already there.
+pub const RC_V2_PROOF_WAIT: Duration = Duration::from_secs(2);
 
 /// One hipobj-rc-v2 transfer on the client's side.
 #[derive(Debug)]
@@ -98,6 +91,8 @@ pub struct RcV2Session {
     server_addrs: Option<Vec<IpAddr>>,
     /// How PREPARE reached the server (crate::peer).
     channel: ControlChannel,
+    /// How long a GET's proof may lag the READY answer.
+    proof_wait: Duration,
 }
 
 /// A random non-zero value below `limit` (a power of two), from SipHash
@@ -176,6 +171,7 @@ impl Instance {
             staging: None,
             server_addrs: self.server_addrs(),
             channel: ControlChannel::Unauthenticated,
+            proof_wait: RC_V2_PROOF_WAIT,
         })
     }
 }
@@ -374,6 +370,15 @@ impl RcV2Session {
     /// call, those of [`Instance::set_server_addrs`], if any.
     pub fn expect_server(&mut self, addrs: Vec<IpAddr>) {
         self.server_addrs = Some(addrs);
+    }
+
+    /// How long [`RcV2Session::finish`] waits for a GET's WRITE WITH
+    /// IMMEDIATE to show on the QP once READY was answered with success
+    /// ([`RC_V2_PROOF_WAIT`] unless set). A caller whose NIC delivers a
+    /// write before its answer can be read (a fake one, as the fuzz target
+    /// has) may set it to zero.
+    pub fn set_proof_wait(&mut self, wait: Duration) {
+        self.proof_wait = wait;
     }
 
     /// How PREPARE reached the server. Say
@@ -612,12 +617,12 @@ impl RcV2Session {
                 ));
             }
         }
-        let (dir, cookie) = (self.dir, self.cookie);
+        let (dir, cookie, proof_wait) = (self.dir, self.cookie, self.proof_wait);
         let conn = self.lease()?.conn();
         match dir {
             Direction::Put => conn.wait_write(WRITE_TIMEOUT)?,
             Direction::Get => {
-                let deadline = Instant::now() + PROOF_WAIT;
+                let deadline = Instant::now() + proof_wait;
                 let (imm, len) = loop {
                     if let Some(got) = conn.take_write_imm_len()? {
                         break got;
