@@ -400,11 +400,12 @@ impl RdmaS3Client {
 
     /// PutObject of the `at.len` bytes at `at.offset` of `reg`.
     ///
-    /// To a server that speaks the binding exchange, more than
-    /// [`Parallel::part_size`] bytes (or than the limit the server was seen
-    /// to set) go as a multipart upload whose parts move in parallel
-    /// ([`RdmaS3Client::upload_parts`]), aborted if a part fails. A
-    /// hipobj-rc-v2 or plain server gets one PutObject. Any server's
+    /// To a server that speaks the binding exchange, or hipobj-rc-v2 with
+    /// the `mp` extension, more than [`Parallel::part_size`] bytes (or than
+    /// the limit the server was seen to set) go as a multipart upload whose
+    /// parts move in parallel ([`RdmaS3Client::upload_parts`]), aborted if
+    /// a part fails. A plain server, or a hipobj-rc-v2 one without `mp`,
+    /// gets one PutObject. Any server's
     /// refusal of a PutObject for its length also makes it a multipart
     /// upload, the limit then remembered. A client with [`ObjectArgs`]
     /// sends one PutObject, as before.

@@ -11,11 +11,12 @@
 //!   is remembered for the endpoint (this client and its clones); no part
 //!   is ever sent over plain HTTP because of it.
 //! - The rest go [`Parallel::in_flight`] at a time once the first moved by
-//!   RDMA over the binding exchange. hipobj-rc-v2 and plain HTTP move one
-//!   transfer at a time, so more parts would only add requests: the rest
-//!   of a GET goes as one ranged GET (or as few as the server's limit
-//!   allows), and a PutObject is split only when the server refused it
-//!   whole for its length (rc-v2 has no UploadPart).
+//!   RDMA, over the binding exchange or over hipobj-rc-v2 (each part a v2
+//!   session of its own: its own QP, its own server session; a PUT's parts
+//!   only where the server advertised the `mp` extension). Plain HTTP
+//!   moves one transfer at a time, so more parts would only add requests:
+//!   the rest of a GET goes as one ranged GET (or as few as the server's
+//!   limit allows).
 //! - Each part is retried as any transfer is ([`crate::TokenRetries`]:
 //!   with a fresh token, only when no byte can have moved). The call
 //!   succeeds only when every part did, each with exactly its bytes and,
@@ -282,21 +283,26 @@ impl RdmaS3Client {
         }
     }
 
-    /// Bytes per ranged GET to an endpoint known to speak hipobj-rc-v2 or
-    /// plain HTTP, whose transfers go one at a time: as many as its limit
-    /// allows (`usize::MAX` when none was learned), as more parts would
-    /// only add requests. `None` while the protocol is unknown or the
-    /// binding exchange.
+    /// Bytes per ranged GET to an endpoint known to speak plain HTTP, whose
+    /// transfers go one at a time: as many as its limit allows
+    /// (`usize::MAX` when none was learned), as more parts would only add
+    /// requests. `None` for the RDMA protocols, whose parts go in flight.
     fn serial_part_len(&self) -> Option<usize> {
         match self.protocol.get() {
-            Protocol::RcV2 | Protocol::Plain(_) => Some(
+            Protocol::Plain(_) => Some(
                 self.limit
                     .get()
                     .and_then(|l| usize::try_from(l).ok())
                     .unwrap_or(usize::MAX),
             ),
-            Protocol::Unknown | Protocol::Binding => None,
+            Protocol::Unknown | Protocol::Binding | Protocol::RcV2 => None,
         }
+    }
+
+    /// Whether the parts after a first that moved by RDMA (`rdma`) go in
+    /// flight: over either RDMA protocol, each part its own transfer.
+    fn parts_in_flight(&self, rdma: bool) -> bool {
+        rdma && matches!(self.protocol.get(), Protocol::Binding | Protocol::RcV2)
     }
 
     /// Notes the limit `e` names when it refused a `tried`-byte transfer
@@ -318,11 +324,9 @@ impl RdmaS3Client {
             && self.args.is_default()
             && match self.protocol.get() {
                 Protocol::Unknown | Protocol::Binding => true,
-                // One transfer at a time: split only past a limit learned,
-                // and a PUT only where parts go by RDMA (`mp`).
-                Protocol::RcV2 => {
-                    (!put || self.protocol.v2_parts()) && self.limit.get().is_some_and(|l| len as u64 > l)
-                }
+                // Parts in flight, each a session; a PUT only where parts
+                // go by RDMA (`mp`).
+                Protocol::RcV2 => !put || self.protocol.v2_parts(),
                 Protocol::Plain(_) => false,
             }
     }
@@ -406,7 +410,8 @@ impl RdmaS3Client {
                 Err(e) => return Err(e),
             }
         };
-        let in_parallel = sum.rdma && self.protocol.get() == Protocol::Binding;
+        let in_parallel = self.parts_in_flight(sum.rdma);
+        let v2 = self.protocol.get() == Protocol::RcV2;
         let part = if in_parallel {
             self.part_len()
         } else {
@@ -421,7 +426,11 @@ impl RdmaS3Client {
                     offset: at.offset + off,
                     len: n,
                 };
-                self.get_part_rdma(shared, span, bucket, key, &range)
+                if v2 {
+                    self.v2_get_part(shared, span, bucket, key, &range)
+                } else {
+                    self.get_part_rdma(shared, span, bucket, key, &range)
+                }
             })?;
             for (t, &(_, n)) in got.iter().zip(&rest) {
                 sum.add(t, n, "GetObject", true)?;
@@ -523,7 +532,7 @@ impl RdmaS3Client {
                     )
                 })
         };
-        let in_flight = if sum.rdma && self.protocol.get() == Protocol::Binding {
+        let in_flight = if self.parts_in_flight(sum.rdma) {
             self.parallel.in_flight
         } else {
             1

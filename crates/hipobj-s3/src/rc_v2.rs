@@ -196,6 +196,10 @@ impl RdmaS3Client {
             )));
         }
         if speaks_v2 {
+            // A v2 answer, a refusal included, proves the protocol: a
+            // transfer refused for its length (413) is sent again as parts
+            // straight to v2.
+            self.protocol.set(Protocol::RcV2);
             self.protocol.set_v2_parts(advertises_parts(ex.rdma_headers()));
         }
         if let Some(host) = &ex.host {
@@ -302,6 +306,45 @@ impl RdmaS3Client {
                 self.protocol.set(Protocol::Plain(why.clone()));
                 self.declined_get(reg, at, bucket, key, range, S3Call::Get { range }, why)
             }
+        }
+    }
+
+    /// One ranged GET by hipobj-rc-v2 into `at` of a registration other
+    /// parts fill at the same time: a session of its own (its own QP and
+    /// server session). A decline here fails: the first part moved by v2.
+    pub(crate) fn v2_get_part(
+        &self,
+        reg: &Registration<'_>,
+        at: Span,
+        bucket: &str,
+        key: &str,
+        range: &str,
+    ) -> Result<Transfer> {
+        let offset = v2_range(range, at.len)
+            .filter(|&(_, n)| n == at.len as u64)
+            .map(|(o, _)| o)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::InvalidValue,
+                    format!("the range {range:?} is not the part's {} bytes", at.len),
+                )
+            })?;
+        let mut s = self.hipobj.rc_v2_get_part(reg, at.offset, at.len)?;
+        match self.run_v2(&mut s, bucket, key, Some(offset), None, false)? {
+            Outcome::Done(bytes, etag) => Ok(Transfer {
+                bytes,
+                etag,
+                rdma: true,
+                declined: None,
+                object_size: None,
+                status: 206,
+            }),
+            Outcome::Unsupported(why) => Err(Error::new(
+                ErrorKind::S3Error,
+                format!(
+                    "GetObject {range}: the server declined hipobj-rc-v2 for this part after moving the first by it ({why}); no part goes over plain HTTP"
+                ),
+            )),
         }
     }
 

@@ -270,6 +270,167 @@ fn over_hipobj_rc_v2_an_object_over_the_staging_limit_goes_as_parts_by_rdma() {
     w.rt.block_on(w.server.shutdown());
 }
 
+/// A front that declines the binding exchange (501 + unsupported), as a
+/// v2-only server does, and forwards the rest to the server at `to`. With
+/// `hold`, each PREPARE answered 200 is held until a later one is (or
+/// 2 s pass), and `most` keeps the most v2 sessions the server had open at
+/// once, read off the server's own table as each PREPARE is answered.
+struct V2Front {
+    double: support::Double,
+    most: Arc<Mutex<usize>>,
+    _rt: tokio::runtime::Runtime,
+}
+
+fn v2_front(w: &World, hold: bool) -> V2Front {
+    let to = w.server.addr();
+    let sessions = w.server.v2_sessions().cloned();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(12)
+        .enable_all()
+        .build()
+        .unwrap();
+    let most = Arc::new(Mutex::new(0usize));
+    let m2 = most.clone();
+    let answered = Arc::new((Mutex::new(0usize), Condvar::new()));
+    let double = start(&rt, move |req, _| {
+        if req.token().is_some() && !req.target.starts_with(hipobj_proto::rc_v2::PATH_PREFIX) {
+            return Resp::error(501, "NotImplemented")
+                .header(hipobj_proto::REPLY_HEADER, "501")
+                .header(
+                    hipobj_proto::rc_v2::PROTOCOL_STATUS_HEADER,
+                    hipobj_proto::rc_v2::PROTOCOL_STATUS_UNSUPPORTED,
+                );
+        }
+        let resp = forward(to, req);
+        if hold && req.target == hipobj_proto::rc_v2::PREPARE_PATH && resp.status == 200 {
+            if let Some(s) = &sessions {
+                let mut m = m2.lock().unwrap();
+                *m = (*m).max(s.open_sessions());
+            }
+            let (lock, cv) = &*answered;
+            let mut n = lock.lock().unwrap();
+            *n += 1;
+            let mine = *n;
+            cv.notify_all();
+            let _ = cv
+                .wait_timeout_while(n, Duration::from_secs(2), |n| *n == mine)
+                .unwrap();
+        }
+        resp
+    });
+    V2Front {
+        double,
+        most,
+        _rt: rt,
+    }
+}
+
+/// Issue 41 over hipobj-rc-v2: a GET of an object four times the server's
+/// v2 staging limit, from a front that declines the binding exchange. The
+/// server refuses the whole range at PREPARE (413, as it does a PUT: one
+/// session's WRITE WITH IMMEDIATE must count every byte), and the client
+/// moves the object as ranged v2 GETs within the limit it learned, every
+/// byte written by RDMA. The limit stays learned for the endpoint: a
+/// second GET meets no refusal.
+#[test]
+fn over_hipobj_rc_v2_a_get_over_the_staging_limit_goes_as_ranged_gets_by_rdma() {
+    let w = world_v2_staging(RdmaRules::Hipobj, CAP as usize);
+    let data = pattern(SIZE);
+    w.rt.block_on(
+        sdk(&w.server.endpoint())
+            .put_object()
+            .bucket("bkt")
+            .key("v2-big")
+            .body(data.clone().into())
+            .send(),
+    )
+    .unwrap();
+    let front = v2_front(&w, false);
+    let h = hipobj_client("softroce-lg6", w.server_ip);
+    let c = RdmaS3Client::new(sdk(&front.double.endpoint()), h.clone(), w.rt.handle().clone());
+    let mut reg = h.register(vec![0u8; SIZE]).unwrap();
+    let t = c
+        .get_object(&mut reg, Span::whole(SIZE), "bkt", "v2-big", None)
+        .unwrap();
+    assert!(t.rdma && t.declined.is_none(), "{t:?}");
+    assert_eq!((t.bytes, t.object_size), (SIZE as u64, Some(SIZE as u64)));
+    assert!(reg.to_vec() == data, "the bytes differ");
+    assert_eq!(c.protocol(), hipobj_s3::Protocol::RcV2);
+    assert!(
+        c.learned_limit().is_some_and(|l| l <= CAP),
+        "{:?}",
+        c.learned_limit()
+    );
+    let addr = w.server.addr();
+    assert_eq!(metric(addr, "hipobj_rdma_bytes_written_total"), SIZE as u64);
+    let refusals = metric(addr, "hipobj_rdma_v2_errors_total");
+
+    // Again, by a clone: straight to ranges within the limit.
+    reg.fill(0);
+    let t = c
+        .clone()
+        .get_object(&mut reg, Span::whole(SIZE), "bkt", "v2-big", None)
+        .unwrap();
+    assert!(t.rdma && t.bytes == SIZE as u64, "{t:?}");
+    assert!(reg.to_vec() == data, "the bytes differ the second time");
+    assert_eq!(metric(addr, "hipobj_rdma_v2_errors_total"), refusals, "refused again");
+    assert_eq!(metric(addr, "hipobj_rdma_bytes_written_total"), 2 * SIZE as u64);
+    w.rt.block_on(w.server.shutdown());
+}
+
+/// Issue 41 over hipobj-rc-v2: the `mp` parts of a PUT and the ranges of
+/// a GET go `in_flight` at a time, each a session of its own, into the one
+/// registration. The front holds each PREPARE's answer until another is
+/// answered, and reads the server's open sessions as each is: more than
+/// one at once in each call (one at a time, each answer is held alone and
+/// the count stays 1). Every byte by RDMA, exact.
+#[test]
+fn over_hipobj_rc_v2_parts_and_ranges_go_in_flight_each_a_session_of_its_own() {
+    let w = world_v2_staging(RdmaRules::Hipobj, CAP as usize);
+    let front = v2_front(&w, true);
+    let h = hipobj_client("softroce-lg7", w.server_ip);
+    let c = RdmaS3Client::new(sdk(&front.double.endpoint()), h.clone(), w.rt.handle().clone()).parallel(
+        Parallel {
+            part_size: CAP as usize,
+            in_flight: 4,
+        },
+    );
+    let data = pattern(SIZE);
+    let reg = h.register(data.clone()).unwrap();
+    let t = c.put_object(&reg, Span::whole(SIZE), "bkt", "v2-flight").unwrap();
+    assert!(t.rdma && t.declined.is_none() && t.bytes == SIZE as u64, "{t:?}");
+    drop(reg);
+    assert_eq!(uploads_left(&w), 0);
+    let most_put = std::mem::take(&mut *front.most.lock().unwrap());
+    assert!(most_put >= 2, "the PUT's parts went one session at a time ({most_put})");
+
+    let mut reg = h.register(vec![0u8; SIZE]).unwrap();
+    let t = c
+        .get_object(&mut reg, Span::whole(SIZE), "bkt", "v2-flight", None)
+        .unwrap();
+    assert!(t.rdma && t.declined.is_none() && t.bytes == SIZE as u64, "{t:?}");
+    assert!(reg.to_vec() == data, "the bytes differ");
+    let most_get = *front.most.lock().unwrap();
+    assert!(most_get >= 2, "the GET's ranges went one session at a time ({most_get})");
+
+    let addr = w.server.addr();
+    assert_eq!(metric(addr, "hipobj_rdma_bytes_read_total"), SIZE as u64);
+    assert_eq!(metric(addr, "hipobj_rdma_bytes_written_total"), SIZE as u64);
+    assert_eq!(metric(addr, "hipobj_rdma_declines_total"), 0);
+    let stored = w.rt.block_on(async {
+        let o = sdk(&w.server.endpoint())
+            .get_object()
+            .bucket("bkt")
+            .key("v2-flight")
+            .send()
+            .await
+            .unwrap();
+        o.body.collect().await.unwrap().into_bytes()
+    });
+    assert!(stored.as_ref() == data.as_slice(), "the stored bytes differ");
+    w.rt.block_on(w.server.shutdown());
+}
+
 /// A proxy in front of the server: it forwards each request, holds each
 /// token request until a second one is in flight (or 2 s pass), and
 /// answers the first request that `fail` picks with `answer` instead.

@@ -166,8 +166,8 @@ fn a_put_larger_than_a_part_goes_whole_to_a_v2_only_server() {
     );
 
     // The GET back, larger than a part too, comes by RDMA: from a fresh
-    // client, its first part finds the protocol, and the rest, which could
-    // only go one transfer at a time, comes as one.
+    // client, its first part finds the protocol, and the rest come as
+    // parts in flight, each a v2 session of its own.
     let c = RdmaS3Client::new(
         sdk(&w.double.endpoint()),
         c.hipobj().clone(),
@@ -187,8 +187,8 @@ fn a_put_larger_than_a_part_goes_whole_to_a_v2_only_server() {
         .filter(|r| r.target.starts_with(rc_v2::PATH_PREFIX))
         .count();
     assert_eq!(
-        control, 6,
-        "PREPARE and READY for the PUT, the GET's first part and its rest"
+        control, 8,
+        "PREPARE and READY for the PUT and for each of the GET's three parts"
     );
 }
 

@@ -1,8 +1,8 @@
 //! The hipobj-rc-v2 control path through the real server on the soft NIC,
 //! with a test client that signs as the upstream client does (service
 //! `hipobj`, no payload hash header) and drives its own QP through the verbs
-//! seam: a GET in several chunks moves the object's bytes, and each refusal
-//! has its status.
+//! seam: a GET within the staging limit moves the object's bytes (one over
+//! it is 413), and each refusal has its status.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -235,7 +235,8 @@ async fn each_refusal_has_its_status() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_get_through_the_server_moves_the_objects_bytes_in_chunks_and_counts_as_rdma() {
+async fn a_get_through_the_server_moves_the_objects_bytes_and_counts_as_rdma_and_one_over_the_staging_limit_is_413()
+{
     let (h, _dir) = start(Some("softroce-v2-get-srv")).await;
     let s3 = support::client(&h);
     s3.create_bucket().bucket("bkt").send().await.unwrap();
@@ -269,10 +270,22 @@ async fn a_get_through_the_server_moves_the_objects_bytes_in_chunks_and_counts_a
         port: sel.port,
         lid: 0,
     };
+    // The whole object is over the staging limit (4096): 413, as a PUT
+    // over it is, naming the limit and the `mp` extension.
     let (code, resp) = control(
         &h,
         rc_v2::PREPARE_PATH,
         &prepare(Direction::Get, "obj", 10_000, token),
+        KEY,
+    )
+    .await;
+    assert_eq!(code, 413, "{resp}");
+    assert!(resp.contains("limit of 4096"), "{resp}");
+    assert_eq!(header(&resp, rc_v2::CAPABILITIES_HEADER), Some("mp"));
+    let (code, resp) = control(
+        &h,
+        rc_v2::PREPARE_PATH,
+        &prepare(Direction::Get, "obj", 4096, token),
         KEY,
     )
     .await;
@@ -326,11 +339,12 @@ async fn a_get_through_the_server_moves_the_objects_bytes_in_chunks_and_counts_a
     );
     let (code, resp) = control(&h, rc_v2::READY_PATH, &ready(0x1a2b_3c4d), KEY).await;
     assert_eq!(code, 200, "{resp}");
-    assert_eq!(header(&resp, rc_v2::BYTES_HEADER), Some("10000"));
+    assert_eq!(header(&resp, rc_v2::BYTES_HEADER), Some("4096"));
+    let want = &want[..4096];
     assert_eq!(header(&resp, rc_v2::COOKIE_HEADER), Some("1a2b3c4d"));
-    // Issue 24, finding 6: the CRC-64/NVME of the bytes sent (summed over
-    // the chunks in order), in both of the field's header forms.
-    let crc = rc_v2::Crc64Nvme(crc_fast::checksum(crc_fast::CrcAlgorithm::Crc64Nvme, &want));
+    // Issue 24, finding 6: the CRC-64/NVME of the bytes sent, in both of
+    // the field's header forms.
+    let crc = rc_v2::Crc64Nvme(crc_fast::checksum(crc_fast::CrcAlgorithm::Crc64Nvme, want));
     assert_eq!(
         header(&resp, rc_v2::CHECKSUM_HEADER),
         Some(crc.to_field().as_str())
@@ -350,7 +364,8 @@ async fn a_get_through_the_server_moves_the_objects_bytes_in_chunks_and_counts_a
         (WcStatus::Success, WcOpcode::RecvRdmaWithImm)
     );
     assert_eq!(wc[0].imm_data, Some(0x1a2b_3c4d));
-    let mut got = vec![0u8; 10_000];
+    assert_eq!(wc[0].byte_len, 4096, "one write counts every byte");
+    let mut got = vec![0u8; 4096];
     assert!(buf.read_at(0, &mut got));
     assert_eq!(got, want);
     // Used: a second READY finds nothing.
@@ -366,7 +381,7 @@ async fn a_get_through_the_server_moves_the_objects_bytes_in_chunks_and_counts_a
     );
     assert_eq!(
         support::metrics::value(&m, "hipobj_rdma_bytes_written_total"),
-        Some(10000.0),
+        Some(4096.0),
         "{m}"
     );
 }

@@ -16,15 +16,13 @@
 //!   than [`V2Config::staging_max`] is refused with 413. READY posts one
 //!   receive, connects, and waits for `RecvRdmaWithImm` with immediate ==
 //!   cookie and byte count == size; then the sink takes the bytes.
-//! - GET: the staging buffer, local access only, holds the whole range up
-//!   to [`V2Config::staging_max`]: the client checks that the WRITE WITH
-//!   IMMEDIATE carrying the cookie counts every byte, and a receive
-//!   completion counts only its own WRITE's. READY moves the object through
-//!   it with the target's mover (the `pipeline` module) as one WRITE WITH
-//!   IMMEDIATE; a range larger than the staging limit goes in chunks of
-//!   that size, one at a time, the last one carrying the cookie (RC
-//!   delivers in order, so its completion at the client means every byte
-//!   before it is there).
+//! - GET: the staging buffer, local access only, holds the whole range:
+//!   the client checks that the WRITE WITH IMMEDIATE carrying the cookie
+//!   counts every byte, and a receive completion counts only its own
+//!   WRITE's. READY moves the range through it with the target's mover
+//!   (the `pipeline` module) as one WRITE WITH IMMEDIATE. So a GET larger
+//!   than [`V2Config::staging_max`] is refused with 413 at PREPARE, as a
+//!   PUT is: a client moves such an object as ranged GETs within the limit.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -59,8 +57,8 @@ pub struct V2Config {
     /// Staging bytes one access key's sessions may hold at once (503
     /// beyond).
     pub memory_per_key: usize,
-    /// Largest staging buffer: the largest PUT (413 above), and the
-    /// largest chunk of a GET (whose chunk is otherwise the target's).
+    /// Largest staging buffer: the largest PUT and the largest GET (413
+    /// above).
     pub staging_max: usize,
     /// How long a prepared session waits for READY.
     pub prepare_timeout: Duration,
@@ -312,22 +310,19 @@ impl V2Sessions {
             return Err(bad("a GET names no multipart upload's part".into()));
         }
         let size = req.size.get();
-        let staging_len = match req.op {
-            Direction::Put if size as usize > self.config.staging_max => {
-                return Err(V2Failure::new(
-                    Status::TooLarge,
-                    format!(
-                        "a PUT of {size} bytes is over this server's limit of {} bytes (its staging buffer)",
-                        self.config.staging_max
-                    ),
-                ));
-            }
-            Direction::Put => size as usize,
-            Direction::Get => {
-                let (slots, chunk) = self.get_ring(size);
-                slots * chunk
-            }
-        };
+        // One session's bytes are one WRITE WITH IMMEDIATE through one
+        // staging buffer, either way.
+        if size as usize > self.config.staging_max {
+            return Err(V2Failure::new(
+                Status::TooLarge,
+                format!(
+                    "a {} of {size} bytes is over this server's limit of {} bytes (its staging buffer)",
+                    req.op.as_str(),
+                    self.config.staging_max
+                ),
+            ));
+        }
+        let staging_len = size as usize;
         if req.op == Direction::Get && req.offset.unwrap_or(0).checked_add(u64::from(size)).is_none() {
             return Err(V2Failure::new(
                 Status::RangeNotSatisfiable,
@@ -390,18 +385,6 @@ impl V2Sessions {
         };
         lock(&self.sessions).insert(SessionId(id), session);
         Ok(response)
-    }
-
-    /// A GET's ring of `size` bytes: (slots, bytes per slot). One slot of
-    /// the whole range, up to `staging_max`: the client takes the GET as
-    /// done on the receive completion of the WRITE WITH IMMEDIATE carrying
-    /// the cookie and checks that it counts `size` bytes (docs/protocol.md,
-    /// the client's half), and a receive completion counts only its own
-    /// WRITE's bytes. Only a GET larger than `staging_max` goes in chunks
-    /// (one at a time, as before the pipelined mover).
-    fn get_ring(&self, size: u32) -> (usize, usize) {
-        let chunk = self.config.staging_max.min(size as usize).max(1);
-        (1, chunk)
     }
 
     /// The GID of ours that reaches `peer`: for a link-local peer GID (the
@@ -534,121 +517,10 @@ impl V2Sessions {
             client_rkey,
         } = claimed;
         let deadline = Instant::now() + self.config.transfer_timeout;
-        let local = |e: VerbsError| V2Failure::new(Status::Internal, format!("RDMA failed: {e}"));
-        let size = u64::from(s.size);
         match (s.op, io) {
-            (Direction::Put, Request::Put(sink)) => {
-                // The receive before the QP can take the write.
-                s.res
-                    .qp
-                    .post_recv(&RecvWr {
-                        wr_id: 1,
-                        sg_list: &[],
-                    })
-                    .map_err(local)?;
-                self.connect(&s).map_err(local)?;
-                let wc = wait_one(s.res.cq.as_ref(), deadline)?;
-                if wc.status != WcStatus::Success
-                    || wc.opcode != WcOpcode::RecvRdmaWithImm
-                    || wc.imm_data != Some(s.cookie.get())
-                    || u64::from(wc.byte_len) != size
-                {
-                    return Err(V2Failure::new(
-                        Status::Internal,
-                        format!(
-                            "the client's write did not complete as the session says: {:?} {:?}, immediate {:?} (want {}), {} bytes (want {size})",
-                            wc.status, wc.opcode, wc.imm_data, s.cookie, wc.byte_len
-                        ),
-                    ));
-                }
-                // The bytes are in: no more writes may land while the sink
-                // reads them.
-                let attr = QpAttr {
-                    qp_state: QpState::Err,
-                    ..QpAttr::default()
-                };
-                s.res.qp.modify(&attr, QpAttrMask::STATE).map_err(local)?;
-                sink.open(size).map_err(V2Failure::Store)?;
-                let Some(staging) = s.res.staging.as_ref() else {
-                    return Err(V2Failure::new(Status::Internal, "the PUT has no staging buffer"));
-                };
-                let chunk = (4usize << 20).min(s.size as usize).max(1);
-                let mut data = vec![0u8; chunk];
-                let mut off = 0u64;
-                while off < size {
-                    let n = (size - off).min(chunk as u64) as usize;
-                    let piece = &mut data[..n];
-                    if !staging.read_at(off as usize, piece) {
-                        return Err(V2Failure::new(Status::Internal, "the staging buffer is short"));
-                    }
-                    sink.drain(off, piece).map_err(V2Failure::Store)?;
-                    off += n as u64;
-                }
-                sink.commit().map_err(V2Failure::Store)?;
-            }
+            (Direction::Put, Request::Put(sink)) => self.run_put(&mut s, sink, deadline)?,
             (Direction::Get, Request::Get(source)) => {
-                let sel = source.open().map_err(V2Failure::Store)?;
-                if sel.len != size {
-                    return Err(V2Failure::new(
-                        Status::RangeNotSatisfiable,
-                        format!(
-                            "the object gives {} bytes where the session asked for {size}",
-                            sel.len
-                        ),
-                    ));
-                }
-                let (slots, chunk) = self.get_ring(s.size);
-                // The staging memory now, when it is used, within the
-                // budgets (503 when there is no room).
-                s.charge
-                    .memory(slots * chunk)
-                    .map_err(|why| V2Failure::new(Status::Busy, why))?;
-                let buffer =
-                    RegisteredBuffer::new(s.res.pd.as_ref(), slots * chunk, AccessFlags::LOCAL_WRITE)
-                        .map_err(local)?;
-                s.res.staging = Some(buffer);
-                self.connect(&s).map_err(local)?;
-                let res = &mut s.res;
-                let Some(staging) = res.staging.as_mut() else {
-                    return Err(V2Failure::new(Status::Internal, "the GET has no staging buffer"));
-                };
-                let mut next_wr = 1u64;
-                let out = crate::pipeline::transfer(
-                    crate::pipeline::Wire {
-                        qp: res.qp.as_ref(),
-                        cq: res.cq.as_ref(),
-                        next_wr: &mut next_wr,
-                        idle_timeout: self.config.transfer_timeout,
-                        deadline: Some(deadline),
-                    },
-                    crate::pipeline::Ring::split(std::slice::from_mut(staging), slots, chunk),
-                    crate::pipeline::Flow::Write {
-                        fill: &mut |off, data| source.fill(off, data),
-                        imm: s.cookie.get(),
-                    },
-                    client_addr,
-                    client_rkey,
-                    size,
-                );
-                // Whatever happened, the session ends here: dropping it
-                // moves its QP to ERROR before the staging buffer goes.
-                match out.result {
-                    Ok(()) => {}
-                    Err(crate::pipeline::Failure::Store(e)) => return Err(V2Failure::Store(e)),
-                    Err(crate::pipeline::Failure::Timeout(_)) => {
-                        return Err(V2Failure::new(
-                            Status::Timeout,
-                            "the transfer did not complete in time",
-                        ));
-                    }
-                    Err(crate::pipeline::Failure::Rdma(why)) => {
-                        return Err(V2Failure::new(
-                            Status::Internal,
-                            format!("the write to the client failed: {why}"),
-                        ));
-                    }
-                    Err(crate::pipeline::Failure::Local(e)) => return Err(local(e)),
-                }
+                self.run_get(&mut s, source, (client_addr, client_rkey), deadline)?;
             }
             _ => {
                 return Err(V2Failure::new(
@@ -657,7 +529,142 @@ impl V2Sessions {
                 ));
             }
         }
-        Ok(size)
+        // Whatever happened, the session ends when `s` drops: its QP moves
+        // to ERROR before the staging buffer goes.
+        Ok(u64::from(s.size))
+    }
+
+    /// A PUT: the receive, the connection, the client's one WRITE WITH
+    /// IMMEDIATE (the cookie, every byte), then the staging buffer drained
+    /// into `sink` with the QP out of RTS.
+    fn run_put<E>(
+        &self,
+        s: &mut Session,
+        sink: &mut dyn crate::Sink<Error = E>,
+        deadline: Instant,
+    ) -> Result<(), V2Failure<E>> {
+        let size = u64::from(s.size);
+        // The receive before the QP can take the write.
+        s.res
+            .qp
+            .post_recv(&RecvWr {
+                wr_id: 1,
+                sg_list: &[],
+            })
+            .map_err(local)?;
+        self.connect(s).map_err(local)?;
+        let wc = wait_one(s.res.cq.as_ref(), deadline)?;
+        if wc.status != WcStatus::Success
+            || wc.opcode != WcOpcode::RecvRdmaWithImm
+            || wc.imm_data != Some(s.cookie.get())
+            || u64::from(wc.byte_len) != size
+        {
+            return Err(V2Failure::new(
+                Status::Internal,
+                format!(
+                    "the client's write did not complete as the session says: {:?} {:?}, immediate {:?} (want {}), {} bytes (want {size})",
+                    wc.status, wc.opcode, wc.imm_data, s.cookie, wc.byte_len
+                ),
+            ));
+        }
+        // The bytes are in: no more writes may land while the sink reads
+        // them.
+        let attr = QpAttr {
+            qp_state: QpState::Err,
+            ..QpAttr::default()
+        };
+        s.res.qp.modify(&attr, QpAttrMask::STATE).map_err(local)?;
+        sink.open(size).map_err(V2Failure::Store)?;
+        let Some(staging) = s.res.staging.as_ref() else {
+            return Err(V2Failure::new(Status::Internal, "the PUT has no staging buffer"));
+        };
+        let chunk = (4usize << 20).min(s.size as usize).max(1);
+        let mut data = vec![0u8; chunk];
+        let mut off = 0u64;
+        while off < size {
+            let n = (size - off).min(chunk as u64) as usize;
+            let piece = &mut data[..n];
+            if !staging.read_at(off as usize, piece) {
+                return Err(V2Failure::new(Status::Internal, "the staging buffer is short"));
+            }
+            sink.drain(off, piece).map_err(V2Failure::Store)?;
+            off += n as u64;
+        }
+        sink.commit().map_err(V2Failure::Store)
+    }
+
+    /// A GET: the staging buffer (charged now, when it is used), the
+    /// connection, and the range from `source` to the client's buffer
+    /// `(addr, rkey)` as one WRITE WITH IMMEDIATE carrying the cookie.
+    fn run_get<E>(
+        &self,
+        s: &mut Session,
+        source: &mut dyn crate::Source<Error = E>,
+        (client_addr, client_rkey): (u64, u32),
+        deadline: Instant,
+    ) -> Result<(), V2Failure<E>> {
+        let size = u64::from(s.size);
+        let sel = source.open().map_err(V2Failure::Store)?;
+        if sel.len != size {
+            return Err(V2Failure::new(
+                Status::RangeNotSatisfiable,
+                format!(
+                    "the object gives {} bytes where the session asked for {size}",
+                    sel.len
+                ),
+            ));
+        }
+        // One slot of the whole range (PREPARE refused a range over the
+        // staging limit): the client takes the GET as done on the receive
+        // completion of the WRITE WITH IMMEDIATE carrying the cookie and
+        // checks that it counts every byte, and a receive completion counts
+        // only its own WRITE's.
+        let (slots, chunk) = (1, (s.size as usize).max(1));
+        // The staging memory now, when it is used, within the budgets (503
+        // when there is no room).
+        s.charge
+            .memory(slots * chunk)
+            .map_err(|why| V2Failure::new(Status::Busy, why))?;
+        let buffer = RegisteredBuffer::new(s.res.pd.as_ref(), slots * chunk, AccessFlags::LOCAL_WRITE)
+            .map_err(local)?;
+        s.res.staging = Some(buffer);
+        self.connect(s).map_err(local)?;
+        let imm = s.cookie.get();
+        let res = &mut s.res;
+        let Some(staging) = res.staging.as_mut() else {
+            return Err(V2Failure::new(Status::Internal, "the GET has no staging buffer"));
+        };
+        let mut next_wr = 1u64;
+        let out = crate::pipeline::transfer(
+            crate::pipeline::Wire {
+                qp: res.qp.as_ref(),
+                cq: res.cq.as_ref(),
+                next_wr: &mut next_wr,
+                idle_timeout: self.config.transfer_timeout,
+                deadline: Some(deadline),
+            },
+            crate::pipeline::Ring::split(std::slice::from_mut(staging), slots, chunk),
+            crate::pipeline::Flow::Write {
+                fill: &mut |off, data| source.fill(off, data),
+                imm,
+            },
+            client_addr,
+            client_rkey,
+            size,
+        );
+        match out.result {
+            Ok(()) => Ok(()),
+            Err(crate::pipeline::Failure::Store(e)) => Err(V2Failure::Store(e)),
+            Err(crate::pipeline::Failure::Timeout(_)) => Err(V2Failure::new(
+                Status::Timeout,
+                "the transfer did not complete in time",
+            )),
+            Err(crate::pipeline::Failure::Rdma(why)) => Err(V2Failure::new(
+                Status::Internal,
+                format!("the write to the client failed: {why}"),
+            )),
+            Err(crate::pipeline::Failure::Local(e)) => Err(local(e)),
+        }
     }
 
     /// INIT -> RTR -> RTS towards the client QP: receive PSN the client's,
@@ -783,6 +790,11 @@ pub fn check_control(
         Which::Cancel => ControlRequest::Cancel(CancelRequest::from_headers(headers()).map_err(bad)?),
     };
     Ok((key, control))
+}
+
+/// A local RDMA failure's 500.
+fn local<E>(e: VerbsError) -> V2Failure<E> {
+    V2Failure::new(Status::Internal, format!("RDMA failed: {e}"))
 }
 
 /// The next completion on `cq`, or 408 at `deadline`.

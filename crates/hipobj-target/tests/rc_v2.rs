@@ -193,8 +193,12 @@ fn data(n: usize) -> Vec<u8> {
     (0..n as u32).map(|i| (i.wrapping_mul(31) >> 3) as u8).collect()
 }
 
+/// A GET up to the staging limit arrives as one WRITE WITH IMMEDIATE
+/// carrying the cookie and counting every byte; one over it is refused at
+/// PREPARE with 413, as a PUT is (chunks would end in a write that counts
+/// only its own bytes, which a client that checks the count refuses).
 #[test]
-fn a_get_larger_than_the_staging_buffer_arrives_in_chunks_ending_in_the_cookie() {
+fn a_get_within_the_staging_limit_is_one_write_with_the_cookie_and_one_over_it_is_413() {
     let s = sessions(
         "softroce-v2g-srv",
         V2Config {
@@ -202,7 +206,17 @@ fn a_get_larger_than_the_staging_buffer_arrives_in_chunks_ending_in_the_cookie()
             ..V2Config::default()
         },
     );
-    for size in [1usize, 4096, 10_000] {
+    let c = Client::new("softroce-v2g-cli", 16_384);
+    let caller = Caller::key("ak");
+    for size in [4097u64, 10_000] {
+        assert_eq!(
+            status(s.prepare(&caller, &c.prepare(Direction::Get, size, 1), Instant::now())),
+            Status::TooLarge,
+            "{size}"
+        );
+    }
+    assert_eq!(s.open_sessions(), 0, "a refused PREPARE holds nothing");
+    for size in [1usize, 4096] {
         let c = Client::new("softroce-v2g-cli", 16_384);
         let caller = Caller::key("ak");
         let resp = s
@@ -387,7 +401,7 @@ fn limits_a_dead_client_and_the_size_of_a_put() {
     let first = s
         .prepare(&caller, &c.prepare(Direction::Put, 4096, 1), at(0))
         .unwrap();
-    s.prepare(&caller, &c.prepare(Direction::Get, 1 << 20, 2), at(10))
+    s.prepare(&caller, &c.prepare(Direction::Get, 4096, 2), at(10))
         .unwrap();
     assert_eq!(
         status(s.prepare(&caller, &c.prepare(Direction::Get, 64, 3), at(20))),

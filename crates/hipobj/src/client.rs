@@ -331,6 +331,26 @@ impl Client {
         })
     }
 
+    /// A hipobj-rc-v2 GET session into a part of a registration that other
+    /// sessions (or binding transfers) fill at the same time, each its own
+    /// range, as [`Client::get_part`] does: the server will write `len`
+    /// bytes at `offset` of `reg`, and nothing else of it.
+    pub fn rc_v2_get_part<'r>(
+        &self,
+        reg: &'r Registration<'_>,
+        offset: usize,
+        len: usize,
+    ) -> Result<RcV2<'r>> {
+        self.check_owner(reg)?;
+        let session = self
+            .instance
+            .rc_v2_session(Direction::Get, reg.region.addr(), len, offset)?;
+        Ok(RcV2 {
+            session,
+            _borrow: PhantomData,
+        })
+    }
+
     /// A hipobj-rc-v2 PUT session: the client will write the `len` bytes
     /// at `offset` of `reg` into the server's staging buffer.
     pub fn rc_v2_put<'r>(&self, reg: &'r Registration<'_>, offset: usize, len: usize) -> Result<RcV2<'r>> {

@@ -35,6 +35,7 @@ mod options;
 mod peer;
 mod pool;
 mod rc_v2;
+mod rc_v2_state;
 mod windows;
 
 // The public API: what programs built on the core (the C skin, the CLI, the
@@ -55,4 +56,4 @@ pub use library::Library;
 pub use nic::{Chosen, choose as choose_nic};
 pub use options::{ENV_VARS, Options};
 pub use peer::{AllowPeer, ControlChannel, resolve_host};
-pub use rc_v2::{RC_V2_MAX_SIZE, RcV2Session};
+pub use rc_v2::{RC_V2_MAX_SIZE, RC_V2_PROOF_WAIT, RcV2Session};

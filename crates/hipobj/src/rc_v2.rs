@@ -49,6 +49,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::instance::Instance;
 use crate::peer::{ControlChannel, Servers};
 use crate::pool::Lease;
+use crate::rc_v2_state::{Input, Stage, V2State};
 
 /// The protocol's largest transfer, in bytes (2^31 - 1).
 pub const RC_V2_MAX_SIZE: u64 = 0x7fff_ffff;
@@ -58,32 +59,10 @@ pub const RC_V2_MAX_SIZE: u64 = 0x7fff_ffff;
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long a GET's WRITE WITH IMMEDIATE may take to show on the CQ after
-/// the READY answer arrived (the server answers only after its write
-/// completed, so normally it is already there).
-/// The fuzz build (`cfg(fuzzing)`, fuzz/fuzz_targets/rc_v2_control.rs) does
-/// not wait: its fake NIC delivers a write before the answer is handed
-/// over, and the wait would only slow every input that plays a server
-/// answering without one.
-const PROOF_WAIT: Duration = if cfg!(fuzzing) {
-    Duration::ZERO
-} else {
-    Duration::from_secs(2)
-};
-
-/// Where a session is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Stage {
-    /// PREPARE not answered yet.
-    New,
-    /// Connected to the server's QP; READY not answered yet.
-    Connected,
-    /// PUT: the write is posted.
-    Started,
-    /// Finished with success.
-    Done,
-    /// Failed; nothing more is accepted.
-    Failed,
-}
+/// the READY answer arrived, unless the session is told otherwise
+/// ([`RcV2Session::set_proof_wait`]): the server answers only after its
+/// write completed, so normally it is already there.
+pub const RC_V2_PROOF_WAIT: Duration = Duration::from_secs(2);
 
 /// One hipobj-rc-v2 transfer on the client's side.
 #[derive(Debug)]
@@ -105,13 +84,15 @@ pub struct RcV2Session {
     psn: u32,
     rkey: u32,
     qpn: u32,
-    stage: Stage,
-    session: Option<SessionId>,
+    /// The stage and the server's session id (crate::rc_v2_state).
+    state: V2State,
     staging: Option<RemoteMr>,
     /// The addresses the PREPARE answer's GID must be among (crate::peer).
     server_addrs: Option<Vec<IpAddr>>,
     /// How PREPARE reached the server (crate::peer).
     channel: ControlChannel,
+    /// How long a GET's proof may lag the READY answer.
+    proof_wait: Duration,
 }
 
 /// A random non-zero value below `limit` (a power of two), from SipHash
@@ -186,11 +167,11 @@ impl Instance {
             psn: random_nonzero(1 << 24),
             rkey,
             qpn,
-            stage: Stage::New,
-            session: None,
+            state: V2State::new(dir),
             staging: None,
             server_addrs: self.server_addrs(),
             channel: ControlChannel::Unauthenticated,
+            proof_wait: RC_V2_PROOF_WAIT,
         })
     }
 }
@@ -255,7 +236,7 @@ impl RcV2Session {
     /// answered: while this is `Some`, the server holds resources that a
     /// CANCEL (with this id) releases.
     pub fn cancel_id(&self) -> Option<SessionId> {
-        self.session
+        self.state.cancel_owed()
     }
 
     /// GET: `x-amz-rdma-mr-addr` and `x-amz-rdma-mr-rkey` of READY, the
@@ -281,7 +262,7 @@ impl RcV2Session {
         key: &str,
         object_offset: Option<u64>,
     ) -> Result<PrepareRequest> {
-        self.expect(Stage::New, "PREPARE")?;
+        self.expect(Stage::Prepare, "PREPARE")?;
         let target = ObjectPath::new(bucket, key).map_err(|e| {
             Error::invalid(format!(
                 "s3://{bucket}/{key} cannot be a hipobj-rc-v2 target: {e}"
@@ -309,9 +290,10 @@ impl RcV2Session {
     /// The READY request: the session, the cookie, and the client's QP
     /// (with, for a GET, the buffer range the server may write).
     pub fn ready_request(&self) -> Result<ReadyRequest> {
-        self.expect(Stage::Connected, "READY")?;
+        self.expect(Stage::Ready, "READY")?;
         let session = self
-            .session
+            .state
+            .cancel_owed()
             .ok_or_else(|| Error::new(ErrorKind::InternalError, "no session"))?;
         let qpn = Qpn::new(self.qpn).ok_or_else(|| Error::new(ErrorKind::InternalError, "QPN"))?;
         let mr = self.ready_buffer().unwrap_or(RemoteMr { addr: 0, rkey: 0 });
@@ -325,7 +307,7 @@ impl RcV2Session {
     /// The CANCEL request the server is owed, if any (see
     /// [`RcV2Session::cancel_id`]).
     pub fn cancel_request(&self) -> Option<CancelRequest> {
-        self.session.map(|session| CancelRequest { session })
+        self.state.cancel_owed().map(|session| CancelRequest { session })
     }
 
     fn lease(&mut self) -> Result<&mut Lease> {
@@ -335,19 +317,31 @@ impl RcV2Session {
     }
 
     fn expect(&self, want: Stage, what: &str) -> Result<()> {
-        if self.stage == want {
+        if self.state.stage() == want {
             Ok(())
         } else {
             Err(failed(
                 ErrorKind::InvalidValue,
-                format!("{what} does not fit the session's state ({:?})", self.stage),
+                format!("{what} does not fit the session's state ({:?})", self.state.stage()),
             ))
         }
     }
 
+    /// Moves the stage machine on by `input`; a misfit is an error and
+    /// changes nothing.
+    fn take(&mut self, input: Input) -> Result<Stage> {
+        self.state.take(input).map_err(|m| {
+            failed(
+                ErrorKind::InvalidValue,
+                format!("{:?} does not fit the session's state ({:?})", m.input, m.stage),
+            )
+        })
+    }
+
     /// Ends the session's grant and its QP: called on every failure.
     fn fail(&mut self, e: Error) -> Error {
-        self.stage = Stage::Failed;
+        // A session already over stays as it is.
+        let _ = self.state.take(Input::Fail);
         self.end();
         e
     }
@@ -378,6 +372,15 @@ impl RcV2Session {
         self.server_addrs = Some(addrs);
     }
 
+    /// How long [`RcV2Session::finish`] waits for a GET's WRITE WITH
+    /// IMMEDIATE to show on the QP once READY was answered with success
+    /// ([`RC_V2_PROOF_WAIT`] unless set). A caller whose NIC delivers a
+    /// write before its answer can be read (a fake one, as the fuzz target
+    /// has) may set it to zero.
+    pub fn set_proof_wait(&mut self, wait: Duration) {
+        self.proof_wait = wait;
+    }
+
     /// How PREPARE reached the server. Say
     /// [`ControlChannel::VerifiedTls`] only when it went over TLS whose
     /// certificate the HTTP client verified for the endpoint's host: the
@@ -396,7 +399,7 @@ impl RcV2Session {
     /// [`RcV2Session::cancel_id`] says whether the server still needs a
     /// CANCEL.
     pub fn prepared(&mut self, status: u16, answer: Option<&PrepareResponse>) -> Result<()> {
-        self.expect(Stage::New, "a PREPARE answer")?;
+        self.expect(Stage::Prepare, "a PREPARE answer")?;
         let r = self.prepared_inner(status, answer);
         r.map_err(|e| self.fail(e))
     }
@@ -415,7 +418,9 @@ impl RcV2Session {
             )
         })?;
         // From here on the server holds a session: a failure owes a CANCEL.
-        self.session = Some(a.session);
+        self.take(Input::Prepared {
+            session: Some(a.session),
+        })?;
         let servers = self.instance.servers(self.server_addrs.as_deref(), self.channel);
         let peer = check_server(a, self.dir, self.size as u64, servers)?;
         let (psn, dir) = (a.psn.get(), self.dir);
@@ -438,7 +443,7 @@ impl RcV2Session {
                 rkey,
             })?;
         }
-        self.stage = Stage::Connected;
+        self.take(Input::Connected)?;
         Ok(())
     }
 
@@ -453,13 +458,14 @@ impl RcV2Session {
         let parsed = (status == 200).then(|| PrepareResponse::from_headers(headers.iter().copied()));
         match parsed {
             Some(Err(e)) => {
-                self.expect(Stage::New, "a PREPARE answer")?;
+                self.expect(Stage::Prepare, "a PREPARE answer")?;
                 // The server may hold a session even if we cannot read the
                 // rest of its answer: if it named one, it is owed a CANCEL.
-                self.session = headers
+                let session = headers
                     .iter()
                     .find(|(n, _)| n.eq_ignore_ascii_case(hipobj_proto::rc_v2::SESSION_HEADER))
                     .and_then(|(_, v)| SessionId::parse(v));
+                self.take(Input::Prepared { session })?;
                 Err(self.fail(failed(
                     ErrorKind::S3Error,
                     format!("the server's PREPARE answer is unusable: {e}"),
@@ -479,10 +485,10 @@ impl RcV2Session {
         // A PUT whose write never started fails as `finish` says, whatever
         // the answer holds; any other answer out of order is refused as
         // `finish` refuses it, before its headers are read: nothing changes.
-        if self.dir == Direction::Put && self.stage == Stage::Connected {
+        if self.dir == Direction::Put && self.state.stage() == Stage::Ready {
             return self.finish(status, None);
         }
-        self.expect(self.ready_stage(), "a READY answer")?;
+        self.expect(self.state.ready_stage(), "a READY answer")?;
         let parsed = (status == 200).then(|| ReadyResponse::from_headers(headers));
         match parsed {
             Some(Err(e)) => {
@@ -504,9 +510,9 @@ impl RcV2Session {
     /// A GET has nothing to start; this is then a no-op.
     pub fn start(&mut self) -> Result<()> {
         if self.dir == Direction::Get {
-            return self.expect(Stage::Connected, "start");
+            return self.expect(Stage::Ready, "start");
         }
-        self.expect(Stage::Connected, "start")?;
+        self.expect(Stage::Ready, "start")?;
         let r = self.start_inner();
         r.map_err(|e| self.fail(e))
     }
@@ -522,17 +528,8 @@ impl RcV2Session {
         };
         let cookie = self.cookie;
         self.lease()?.conn().post_write_imm(sge, addr, rkey, cookie)?;
-        self.stage = Stage::Started;
+        self.take(Input::WriteStarted)?;
         Ok(())
-    }
-
-    /// The stage a READY answer is taken in: connected (GET), the write
-    /// started (PUT).
-    fn ready_stage(&self) -> Stage {
-        match self.dir {
-            Direction::Get => Stage::Connected,
-            Direction::Put => Stage::Started,
-        }
     }
 
     /// Consumes the answer to READY and ends the session. Success needs
@@ -547,8 +544,9 @@ impl RcV2Session {
     /// S3 error for a non-200 status, and as an RDMA error for a 200, which
     /// claims bytes the client never wrote.
     pub fn finish(&mut self, status: u16, answer: Option<&ReadyResponse>) -> Result<u64> {
-        if self.dir == Direction::Put && self.stage == Stage::Connected {
-            self.session = None;
+        if self.dir == Direction::Put && self.state.stage() == Stage::Ready {
+            // The answer ends the server's session, and this one.
+            self.take(Input::ReadyAnswered)?;
             let e = if status == 200 {
                 failed(
                     ErrorKind::RdmaError,
@@ -562,15 +560,15 @@ impl RcV2Session {
             };
             return Err(self.fail(e));
         }
-        self.expect(self.ready_stage(), "a READY answer")?;
+        self.expect(self.state.ready_stage(), "a READY answer")?;
         // Any answer to READY ends the server's session: no CANCEL is owed.
-        self.session = None;
+        self.take(Input::ReadyAnswered)?;
         let r = self.finish_inner(status, answer);
         match r {
             Ok(n) => {
                 let entry = self.entry();
                 self.end();
-                self.stage = Stage::Done;
+                self.take(Input::Proven)?;
                 if self.dir == Direction::Get {
                     self.instance
                         .stage(&entry?, self.offset, self.size, SyncDirection::ToDevice)?;
@@ -619,12 +617,12 @@ impl RcV2Session {
                 ));
             }
         }
-        let (dir, cookie) = (self.dir, self.cookie);
+        let (dir, cookie, proof_wait) = (self.dir, self.cookie, self.proof_wait);
         let conn = self.lease()?.conn();
         match dir {
             Direction::Put => conn.wait_write(WRITE_TIMEOUT)?,
             Direction::Get => {
-                let deadline = Instant::now() + PROOF_WAIT;
+                let deadline = Instant::now() + proof_wait;
                 let (imm, len) = loop {
                     if let Some(got) = conn.take_write_imm_len()? {
                         break got;
@@ -703,15 +701,14 @@ impl RcV2Session {
     /// READY could not be sent): the grant and the QP end now. The caller
     /// still owes the server a CANCEL if [`RcV2Session::cancel_id`] was set.
     pub fn abort(&mut self) {
-        if !matches!(self.stage, Stage::Done | Stage::Failed) {
-            self.stage = Stage::Failed;
-        }
+        // A session already over stays as it is.
+        let _ = self.state.take(Input::Fail);
         self.end();
     }
 
     /// Whether the session finished with success.
     pub fn is_done(&self) -> bool {
-        self.stage == Stage::Done
+        self.state.stage() == Stage::Done
     }
 }
 

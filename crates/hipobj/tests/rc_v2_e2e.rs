@@ -262,6 +262,35 @@ fn a_ready_answer_that_counts_more_than_the_size_fails() {
     assert_eq!(e.kind(), ErrorKind::RdmaError, "{e}");
 }
 
+/// Issue 40: the wait for a GET's proof is the session's own
+/// (`set_proof_wait`, the fuzz target sets zero; no `cfg(fuzzing)`): with
+/// no wait at all a success with no write behind it fails the same way.
+#[test]
+fn a_success_with_no_write_behind_it_fails_whatever_the_proof_wait() {
+    let (lib, server) = pair();
+    let inst = lib.instance().unwrap();
+    server
+        .objects
+        .lock()
+        .unwrap()
+        .insert("o".into(), pattern(4096, 9));
+    *server.misbehave.lock().unwrap() = Misbehave {
+        no_write: true,
+        ..Misbehave::default()
+    };
+    let dst = host_buf(4096);
+    inst.register_host(dst).unwrap();
+    let (r, s) = drive_with(&inst, &server, Direction::Get, dst.addr(), 4096, 0, "o", 0, |s| {
+        s.set_proof_wait(std::time::Duration::ZERO);
+    });
+    assert!(!s.is_done());
+    let e = r.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::RdmaError, "{e}");
+    assert!(e.to_string().contains("no RDMA WRITE WITH IMMEDIATE"), "{e}");
+    assert!(read(dst).iter().all(|&b| b == 0));
+    assert_eq!(hipobj::RC_V2_PROOF_WAIT, std::time::Duration::from_secs(2));
+}
+
 #[test]
 fn a_success_with_no_write_behind_it_fails() {
     let (e, got) = hostile(Misbehave {
