@@ -168,6 +168,42 @@ impl S3Client {
         result(py, &out.map_err(|e| raise_s3(py, &e))?)
     }
 
+    /// Bytes `first..first + len` of the object into `len` bytes at
+    /// `offset` of `reg`, as hipobj-s3's `get_ranges` moves them: ranged
+    /// GETs of `part_size` bytes (the client's when None; a server's
+    /// smaller limit, learned from its refusal, wins), `in_flight` at a
+    /// time, every part proven and of one ETag.
+    #[pyo3(signature = (reg, offset, len, bucket, key, first, part_size=None, in_flight=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn get_object_ranges<'py>(
+        &self,
+        py: Python<'py>,
+        reg: &Registration,
+        offset: usize,
+        len: usize,
+        bucket: &str,
+        key: &str,
+        first: u64,
+        part_size: Option<usize>,
+        in_flight: Option<usize>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        if reg.is_readonly() {
+            return Err(own_err(
+                py,
+                ErrorKind::InvalidValue,
+                "a GET needs writable memory; this buffer is read-only",
+            ));
+        }
+        let now = self.inner.parallel_settings();
+        let c = self.inner.clone().parallel(Parallel {
+            part_size: part_size.unwrap_or(now.part_size),
+            in_flight: in_flight.unwrap_or(now.in_flight),
+        });
+        let at = Span { offset, len };
+        let out = reg.with_host(py, |r| c.get_ranges(r, at, bucket, key, first))?;
+        result(py, &out.map_err(|e| raise_s3(py, &e))?)
+    }
+
     /// PutObject of the `len` bytes at `offset` of `reg`.
     fn put_object<'py>(
         &self,

@@ -34,7 +34,7 @@ def server_binary() -> str:
 
 
 class Server:
-    def __init__(self, data_dir: pathlib.Path, rdma: bool, max_transfer: int = 1 << 30):
+    def __init__(self, data_dir: pathlib.Path, rdma: bool, max_transfer: int = 1 << 30, extra_args=()):
         args = [
             server_binary(),
             "--address", "127.0.0.1:0",
@@ -45,6 +45,7 @@ class Server:
         ]
         if rdma:
             args += ["--rdma-device", "softroce0", "--max-transfer", str(max_transfer)]
+        args += list(extra_args)
         self.proc = subprocess.Popen(
             args, stdout=subprocess.PIPE, env={**os.environ, "HIPOBJ_LOG": "warn"}, text=True
         )
