@@ -379,7 +379,7 @@ fn kind<E>(e: &TargetError<E>) -> &'static str {
         TargetError::InvalidToken(_) => "invalid",
         TargetError::NotTheCallers(_) => "not the caller's",
         TargetError::BufferTooSmall { .. } => "buffer too small",
-        TargetError::Busy(_) => "busy",
+        TargetError::Busy(_) | TargetError::StagingBusy(_) => "busy",
         TargetError::Verbs(_) => "verbs",
         TargetError::Transfer(_) => "transfer",
         TargetError::Store(_) => "store",

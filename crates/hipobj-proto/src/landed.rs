@@ -1,191 +1,121 @@
-//! The GET proof of the binding protocol (docs/protocol.md §2): every RDMA
-//! WRITE of a GET is a WRITE WITH IMMEDIATE whose immediate value names its
-//! place in the transfer, so the client can count what its own NIC saw
-//! land, and refuse a gap, an overlap, a repeat or a shortfall.
+//! The GET proof of the binding protocol (docs/protocol.md §2): a GET's
+//! bytes arrive as exactly one RDMA WRITE WITH IMMEDIATE, of the whole
+//! range, whose immediate value is the token's key. The receive completion
+//! at the client reports the bytes that WRITE placed (`byte_len`, its
+//! NIC's own count); the window the token names admits only the range, so
+//! a WRITE of the range's length can only have covered all of it, during
+//! this call.
 //!
-//! A transfer of `len` bytes is cut in *granules* of [`granule`]`(len)`
-//! bytes, a power of two fixed by the length alone, so nothing is
-//! negotiated. A WRITE starts on a granule boundary, and every WRITE but
-//! the one that ends the transfer covers whole granules. Its immediate value
-//! is the token's key XOR its first granule's index ([`imm`]), so a
-//! transfer takes at most [`max_writes`]`(len)` WRITEs, at most
-//! [`MAX_WRITES`]: the client keeps that many receives posted.
+//! Why one WRITE: a completion names no address. With several WRITEs the
+//! client knows how many bytes each placed but not where, so a server could
+//! write one place many times and claim every place, and the rest of the
+//! buffer would keep what it held before (another object, another tenant's
+//! data) while the counts added up. Nothing a server sends can name a place
+//! the client can check: the immediate value is the server's word, and the
+//! receive completion of a WRITE WITH IMMEDIATE carries neither the key nor
+//! the address the WRITE used (so windows per piece would not tell the
+//! pieces apart either). Only a WRITE as long as its window pins it.
 //!
 //! [`Tally`] is the client's side: fed the receive completions in the order
-//! the NIC reported them (an RC responder executes a QP's requests in PSN
-//! order), it accepts only WRITEs that tile `[0, len)` exactly, each
-//! starting where the previous one ended.
+//! the NIC reported them, it accepts exactly one, carrying the key and
+//! counting the whole range.
 
-/// The fewest bytes a granule has.
-pub const MIN_GRANULE: u64 = 4096;
+/// The most bytes one GET may move: one RDMA message's limit (IBA's 2^31
+/// bytes, the largest `max_msg_sz` a device reports).
+pub const MAX_LEN: u64 = 1 << 31;
 
-/// The most WRITEs one transfer may take, whatever its length (up to 4 GiB):
-/// the receives a client keeps posted for a GET.
-pub const MAX_WRITES: u32 = 1024;
-
-/// The granule of a transfer of `len` bytes: the smallest power of two of at
-/// least [`MIN_GRANULE`] bytes that cuts `len` into at most [`MAX_WRITES`]
-/// pieces.
-pub const fn granule(len: u64) -> u64 {
-    let per_write = len.div_ceil(MAX_WRITES as u64);
-    if per_write <= MIN_GRANULE {
-        MIN_GRANULE
-    } else {
-        per_write.next_power_of_two()
-    }
-}
-
-/// How many WRITEs a transfer of `len` bytes may take at most: one per
-/// granule, and one (empty) for a transfer of zero bytes.
-pub const fn max_writes(len: u64) -> u32 {
-    let n = len.div_ceil(granule(len));
-    if n == 0 { 1 } else { n as u32 }
-}
-
-/// The immediate value of the WRITE that starts at byte `offset` of a
-/// transfer of `len` bytes granted under `key`: `key` XOR the offset's
-/// granule index. `offset` must be on a granule boundary.
-pub const fn imm(key: u32, len: u64, offset: u64) -> u32 {
-    key ^ ((offset / granule(len)) as u32)
+/// The immediate value of a GET's WRITE granted under `key`.
+pub const fn imm(key: u32) -> u32 {
+    key
 }
 
 /// Why the completions do not prove a transfer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refusal {
-    /// A WRITE starts after the bytes proven so far end: the bytes between
-    /// never landed.
-    Gap {
-        /// Bytes proven before it.
-        proven: u64,
-        /// Where it says it starts.
-        starts: u64,
-    },
-    /// A WRITE starts before the bytes proven so far end: it repeats or
-    /// overlaps bytes already counted (or its immediate names no place of
-    /// this grant).
-    Overlap {
-        /// Bytes proven before it.
-        proven: u64,
-        /// Where it says it starts.
-        starts: u64,
-    },
-    /// A WRITE of zero bytes in a transfer that is not empty.
-    Empty {
-        /// Bytes proven before it.
-        proven: u64,
-    },
-    /// A WRITE runs past the transfer's end.
-    Past {
-        /// Where it starts.
-        starts: u64,
-        /// Its length.
+    /// The immediate value is not this grant's key (another grant's, or
+    /// one the old rule gave a piece).
+    NotThisGrant,
+    /// A WRITE of fewer bytes than the range: the rest of the range was not
+    /// written by it, and no other WRITE can prove where it landed.
+    Piece {
+        /// The bytes it placed.
+        landed: u64,
+        /// The range's length.
         len: u64,
     },
-    /// A WRITE came after the transfer was complete.
-    Extra,
-    /// Fewer bytes landed than the transfer asked for.
-    Short {
-        /// Bytes proven.
-        proven: u64,
+    /// A WRITE longer than the range (a NIC that honours the window
+    /// cannot report one).
+    Past {
+        /// The bytes it placed.
+        landed: u64,
+        /// The range's length.
+        len: u64,
     },
+    /// A second WRITE WITH IMMEDIATE.
+    Extra,
+    /// No WRITE WITH IMMEDIATE landed.
+    Missing,
 }
 
 impl core::fmt::Display for Refusal {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match *self {
-            Self::Gap { proven, starts } => write!(
+            Self::NotThisGrant => f.write_str("a WRITE WITH IMMEDIATE carried another grant's immediate value"),
+            Self::Piece { landed, len } => write!(
                 f,
-                "a WRITE landed at byte {starts} while only bytes 0..{proven} had landed: the bytes between never did"
+                "a WRITE WITH IMMEDIATE placed {landed} of the {len} bytes: a GET is one WRITE of the whole range, and the bytes it did not cover may be stale"
             ),
-            Self::Overlap { proven, starts } => write!(
-                f,
-                "a WRITE landed at byte {starts}, inside the {proven} bytes already counted (a repeat, an overlap, or another grant's immediate)"
-            ),
-            Self::Empty { proven } => write!(
-                f,
-                "an empty WRITE WITH IMMEDIATE after {proven} bytes proves nothing"
-            ),
-            Self::Past { starts, len } => write!(
-                f,
-                "a WRITE of {len} bytes at byte {starts} runs past the transfer"
-            ),
-            Self::Extra => f.write_str("a WRITE WITH IMMEDIATE landed after the whole range had"),
-            Self::Short { proven } => write!(f, "only {proven} bytes landed"),
+            Self::Past { landed, len } => {
+                write!(f, "a WRITE WITH IMMEDIATE placed {landed} bytes, more than the {len} of the range")
+            }
+            Self::Extra => f.write_str("a second WRITE WITH IMMEDIATE landed: a GET is one WRITE"),
+            Self::Missing => f.write_str("no WRITE WITH IMMEDIATE landed"),
         }
     }
 }
 
-/// The bytes of one GET proven so far.
+/// What one GET's completions have proven so far.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tally {
     key: u32,
     len: u64,
-    granule: u64,
-    proven: u64,
-    writes: u32,
+    done: bool,
 }
 
 impl Tally {
     /// A GET of `len` bytes granted under `key`, nothing proven yet.
     pub const fn new(key: u32, len: u64) -> Self {
-        Self {
-            key,
-            len,
-            granule: granule(len),
-            proven: 0,
-            writes: 0,
-        }
+        Self { key, len, done: false }
     }
 
     /// Counts one WRITE WITH IMMEDIATE's receive completion: its immediate
     /// value and the byte count its NIC reported (`byte_len`).
     pub fn add(&mut self, imm: u32, byte_len: u32) -> Result<(), Refusal> {
-        let len = u64::from(byte_len);
-        let done = self.writes > 0 && self.proven == self.len;
-        if done {
+        if self.done {
             return Err(Refusal::Extra);
         }
-        let starts = u64::from(imm ^ self.key) * self.granule;
-        if starts > self.proven {
-            return Err(Refusal::Gap {
-                proven: self.proven,
-                starts,
-            });
+        if imm != self.key {
+            return Err(Refusal::NotThisGrant);
         }
-        if starts < self.proven {
-            return Err(Refusal::Overlap {
-                proven: self.proven,
-                starts,
-            });
+        let landed = u64::from(byte_len);
+        if landed < self.len {
+            return Err(Refusal::Piece { landed, len: self.len });
         }
-        if len == 0 && self.len != 0 {
-            return Err(Refusal::Empty { proven: self.proven });
+        if landed > self.len {
+            return Err(Refusal::Past { landed, len: self.len });
         }
-        if starts + len > self.len {
-            return Err(Refusal::Past { starts, len });
-        }
-        self.proven += len;
-        self.writes += 1;
+        self.done = true;
         Ok(())
     }
 
-    /// Bytes proven so far.
-    pub const fn proven(&self) -> u64 {
-        self.proven
-    }
-
-    /// Whether the range is tiled exactly.
+    /// Whether the range is proven.
     pub const fn complete(&self) -> bool {
-        self.writes > 0 && self.proven == self.len
+        self.done
     }
 
-    /// `Ok` when the range is tiled exactly, else why not.
+    /// `Ok` when the range is proven, else why not.
     pub const fn finish(&self) -> Result<(), Refusal> {
-        if self.complete() {
-            Ok(())
-        } else {
-            Err(Refusal::Short { proven: self.proven })
-        }
+        if self.done { Ok(()) } else { Err(Refusal::Missing) }
     }
 }
 
@@ -195,72 +125,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn granules_bound_the_writes() {
-        assert_eq!(granule(0), MIN_GRANULE);
-        assert_eq!(granule(4096), 4096);
-        assert_eq!(granule(4 << 20), 4096);
-        assert_eq!(granule((4 << 20) + 1), 8192);
-        assert_eq!(granule(4 << 30), 4 << 20);
-        for len in [
-            0u64,
-            1,
-            4095,
-            4096,
-            4097,
-            4 << 20,
-            (4 << 20) + 1,
-            1 << 30,
-            4 << 30,
-        ] {
-            assert!(max_writes(len) <= MAX_WRITES, "{len}");
-            assert!(granule(len).is_power_of_two());
-        }
-        assert_eq!(max_writes(0), 1);
-        assert_eq!(max_writes(1), 1);
-        assert_eq!(max_writes(64 << 10), 16);
+    fn only_one_write_of_the_whole_range_with_the_key_proves_a_get() {
+        let key = 0xabcd_ef12;
+        let len = 3 * 4096 + 100;
+        let mut t = Tally::new(key, len);
+        assert_eq!(t.finish(), Err(Refusal::Missing));
+        t.add(imm(key), len as u32).unwrap();
+        assert!(t.complete());
+        t.finish().unwrap();
+        assert_eq!(t.add(imm(key), 1), Err(Refusal::Extra));
+
+        // The pieces of the rule before this one, each counted right and
+        // named by place, prove nothing: the first is refused.
+        let mut t = Tally::new(key, len);
+        assert_eq!(t.add(imm(key), 4096), Err(Refusal::Piece { landed: 4096, len }));
+        let mut t = Tally::new(key, len);
+        assert_eq!(t.add(key ^ 1, len as u32), Err(Refusal::NotThisGrant));
+        let mut t = Tally::new(key, len);
+        assert_eq!(t.add(key, len as u32 + 1), Err(Refusal::Past { landed: len + 1, len }));
+        // The key alone on an empty WRITE moves nothing.
+        let mut t = Tally::new(key, len);
+        assert_eq!(t.add(key, 0), Err(Refusal::Piece { landed: 0, len }));
+        // An empty transfer is one empty WRITE.
+        let mut t = Tally::new(key, 0);
+        t.add(imm(key), 0).unwrap();
+        t.finish().unwrap();
     }
 
     #[test]
-    fn a_tally_takes_an_exact_tiling_only() {
-        let key = 0xabcd_ef12;
-        let len = 3 * 4096 + 100;
-        let ok = [(0, 8192), (8192, 4096), (12288, 100)];
-        let mut t = Tally::new(key, len);
-        for (off, n) in ok {
-            t.add(imm(key, len, off), n).unwrap();
-        }
-        assert!(t.complete());
-        assert_eq!(t.add(imm(key, len, 0), 1), Err(Refusal::Extra));
-
-        let mut t = Tally::new(key, len);
-        t.add(imm(key, len, 0), 4096).unwrap();
-        assert!(matches!(
-            t.add(imm(key, len, 8192), 4096),
-            Err(Refusal::Gap { .. })
-        ));
-        assert!(matches!(
-            t.add(imm(key, len, 0), 4096),
-            Err(Refusal::Overlap { .. })
-        ));
-        assert!(matches!(
-            t.add(imm(key, len, 4096), 0),
-            Err(Refusal::Empty { .. })
-        ));
-        assert!(matches!(
-            t.add(imm(key, len, 4096), 9000),
-            Err(Refusal::Past { .. })
-        ));
-        assert_eq!(t.finish(), Err(Refusal::Short { proven: 4096 }));
-        // A zero-length write with the key alone proves nothing.
-        let mut t = Tally::new(key, len);
-        assert!(t.add(key, 0).is_err());
-        // Another grant's immediate names no place of this one.
-        let mut t = Tally::new(key, len);
-        assert!(t.add(imm(key ^ 0x100, len, 0), 4096).is_err());
-        // An empty transfer is one empty write.
-        let mut t = Tally::new(key, 0);
-        assert_eq!(t.finish(), Err(Refusal::Short { proven: 0 }));
-        t.add(imm(key, 0, 0), 0).unwrap();
-        t.finish().unwrap();
+    fn the_largest_get_fits_a_byte_count() {
+        assert!(u32::try_from(MAX_LEN).is_ok());
     }
 }

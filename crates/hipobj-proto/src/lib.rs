@@ -16,8 +16,8 @@
 //!   `NNN:<token>:<count>` success reply that names the server queue pair
 //!   and the bytes it moved.
 //!
-//! - [`landed`]: the GET proof's arithmetic: the granule of a transfer,
-//!   the immediate value each WRITE carries, and the client's [`landed::Tally`].
+//! - [`landed`]: the GET proof: one WRITE WITH IMMEDIATE of the whole range,
+//!   the largest GET, and the client's [`landed::Tally`].
 //! - [`rc_v2`]: the headers, values and messages of the `hipobj-rc-v2`
 //!   control protocol (PREPARE / READY / CANCEL on `/.hipobj-rc/`).
 //!

@@ -322,6 +322,13 @@ pub struct RdmaConfig {
     pub backend: VerbsBackend,
     /// Largest transfer one token may ask for, in bytes.
     pub max_transfer: u64,
+    /// Largest GET one token may ask for, in bytes (within `max_transfer`):
+    /// a GET's bytes are read whole into a staging buffer and go to the
+    /// client as one RDMA WRITE (docs/protocol.md §2).
+    pub max_get: u64,
+    /// GET staging buffers at once: a GET larger than `chunk_size` waits
+    /// for one. GET memory is at most `get_staging_buffers × max_get`.
+    pub get_staging_buffers: usize,
     /// The rules token requests are held to: `hipobj` (this server's), or
     /// `ceph-rgw`, a test mode that reproduces the Ceph RGW fork's (`413`
     /// over `max_transfer`, every `x-amz-rdma-*` header signed or `403`).
@@ -372,6 +379,8 @@ impl Default for RdmaConfig {
             device: None,
             backend: VerbsBackend::Ibverbs,
             max_transfer: 1 << 30,
+            max_get: 64 << 20,
+            get_staging_buffers: 8,
             rules: crate::rdma::RdmaRules::Hipobj,
             max_bindings: 1024,
             max_concurrent: 64,
@@ -411,6 +420,8 @@ impl RdmaConfig {
             idle_timeout: Duration::from_secs(self.idle_timeout_secs),
             max_bindings: self.max_bindings.max(1),
             max_transfer: self.max_transfer,
+            max_get: self.max_get,
+            staging_buffers: self.get_staging_buffers.max(1),
             chunk: self.chunk_size.max(4096),
             pipeline_depth: self.pipeline_depth.clamp(1, hipobj_target::MAX_PIPELINE_DEPTH),
             pooled_buffers: self.max_concurrent.max(1)

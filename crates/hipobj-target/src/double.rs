@@ -26,16 +26,25 @@ pub enum Cheat {
     /// Moves nothing: one zero-length WRITE WITH IMMEDIATE whose immediate
     /// is the token's key (a value the token hands the server).
     KeyAlone,
-    /// Writes only the first `n` bytes, as an honest server writes them.
+    /// Writes only the first `n` bytes, as one WRITE WITH IMMEDIATE
+    /// carrying the token's key.
     Part(u64),
-    /// Writes every chunk but the one of index `i` (chunks as an honest
-    /// server cuts them), each as an honest server writes it.
+    /// Writes the selection in chunks of the target's configured size,
+    /// each a WRITE WITH IMMEDIATE carrying the token's key, but for the
+    /// chunk of index `i`.
     SkipChunk(u64),
     /// Honest until [armed](Cheat::arm), then once: WRITEs one byte just
     /// past the token's range (the client's NIC refuses it, the binding
     /// fails, and the server binds afresh with a 409), then, on the new
     /// binding, moves the whole selection honestly.
     PastTheEnd(AtomicBool),
+    /// Writes the selection's first 4 KiB again and again, as many times as
+    /// there are 4 KiB pieces in the selection, each time as one WRITE WITH
+    /// IMMEDIATE whose immediate value is the token's key XOR the piece's
+    /// index: a server naming every place while writing only the first, so
+    /// that the rest of the buffer keeps whatever it held before (issue 38
+    /// finding 5).
+    RepeatFirst,
 }
 
 impl Cheat {
@@ -62,28 +71,30 @@ pub(crate) fn cheat_get<E>(
     total: u64,
     cheat: &Cheat,
 ) -> Result<u64, MoveError<E>> {
-    match cheat {
-        Cheat::KeyAlone => target.run(
+    let key = hipobj_proto::landed::imm(token.rkey);
+    // One WRITE WITH IMMEDIATE of `len` bytes of the selection from `from`,
+    // at the token's address plus `at`, carrying `imm`.
+    let mut write = |at: u64, from: u64, len: u64, imm: u32| {
+        target.run(
             binding,
-            token.addr,
+            token.addr.wrapping_add(at),
             token.rkey,
-            0,
-            4096,
-            pipeline::Flow::Counted {
-                fill: &mut |_, _| Ok(()),
-                key: token.rkey,
-                total: 0,
-                base: 0,
+            len,
+            usize::try_from(len).unwrap_or(usize::MAX).max(1),
+            pipeline::Flow::Write {
+                fill: &mut |off, data| src.fill(from + off, data),
+                imm,
             },
-        )?,
-        Cheat::Part(n) => target.write_range(binding, token, total, 0, (*n).min(total), src)?,
+        )
+    };
+    match cheat {
+        Cheat::KeyAlone => write(0, 0, 0, key)?,
+        Cheat::Part(n) => write(0, 0, (*n).min(total), key)?,
         Cheat::SkipChunk(i) => {
-            let chunk = target.write_chunk(total);
-            let skip = i.saturating_mul(chunk).min(total);
-            target.write_range(binding, token, total, 0, skip, src)?;
-            let resume = skip.saturating_add(chunk);
-            if resume < total {
-                target.write_range(binding, token, total, resume, total, src)?;
+            let chunk = target.config.chunk.max(1) as u64;
+            for j in (0..total.div_ceil(chunk)).filter(|j| j != i) {
+                let from = j * chunk;
+                write(from, from, chunk.min(total - from), key)?;
             }
         }
         Cheat::PastTheEnd(armed) => {
@@ -94,18 +105,22 @@ pub(crate) fn cheat_get<E>(
                     token.rkey,
                     1,
                     4096,
-                    pipeline::Flow::Counted {
+                    pipeline::Flow::Write {
                         fill: &mut |_, data| {
                             data.fill(0xee);
                             Ok(())
                         },
-                        key: token.rkey,
-                        total: token.len,
-                        base: token.len,
+                        imm: key,
                     },
                 )?;
             }
-            target.write_range(binding, token, total, 0, total, src)?;
+            target.write_whole(binding, token, total, src)?;
+        }
+        Cheat::RepeatFirst => {
+            const PIECE: u64 = 4096;
+            for i in 0..total.div_ceil(PIECE).max(1) {
+                write(0, 0, PIECE.min(total), key ^ (i as u32))?;
+            }
         }
     }
     Ok(total)
@@ -235,7 +250,7 @@ impl ObjectServer {
             Err(TargetError::InvalidToken(_)) => Err("InvalidRDMAToken".into()),
             Err(TargetError::NotTheCallers(_)) => Err("AccessDenied".into()),
             Err(TargetError::BufferTooSmall { .. }) => Err("RDMABufferTooSmall".into()),
-            Err(TargetError::Busy(_)) => Err("SlowDown".into()),
+            Err(TargetError::Busy(_) | TargetError::StagingBusy(_)) => Err("SlowDown".into()),
             Err(TargetError::Verbs(_) | TargetError::Transfer(_)) => Err("RDMATransferFailed".into()),
         }
     }

@@ -20,8 +20,11 @@ mod caller;
 pub mod double;
 mod pipeline;
 mod quota;
+mod staging;
 pub mod rc_v2;
 pub mod sigv4;
+
+use double::Cheat;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -49,6 +52,14 @@ pub struct TargetConfig {
     pub max_bindings: usize,
     /// Largest transfer a token may ask for.
     pub max_transfer: u64,
+    /// Largest GET a token may ask for (also within `max_transfer`): a
+    /// GET is staged whole in memory and moved as one RDMA WRITE
+    /// (docs/protocol.md §2).
+    pub max_get: u64,
+    /// GET staging buffers at once, out or kept: a GET larger than `chunk`
+    /// waits for one (up to `completion_timeout`), so GET memory is at
+    /// most `staging_buffers × max_get` beside the bounce buffers.
+    pub staging_buffers: usize,
     /// Size of each bounce buffer, so of each RDMA work request.
     pub chunk: usize,
     /// Bounce buffers per transfer, so work requests in flight at once:
@@ -73,6 +84,8 @@ impl Default for TargetConfig {
             idle_timeout: Duration::from_secs(120),
             max_bindings: 4096,
             max_transfer: 4 << 30,
+            max_get: 64 << 20,
+            staging_buffers: 8,
             chunk: 4 << 20,
             pipeline_depth: 4,
             pooled_buffers: 16,
@@ -112,6 +125,10 @@ pub enum TargetError<E> {
     /// Every binding is in use by a transfer.
     #[error("all {0} RDMA bindings are in use")]
     Busy(usize),
+    /// Every GET staging buffer stayed in use for the whole wait
+    /// (`TargetConfig::staging_buffers`); the binding is kept.
+    #[error("all {0} GET staging buffers are in use")]
+    StagingBusy(usize),
     /// A verbs call failed while binding.
     #[error("RDMA setup failed: {0}")]
     Verbs(#[from] VerbsError),
@@ -277,6 +294,7 @@ pub struct Target {
     // the device.
     bindings: Bindings,
     buffers: Mutex<Vec<RegisteredBuffer>>,
+    staging: staging::Staging,
     pd: Arc<dyn ProtectionDomain>,
     device: Arc<dyn Device>,
     selection: Selection,
@@ -341,6 +359,7 @@ impl Target {
         Ok(Self {
             bindings: Bindings::new(config.max_bindings, config.idle_timeout),
             buffers: Mutex::new(Vec::new()),
+            staging: staging::Staging::new(config.staging_buffers, config.chunk),
             pd,
             device,
             selection,
@@ -419,9 +438,15 @@ impl Target {
         caller: &Caller,
         token: &Token,
         request: Request<'_, E>,
-        cheat: Option<&double::Cheat>,
+        cheat: Option<&Cheat>,
     ) -> Result<Answer, TargetError<E>> {
         self.check(caller, token)?;
+        if matches!(request, Request::Get(_)) && token.len > self.config.max_get {
+            return Err(TargetError::InvalidToken(format!(
+                "the token's length {} is over this server's limit of {} for a GET (one RDMA WRITE, staged whole)",
+                token.len, self.config.max_get
+            )));
+        }
         let key = BindingKey {
             access_key: caller.access_key.clone(),
             gid: Gid(token.gid),
@@ -635,32 +660,36 @@ impl Target {
     }
 
     /// A bounce buffer of at least `size` bytes: a pooled one of the
-    /// configured chunk, or (a GET whose granule is larger than that chunk)
-    /// one made for this transfer.
-    fn take_buffer(&self, size: usize) -> Result<RegisteredBuffer, VerbsError> {
-        if size <= self.config.chunk
-            && let Some(b) = lock(&self.buffers).pop()
-        {
+    /// configured chunk, or, larger than that (a GET staged whole), a
+    /// staging buffer ([`staging`]).
+    fn take_buffer(&self, size: usize) -> Result<RegisteredBuffer, staging::Shortage> {
+        if size > self.config.chunk {
+            return self
+                .staging
+                .take(self.pd.as_ref(), size, self.config.completion_timeout);
+        }
+        if let Some(b) = lock(&self.buffers).pop() {
             return Ok(b);
         }
-        RegisteredBuffer::new(
-            self.pd.as_ref(),
-            size.max(self.config.chunk),
-            AccessFlags::LOCAL_WRITE,
-        )
+        RegisteredBuffer::new(self.pd.as_ref(), self.config.chunk, AccessFlags::LOCAL_WRITE)
+            .map_err(staging::Shortage::Verbs)
     }
 
     fn return_buffer(&self, b: RegisteredBuffer) {
+        if b.len() != self.config.chunk {
+            self.staging.give_back(Some(b));
+            return;
+        }
         let mut pool = lock(&self.buffers);
-        if pool.len() < self.config.pooled_buffers && b.len() == self.config.chunk {
+        if pool.len() < self.config.pooled_buffers {
             pool.push(b);
         }
     }
 
     /// GET: opens the source, refuses a selection larger than the buffer,
-    /// and RDMA WRITEs the selection at the token's address, every chunk a
-    /// WRITE WITH IMMEDIATE naming its place (`hipobj_proto::landed`). The
-    /// count reported is the selection's length: min(selection, token
+    /// and RDMA WRITEs the selection at the token's address as one WRITE
+    /// WITH IMMEDIATE carrying the token's key (`hipobj_proto::landed`).
+    /// The count reported is the selection's length: min(selection, token
     /// length), since a larger selection is refused; the client fails a
     /// count short of what it asked for.
     fn get<E>(
@@ -668,7 +697,7 @@ impl Target {
         binding: &Binding,
         token: &Token,
         src: &mut dyn Source<Error = E>,
-        cheat: Option<&double::Cheat>,
+        cheat: Option<&Cheat>,
     ) -> Result<(u16, u64), MoveError<E>> {
         let sel = src.open().map_err(|e| MoveError::Other(TargetError::Store(e)))?;
         if sel.len > token.len {
@@ -681,56 +710,37 @@ impl Target {
         if let Some(cheat) = cheat {
             return double::cheat_get(self, binding, token, src, sel.len, cheat).map(|n| (status, n));
         }
-        self.write_range(binding, token, sel.len, 0, sel.len, src)?;
+        self.write_whole(binding, token, sel.len, src)?;
         Ok((status, sel.len))
     }
 
-    /// The bytes of each WRITE of a GET of `total` bytes: the configured
-    /// chunk rounded down to whole granules of `total`, or one granule if
-    /// the chunk is smaller (docs/protocol.md §2).
-    pub(crate) fn write_chunk(&self, total: u64) -> u64 {
-        let granule = hipobj_proto::landed::granule(total);
-        let chunk = self.config.chunk.max(1) as u64;
-        if chunk >= granule {
-            chunk - chunk % granule
-        } else {
-            granule
-        }
-    }
-
-    /// RDMA WRITEs bytes `from..to` of a GET of `total` bytes from `src` to
-    /// the token's address plus `from`: chunks of whole granules of `total`
-    /// (the configured chunk rounded down to whole granules, or one granule
-    /// if the chunk is smaller), each a WRITE WITH IMMEDIATE naming its
-    /// place. `from` must be on a granule boundary. An empty GET is one
-    /// empty WRITE WITH IMMEDIATE.
-    pub(crate) fn write_range<E>(
+    /// RDMA WRITEs the `total` bytes of a GET from `src` to the token's
+    /// address as one WRITE WITH IMMEDIATE carrying the token's key, from a
+    /// buffer that holds them all (a staging buffer when they are more than
+    /// a chunk). An empty GET is one empty WRITE WITH IMMEDIATE.
+    pub(crate) fn write_whole<E>(
         &self,
         binding: &Binding,
         token: &Token,
         total: u64,
-        from: u64,
-        to: u64,
         src: &mut dyn Source<Error = E>,
     ) -> Result<(), MoveError<E>> {
-        let chunk = usize::try_from(self.write_chunk(total)).map_err(|_| {
+        let whole = usize::try_from(total).map_err(|_| {
             MoveError::Local(VerbsError::new(
                 "post_send",
                 hipobj_platform::VerbsErrorKind::InvalidArgument,
-                "a chunk larger than the address space",
+                "a GET larger than the address space",
             ))
         })?;
         self.run(
             binding,
-            token.addr.wrapping_add(from),
+            token.addr,
             token.rkey,
-            to - from,
-            chunk,
-            pipeline::Flow::Counted {
-                fill: &mut |off, data| src.fill(from + off, data),
-                key: token.rkey,
-                total,
-                base: from,
+            total,
+            whole.max(1),
+            pipeline::Flow::Write {
+                fill: &mut |off, data| src.fill(off, data),
+                imm: hipobj_proto::landed::imm(token.rkey),
             },
         )
     }
@@ -786,7 +796,10 @@ impl Target {
                     for b in ring {
                         self.return_buffer(b);
                     }
-                    return Err(MoveError::Local(e));
+                    return Err(match e {
+                        staging::Shortage::Busy(n) => MoveError::Other(TargetError::StagingBusy(n)),
+                        staging::Shortage::Verbs(e) => MoveError::Local(e),
+                    });
                 }
             }
         }

@@ -84,18 +84,9 @@ pub(crate) type Drain<'a, E> = dyn FnMut(u64, &[u8]) -> Result<(), E> + 'a;
 /// Which way the bytes flow, and the caller's half of each chunk.
 pub(crate) enum Flow<'a, E> {
     /// RDMA WRITE from the source, the last WRITE a WRITE WITH IMMEDIATE
-    /// carrying `imm` (hipobj-rc-v2's GET).
+    /// carrying `imm`: a GET of either protocol, in one chunk (one WRITE
+    /// WITH IMMEDIATE) when its client counts what landed.
     Write { fill: &'a mut Fill<'a, E>, imm: u32 },
-    /// RDMA WRITE WITH IMMEDIATE from the source, every chunk (the binding
-    /// protocol's GET): these bytes are bytes `base..` of a GET of `total`
-    /// bytes granted under `key`, and each chunk's immediate value is
-    /// `landed::imm(key, total, base + off)`.
-    Counted {
-        fill: &'a mut Fill<'a, E>,
-        key: u32,
-        total: u64,
-        base: u64,
-    },
     /// RDMA READ into the sink.
     Read { drain: &'a mut Drain<'a, E> },
 }
@@ -196,7 +187,7 @@ impl<E> Mover<'_, '_, '_, E> {
                 "a transfer needs at least one bounce slot",
             )));
         }
-        let write = matches!(self.dir, Flow::Write { .. } | Flow::Counted { .. });
+        let write = matches!(self.dir, Flow::Write { .. });
         let mut next = 0u64;
         // A GET of zero bytes still sends one WRITE WITH IMMEDIATE, empty.
         let mut proof_due = write;
@@ -207,7 +198,14 @@ impl<E> Mover<'_, '_, '_, E> {
                 let Some(slot) = self.free.pop() else { break };
                 let n = (self.len - next).min(self.ring.chunk as u64) as usize;
                 let last = next + n as u64 == self.len;
+                // The completion timeout runs from the post, not from the
+                // fill before it: a store slow to fill a staged GET is not
+                // a peer that stopped answering.
+                let idle = self.posted.is_empty();
                 self.post(slot, next, n)?;
+                if idle {
+                    last_progress = Instant::now();
+                }
                 if write && last {
                     proof_due = false;
                 }
@@ -238,7 +236,7 @@ impl<E> Mover<'_, '_, '_, E> {
     fn post(&mut self, slot: usize, off: u64, n: usize) -> Result<(), Failure<E>> {
         let (b, at) = self.ring.slots[slot];
         let buf = &mut self.ring.buffers[b];
-        if let Flow::Write { fill, .. } | Flow::Counted { fill, .. } = &mut self.dir
+        if let Flow::Write { fill, .. } = &mut self.dir
             && n > 0
         {
             // SAFETY: `slot` came from the free list, where a slot goes
@@ -265,17 +263,6 @@ impl<E> Mover<'_, '_, '_, E> {
                 imm: *imm,
             },
             Flow::Write { .. } => SendOp::Write { remote_addr, rkey },
-            // Every chunk is a WRITE WITH IMMEDIATE naming its place: the
-            // client's receive completion reports the bytes its NIC placed
-            // for it, and the client adds them up (docs/protocol.md §2). An
-            // RC responder executes one QP's requests in PSN order, so the
-            // completions reach the client in transfer order; if a WRITE
-            // fails, the QPs go to ERROR and the later ones are flushed.
-            Flow::Counted { key, total, base, .. } => SendOp::WriteWithImm {
-                remote_addr,
-                rkey,
-                imm: hipobj_proto::landed::imm(*key, *total, base + off),
-            },
             Flow::Read { .. } => SendOp::Read { remote_addr, rkey },
         };
         let wr_id = *self.wire.next_wr;

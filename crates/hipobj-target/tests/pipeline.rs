@@ -5,13 +5,13 @@
 //! Those counts come from the verbs seam, not from the target's own
 //! bookkeeping, so they hold it to what it claims:
 //!
-//! - more than one WRITE (GET) or READ (PUT) is in flight, exactly
-//!   `pipeline_depth` at the peak;
-//! - a transfer of an object many times `depth × chunk` never has more than
-//!   `depth × chunk` bytes of bounce memory registered, every byte checked;
-//! - a failure mid-pipeline (the store at chunk k, a work request completing
-//!   in error at chunk k) fails the call with nothing outstanding, and the
-//!   next transfer works;
+//! - a PUT keeps more than one READ in flight, exactly `pipeline_depth` at
+//!   the peak, in no more than `depth × chunk` bytes of bounce memory for an
+//!   object many times that, every byte checked;
+//! - a GET of many chunks is one WRITE WITH IMMEDIATE from one staging
+//!   buffer of its length (docs/protocol.md §2), the client's proof;
+//! - a failure (the store at chunk k, a work request completing in error)
+//!   fails the call with nothing outstanding, and the next transfer works;
 //! - a ranged GET across many chunks ends in the proof, as a zero-byte one
 //!   does.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -342,7 +342,7 @@ impl Rig {
                 name,
                 len,
                 AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
-                hipobj_proto::landed::MAX_WRITES,
+                4,
             ),
             caller: Caller::key(name),
         };
@@ -419,8 +419,8 @@ impl Client {
         (tally, writes)
     }
 
-    /// The GET's proof: the WRITEs WITH IMMEDIATE of a GET of `len` bytes
-    /// tile it exactly; returns how many there were.
+    /// The GET's proof: the one WRITE WITH IMMEDIATE of a GET of `len`
+    /// bytes covers it; returns how many WRITEs there were.
     fn landed(&self, len: u64) -> u32 {
         let (tally, writes) = self.tally(len);
         tally.finish().unwrap_or_else(|r| panic!("{r} of {len}"));
@@ -546,34 +546,28 @@ fn done(a: Result<Answer, TargetError<String>>) -> (u16, u64) {
 
 // ---- the tests -----------------------------------------------------------
 
+/// A GET of many chunks is one WRITE from one staging buffer of its
+/// length: the source fills it whole, then the WRITE WITH IMMEDIATE goes,
+/// and the client's tally proves it.
 #[test]
-fn a_large_get_keeps_depth_writes_in_flight_in_depth_times_chunk_of_bounce_memory() {
+fn a_large_get_is_one_write_from_one_staging_buffer() {
     let rig = Rig::new("pipe-get-srv");
     let c = rig.client("pipe-get-cli", BIG);
     rig.counts.reset_peaks();
     let registered_before = rig.counts.registered.load(Ordering::SeqCst);
+    let posts_before = rig.counts.posts.load(Ordering::SeqCst);
     let mut src = Pattern::new(BIG as u64);
     let a = rig
         .target
         .serve(&c.caller, &c.token(BIG as u64), Request::Get(&mut src));
     assert_eq!(done(a), (200, BIG as u64));
     assert_eq!(rig.outstanding(), 0, "a work request outstanding after the call");
-    let peak = rig.counts.peak_outstanding.load(Ordering::SeqCst);
-    assert_eq!(peak, DEPTH as i64, "WRITEs in flight at once");
-    assert_eq!(rig.target.stats().peak_in_flight, DEPTH as u64);
-    let bounce = rig.counts.peak_registered.load(Ordering::SeqCst) - registered_before;
-    assert!(
-        bounce <= (DEPTH * CHUNK) as i64,
-        "{bounce} bytes of bounce memory for one transfer, over depth × chunk = {}",
-        DEPTH * CHUNK
-    );
-    assert_eq!(src.largest, CHUNK, "the source filled more than a chunk at once");
-    assert_eq!(src.calls, (BIG / CHUNK) as u64);
-    assert_eq!(
-        c.landed(BIG as u64),
-        (BIG / CHUNK) as u32,
-        "every chunk is a WRITE WITH IMMEDIATE the client counts"
-    );
+    assert_eq!(rig.counts.posts.load(Ordering::SeqCst) - posts_before, 1, "WRITEs posted");
+    let staged = rig.counts.peak_registered.load(Ordering::SeqCst) - registered_before;
+    assert_eq!(staged, BIG as i64, "bytes registered to stage the GET");
+    assert_eq!(src.calls, 1);
+    assert_eq!(src.largest, BIG, "the source filled the staging buffer whole");
+    assert_eq!(c.landed(BIG as u64), 1, "one WRITE WITH IMMEDIATE the client counts");
     check_client(&c, 0, BIG);
 }
 
@@ -609,8 +603,9 @@ fn a_large_put_keeps_depth_reads_in_flight_and_the_store_sees_every_byte_in_orde
     );
 }
 
-/// The pool gives the ring back between transfers: a second and third
-/// large transfer on the same target register nothing new.
+/// The pool gives the ring back between transfers, and a GET's staging
+/// buffer is kept: a second and third GET and PUT on the same target
+/// register nothing new.
 #[test]
 fn transfers_reuse_the_pooled_ring() {
     let rig = Rig::new("pipe-pool-srv");
@@ -624,6 +619,14 @@ fn transfers_reuse_the_pooled_ring() {
         (200, len)
     );
     c.landed(len);
+    fill_client(&c, len as usize);
+    assert_eq!(
+        done(
+            rig.target
+                .serve(&c.caller, &c.token(len), Request::Put(&mut Checker::default()))
+        ),
+        (200, len)
+    );
     let after_first = rig.counts.registered.load(Ordering::SeqCst);
     rig.counts.reset_peaks();
     for _ in 0..2 {
@@ -649,30 +652,27 @@ fn transfers_reuse_the_pooled_ring() {
 }
 
 #[test]
-fn a_store_read_error_mid_get_fails_the_call_with_nothing_outstanding() {
+fn a_store_read_error_mid_get_fails_the_call_with_nothing_written() {
     let rig = Rig::new("pipe-gerr-srv");
     let c = rig.client("pipe-gerr-cli", 8 << 20);
     let len = 8u64 << 20;
+    let posts_before = rig.counts.posts.load(Ordering::SeqCst);
     let mut src = Pattern::new(len);
-    src.fail_at = Some(5);
+    src.fail_at = Some(0);
     let a = rig.target.serve(&c.caller, &c.token(len), Request::Get(&mut src));
     assert!(
-        matches!(a, Err(TargetError::Store(ref m)) if m.contains("chunk 5")),
+        matches!(a, Err(TargetError::Store(ref m)) if m.contains("chunk 0")),
         "{a:?}"
     );
+    assert_eq!(rig.outstanding(), 0, "WRITEs left outstanding after a store error");
     assert_eq!(
-        rig.outstanding(),
-        0,
-        "WRITEs left outstanding after a store error"
+        rig.counts.posts.load(Ordering::SeqCst),
+        posts_before,
+        "a WRITE posted for a GET whose bytes were never all read"
     );
-    let (tally, _) = c.tally(len);
-    assert!(
-        !tally.complete(),
-        "a failed GET's WRITEs tile the range: {} bytes",
-        tally.proven()
-    );
-    // Every WRITE before the failure completed: the binding carries the
-    // next GET, proof and all.
+    let (_, writes) = c.tally(len);
+    assert_eq!(writes, 0, "a failed GET landed a WRITE WITH IMMEDIATE");
+    // The binding carries the next GET, proof and all.
     let mut src = Pattern::new(len);
     src.base = 0;
     assert_eq!(
@@ -724,7 +724,8 @@ fn a_work_request_failing_mid_pipeline_fails_the_call_with_nothing_outstanding()
     for (i, put) in [false, true].into_iter().enumerate() {
         let c = rig.client(&format!("pipe-wrerr-cli{i}"), len as usize);
         fill_client(&c, len as usize);
-        rig.counts.spoil(6);
+        // A GET is one WRITE; a PUT's sixth READ is mid-pipeline.
+        rig.counts.spoil(if put { 6 } else { 1 });
         let mut src = Pattern::new(len);
         let mut sink = Checker::default();
         let req = if put {
@@ -747,14 +748,7 @@ fn a_work_request_failing_mid_pipeline_fails_the_call_with_nothing_outstanding()
             "put={put}: work requests outstanding after the failure"
         );
         assert!(!sink.committed, "put={put}: committed after a failed READ");
-        if !put {
-            assert!(
-                src.calls < len / CHUNK as u64,
-                "the source was read to the end after the failure"
-            );
-        }
-        // No proof: the WRITEs before the failed one landed and counted,
-        // the rest were flushed, so what landed does not tile the range.
+        // No proof: the GET's one WRITE failed.
         let mut tally = Tally::new(c.buf.mr().rkey(), len);
         while let Some(wc) = c.completion(Duration::from_millis(100)) {
             if wc.status == WcStatus::Success && wc.opcode == WcOpcode::RecvRdmaWithImm {
@@ -804,7 +798,7 @@ fn ranged_and_zero_byte_gets_carry_their_proof() {
         .target
         .serve(&c.caller, &c.token(4 << 20), Request::Get(&mut src));
     assert_eq!(done(a), (206, len));
-    assert_eq!(c.landed(len), len.div_ceil(CHUNK as u64) as u32);
+    assert_eq!(c.landed(len), 1, "a GET of many chunks is one WRITE WITH IMMEDIATE");
     check_client(&c, 777, len as usize);
     let a = rig
         .target
@@ -819,7 +813,7 @@ fn ranged_and_zero_byte_gets_carry_their_proof() {
 }
 
 /// A source that makes the client vanish (its QP destroyed) when chunk
-/// `at` is read: the WRITEs after it get no answer.
+/// `at` is read: the WRITE after it gets no answer.
 struct Vanishing {
     inner: Pattern,
     at: u64,
@@ -839,8 +833,7 @@ impl Source for Vanishing {
     }
 }
 
-/// The client's QP disappears mid-GET, so WRITEs in flight are never
-/// answered: the target's own completion timeout fires before the NIC gives
+/// The client's QP disappears mid-GET, so the WRITE is never answered: the target's own completion timeout fires before the NIC gives
 /// up retrying, it moves the QP to ERROR and collects the flushed WRITEs,
 /// and the call returns with nothing outstanding; the next client works.
 #[test]
@@ -871,7 +864,7 @@ fn a_client_vanishing_mid_pipeline_times_out_with_nothing_outstanding() {
     let (caller, token) = (c.caller.clone(), c.token(len));
     let mut src = Vanishing {
         inner: Pattern::new(len),
-        at: 5,
+        at: 0,
         client: Some(c),
     };
     let a = rig.target.serve(&caller, &token, Request::Get(&mut src));
@@ -890,7 +883,7 @@ fn a_client_vanishing_mid_pipeline_times_out_with_nothing_outstanding() {
         ),
         other => panic!("expected a rebind after the lost client: {other:?}"),
     }
-    assert_eq!(rig.outstanding(), 0, "WRITEs left outstanding after the timeout");
+    assert_eq!(rig.outstanding(), 0, "a WRITE left outstanding after the timeout");
     let c = rig.client("pipe-gone-next", len as usize);
     assert_eq!(
         done(
@@ -899,6 +892,143 @@ fn a_client_vanishing_mid_pipeline_times_out_with_nothing_outstanding() {
         ),
         (200, len)
     );
+    c.landed(len);
+    check_client(&c, 0, len as usize);
+}
+
+/// A source whose first fill waits until the test lets it go, telling the
+/// test it has started.
+struct Held {
+    inner: Pattern,
+    started: std::sync::mpsc::Sender<()>,
+    go: std::sync::mpsc::Receiver<()>,
+}
+
+impl Source for Held {
+    type Error = String;
+    fn open(&mut self) -> Result<Selected, String> {
+        self.inner.open()
+    }
+    fn fill(&mut self, off: u64, buf: &mut [u8]) -> Result<(), String> {
+        if self.inner.calls == 0 {
+            self.started.send(()).unwrap();
+            self.go.recv().unwrap();
+        }
+        self.inner.fill(off, buf)
+    }
+}
+
+/// GET staging is bounded: with one staging buffer, a second large GET
+/// while the first holds it waits, then fails as busy (503 SlowDown at the
+/// server) with its binding kept, so the client's retry needs no new
+/// binding and moves the object; memory never goes past one GET's length.
+#[test]
+fn a_get_finding_every_staging_buffer_out_is_busy_and_keeps_its_binding() {
+    let counts = Arc::new(Counts::default());
+    let verbs = CountingVerbs {
+        inner: soft("pipe-stage-srv"),
+        counts: counts.clone(),
+        cqs: Arc::default(),
+    };
+    let rig = Rig {
+        target: Target::open(
+            &verbs,
+            &NoTopology,
+            Some("pipe-stage-srv"),
+            TargetConfig {
+                chunk: CHUNK,
+                pipeline_depth: DEPTH,
+                staging_buffers: 1,
+                // Both the WRITE's and the staging wait's limit: long
+                // enough for a debug build's 4 MiB WRITE on a busy machine.
+                completion_timeout: Duration::from_secs(3),
+                ..TargetConfig::default()
+            },
+        )
+        .unwrap(),
+        counts,
+    };
+    let len = 4u64 << 20;
+    let (first, second) = (rig.client("pipe-stage-a", len as usize), rig.client("pipe-stage-b", len as usize));
+    let registered_before = rig.counts.registered.load(Ordering::SeqCst);
+    rig.counts.reset_peaks();
+    let (started_tx, started) = std::sync::mpsc::channel();
+    let (go, go_rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        let held = s.spawn(|| {
+            let mut src = Held {
+                inner: Pattern::new(len),
+                started: started_tx,
+                go: go_rx,
+            };
+            done(rig.target.serve(&first.caller, &first.token(len), Request::Get(&mut src)))
+        });
+        started.recv().unwrap();
+        let a = rig
+            .target
+            .serve(&second.caller, &second.token(len), Request::Get(&mut Pattern::new(len)));
+        assert!(matches!(a, Err(TargetError::StagingBusy(1))), "{a:?}");
+        let (_, writes) = second.tally(len);
+        assert_eq!(writes, 0, "a busy GET wrote");
+        go.send(()).unwrap();
+        assert_eq!(held.join().unwrap(), (200, len));
+    });
+    first.landed(len);
+    check_client(&first, 0, len as usize);
+    // The retry on the kept binding: no 409, the object moves.
+    assert_eq!(
+        done(
+            rig.target
+                .serve(&second.caller, &second.token(len), Request::Get(&mut Pattern::new(len)))
+        ),
+        (200, len)
+    );
+    second.landed(len);
+    check_client(&second, 0, len as usize);
+    let staged = rig.counts.peak_registered.load(Ordering::SeqCst) - registered_before;
+    assert_eq!(staged, len as i64, "more than one staging buffer registered");
+}
+
+/// A store that takes longer to fill a staged GET than the completion
+/// timeout is not a peer that stopped answering: the timeout runs from the
+/// WRITE's post, and the GET succeeds.
+#[test]
+fn a_store_slower_than_the_completion_timeout_still_serves_the_get() {
+    struct Slow(Pattern);
+    impl Source for Slow {
+        type Error = String;
+        fn open(&mut self) -> Result<Selected, String> {
+            self.0.open()
+        }
+        fn fill(&mut self, off: u64, buf: &mut [u8]) -> Result<(), String> {
+            std::thread::sleep(Duration::from_millis(1500));
+            self.0.fill(off, buf)
+        }
+    }
+    let counts = Arc::new(Counts::default());
+    let verbs = CountingVerbs {
+        inner: soft("pipe-slow-srv"),
+        counts: counts.clone(),
+        cqs: Arc::default(),
+    };
+    let target = Target::open(
+        &verbs,
+        &NoTopology,
+        Some("pipe-slow-srv"),
+        TargetConfig {
+            chunk: CHUNK,
+            completion_timeout: Duration::from_millis(1000),
+            ..TargetConfig::default()
+        },
+    )
+    .unwrap();
+    let rig = Rig { target, counts };
+    let len = 1u64 << 20;
+    let c = rig.client("pipe-slow-cli", len as usize);
+    let a = rig
+        .target
+        .serve(&c.caller, &c.token(len), Request::Get(&mut Slow(Pattern::new(len))));
+    assert_eq!(done(a), (200, len));
     c.landed(len);
     check_client(&c, 0, len as usize);
 }

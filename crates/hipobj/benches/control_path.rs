@@ -13,10 +13,9 @@
 //!   includes: take a window and a fresh key from the device's pool, bind
 //!   it over 4 KiB, wait for the bind's completion, invalidate it, wait for
 //!   that completion, give the window back;
-//! * `landed_tally_1`, `landed_tally_1024`: the GET proof's own arithmetic
-//!   (docs/protocol.md §2), which a GET adds to its CQ poll: the client's
-//!   tally of one WRITE WITH IMMEDIATE (a 4 KiB GET) and of 1024 (the most
-//!   a GET may take), without the NIC.
+//! * `landed_tally_1`: the GET proof's own arithmetic (docs/protocol.md
+//!   §2), which a GET adds to its CQ poll: the client's tally of its one
+//!   WRITE WITH IMMEDIATE, without the NIC.
 //!
 //! `cargo bench -p hipobj --bench control_path`
 //!
@@ -154,19 +153,6 @@ fn benches(c: &mut Criterion) {
         b.iter(|| {
             let mut t = hipobj_proto::landed::Tally::new(std::hint::black_box(0x1234_5678), 4096);
             t.add(std::hint::black_box(0x1234_5678), 4096).unwrap();
-            t.finish().unwrap()
-        })
-    });
-    c.bench_function("landed_tally_1024", |b| {
-        let len = 4u64 << 30;
-        let g = hipobj_proto::landed::granule(len);
-        b.iter(|| {
-            let key = std::hint::black_box(0x1234_5678);
-            let mut t = hipobj_proto::landed::Tally::new(key, len);
-            for i in 0..1024u64 {
-                t.add(hipobj_proto::landed::imm(key, len, i * g), g as u32)
-                    .unwrap();
-            }
             t.finish().unwrap()
         })
     });

@@ -31,6 +31,23 @@ pub fn check_size(size: usize, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// The check of a GET's length: its bytes come as one RDMA WRITE
+/// (docs/protocol.md §2), so a GET moves at most
+/// [`hipobj_proto::landed::MAX_LEN`] bytes; a larger object goes as ranged
+/// GETs.
+pub fn check_get_size(size: usize) -> Result<()> {
+    if size as u64 > hipobj_proto::landed::MAX_LEN {
+        return Err(Error::new(
+            ErrorKind::SizeTooLarge,
+            format!(
+                "a GET of {size} bytes is over the {} one RDMA WRITE can carry: split it into ranged GETs",
+                hipobj_proto::landed::MAX_LEN
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The checks of a range of memory to register, which a
 /// `hipobj_platform::MemRegion` may only be made of: a pointer that is not
 /// NULL, a size [`check_size`] accepts, and no wrap around the end of the

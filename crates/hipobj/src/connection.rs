@@ -2,13 +2,13 @@
 //!
 //! The client's QPs only ever respond: the server WRITEs into (GET) or READs
 //! from (PUT) the client's memory. Each connection keeps empty receives
-//! posted: one at least, and before a GET as many as the GET may take
-//! WRITEs (`hipobj_proto::landed::max_writes`). Every WRITE of a GET carries
-//! an immediate value naming its place, which consumes a receive: the
-//! completions, with the byte counts the NIC reports, are the client's proof
-//! of what landed ([`Connection::take_landed`]), and the receives are posted
-//! again. Otherwise a receive completion means the QP went to the error
-//! state (it flushes the receives), which a non-blocking poll notices.
+//! posted: one at least, and two before a GET. A GET's bytes come as one
+//! WRITE WITH IMMEDIATE of the whole range, which consumes a receive: its
+//! completion, with the byte count the NIC reports, is the client's proof
+//! of what landed ([`Connection::take_landed`]); the second receive catches
+//! a WRITE WITH IMMEDIATE too many. The receives are posted again.
+//! Otherwise a receive completion means the QP went to the error state (it
+//! flushes the receives), which a non-blocking poll notices.
 //!
 //! What a server may touch is fenced per transfer ([`Grant`]): on a device
 //! with type-2 memory windows, a window taken from the device's pool
@@ -86,8 +86,9 @@ pub struct Connection {
     depth: u32,
 }
 
-/// Receives a connection can hold: the most WRITEs a GET may take.
-const MAX_RECVS: u32 = hipobj_proto::landed::MAX_WRITES;
+/// Receives kept posted before a GET: one for its WRITE WITH IMMEDIATE,
+/// one to see a second.
+const GET_RECVS: u32 = 2;
 /// Completions polled at once while counting a GET's WRITEs.
 const POLL_BATCH: usize = 32;
 
@@ -131,7 +132,7 @@ impl Connection {
         // window operations.
         let cq = device
             .device()
-            .create_cq(MAX_RECVS + 16)
+            .create_cq(GET_RECVS + 16)
             .map_err(|e| rdma("creating a completion queue", &e))?;
         let qp = device
             .pd()
@@ -139,7 +140,7 @@ impl Connection {
                 send_cq: cq.clone(),
                 recv_cq: cq.clone(),
                 max_send_wr: 8,
-                max_recv_wr: MAX_RECVS,
+                max_recv_wr: GET_RECVS,
                 max_send_sge: 1,
                 max_recv_sge: 1,
                 sq_sig_all: false,
@@ -200,14 +201,12 @@ impl Connection {
         Ok(())
     }
 
-    /// Makes sure a GET of `len` bytes finds a receive for every WRITE it
-    /// may take (`hipobj_proto::landed::max_writes`): the receive queue
-    /// only grows, and stays that deep. Called before the token leaves. A
-    /// failure marks the connection broken.
-    pub fn ready_for_get(&mut self, len: u64) -> Result<()> {
-        self.depth = self
-            .depth
-            .max(hipobj_proto::landed::max_writes(len).min(MAX_RECVS));
+    /// Makes sure a GET finds a receive for its WRITE WITH IMMEDIATE and one
+    /// more, so that a second is seen: the receive queue stays that deep.
+    /// Called before the token leaves. A failure marks the connection
+    /// broken.
+    pub fn ready_for_get(&mut self) -> Result<()> {
+        self.depth = self.depth.max(GET_RECVS);
         let r = self.post_receives();
         if r.is_err() {
             self.broken = true;
@@ -654,15 +653,14 @@ impl Connection {
     }
 
     /// The proof that a GET of `len` bytes granted under `key` landed: the
-    /// receive completions of the server's WRITEs WITH IMMEDIATE, each
-    /// successful, in the order the NIC reports them, tiling `[0, len)`
-    /// exactly by the immediate values (each WRITE's place) and the byte
-    /// counts this QP's NIC reports (`hipobj_proto::landed::Tally`): no
-    /// gap, no overlap, no repeat, nothing short. Polls without waiting
-    /// until the CQ is empty: the server replies only after its WRITEs
-    /// completed, and an RC responder completes a receive before it
-    /// acknowledges the WRITE that consumed it, so every completion is on
-    /// the CQ before the reply can exist. Posts the consumed receives again.
+    /// receive completion of exactly one WRITE WITH IMMEDIATE, successful,
+    /// carrying `key`, whose byte count, as this QP's NIC reports it, is
+    /// `len` (`hipobj_proto::landed::Tally`); the window admits only the
+    /// range, so that WRITE covered all of it. Polls without waiting until
+    /// the CQ is empty: the server replies only after its WRITE completed,
+    /// and an RC responder completes a receive before it acknowledges the
+    /// WRITE that consumed it, so the completion is on the CQ before the
+    /// reply can exist. Posts the consumed receives again.
     /// Any failure marks the connection broken.
     pub fn take_landed(&mut self, key: u32, len: u64) -> Result<()> {
         let r = self.take_landed_inner(key, len);

@@ -109,14 +109,16 @@ fn put_and_get_on_rxe() {
     lib.shutdown();
 }
 
-/// Issue 24 on the kernel's rxe: a multi-chunk GET is proven by what
-/// landed (rxe reports each WRITE WITH IMMEDIATE's byte count, and the
-/// client tiles the range with them), and a GET whose server skips a chunk
-/// fails, leaving that chunk's old bytes.
+/// Issues 24 and 38 on the kernel's rxe: a GET of four chunks' length is
+/// one WRITE WITH IMMEDIATE whose byte count rxe reports and the client
+/// checks (docs/protocol.md §2); a GET whose server skips a chunk fails,
+/// leaving that chunk's old bytes, and so does one whose server writes its
+/// first 4 KiB again and again while naming every place (issue 38 finding
+/// 5), leaving the rest of the buffer's old bytes.
 #[test]
 #[ignore = "needs an rxe device: run inside scripts/rxe-vm.sh (scripts/rxe-test.sh does)"]
 fn rxe_a_get_whose_server_skips_a_chunk_fails() {
-    use hipobj::{Direction, ErrorKind};
+    use hipobj::Direction;
     use hipobj_target::double::{Cheat, ObjectServer};
     const LEN: usize = 1 << 20;
     let dev = std::env::var("HIPOBJ_RXE_DEVICE").unwrap_or_else(|_| "rxe0".into());
@@ -151,14 +153,15 @@ fn rxe_a_get_whose_server_skips_a_chunk_fails() {
     let buf = support::host_buf(LEN);
     inst.register_host(buf).unwrap();
 
-    // Honest: four WRITEs WITH IMMEDIATE of 256 KiB, counted by rxe.
+    // Honest: staged whole, one WRITE WITH IMMEDIATE of 1 MiB, counted by
+    // rxe.
     let honest = Server::new(open());
     honest.objects.lock().unwrap().insert("k".into(), pattern.clone());
     let mut req = honest.request(support::server::Action::Get("k".into()));
     inst.transfer(Direction::Get, buf.addr(), LEN, 0, &mut req)
         .unwrap();
     assert_eq!(support::read(buf), pattern);
-    println!("rxe e2e: a GET of four chunks, proven by rxe's byte counts, passed");
+    println!("rxe e2e: a GET of four chunks' length, one WRITE proven by rxe's byte count, passed");
 
     // Hostile: the second chunk never written, the whole range claimed.
     support::fill(buf, &vec![0x11; LEN]);
@@ -172,14 +175,43 @@ fn rxe_a_get_whose_server_skips_a_chunk_fails() {
     let e = inst
         .transfer(Direction::Get, buf.addr(), LEN, 0, &mut req)
         .unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::RdmaError, "{e}");
+    assert_refused(&e);
     let after = support::read(buf);
     assert!(
         after[256 << 10..512 << 10].iter().all(|&b| b == 0x11),
         "the skipped chunk changed"
     );
     println!("rxe e2e: a GET whose server skipped a chunk failed: {e}");
+
+    // Hostile: the first 4 KiB written 256 times, each naming a place.
+    support::fill(buf, &vec![0x22; LEN]);
+    let repeater = Server::wrap(ObjectServer::hostile(open(), Cheat::RepeatFirst));
+    repeater
+        .objects
+        .lock()
+        .unwrap()
+        .insert("k".into(), pattern.clone());
+    let mut req = repeater.request(support::server::Action::Get("k".into()));
+    let e = inst
+        .transfer(Direction::Get, buf.addr(), LEN, 0, &mut req)
+        .unwrap_err();
+    assert_refused(&e);
+    assert!(
+        support::read(buf)[4096..].iter().all(|&b| b == 0x22),
+        "bytes past the first 4 KiB changed"
+    );
+    println!("rxe e2e: a GET whose server wrote one place while naming every place failed: {e}");
     lib.shutdown();
+}
+
+/// The client's refusal of a hostile GET: its proof fails ("a GET is one
+/// WRITE"), or the server's extra WRITEs found no receive, broke the
+/// binding, and the second binding the server asked for is refused.
+fn assert_refused(e: &hipobj::Error) {
+    use hipobj::ErrorKind;
+    let by_proof = e.kind() == ErrorKind::RdmaError && e.to_string().contains("a GET is one WRITE");
+    let by_rebind = e.kind() == ErrorKind::S3Error && e.to_string().contains("bind the connection twice");
+    assert!(by_proof || by_rebind, "{:?}: {e}", e.kind());
 }
 
 /// Passes a request through and remembers its token.

@@ -183,6 +183,14 @@ fn target_error(e: TargetError<S3Error>) -> S3Error {
             e.set_status_code(StatusCode::SERVICE_UNAVAILABLE);
             e
         }
+        TargetError::StagingBusy(n) => {
+            let mut e = S3Error::with_message(
+                S3ErrorCode::SlowDown,
+                format!("all {n} GET staging buffers are in use; retry later"),
+            );
+            e.set_status_code(StatusCode::SERVICE_UNAVAILABLE);
+            e
+        }
         TargetError::Verbs(v) => error(
             "RDMATransferFailed",
             StatusCode::INTERNAL_SERVER_ERROR,

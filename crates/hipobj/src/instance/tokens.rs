@@ -8,7 +8,7 @@ use hipobj_proto::{Reply, Token};
 
 use super::Instance;
 use super::proof::{check_count, grant_of, peer_of, proven_reply};
-use crate::buffers::{BufEntry, check_size};
+use crate::buffers::{BufEntry, check_get_size, check_size};
 use crate::connection::Connection;
 use crate::direction::Direction;
 use crate::error::{Error, ErrorKind, Result};
@@ -32,6 +32,9 @@ impl Instance {
     pub fn rdma_token(&self, addr: usize, size: usize, dir: Direction) -> Result<hipobj_proto::HexToken> {
         let entry = self.find_usable(addr)?;
         check_size(size, "token")?;
+        if dir == Direction::Get {
+            check_get_size(size)?;
+        }
         entry.check_range(0, size)?;
         let mut tc = self.lock_token_conn();
         tc.grant = None;
@@ -50,7 +53,7 @@ impl Instance {
             .as_mut()
             .ok_or_else(|| Error::new(ErrorKind::RdmaError, "the token connection could not be rebuilt"))?;
         if dir == Direction::Get
-            && let Err(e) = conn.ready_for_get(size as u64)
+            && let Err(e) = conn.ready_for_get()
         {
             let _ = self.replace_token_conn(&mut tc);
             return Err(e);

@@ -8,7 +8,7 @@ use hipobj_proto::{Reply, Token};
 
 use super::Instance;
 use super::proof::{check_count, grant_of, peer_of, proven_reply};
-use crate::buffers::{BufEntry, BufKind, check_size};
+use crate::buffers::{BufEntry, BufKind, check_get_size, check_size};
 use crate::connection::{Connection, Grant, Peer};
 use crate::control::Control;
 use crate::direction::{Direction, SyncDirection};
@@ -82,6 +82,9 @@ impl Instance {
     ) -> Result<()> {
         let entry = self.find_usable(addr)?;
         check_size(size, "transfer")?;
+        if dir == Direction::Get {
+            check_get_size(size)?;
+        }
         entry.check_range(offset, size)?;
         if dir == Direction::Put {
             self.stage(&entry, offset, size, SyncDirection::ToHost)?;
@@ -167,7 +170,7 @@ impl Ask<'_> {
     /// for every WRITE it may take.
     fn ready(&self, conn: &mut Connection) -> Result<()> {
         match self.dir {
-            Direction::Get => conn.ready_for_get(self.size as u64),
+            Direction::Get => conn.ready_for_get(),
             Direction::Put => Ok(()),
         }
     }

@@ -110,7 +110,7 @@ pub fn is_get_token(verbs: &FakeVerbs, token: &hipobj_proto::Token) -> bool {
 /// IMMEDIATE of the whole range, its immediate naming offset 0 under the
 /// token's key (docs/protocol.md §2).
 pub fn deliver_get_proof(verbs: &FakeVerbs, token: &hipobj_proto::Token) -> bool {
-    let imm = hipobj_proto::landed::imm(token.rkey, token.len, 0);
+    let imm = hipobj_proto::landed::imm(token.rkey);
     verbs.deliver_write_with_imm(token.qpn, imm, token.len as u32)
 }
 
