@@ -10,9 +10,11 @@ use std::process::Command;
 use serde_json::Value;
 
 /// (crate, feature): the features that carry a crate's test hooks.
-const SEAMS: [(&str, &str); 1] = [
+const SEAMS: [(&str, &str); 2] = [
     // src/testing.rs: a platform in place of the system's, panic injection.
     ("hipobj-capi", "testing"),
+    // src/double.rs: the in-process S3 server and its cheating GETs.
+    ("hipobj-target", "testing"),
 ];
 
 fn packages() -> Vec<Value> {
