@@ -360,6 +360,17 @@ class Boto3(_Front):
     def _abort(self, bucket, key, upload) -> None:
         self.s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload)
 
+    def put_bytes(self, bucket: str, key: str, data: bytes) -> None:
+        with s3_errors("PutObject"):
+            self.s3.put_object(Bucket=bucket, Key=key, Body=bytes(data), **self._args["put_object"])
+
+    def get_bytes(self, bucket: str, key: str, range: Optional[str] = None) -> bytes:
+        params = {"Bucket": bucket, "Key": key, **self._args["get_object"]}
+        if range is not None:
+            params["Range"] = range
+        with s3_errors("GetObject"):
+            return self.s3.get_object(**params)["Body"].read()
+
     def upload_part_from(self, buf: Any, bucket: str, key: str, upload_id: str, number: int, *, offset: int = 0, nbytes: Optional[int] = None) -> int:
         """UploadPart ``number`` of ``upload_id``; returns the bytes sent."""
         params = {"Bucket": bucket, "Key": key, "UploadId": upload_id, "PartNumber": number, "Body": b"", "ContentLength": 0}
