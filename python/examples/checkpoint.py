@@ -121,7 +121,7 @@ def run(args, endpoint):
     b3 = boto3.client(
         "s3", endpoint_url=endpoint, aws_access_key_id=args.access_key, aws_secret_access_key=args.secret_key,
         region_name="us-east-1",
-        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1},
+        config=Config(s3={"addressing_style": "path"}, retries={"mode": "standard", "total_max_attempts": 4},
                       request_checksum_calculation="when_required", response_checksum_validation="when_required"),
     )
     try:

@@ -70,6 +70,10 @@ class _Front:
     def put_from(self, buf: Memory, bucket: str, key: str, *, offset: int = 0, nbytes: Optional[int] = None, part_size: Optional[int] = None, in_flight: int = 4, stream: Stream = None) -> int: ...
     def head(self, bucket: str, key: str) -> Dict[str, Any]:
         """``{"size", "etag", "mtime"}``; a missing key raises NoSuchKey."""
+    def put_bytes(self, bucket: str, key: str, data: bytes) -> None:
+        """PutObject of ``data`` in the HTTP body (small objects, metadata)."""
+    def get_bytes(self, bucket: str, key: str, range: Optional[str] = None) -> bytes:
+        """GetObject of the object (or ``range``) in the HTTP body."""
     async def get_into_async(self, buf: Memory, bucket: str, key: str, *, offset: int = 0, nbytes: Optional[int] = None, range: Optional[str] = None, stream: Stream = None) -> int: ...
     async def put_from_async(self, buf: Memory, bucket: str, key: str, *, offset: int = 0, nbytes: Optional[int] = None, part_size: Optional[int] = None, in_flight: int = 4, stream: Stream = None) -> int: ...
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Iterator, Optional, Tuple
+import time
+from typing import Any, Iterator, NoReturn, Optional, Tuple
 
 from ._client import MULTIPART_THRESHOLD, PART_SIZE, Client, _Front, _warn_declined
 from ._errors import CODES, HipObjError, error, make
+from ._retry import ATTEMPTS, never_reached, pause, s3_code, token_retryable
 
 _TOKEN_HEADER = "x-amz-rdma-token"
 _REPLY_HEADER = "x-amz-rdma-reply"
@@ -61,26 +63,65 @@ def _no_trailer(request: Any) -> None:
     request.headers["Content-Length"] = "0"
 
 
+class _NoResend(Exception):
+    """Stops botocore from sending a request that carries a token again:
+    raised from its ``needs-retry`` event with the try's answer, which
+    :meth:`_Exchange.send_request` takes as botocore would have raised it."""
+
+    def __init__(self, response: Any, caught: Optional[BaseException]):
+        super().__init__("a request that carries a token is not sent twice")
+        self.response = response
+        self.caught = caught
+
+
+def _no_resend(response: Any = None, caught_exception: Optional[BaseException] = None, **_: Any) -> None:
+    """``needs-retry`` of GetObject, PutObject and UploadPart: a try that
+    carried a token and failed ends the request, whatever the client's
+    retry settings. The same token would go out again and one reply would
+    be paired with another request's exchange (docs/protocol.md, "Retries
+    of requests that carry a token"); the transfer is tried again, if at
+    all, as a new call with a fresh token."""
+    if getattr(_tls, "token", None) is None:
+        return None
+    if caught_exception is None and response is not None and response[0].status_code < 300:
+        return None
+    raise _NoResend(response, caught_exception)
+
+
 def install(s3: Any) -> None:
-    """Adds hipObject's signing hook to a boto3 S3 client (idempotent)."""
+    """Adds hipObject's signing hook to a boto3 S3 client, and the hook that
+    keeps botocore from resending a request that carries a token (idempotent)."""
     if getattr(s3.meta, "_hipobj_hooked", False):
         return
     for op in _OPS:
         s3.meta.events.register(f"before-sign.s3.{op}", _add_token, unique_id=f"hipobj-token-{op}")
+        s3.meta.events.register(f"needs-retry.s3.{op}", _no_resend, unique_id=f"hipobj-no-resend-{op}")
     s3.meta._hipobj_hooked = True
 
 
-def from_client_error(op: str, e: Any) -> HipObjError:
-    """A botocore ``ClientError`` as the package's error (status, S3 code, class)."""
+def from_client_error(op: str, e: Any, tries: int = 1) -> HipObjError:
+    """A botocore ``ClientError`` as the package's error (status, S3 code,
+    class); ``(after N tries)`` when it was the last of several."""
     info = e.response.get("Error", {}) or {}
     status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
     code = info.get("Code")
     if code is not None and str(code).isdigit():
         code = None  # HEAD's bodiless answers: botocore puts the status there
     what = ": ".join(str(x) for x in (code, info.get("Message")) if x)
-    err = make(CODES["hipObjS3Error"], "hipObjS3Error", f"{op} failed with HTTP {status}: {what or 'no error code'}", status, code)
+    after = f" (after {tries} tries)" if tries > 1 else ""
+    err = make(CODES["hipObjS3Error"], "hipObjS3Error", f"{op} failed with HTTP {status}: {what or 'no error code'}{after}", status, code)
     err.__cause__ = e
     return err
+
+
+def raise_s3(op: str, e: BaseException, tries: int = 1) -> NoReturn:
+    """Raises the failure of an S3 request: a ``ClientError`` as the
+    package's error, anything else (no connection) as it is."""
+    from botocore.exceptions import ClientError
+
+    if isinstance(e, ClientError):
+        raise from_client_error(op, e, tries) from e
+    raise e
 
 
 @contextlib.contextmanager
@@ -117,10 +158,21 @@ class _Exchange:
         from botocore.exceptions import ClientError
 
         self.response, self.body, self.error = None, None, None
+        meta: dict = {}
         _tls.token = token
         _tls.probe = self.probe
         try:
-            resp = getattr(self.s3, self.method)(**self.params)
+            try:
+                resp = getattr(self.s3, self.method)(**self.params)
+            except _NoResend as stop:
+                # The try's own failure, as botocore raises it when it does
+                # not retry.
+                if stop.caught is not None:
+                    raise stop.caught from None
+                parsed = stop.response[1]
+                code = (parsed.get("Error", {}) or {}).get("Code")
+                op = self.s3.meta.method_to_api_mapping.get(self.method, self.method)
+                raise self.s3.exceptions.from_code(code)(parsed, op) from None
             meta = resp.get("ResponseMetadata", {})
             self.response = resp
             if "Body" in resp:
@@ -135,6 +187,12 @@ class _Exchange:
             # until the next garbage collection (a probe's exchange runs
             # inside the write it probes for).
             self.error = e.with_traceback(None)
+        except Exception as e:  # noqa: BLE001 - kept when it never reached the server, else raised
+            if not never_reached(e):
+                raise  # it broke after it went out: the library's call fails with it
+            # No connection was made: the call ends for want of a reply,
+            # and the transfer may run again with a fresh token.
+            self.error = e.with_traceback(None)
         finally:
             _tls.token = None
             _tls.probe = False
@@ -143,6 +201,12 @@ class _Exchange:
         reply = self.headers.get(_REPLY_HEADER)
         if reply is not None and reply.strip() and reply.split(":", 1)[0].strip() != "501":
             self.spoke = True
+
+    def retryable(self) -> bool:
+        """Whether the transfer may run again with a fresh token: its last
+        request met ``503 SlowDown`` before any work, or never reached the
+        server (_retry.py)."""
+        return token_retryable(self.status, s3_code(self.error), self.headers.get(_REPLY_HEADER), self.error)
 
     def recv_reply(self) -> Optional[str]:
         if self.probe and self.headers.get(_REPLY_HEADER, "").startswith("409:"):
@@ -164,9 +228,16 @@ class _Exchange:
 class Boto3(_Front):
     """hipObject transfers through a boto3 S3 client the program already has.
 
-    Create the boto3 client with ``botocore.config.Config(retries={"max_attempts": 1})``
-    or similar: hipObject handles the binding round (409) itself, and a retry
-    would pair one reply with another request's token.
+    botocore never sends a request that carries a token twice, whatever the
+    boto3 client's retry settings (a hook on its ``needs-retry`` event): the
+    library does the binding round (409) itself, and a resend would pair one
+    reply with another request's token. A transfer that met ``503 SlowDown``
+    or no connection runs again as a new call with a fresh token, 4 tries in
+    all (docs/protocol.md, "Retries of requests that carry a token"). The
+    other requests (HeadObject, the multipart upload's Create, Complete and
+    Abort, plain bodies) retry as the boto3 client is set to:
+    ``Config(retries={"mode": "standard", "total_max_attempts": 4})`` is the
+    same policy.
 
     ``put_from`` of more than ``multipart_threshold`` bytes is a multipart
     upload (CreateMultipartUpload, RDMA UploadParts of ``part_size``,
@@ -216,30 +287,39 @@ class Boto3(_Front):
         params = {**params, **self._args[method]}
 
         def go(reg, at, n):
-            ex = _Exchange(self.s3, method, params)
-            if not get and self._speaks is not True:
-                # A PutObject or UploadPart with a token has no body: a
-                # server that ignores the token would store it empty. Probe
-                # first; a plain server gets the bytes by plain HTTP only.
-                speaks = self._speaks if self._speaks is not None else self._probe(params["Bucket"], params["Key"], op)
-                if not isinstance(speaks, _Unsure):
-                    self._speaks = speaks  # an unsure answer is asked again next time
-                if speaks is not True:
-                    return self._declined(get, buf, reg, at, n, method, params, ex, op, str(speaks))
-            try:
-                (reg.get if get else reg.put)(at, n, ex)
-            except HipObjError:
-                if ex.spoke:
-                    self._proven()
-                why = ex.declined()
-                if why is None:
-                    if ex.error is not None and _REPLY_HEADER not in ex.headers:
-                        # The S3 request itself failed (wrong secret, no such
-                        # bucket or key ...): that is the error, not the
-                        # missing reply the library saw next.
-                        raise from_client_error(op, ex.error) from ex.error
-                    raise
-                return self._declined(get, buf, reg, at, n, method, params, ex, op, why)
+            tries = 1
+            while True:
+                ex = _Exchange(self.s3, method, params)
+                if not get and self._speaks is not True:
+                    # A PutObject or UploadPart with a token has no body: a
+                    # server that ignores the token would store it empty. Probe
+                    # first; a plain server gets the bytes by plain HTTP only.
+                    speaks = self._speaks if self._speaks is not None else self._probe(params["Bucket"], params["Key"], op)
+                    if not isinstance(speaks, _Unsure):
+                        self._speaks = speaks  # an unsure answer is asked again next time
+                    if speaks is not True:
+                        return self._declined(get, buf, reg, at, n, method, params, ex, op, str(speaks))
+                try:
+                    (reg.get if get else reg.put)(at, n, ex)
+                    break
+                except HipObjError:
+                    if ex.spoke:
+                        self._proven()
+                    if tries < ATTEMPTS and ex.retryable():
+                        # 503 SlowDown before any work: the whole transfer
+                        # again, as a new call with a fresh token (_retry.py).
+                        time.sleep(pause(tries - 1))
+                        tries += 1
+                        continue
+                    why = ex.declined()
+                    if why is None:
+                        if ex.error is not None and _REPLY_HEADER not in ex.headers:
+                            # The S3 request itself failed (wrong secret, no such
+                            # bucket or key ...): that is the error, not the
+                            # missing reply the library saw next.
+                            raise_s3(op, ex.error, tries)
+                        raise
+                    return self._declined(get, buf, reg, at, n, method, params, ex, op, why)
             self._tls.rdma = True
             self._proven()
             self.last_etag = self._tls.etag = ex.headers.get("etag")
@@ -267,17 +347,21 @@ class Boto3(_Front):
         the binding exchange, else why not; an error any request would get
         (a wrong secret, no answer) is raised as the write's."""
         params = {"Bucket": bucket, "Key": key, "Range": "bytes=0-0", **self._args["get_object"]}
-        ex = _Exchange(self.s3, "get_object", params)
-        ex.probe = True
+        for tries in range(1, ATTEMPTS + 1):
+            ex = _Exchange(self.s3, "get_object", params)
+            ex.probe = True
 
-        def go(reg, at, n):
-            try:
-                reg.get(at, n, ex)
-            except HipObjError:
-                pass
-            return 0
+            def go(reg, at, n):
+                try:
+                    reg.get(at, n, ex)
+                except HipObjError:
+                    pass
+                return 0
 
-        self.client._run(bytearray(1), 0, 1, True, go)
+            self.client._run(bytearray(1), 0, 1, True, go)
+            if tries == ATTEMPTS or ex.spoke or not ex.retryable():
+                break
+            time.sleep(pause(tries - 1))
         if ex.spoke:
             self._proven()
             return True
@@ -295,7 +379,7 @@ class Boto3(_Front):
         if ex.status is not None and 400 <= ex.status < 500 and code not in _CREDENTIAL_CODES:
             return f"the server does not speak the RDMA protocol (it answered a GetObject that carried a token with HTTP {ex.status} and no {_REPLY_HEADER})"
         if ex.error is not None:
-            raise from_client_error(op, ex.error) from ex.error
+            raise_s3(op, ex.error, tries)
         raise error("hipObjS3Error", f"{op}: the server answered the probe with HTTP {ex.status}", status=ex.status)
 
     def _authority(self) -> str:
@@ -314,8 +398,7 @@ class Boto3(_Front):
         if get:
             body = ex.body
             if body is None or ex.status == 501 or ex.headers.get(_REPLY_HEADER) is not None:
-                resp = getattr(self.s3, method)(**params)
-                body = resp["Body"].read()
+                body = getattr(self.s3, method)(**params)["Body"].read()
             if len(body) > n:
                 raise error("hipObjSizeTooLarge", f"the object ({len(body)} bytes) is larger than the {n}-byte span")
             mv[at : at + len(body)] = body
@@ -359,6 +442,17 @@ class Boto3(_Front):
 
     def _abort(self, bucket, key, upload) -> None:
         self.s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload)
+
+    def put_bytes(self, bucket: str, key: str, data: bytes) -> None:
+        with s3_errors("PutObject"):
+            self.s3.put_object(Bucket=bucket, Key=key, Body=bytes(data), **self._args["put_object"])
+
+    def get_bytes(self, bucket: str, key: str, range: Optional[str] = None) -> bytes:
+        params = {"Bucket": bucket, "Key": key, **self._args["get_object"]}
+        if range is not None:
+            params["Range"] = range
+        with s3_errors("GetObject"):
+            return self.s3.get_object(**params)["Body"].read()
 
     def upload_part_from(self, buf: Any, bucket: str, key: str, upload_id: str, number: int, *, offset: int = 0, nbytes: Optional[int] = None) -> int:
         """UploadPart ``number`` of ``upload_id``; returns the bytes sent."""

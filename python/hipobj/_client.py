@@ -343,6 +343,14 @@ class _Front:
     def _abort(self, bucket, key, upload) -> None:  # pragma: no cover
         raise NotImplementedError
 
+    def put_bytes(self, bucket: str, key: str, data: bytes) -> None:  # pragma: no cover
+        """PutObject of ``data`` in the HTTP body (small objects, metadata)."""
+        raise NotImplementedError
+
+    def get_bytes(self, bucket: str, key: str, range: Optional[str] = None) -> bytes:  # pragma: no cover
+        """GetObject of the object (or ``range``) in the HTTP body."""
+        raise NotImplementedError
+
 
 def _range_len(range: Optional[str]) -> Optional[int]:
     """The length of an HTTP range ``bytes=a-b``; None for anything else."""
@@ -488,6 +496,12 @@ class S3(_Front):
 
     def _abort(self, bucket, key, upload) -> None:
         self._s3.abort_multipart_upload(bucket, key, upload)
+
+    def put_bytes(self, bucket: str, key: str, data: bytes) -> None:
+        self._s3.put_bytes(bucket, key, bytes(data))
+
+    def get_bytes(self, bucket: str, key: str, range: Optional[str] = None) -> bytes:
+        return self._s3.get_bytes(bucket, key, range)
 
     def upload_part_from(self, buf: Any, bucket: str, key: str, upload_id: str, number: int, *, offset: int = 0, nbytes: Optional[int] = None) -> dict:
         """UploadPart ``number``; returns what happened, with the part's ``etag``."""

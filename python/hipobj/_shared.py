@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ._client import S3, Client
+from ._client import S3, Client, _Front
 from ._errors import error
 
 # How many transfers the integrations keep in flight (each on its own RDMA
@@ -124,22 +124,29 @@ class StagingPool:
 
 
 class Connection:
-    """One endpoint's hipObject client, built-in S3 client, staging pool and
-    worker threads, shared by the integrations of one process."""
+    """One endpoint's hipObject client, S3 front end (the built-in client,
+    or the ``hipobj.S3`` / ``hipobj.Boto3`` the program gave), staging pool
+    and worker threads, shared by the integrations of one process."""
 
-    def __init__(self, ep: Endpoint, client: Optional[Client] = None):
+    def __init__(self, ep: Optional[Endpoint], client: Optional[Client] = None, front: Optional[_Front] = None):
         self.endpoint = ep
-        self.client = client or Client(nic_hint=ep.nic_hint)
-        self.s3 = S3(
-            self.client,
-            ep.endpoint_url,
-            ep.access_key,
-            ep.secret_key,
-            session_token=ep.session_token,
-            profile=ep.profile,
-            region=ep.region,
-            fallback=ep.fallback,
-        )
+        if front is not None:
+            self.client = front.client
+            self.s3: _Front = front
+        elif ep is None:
+            raise error("hipObjInvalidValue", "no endpoint and no S3 front end")
+        else:
+            self.client = client or Client(nic_hint=ep.nic_hint)
+            self.s3 = S3(
+                self.client,
+                ep.endpoint_url,
+                ep.access_key,
+                ep.secret_key,
+                session_token=ep.session_token,
+                profile=ep.profile,
+                region=ep.region,
+                fallback=ep.fallback,
+            )
         self.staging = StagingPool(self.client)
         self._pool: Optional[ThreadPoolExecutor] = None
         self._lock = threading.Lock()
@@ -156,11 +163,19 @@ _connections: Dict[Tuple[int, Endpoint], Connection] = {}
 _connections_lock = threading.Lock()
 
 
-def connect(client: Optional[Client] = None, **kw: Any) -> Connection:
+def connect(client: Optional[Client] = None, s3: Optional[_Front] = None, **kw: Any) -> Connection:
     """The process's shared connection to an endpoint (``endpoint_url``,
     ``aws_access_key_id``, ``aws_secret_access_key``, ``aws_session_token``,
     ``profile``, ``region_name``, ``nic_hint``, ``fallback``). Keyed by
-    process too: a forked DataLoader worker opens its own NIC."""
+    process too: a forked DataLoader worker opens its own NIC. With ``s3``
+    (a ``hipobj.S3`` or ``hipobj.Boto3``), a connection of its own over that
+    front end, which brings its client, endpoint and credentials."""
+    if s3 is not None:
+        if not isinstance(s3, _Front):
+            raise error("hipObjInvalidValue", f"s3 must be a hipobj.S3 or hipobj.Boto3; got {type(s3).__name__}")
+        if client is not None or kw:
+            raise error("hipObjInvalidValue", f"s3= brings its own client and endpoint: give it alone, not with {sorted(kw) + (['client'] if client is not None else [])}")
+        return Connection(None, front=s3)
     ep = Endpoint.of(**kw)
     if client is not None:
         return Connection(ep, client)

@@ -133,7 +133,18 @@ impl S3Client {
             .region(region)
             .credentials_provider(creds)
             .force_path_style(true)
-            .retry_config(RetryConfig::disabled())
+            // Requests without a token (HeadObject, Create/Complete/
+            // AbortMultipartUpload, small bodies, listings) retry as the
+            // AWS SDKs' standard mode does (503 SlowDown, 500, 502, 504,
+            // failed connections), with docs/protocol.md's attempts and
+            // pauses; hipobj-s3 turns the SDK's retries off for each
+            // request that carries a token and retries those itself.
+            .retry_config(
+                RetryConfig::standard()
+                    .with_max_attempts(4)
+                    .with_initial_backoff(std::time::Duration::from_millis(100))
+                    .with_max_backoff(std::time::Duration::from_secs(5)),
+            )
             .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
             .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
             .build();

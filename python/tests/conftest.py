@@ -83,7 +83,9 @@ def client():
     c.close()
 
 
-def boto3_client(endpoint: str):
+def boto3_client(endpoint: str, retries=None):
+    """A boto3 S3 client of the test keys; ``retries`` as botocore's
+    ``Config`` takes them (default: one retry, ``max_attempts: 1``)."""
     boto3 = pytest.importorskip("boto3")
     from botocore.config import Config
 
@@ -95,7 +97,7 @@ def boto3_client(endpoint: str):
         region_name="us-east-1",
         config=Config(
             s3={"addressing_style": "path"},
-            retries={"max_attempts": 1, "mode": "standard"},
+            retries=retries or {"max_attempts": 1, "mode": "standard"},
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
         ),

@@ -1,12 +1,15 @@
 """A fault-injecting HTTP proxy in front of hipobj-server: it answers the
 first tries of chosen requests itself (``503 SlowDown`` with
-``Retry-After``, or a ``4xx``) and forwards the rest unchanged (the Host
-header included, so signatures hold; the RDMA goes between the client and
-the server as without it)."""
+``Retry-After``, or a ``4xx``), or resets the connection once it has read
+the request, and forwards the rest unchanged (the Host header included, so
+signatures hold; the RDMA goes between the client and the server as
+without it)."""
 
 from __future__ import annotations
 
 import http.client
+import socket
+import struct
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Dict, List, Optional, Tuple
@@ -15,6 +18,10 @@ from urllib.parse import parse_qs, urlsplit
 # What a rule answers instead of forwarding: (status, S3 code, extra headers).
 Fault = Tuple[int, str, Dict[str, str]]
 SLOW_DOWN: Fault = (503, "SlowDown", {"Retry-After": "1"})
+# No answer: the request is read whole, then the connection is closed with
+# a TCP reset (SO_LINGER 0), as a load balancer or a crashed server does.
+# The log records status 0.
+RESET: Fault = (0, "", {})
 
 
 def kind(method: str, path: str, headers) -> str:
@@ -39,14 +46,16 @@ def kind(method: str, path: str, headers) -> str:
 
 
 class FaultProxy:
-    """``rule(kind, path, attempt)`` (attempt: how many requests of this
-    kind and path came before) gives a :data:`Fault` or None (forward).
-    ``log`` records ``(kind, path, status)`` of every request."""
+    """``rule(kind, where, attempt)`` (``where``: the path with its query
+    and Range; attempt: how many requests of this kind and place came
+    before) gives a :data:`Fault` or None (forward). ``log`` records
+    ``(kind, where, status, token)`` of every request (``token``: its
+    ``x-amz-rdma-token``, or None)."""
 
     def __init__(self, upstream: str, rule: Callable[[str, str, int], Optional[Fault]]):
         up = urlsplit(upstream)
         self.rule = rule
-        self.log: List[Tuple[str, str, int]] = []
+        self.log: List[Tuple[str, str, int, Optional[str]]] = []
         self._seen: Dict[Tuple[str, str], int] = {}
         self._lock = threading.Lock()
         proxy = self
@@ -64,13 +73,26 @@ class FaultProxy:
             def _any(self):
                 body = self._body()
                 k = kind(self.command, self.path, self.headers)
-                where = urlsplit(self.path).path
+                # One request and its retries: the path with its query
+                # (uploadId, partNumber) and the Range it asks for.
+                rng = self.headers.get("Range")
+                token = self.headers.get("x-amz-rdma-token")
+                where = self.path + (f" [{rng}]" if rng else "")
                 with proxy._lock:
                     attempt = proxy._seen.get((k, where), 0)
                     proxy._seen[(k, where)] = attempt + 1
                 fault = proxy.rule(k, where, attempt)
+                if fault == RESET:
+                    with proxy._lock:
+                        proxy.log.append((k, where, 0, token))
+                    self.close_connection = True
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self.connection.close()
+                    return
                 if fault is not None:
                     status, code, extra = fault
+                    with proxy._lock:
+                        proxy.log.append((k, where, status, token))
                     xml = f"<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}</Code><Message>injected by the test's proxy</Message></Error>".encode()
                     self.send_response(status)
                     for h, v in extra.items():
@@ -80,8 +102,6 @@ class FaultProxy:
                     self.end_headers()
                     if self.command != "HEAD":
                         self.wfile.write(xml)
-                    with proxy._lock:
-                        proxy.log.append((k, where, status))
                     return
                 conn = getattr(self, "_up", None)
                 if conn is None:
@@ -93,6 +113,10 @@ class FaultProxy:
                 conn.endheaders(body if body else None)
                 r = conn.getresponse()
                 data = r.read()
+                # Logged before the client has its answer: a test that
+                # sets a new rule right after a call sees a log without it.
+                with proxy._lock:
+                    proxy.log.append((k, where, r.status, token))
                 self.send_response(r.status, r.reason)
                 for h, v in r.getheaders():
                     if h.lower() in ("transfer-encoding", "connection", "content-length"):
@@ -103,8 +127,6 @@ class FaultProxy:
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)
-                with proxy._lock:
-                    proxy.log.append((k, where, r.status))
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
 
@@ -114,9 +136,16 @@ class FaultProxy:
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 
+    def set_rule(self, rule: Callable[[str, str, int], Optional[Fault]]) -> None:
+        """From now on, ``rule``; the log and the tries seen start afresh."""
+        with self._lock:
+            self.rule = rule
+            self.log.clear()
+            self._seen.clear()
+
     def count(self, status: int, kinds=None) -> int:
         with self._lock:
-            return sum(1 for k, _, s in self.log if s == status and (kinds is None or k in kinds))
+            return sum(1 for k, _, s, _ in self.log if s == status and (kinds is None or k in kinds))
 
     def stop(self) -> None:
         self._server.shutdown()

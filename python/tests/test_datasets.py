@@ -61,3 +61,15 @@ def test_a_reader_is_a_file(rdma_server, bucket, samples):
     assert r.read(10) == bytes([3]) * 10
     r.seek(-5, 2)
     assert r.read() == bytes([3]) * 5
+
+
+def test_a_front_end_is_refused_with_the_reason(client):
+    # hipobj.torch's DCP storage takes s3=; a dataset's workers connect from
+    # the endpoint arguments, and a front end has no listing to give them.
+    import hipobj
+    from hipobj import HipObjError
+
+    s3 = hipobj.Boto3(client, boto3_client("http://127.0.0.1:9"))
+    for cls in (ht.S3MapDataset, ht.S3IterableDataset):
+        with pytest.raises(HipObjError, match="endpoint arguments, not s3="):
+            cls.from_prefix("s3://b/ds/", s3=s3)

@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 import torch.utils.data
 
 from .._client import Client
+from .._errors import error
 from .._shared import connect, parse_s3
 
 __all__ = ["S3Reader", "S3MapDataset", "S3IterableDataset"]
@@ -81,6 +82,11 @@ def _identity(r: S3Reader) -> S3Reader:
 
 class _Listing:
     def __init__(self, url: str, transform: Callable[[S3Reader], Any], client: Optional[Client], kw: Dict[str, Any]):
+        if "s3" in kw:
+            # A front end cannot follow a DataLoader's workers into their
+            # processes, and hipobj.Boto3 has no listing: each worker
+            # connects from the endpoint arguments.
+            raise error("hipObjInvalidValue", "the datasets take the endpoint arguments, not s3=")
         self.url = url
         self.bucket, self.prefix = parse_s3(url)
         self.transform = transform

@@ -138,7 +138,10 @@ class S3RdmaStorageWriter(_Base, StorageWriter):
     ``RdmaFallbackWarning`` when the server declines RDMA; False: an error).
     ``direct_bytes``: a contiguous CPU tensor at least this large is PUT
     from its own memory; ``object_bytes``: the size of the staging objects
-    that carry the rest; ``in_flight``: transfers at once.
+    that carry the rest; ``in_flight``: transfers at once. ``s3``: a
+    ``hipobj.S3`` or ``hipobj.Boto3`` to send every request through,
+    instead of the endpoint arguments (it brings its client, endpoint,
+    credentials and retries).
     """
 
     def __init__(
@@ -238,7 +241,7 @@ class S3RdmaStorageWriter(_Base, StorageWriter):
         def job():
             out: List[WriteResult] = []
             if total == 0:
-                self._conn.s3._s3.put_bytes(self.bucket, self._key(name), b"")
+                self._conn.s3.put_bytes(self.bucket, self._key(name), b"")
                 return [WriteResult(index=i.index, size_in_bytes=0, storage_data=_Stored(name, 0, 0)) for i, _, _ in items]
             buf = self._conn.staging.take(total)
             try:
@@ -269,7 +272,7 @@ class S3RdmaStorageWriter(_Base, StorageWriter):
         metadata.storage_data = storage
         metadata.storage_meta = self.storage_meta()
         rank = self.rank if not self.use_collectives else None
-        self._conn.s3._s3.put_bytes(self.bucket, self._key(_metadata_name(rank)), pickle.dumps(metadata))
+        self._conn.s3.put_bytes(self.bucket, self._key(_metadata_name(rank)), pickle.dumps(metadata))
 
 
 class S3RdmaStorageReader(_Base, StorageReader):
@@ -309,7 +312,7 @@ class S3RdmaStorageReader(_Base, StorageReader):
         self.load_id = str(uuid.uuid4())
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
-        raw = self._conn.s3._s3.get_bytes(self.bucket, self._key(_metadata_name(kwargs.get("rank"))))
+        raw = self._conn.s3.get_bytes(self.bucket, self._key(_metadata_name(kwargs.get("rank"))))
         md = pickle.loads(raw)
         if getattr(md, "storage_meta", None) is None:
             md.storage_meta = StorageMeta()

@@ -49,14 +49,14 @@ _MAX_HEADER = 100 << 20  # what the safetensors format allows
 
 def _header(conn, bucket: str, key: str, guess: int) -> Tuple[Dict[str, Any], int]:
     """The parsed header and where the data section starts."""
-    head = conn.s3._s3.get_bytes(bucket, key, f"bytes=0-{guess - 1}")
+    head = conn.s3.get_bytes(bucket, key, f"bytes=0-{guess - 1}")
     if len(head) < 8:
         raise error("hipObjInvalidValue", f"s3://{bucket}/{key} is not a safetensors file (only {len(head)} bytes)")
     (n,) = struct.unpack("<Q", head[:8])
     if n > _MAX_HEADER:
         raise error("hipObjInvalidValue", f"s3://{bucket}/{key}: a {n}-byte safetensors header is over the format's limit")
     if 8 + n > len(head) == guess:  # the object goes on: fetch the header's rest
-        head += conn.s3._s3.get_bytes(bucket, key, f"bytes={len(head)}-{8 + n - 1}")
+        head += conn.s3.get_bytes(bucket, key, f"bytes={len(head)}-{8 + n - 1}")
     if 8 + n > len(head):
         raise error("hipObjInvalidValue", f"s3://{bucket}/{key}: the file ends inside its header")
     try:
@@ -178,7 +178,7 @@ def load_safetensors(
     dev = torch.device(device)
     bucket, key = parse_s3(url)
     if key.endswith(".json"):
-        index = json.loads(conn.s3._s3.get_bytes(bucket, key))
+        index = json.loads(conn.s3.get_bytes(bucket, key))
         weight_map = index.get("weight_map") if isinstance(index, dict) else None
         if not isinstance(weight_map, dict):
             raise error("hipObjInvalidValue", f"s3://{bucket}/{key} has no weight_map")
