@@ -11,13 +11,13 @@ use hipobj::ErrorKind;
 use crate::types::HipObjError;
 
 /// Runs `body`, turning a panic into `hipObjInternalError`.
-pub fn guard(body: impl FnOnce() -> HipObjError) -> HipObjError {
+pub(crate) fn guard(body: impl FnOnce() -> HipObjError) -> HipObjError {
     // The library's state stays consistent across a panic: locks recover from
     // poisoning, and no invariant spans a call into a seam.
     catch_unwind(AssertUnwindSafe(body)).unwrap_or(HipObjError::code(ErrorKind::InternalError))
 }
 
 /// Runs `body`, turning a panic into `fallback`.
-pub fn guard_or<T>(fallback: T, body: impl FnOnce() -> T) -> T {
+pub(crate) fn guard_or<T>(fallback: T, body: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(body)).unwrap_or(fallback)
 }

@@ -14,7 +14,7 @@ use hipobj::{Direction, Error, ErrorKind, Instance, RcV2Session};
 
 /// One C session.
 #[derive(Debug)]
-pub struct CSession {
+pub(crate) struct CSession {
     /// The instance the session began on: a call after a shutdown (or
     /// under a later instance) is refused.
     instance: Arc<Instance>,
@@ -38,14 +38,14 @@ fn lock(cell: &Cell) -> MutexGuard<'_, CSession> {
 /// and the NUL, for a bucket of up to 63 bytes and a key of up to 1024
 /// (a test checks the worst case).
 #[cfg_attr(not(test), allow(dead_code))]
-pub const HEADERS_MAX: usize = 4096;
+pub(crate) const HEADERS_MAX: usize = 4096;
 
 fn invalid(why: &str) -> Error {
     Error::new(ErrorKind::InvalidValue, why)
 }
 
 /// Starts a session on `inst` and returns its handle.
-pub fn begin(
+pub(crate) fn begin(
     inst: Arc<Instance>,
     dir: Direction,
     addr: usize,
@@ -108,7 +108,7 @@ fn lines(headers: &[(&'static str, String)]) -> String {
 /// line (LF or CRLF), lines without a colon (the status line, the blank
 /// end) skipped, names lower-cased, values trimmed of spaces and tabs.
 /// Other headers and names that are not UTF-8 are skipped.
-pub fn rdma_headers(block: &[u8]) -> Vec<(String, &[u8])> {
+pub(crate) fn rdma_headers(block: &[u8]) -> Vec<(String, &[u8])> {
     block
         .split(|&b| b == b'\n')
         .filter_map(|line| {
@@ -141,7 +141,7 @@ fn status(code: i32) -> Result<u16, Error> {
 }
 
 /// `hipObjRcV2PrepareHeaders`.
-pub fn prepare_headers(
+pub(crate) fn prepare_headers(
     handle: usize,
     current: Result<Arc<Instance>, Error>,
     bucket: &str,
@@ -156,7 +156,7 @@ pub fn prepare_headers(
 }
 
 /// `hipObjRcV2HandlePrepare`.
-pub fn handle_prepare(
+pub(crate) fn handle_prepare(
     handle: usize,
     current: Result<Arc<Instance>, Error>,
     code: i32,
@@ -170,17 +170,17 @@ pub fn handle_prepare(
 }
 
 /// `hipObjRcV2ReadyHeaders`.
-pub fn ready_headers(handle: usize, current: Result<Arc<Instance>, Error>) -> Result<String, Error> {
+pub(crate) fn ready_headers(handle: usize, current: Result<Arc<Instance>, Error>) -> Result<String, Error> {
     with_live(handle, current, |s| Ok(lines(&s.ready_request()?.to_headers())))
 }
 
 /// `hipObjRcV2StartWrite`.
-pub fn start(handle: usize, current: Result<Arc<Instance>, Error>) -> Result<(), Error> {
+pub(crate) fn start(handle: usize, current: Result<Arc<Instance>, Error>) -> Result<(), Error> {
     with_live(handle, current, RcV2Session::start)
 }
 
 /// `hipObjRcV2HandleReady`: the bytes moved.
-pub fn handle_ready(
+pub(crate) fn handle_ready(
     handle: usize,
     current: Result<Arc<Instance>, Error>,
     code: i32,
@@ -195,7 +195,7 @@ pub fn handle_ready(
 
 /// `hipObjRcV2CancelHeaders`: gives the session up, and returns the
 /// CANCEL's lines, or "" when none is owed. Needs no instance.
-pub fn cancel_headers(handle: usize) -> Result<String, Error> {
+pub(crate) fn cancel_headers(handle: usize) -> Result<String, Error> {
     let cell = find(handle)?;
     let mut c = lock(&cell);
     c.session.abort();
@@ -207,7 +207,7 @@ pub fn cancel_headers(handle: usize) -> Result<String, Error> {
 
 /// `hipObjRcV2End`: removes the session and ends it. A call still running
 /// on it elsewhere keeps it until that call returns.
-pub fn end(handle: usize) -> Result<(), Error> {
+pub(crate) fn end(handle: usize) -> Result<(), Error> {
     let cell = table()
         .as_mut()
         .and_then(|t| t.remove(&handle))

@@ -3,15 +3,15 @@
 use std::ffi::{CStr, c_int};
 
 /// The version as the crate (and so the header, which a test checks) has it.
-pub const VERSION: &CStr =
+pub(crate) const VERSION: &CStr =
     match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
         Ok(s) => s,
         Err(_) => panic!("the package version holds a NUL byte"),
     };
 /// Returned by `hipObjGetVersionString` if it fails.
-pub const FALLBACK_VERSION: &CStr = c"0.0.0";
+pub(crate) const FALLBACK_VERSION: &CStr = c"0.0.0";
 /// Returned by `hipObjGetErrorString` if it fails.
-pub const FALLBACK_ERROR: &CStr = c"Unknown error";
+pub(crate) const FALLBACK_ERROR: &CStr = c"Unknown error";
 
 const fn parse_u32(s: &str) -> u32 {
     let b = s.as_bytes();
@@ -26,11 +26,11 @@ const fn parse_u32(s: &str) -> u32 {
 }
 
 /// Major version.
-pub const VERSION_MAJOR: u32 = parse_u32(env!("CARGO_PKG_VERSION_MAJOR"));
+pub(crate) const VERSION_MAJOR: u32 = parse_u32(env!("CARGO_PKG_VERSION_MAJOR"));
 /// Minor version.
-pub const VERSION_MINOR: u32 = parse_u32(env!("CARGO_PKG_VERSION_MINOR"));
+pub(crate) const VERSION_MINOR: u32 = parse_u32(env!("CARGO_PKG_VERSION_MINOR"));
 /// Patch version.
-pub const VERSION_PATCH: u32 = parse_u32(env!("CARGO_PKG_VERSION_PATCH"));
+pub(crate) const VERSION_PATCH: u32 = parse_u32(env!("CARGO_PKG_VERSION_PATCH"));
 
 const ERRORS: [&CStr; 13] = [
     c"Success: the call did what was asked.",
@@ -49,7 +49,7 @@ const ERRORS: [&CStr; 13] = [
 ];
 
 /// The sentence for an error code; unknown codes get a sentence of their own.
-pub fn error_string(code: c_int) -> &'static CStr {
+pub(crate) fn error_string(code: c_int) -> &'static CStr {
     usize::try_from(code)
         .ok()
         .and_then(|i| ERRORS.get(i))

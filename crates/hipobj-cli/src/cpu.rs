@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 /// Which part of the process a thread belongs to, by its name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Class {
+pub(crate) enum Class {
     /// A soft RoCE NIC's worker (`nic:<device>`).
     Nic,
     /// A benchmark thread that drives transfers (`bench-<n>`).
@@ -22,12 +22,12 @@ pub enum Class {
 }
 
 /// What the benchmark's own threads are called.
-pub const BENCH_THREAD_PREFIX: &str = "bench-";
+pub(crate) const BENCH_THREAD_PREFIX: &str = "bench-";
 /// What the I/O runtime's threads are called.
-pub const RUNTIME_THREAD_NAME: &str = "hipobj-rt";
+pub(crate) const RUNTIME_THREAD_NAME: &str = "hipobj-rt";
 
 /// The class of a thread named `comm`.
-pub fn classify(comm: &str) -> Class {
+pub(crate) fn classify(comm: &str) -> Class {
     if comm.starts_with(hipobj_system::SOFTROCE_WORKER_THREAD_PREFIX) {
         Class::Nic
     } else if comm.starts_with(BENCH_THREAD_PREFIX) {
@@ -42,7 +42,7 @@ pub fn classify(comm: &str) -> Class {
 /// A `stat` file's name field and user + system ticks (fields 2, 14 and 15
 /// of proc(5)). The name is between the first `(` and the last `)`: it may
 /// itself hold spaces and parentheses.
-pub fn parse_stat(text: &str) -> Option<(String, u64)> {
+pub(crate) fn parse_stat(text: &str) -> Option<(String, u64)> {
     let open = text.find('(')?;
     let close = text.rfind(')')?;
     let comm = text.get(open + 1..close)?.to_owned();
@@ -55,7 +55,7 @@ pub fn parse_stat(text: &str) -> Option<(String, u64)> {
 
 /// One reading of the process's CPU time.
 #[derive(Clone, Debug, Default)]
-pub struct Sample {
+pub(crate) struct Sample {
     /// The whole process, exited threads included.
     pub total: u64,
     /// Each live thread: id → (name, ticks).
@@ -63,7 +63,7 @@ pub struct Sample {
 }
 
 /// Reads this process's CPU time now.
-pub fn sample() -> Sample {
+pub(crate) fn sample() -> Sample {
     let total = std::fs::read_to_string("/proc/self/stat")
         .ok()
         .and_then(|t| parse_stat(&t))
@@ -89,7 +89,7 @@ pub fn sample() -> Sample {
 
 /// CPU seconds spent between two samples, by class.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Split {
+pub(crate) struct Split {
     /// The whole process.
     pub total: f64,
     /// The soft NIC's workers.
@@ -109,7 +109,7 @@ impl Split {
     /// Everything but the NIC: what the application's own threads spent
     /// (exited ones included: they were not NIC workers, which live as long
     /// as their device).
-    pub fn app(&self) -> f64 {
+    pub(crate) fn app(&self) -> f64 {
         (self.total - self.nic).max(0.0)
     }
 }
@@ -117,7 +117,7 @@ impl Split {
 /// The CPU time spent from `a` to `b`, `hz` ticks a second. A thread alive
 /// at `b` but not at `a` started in between, so all its time counts; one
 /// whose id was reused shows fewer ticks than before and also counts whole.
-pub fn split(a: &Sample, b: &Sample, hz: f64) -> Split {
+pub(crate) fn split(a: &Sample, b: &Sample, hz: f64) -> Split {
     let mut s = Split::default();
     let mut live = 0u64;
     for (tid, (comm, after)) in &b.threads {
@@ -143,7 +143,7 @@ pub fn split(a: &Sample, b: &Sample, hz: f64) -> Split {
 }
 
 /// Clock ticks a second (`getconf CLK_TCK`; 100 where that cannot run).
-pub fn ticks_per_second() -> f64 {
+pub(crate) fn ticks_per_second() -> f64 {
     static HZ: OnceLock<f64> = OnceLock::new();
     *HZ.get_or_init(|| {
         std::process::Command::new("getconf")

@@ -16,7 +16,7 @@ use crate::s3::human;
 
 /// Options of `hipobj demo`.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Object size.
     #[arg(long, default_value = "64MiB", value_parser = crate::s3::parse_size)]
     size: u64,
@@ -37,7 +37,7 @@ fn rate(bytes: u64, secs: f64) -> String {
 }
 
 /// Runs the demo; fails when any byte differs or a step fails.
-pub fn run(args: &Args) -> CliResult {
+pub(crate) fn run(args: &Args) -> CliResult {
     let size = usize::try_from(args.size)
         .ok()
         .filter(|s| (1..=1 << 30).contains(s))

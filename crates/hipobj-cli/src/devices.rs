@@ -83,7 +83,7 @@ fn gather(platform: &Platform) -> (Vec<Shown>, Option<String>) {
 }
 
 /// `hipobj devices`.
-pub fn run(platform: &Platform, gpu: i32, nic_hint: Option<&str>, as_json: bool) -> CliResult<String> {
+pub(crate) fn run(platform: &Platform, gpu: i32, nic_hint: Option<&str>, as_json: bool) -> CliResult<String> {
     let (shown, topo_err) = gather(platform);
     let config = hipobj::Config {
         flags: 0,

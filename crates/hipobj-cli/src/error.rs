@@ -7,7 +7,7 @@ use hipobj::ErrorKind;
 
 /// A failure of a command.
 #[derive(Debug)]
-pub struct CliError {
+pub(crate) struct CliError {
     /// The hipObject code behind it, if the failure came from the library or S3.
     pub code: Option<ErrorKind>,
     /// One sentence.
@@ -15,11 +15,11 @@ pub struct CliError {
 }
 
 /// The CLI's result type.
-pub type CliResult<T = ()> = Result<T, CliError>;
+pub(crate) type CliResult<T = ()> = Result<T, CliError>;
 
 impl CliError {
     /// A failure with no hipObject code behind it (bad arguments, files).
-    pub fn plain(message: impl Into<String>) -> Self {
+    pub(crate) fn plain(message: impl Into<String>) -> Self {
         Self {
             code: None,
             message: message.into(),
@@ -27,7 +27,7 @@ impl CliError {
     }
 
     /// A failure with a hipObject code.
-    pub fn coded(code: ErrorKind, message: impl Into<String>) -> Self {
+    pub(crate) fn coded(code: ErrorKind, message: impl Into<String>) -> Self {
         Self {
             code: Some(code),
             message: message.into(),
@@ -36,7 +36,7 @@ impl CliError {
 }
 
 /// The name of a code as the C API spells it.
-pub fn code_name(kind: ErrorKind) -> &'static str {
+pub(crate) fn code_name(kind: ErrorKind) -> &'static str {
     match kind {
         ErrorKind::InvalidValue => "hipObjInvalidValue",
         ErrorKind::NotInitialized => "hipObjNotInitialized",

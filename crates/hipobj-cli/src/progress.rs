@@ -9,17 +9,17 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// Transfers smaller than this finish too soon for a bar to help.
-pub const THRESHOLD: u64 = 16 << 20;
+pub(crate) const THRESHOLD: u64 = 16 << 20;
 
 /// A transfer's progress bar, or nothing.
 #[derive(Debug)]
-pub struct Progress(Option<ProgressBar>);
+pub(crate) struct Progress(Option<ProgressBar>);
 
 impl Progress {
     /// A bar for `total` bytes, `what` naming the transfer (`put
     /// s3://b/k`), when stderr is a terminal and `total` is at least
     /// [`THRESHOLD`].
-    pub fn new(what: &str, total: u64) -> Self {
+    pub(crate) fn new(what: &str, total: u64) -> Self {
         if total < THRESHOLD || !std::io::stderr().is_terminal() {
             return Self(None);
         }
@@ -38,7 +38,7 @@ impl Progress {
     }
 
     /// `n` more bytes moved.
-    pub fn add(&self, n: u64) {
+    pub(crate) fn add(&self, n: u64) {
         if let Some(b) = &self.0 {
             b.inc(n);
         }

@@ -16,15 +16,15 @@ use crate::error::{CliError, CliResult};
 use crate::progress::Progress;
 
 /// Largest buffer one registration may cover.
-pub const MAX_PART: u64 = 4 << 30;
+pub(crate) const MAX_PART: u64 = 4 << 30;
 /// S3's smallest part but the last.
-pub const MIN_PART: u64 = 5 << 20;
+pub(crate) const MIN_PART: u64 = 5 << 20;
 /// S3's most parts in one upload.
-pub const MAX_PARTS: u64 = 10_000;
+pub(crate) const MAX_PARTS: u64 = 10_000;
 
 /// `s3://bucket/key`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct S3Url {
+pub(crate) struct S3Url {
     /// The bucket.
     pub bucket: String,
     /// The key (may be a prefix for `bench`).
@@ -33,7 +33,7 @@ pub struct S3Url {
 
 impl S3Url {
     /// Parses `s3://bucket/key`; `need_key` says whether an empty key is an error.
-    pub fn parse(url: &str, need_key: bool) -> CliResult<Self> {
+    pub(crate) fn parse(url: &str, need_key: bool) -> CliResult<Self> {
         let rest = url
             .strip_prefix("s3://")
             .ok_or_else(|| CliError::plain(format!("{url:?} is not an S3 URL: write s3://bucket/key")))?;
@@ -57,7 +57,7 @@ impl S3Url {
 
 /// Options shared by the commands that talk to S3.
 #[derive(Clone, Debug, clap::Args)]
-pub struct Conn {
+pub(crate) struct Conn {
     /// The S3 endpoint (default: AWS, from the region). Path-style addressing is used with it.
     /// Several gateways over one store: repeat the flag or give a comma list; calls go to the
     /// first and move on to the next when a gateway does not answer.
@@ -87,7 +87,7 @@ pub struct Conn {
 
 /// The RDMA side of a session: the library's client and, over it, one
 /// `RdmaS3Client` per endpoint with failover.
-pub struct Rdma {
+pub(crate) struct Rdma {
     /// The library's client (registers buffers).
     pub client: hipobj::Client,
     /// The endpoints' RDMA clients.
@@ -106,7 +106,7 @@ fn failover_policy() -> RetryPolicy {
 }
 
 /// Everything a command needs to move objects.
-pub struct Session {
+pub(crate) struct Session {
     /// The runtime the SDK runs on (two workers: the calls block on it).
     pub rt: tokio::runtime::Runtime,
     /// The endpoints as given, for messages (empty: AWS's own).
@@ -122,13 +122,13 @@ pub struct Session {
 
 impl Session {
     /// Loads the credentials and region, builds the S3 clients, and opens the NIC.
-    pub fn open(conn: &Conn) -> CliResult<Self> {
+    pub(crate) fn open(conn: &Conn) -> CliResult<Self> {
         Self::open_with(conn, None)
     }
 
     /// As [`Session::open`], with the library's settings given instead of
     /// read from the environment.
-    pub fn open_with(conn: &Conn, options: Option<hipobj::Options>) -> CliResult<Self> {
+    pub(crate) fn open_with(conn: &Conn, options: Option<hipobj::Options>) -> CliResult<Self> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name(crate::cpu::RUNTIME_THREAD_NAME)
@@ -171,7 +171,7 @@ impl Session {
     }
 
     /// Says on stderr, once, that RDMA is not used and why.
-    pub fn warn_no_rdma(&self) {
+    pub(crate) fn warn_no_rdma(&self) {
         if let Err(e) = &self.rdma {
             eprintln!("hipobj: no RDMA: {e}; using plain HTTP");
         }
@@ -204,7 +204,7 @@ impl Session {
     /// current endpoint, and on the next ones while it fails in a way that
     /// says the gateway is the problem (each endpoint is tried once). The
     /// error names `url`.
-    pub fn plain<T>(
+    pub(crate) fn plain<T>(
         &self,
         url: &S3Url,
         call: impl FnMut(&aws_sdk_s3::Client) -> hipobj_s3::Result<T>,
@@ -232,14 +232,14 @@ impl Session {
 
     /// The S3 client of the endpoint calls go to first (the first given,
     /// until a failover moved on). `hipobj bench` measures that one gateway.
-    pub fn s3_client(&self) -> &aws_sdk_s3::Client {
+    pub(crate) fn s3_client(&self) -> &aws_sdk_s3::Client {
         &self.plain.endpoints()[self.current()]
     }
 
     /// Runs an RDMA call through `FailoverClient` from the current
     /// endpoint, says on stderr where it failed over, and stays where it
     /// was served.
-    pub fn rdma_call<T>(
+    pub(crate) fn rdma_call<T>(
         &self,
         rdma: &Rdma,
         url: &S3Url,
@@ -342,7 +342,7 @@ fn check_endpoint(url: &str) -> CliResult {
 
 /// Parses a size: `4096`, `4KiB`, `1MiB`, `64MB`, `2GiB` (binary units
 /// for both spellings; `k`/`m`/`g` alone too).
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
@@ -361,7 +361,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 }
 
 /// A human size.
-pub fn human(n: u64) -> String {
+pub(crate) fn human(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = n as f64;
     let mut u = 0;
@@ -380,7 +380,7 @@ pub fn human(n: u64) -> String {
 
 /// Resolves `--range` (`A-B`, `A-`, `-N`, with or without `bytes=`) against
 /// the object's size into (first byte, length).
-pub fn resolve_range(range: &str, size: u64) -> CliResult<(u64, u64)> {
+pub(crate) fn resolve_range(range: &str, size: u64) -> CliResult<(u64, u64)> {
     let r = range.trim().strip_prefix("bytes=").unwrap_or(range.trim());
     let bad = || CliError::plain(format!("--range {range:?} is not A-B, A- or -N"));
     let (a, b) = r.split_once('-').ok_or_else(bad)?;
@@ -478,7 +478,7 @@ impl Sink {
 }
 
 /// An I/O error as words, without Rust's `(os error N)` suffix.
-pub fn io_reason(e: &std::io::Error) -> String {
+pub(crate) fn io_reason(e: &std::io::Error) -> String {
     let s = e.to_string();
     match s.find(" (os error") {
         Some(i) => s[..i].to_lowercase(),
@@ -560,7 +560,7 @@ fn url_error(url: &S3Url, e: hipobj_s3::Error) -> CliError {
 }
 
 /// `hipobj get`.
-pub fn get(
+pub(crate) fn get(
     session: &Session,
     url: &S3Url,
     target: &str,
@@ -738,7 +738,7 @@ impl Source {
 }
 
 /// Checks `--part-size` and the number of parts an object of `size` needs.
-pub fn check_part_size(part_size: u64, size: u64) -> CliResult {
+pub(crate) fn check_part_size(part_size: u64, size: u64) -> CliResult {
     if part_size > MAX_PART {
         return Err(CliError::coded(
             ErrorKind::SizeTooLarge,
@@ -769,7 +769,7 @@ pub fn check_part_size(part_size: u64, size: u64) -> CliResult {
 }
 
 /// `hipobj put`.
-pub fn put(session: &Session, src: &str, url: &S3Url, part_size: u64, parallel: usize) -> CliResult {
+pub(crate) fn put(session: &Session, src: &str, url: &S3Url, part_size: u64, parallel: usize) -> CliResult {
     let mut source = Source::open(src)?;
     let size = source.len();
     check_part_size(part_size, size)?;

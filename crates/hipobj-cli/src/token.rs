@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use crate::error::{CliError, CliResult};
 
 /// The fields of a token, as JSON.
-pub fn token_json(t: &Token) -> Value {
+pub(crate) fn token_json(t: &Token) -> Value {
     let gid = std::net::Ipv6Addr::from(t.gid);
     json!({
         "transport": match t.transport { Transport::Rc => "RC", Transport::Dc => "DC" },
@@ -38,7 +38,7 @@ fn token_text(t: &Token, indent: &str) -> String {
 }
 
 /// `hipobj token decode TOKEN`.
-pub fn decode(token: &str, as_json: bool) -> CliResult<String> {
+pub(crate) fn decode(token: &str, as_json: bool) -> CliResult<String> {
     let t = Token::decode(token.trim().as_bytes()).map_err(|e| {
         CliError::coded(
             hipobj::ErrorKind::InvalidValue,
@@ -53,7 +53,7 @@ pub fn decode(token: &str, as_json: bool) -> CliResult<String> {
 }
 
 /// `hipobj reply parse VALUE`.
-pub fn parse_reply(value: &str, as_json: bool) -> CliResult<String> {
+pub(crate) fn parse_reply(value: &str, as_json: bool) -> CliResult<String> {
     let r = hipobj_proto::parse_reply(value.as_bytes()).map_err(|e| {
         CliError::coded(
             hipobj::ErrorKind::S3Error,

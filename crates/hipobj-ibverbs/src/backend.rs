@@ -356,7 +356,7 @@ impl ProtectionDomain for IbPd {
 }
 
 /// A type-2 memory window.
-pub struct IbMw {
+pub(crate) struct IbMw {
     pd: Arc<Pd>,
     raw: Mw,
     /// The key of the latest bind posted.

@@ -15,7 +15,7 @@ use std::fmt;
 use base64_simd::STANDARD;
 
 /// The algorithm name in the `x-amz-rdma-checksum` value.
-pub const ALGORITHM: &str = "CRC64NVME";
+pub(crate) const ALGORITHM: &str = "CRC64NVME";
 
 /// A CRC-64/NVME value (the CRC of S3's `CRC64NVME` checksum algorithm).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -60,13 +60,18 @@ pub enum Refusal {
 impl core::fmt::Display for Refusal {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match *self {
-            Self::NotThisGrant => f.write_str("a WRITE WITH IMMEDIATE carried another grant's immediate value"),
+            Self::NotThisGrant => {
+                f.write_str("a WRITE WITH IMMEDIATE carried another grant's immediate value")
+            }
             Self::Piece { landed, len } => write!(
                 f,
                 "a WRITE WITH IMMEDIATE placed {landed} of the {len} bytes: a GET is one WRITE of the whole range, and the bytes it did not cover may be stale"
             ),
             Self::Past { landed, len } => {
-                write!(f, "a WRITE WITH IMMEDIATE placed {landed} bytes, more than the {len} of the range")
+                write!(
+                    f,
+                    "a WRITE WITH IMMEDIATE placed {landed} bytes, more than the {len} of the range"
+                )
             }
             Self::Extra => f.write_str("a second WRITE WITH IMMEDIATE landed: a GET is one WRITE"),
             Self::Missing => f.write_str("no WRITE WITH IMMEDIATE landed"),
@@ -85,7 +90,11 @@ pub struct Tally {
 impl Tally {
     /// A GET of `len` bytes granted under `key`, nothing proven yet.
     pub const fn new(key: u32, len: u64) -> Self {
-        Self { key, len, done: false }
+        Self {
+            key,
+            len,
+            done: false,
+        }
     }
 
     /// Counts one WRITE WITH IMMEDIATE's receive completion: its immediate
@@ -99,10 +108,16 @@ impl Tally {
         }
         let landed = u64::from(byte_len);
         if landed < self.len {
-            return Err(Refusal::Piece { landed, len: self.len });
+            return Err(Refusal::Piece {
+                landed,
+                len: self.len,
+            });
         }
         if landed > self.len {
-            return Err(Refusal::Past { landed, len: self.len });
+            return Err(Refusal::Past {
+                landed,
+                len: self.len,
+            });
         }
         self.done = true;
         Ok(())
@@ -142,7 +157,10 @@ mod tests {
         let mut t = Tally::new(key, len);
         assert_eq!(t.add(key ^ 1, len as u32), Err(Refusal::NotThisGrant));
         let mut t = Tally::new(key, len);
-        assert_eq!(t.add(key, len as u32 + 1), Err(Refusal::Past { landed: len + 1, len }));
+        assert_eq!(
+            t.add(key, len as u32 + 1),
+            Err(Refusal::Past { landed: len + 1, len })
+        );
         // The key alone on an empty WRITE moves nothing.
         let mut t = Tally::new(key, len);
         assert_eq!(t.add(key, 0), Err(Refusal::Piece { landed: 0, len }));

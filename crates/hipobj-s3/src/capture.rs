@@ -50,7 +50,7 @@ pub(crate) struct Exchange {
 impl Exchange {
     /// Whether the answer was a binding round (a 409 reply naming a server
     /// QP).
-    pub fn is_bind(&self) -> bool {
+    pub(crate) fn is_bind(&self) -> bool {
         self.reply
             .as_deref()
             .and_then(|r| hipobj_proto::parse_reply(r.as_bytes()).ok())
@@ -60,7 +60,7 @@ impl Exchange {
     /// Whether the answer carried an `x-amz-rdma-reply` other than `501`
     /// (a binding round, a success, a refusal): the server speaks the
     /// binding exchange.
-    pub fn speaks_binding(&self) -> bool {
+    pub(crate) fn speaks_binding(&self) -> bool {
         self.reply
             .as_deref()
             .and_then(|r| hipobj_proto::parse_reply(r.as_bytes()).ok())
@@ -70,14 +70,14 @@ impl Exchange {
     /// Whether a server took the request as a plain one: a success without
     /// an `x-amz-rdma-reply` (for a PutObject, an object stored from the
     /// empty body).
-    pub fn stored_without_rdma(&self) -> bool {
+    pub(crate) fn stored_without_rdma(&self) -> bool {
         self.reply.is_none() && self.status.is_some_and(|s| (200..300).contains(&s))
     }
 
     /// Why RDMA was declined, when it was: reply `501`, HTTP 501 without a
     /// reply, or a success without a reply header (a server that does not
     /// know the protocol).
-    pub fn declined(&self) -> Option<String> {
+    pub(crate) fn declined(&self) -> Option<String> {
         let status = self.status?;
         match self.reply.as_deref() {
             Some(r) => {
@@ -101,7 +101,7 @@ impl Exchange {
     /// A 501 reply header counts as well as the status: elbencho's HTTP
     /// library turns the 501 of a declined *ranged* GET into HTTP 416 and
     /// keeps the headers.
-    pub fn unsupported(&self) -> bool {
+    pub(crate) fn unsupported(&self) -> bool {
         let declined = self.status == Some(501) || self.reply.as_deref().map(str::trim) == Some("501");
         declined
             && self.protocol_status.as_deref().is_some_and(|v| {
@@ -111,22 +111,22 @@ impl Exchange {
     }
 
     /// The `x-amz-rdma-*` headers as `(name, value)` pairs.
-    pub fn rdma_headers(&self) -> impl Iterator<Item = (&str, &[u8])> {
+    pub(crate) fn rdma_headers(&self) -> impl Iterator<Item = (&str, &[u8])> {
         self.rdma.iter().map(|(n, v)| (n.as_str(), v.as_slice()))
     }
 
     /// The error the S3 exchange ended in, if it was one.
-    pub fn error(&self, _op: &str) -> Option<Error> {
+    pub(crate) fn error(&self, _op: &str) -> Option<Error> {
         self.failure.clone()
     }
 
     /// The whole object's size, from `Content-Range`.
-    pub fn object_size(&self) -> Option<u64> {
+    pub(crate) fn object_size(&self) -> Option<u64> {
         self.content_range.as_deref().and_then(total_of_content_range)
     }
 
     /// The length of the range in `Content-Range`.
-    pub fn range_len(&self) -> Option<u64> {
+    pub(crate) fn range_len(&self) -> Option<u64> {
         let r = self.content_range.as_deref()?.trim().strip_prefix("bytes ")?;
         let (span, _) = r.split_once('/')?;
         let (a, b) = span.split_once('-')?;
@@ -154,12 +154,12 @@ impl Capture {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub fn set_body(&self, body: Bytes) {
+    pub(crate) fn set_body(&self, body: Bytes) {
         self.lock().body = Some(body);
     }
 
     /// The exchange, with the call's failure.
-    pub fn finish(&self, failure: Option<Error>) -> Exchange {
+    pub(crate) fn finish(&self, failure: Option<Error>) -> Exchange {
         let mut ex = self.lock().clone();
         ex.failure = failure;
         if ex.reply.is_some() {

@@ -41,15 +41,15 @@ pub enum Protocol {
 pub(crate) struct Memory(Arc<Mutex<Protocol>>, Arc<AtomicBool>);
 
 impl Memory {
-    pub fn get(&self) -> Protocol {
+    pub(crate) fn get(&self) -> Protocol {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
-    pub fn set(&self, p: Protocol) {
+    pub(crate) fn set(&self, p: Protocol) {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner) = p;
     }
 
-    pub fn v2_parts(&self) -> bool {
+    pub(crate) fn v2_parts(&self) -> bool {
         self.1.load(Ordering::Relaxed)
     }
 

@@ -373,7 +373,11 @@ fn over_hipobj_rc_v2_a_get_over_the_staging_limit_goes_as_ranged_gets_by_rdma() 
         .unwrap();
     assert!(t.rdma && t.bytes == SIZE as u64, "{t:?}");
     assert!(reg.to_vec() == data, "the bytes differ the second time");
-    assert_eq!(metric(addr, "hipobj_rdma_v2_errors_total"), refusals, "refused again");
+    assert_eq!(
+        metric(addr, "hipobj_rdma_v2_errors_total"),
+        refusals,
+        "refused again"
+    );
     assert_eq!(metric(addr, "hipobj_rdma_bytes_written_total"), 2 * SIZE as u64);
     w.rt.block_on(w.server.shutdown());
 }
@@ -402,7 +406,10 @@ fn over_hipobj_rc_v2_parts_and_ranges_go_in_flight_each_a_session_of_its_own() {
     drop(reg);
     assert_eq!(uploads_left(&w), 0);
     let most_put = std::mem::take(&mut *front.most.lock().unwrap());
-    assert!(most_put >= 2, "the PUT's parts went one session at a time ({most_put})");
+    assert!(
+        most_put >= 2,
+        "the PUT's parts went one session at a time ({most_put})"
+    );
 
     let mut reg = h.register(vec![0u8; SIZE]).unwrap();
     let t = c
@@ -411,7 +418,10 @@ fn over_hipobj_rc_v2_parts_and_ranges_go_in_flight_each_a_session_of_its_own() {
     assert!(t.rdma && t.declined.is_none() && t.bytes == SIZE as u64, "{t:?}");
     assert!(reg.to_vec() == data, "the bytes differ");
     let most_get = *front.most.lock().unwrap();
-    assert!(most_get >= 2, "the GET's ranges went one session at a time ({most_get})");
+    assert!(
+        most_get >= 2,
+        "the GET's ranges went one session at a time ({most_get})"
+    );
 
     let addr = w.server.addr();
     assert_eq!(metric(addr, "hipobj_rdma_bytes_read_total"), SIZE as u64);

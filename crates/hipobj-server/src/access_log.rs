@@ -27,27 +27,27 @@ use hyper::body::{Body, Frame, SizeHint};
 use crate::metrics::{Direction, Metrics};
 
 /// The tracing target of access log lines.
-pub const TARGET: &str = "hipobj_access";
+pub(crate) const TARGET: &str = "hipobj_access";
 
 /// The most bytes of a client-chosen field written to a line.
-pub const MAX_FIELD: usize = 1024;
+pub(crate) const MAX_FIELD: usize = 1024;
 
 /// Where the S3 access policy writes the operation s3s resolved (a request
 /// extension; `crate::s3::access`).
 #[derive(Clone, Debug, Default)]
-pub struct OperationSlot(Arc<OnceLock<&'static str>>);
+pub(crate) struct OperationSlot(Arc<OnceLock<&'static str>>);
 
 impl OperationSlot {
     /// Notes the operation, one of [`crate::operation`]'s names (the
     /// first note stays).
-    pub fn set(&self, name: &'static str) {
+    pub(crate) fn set(&self, name: &'static str) {
         let _ = self.0.set(name);
     }
 }
 
 /// One request, from its head to its response's end.
 #[derive(Debug)]
-pub struct Record {
+pub(crate) struct Record {
     start: Instant,
     remote: Option<SocketAddr>,
     access_key: Option<String>,
@@ -65,14 +65,14 @@ pub struct Record {
 }
 
 /// A new request id: 16 upper-case hex digits, as `x-amz-request-id`.
-pub fn new_request_id() -> String {
+pub(crate) fn new_request_id() -> String {
     let id = uuid::Uuid::new_v4().simple().to_string().to_ascii_uppercase();
     id[..16].to_owned()
 }
 
 impl Record {
     /// Starts the record of `req`, whose response will carry `request_id`.
-    pub fn begin<B>(req: &http::Request<B>, request_id: String, metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn begin<B>(req: &http::Request<B>, request_id: String, metrics: Arc<Metrics>) -> Self {
         let path = req.uri().path();
         let (bucket, key) = match path.trim_start_matches('/').split_once('/') {
             Some((b, k)) => (b, k),
@@ -99,22 +99,22 @@ impl Record {
     }
 
     /// The slot the access policy fills.
-    pub fn slot(&self) -> OperationSlot {
+    pub(crate) fn slot(&self) -> OperationSlot {
         self.slot.clone()
     }
 
     /// Names the operation of a request the server answers itself.
-    pub fn set_operation(&mut self, name: &'static str) {
+    pub(crate) fn set_operation(&mut self, name: &'static str) {
         self.fixed = Some(name);
     }
 
     /// Notes the response's status.
-    pub fn set_status(&mut self, status: http::StatusCode) {
+    pub(crate) fn set_status(&mut self, status: http::StatusCode) {
         self.status = Some(status.as_u16());
     }
 
     /// `body`, its bytes counted into this record and the metrics.
-    pub fn count_request<B>(&self, body: B) -> Counted<B> {
+    pub(crate) fn count_request<B>(&self, body: B) -> Counted<B> {
         Counted {
             inner: body,
             direction: Direction::In,
@@ -173,7 +173,7 @@ fn cut(mut s: String) -> String {
 /// `Authorization` or `X-Amz-Credential`), or SigV2's `AWS id:` and
 /// `AWSAccessKeyId`. Only the id: the text after it (the scope, the
 /// signature) is not kept.
-pub fn access_key_id(headers: &http::HeaderMap, query: Option<&str>) -> Option<String> {
+pub(crate) fn access_key_id(headers: &http::HeaderMap, query: Option<&str>) -> Option<String> {
     if let Some(auth) = headers
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -204,7 +204,7 @@ pub fn access_key_id(headers: &http::HeaderMap, query: Option<&str>) -> Option<S
 /// and the metrics, response bodies into the metrics and, at its end, the
 /// record it carries).
 #[derive(Debug)]
-pub struct Counted<B> {
+pub(crate) struct Counted<B> {
     inner: B,
     direction: Direction,
     bytes: Arc<AtomicU64>,
@@ -245,14 +245,14 @@ where
 
 /// A response body that writes its request's [`Record`] when it is done.
 #[derive(Debug)]
-pub struct Logged {
+pub(crate) struct Logged {
     inner: Counted<s3s::Body>,
     record: Record,
 }
 
 impl Logged {
     /// `body`, counted, with `record` written when it ends.
-    pub fn new(body: s3s::Body, record: Record) -> Self {
+    pub(crate) fn new(body: s3s::Body, record: Record) -> Self {
         Self {
             inner: Counted {
                 inner: body,

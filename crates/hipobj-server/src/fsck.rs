@@ -9,7 +9,7 @@ use hipobj_store::fs::{FsckOptions, FsckReport, fsck};
 
 /// What `fsck` and `scrub` take.
 #[derive(clap::Args, Debug)]
-pub struct FsckArgs {
+pub(crate) struct FsckArgs {
     /// Data directory (else the configuration's).
     #[arg(short, long)]
     pub data_dir: Option<PathBuf>,
@@ -41,7 +41,7 @@ fn setting(s: &str) -> Result<(String, String, String), String> {
 
 /// Runs the walk; exit 0 when nothing is wrong, 1 when something is, 2
 /// when the walk itself failed.
-pub fn run(data_dir: PathBuf, owner_records: bool, args: FsckArgs, scrub: bool) -> ExitCode {
+pub(crate) fn run(data_dir: PathBuf, owner_records: bool, args: FsckArgs, scrub: bool) -> ExitCode {
     let opts = FsckOptions {
         owner_records,
         scrub,

@@ -24,19 +24,19 @@ use s3s::{Body, S3, S3Request};
 use crate::rdma::Rdma;
 
 /// How long a probe's answer is reused.
-pub const CACHE_FOR: Duration = Duration::from_secs(1);
+pub(crate) const CACHE_FOR: Duration = Duration::from_secs(1);
 
 /// How long the store may take to answer a probe before it counts as not
 /// answering.
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The paths served here (bucket names cannot start with `.`, so none
 /// hides a bucket).
-pub const LIVE: &str = "/.hipobj/live";
+pub(crate) const LIVE: &str = "/.hipobj/live";
 /// Readiness.
-pub const READY: &str = "/.hipobj/ready";
+pub(crate) const READY: &str = "/.hipobj/ready";
 /// Readiness under the name it had before `/.hipobj/ready` existed.
-pub const HEALTH: &str = "/.hipobj/health";
+pub(crate) const HEALTH: &str = "/.hipobj/health";
 
 /// What the readiness probe asks.
 #[derive(Clone)]

@@ -256,7 +256,7 @@ impl Keys {
 
 /// Logs a reload's outcome: the keys added, removed and changed (access
 /// key ids only), or why the file was refused.
-pub fn log_reload(why: &str, done: &Result<Change, KeysError>) {
+pub(crate) fn log_reload(why: &str, done: &Result<Change, KeysError>) {
     match done {
         Ok(c) if c.is_empty() => tracing::info!("{why}: credentials file read again; no key changed"),
         Ok(c) => tracing::info!(
@@ -271,7 +271,7 @@ pub fn log_reload(why: &str, done: &Result<Change, KeysError>) {
 
 /// Warns when the credentials file may be read by users other than its
 /// owner and group.
-pub fn warn_if_readable_by_others(path: &Path) {
+pub(crate) fn warn_if_readable_by_others(path: &Path) {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt as _;
@@ -288,7 +288,7 @@ pub fn warn_if_readable_by_others(path: &Path) {
 
 /// Reads the credentials file every `every` and reloads it when its
 /// content changed, until `stopped`.
-pub async fn watch(keys: Arc<Keys>, every: Duration, mut stopped: watch::Receiver<bool>) {
+pub(crate) async fn watch(keys: Arc<Keys>, every: Duration, mut stopped: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
@@ -306,13 +306,13 @@ pub async fn watch(keys: Arc<Keys>, every: Duration, mut stopped: watch::Receive
 }
 
 /// What an unknown (or revoked) access key id is told.
-pub const UNKNOWN_KEY: &str = "The access key id you signed with is not known to this server.";
+pub(crate) const UNKNOWN_KEY: &str = "The access key id you signed with is not known to this server.";
 
 /// s3s's auth over [`Keys`]: each request's key is looked up in the set
 /// in service when the request starts. An unknown key is
 /// `403 InvalidAccessKeyId`, as S3 answers it.
 #[derive(Clone, Debug)]
-pub struct LiveAuth(pub Arc<Keys>);
+pub(crate) struct LiveAuth(pub Arc<Keys>);
 
 #[async_trait::async_trait]
 impl s3s::auth::S3Auth for LiveAuth {

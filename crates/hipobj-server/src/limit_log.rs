@@ -13,7 +13,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// The shortest time between two lines of one limit.
-pub const EVERY: Duration = Duration::from_secs(10);
+pub(crate) const EVERY: Duration = Duration::from_secs(10);
 
 /// The last line of each limit.
 #[derive(Debug, Default)]

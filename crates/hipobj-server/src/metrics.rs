@@ -27,7 +27,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 /// The `Content-Type` of the metrics text (Prometheus text format 0.0.4).
-pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+pub(crate) const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
 /// Upper bounds of the latency histogram's buckets, in seconds.
 const LATENCY_BUCKETS: [f64; 15] = [
@@ -145,7 +145,7 @@ impl Default for Metrics {
 }
 
 /// Adds one to a counter.
-pub fn inc(c: &AtomicU64) {
+pub(crate) fn inc(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
@@ -248,7 +248,7 @@ fn encode_value(
 }
 
 /// Encodes `entries` alone (what [`crate::cpu::render`] serves).
-pub fn encode_entries(entries: Vec<Entry>) -> String {
+pub(crate) fn encode_entries(entries: Vec<Entry>) -> String {
     let mut r = Registry::default();
     r.register_collector(Box::new(Scraped(entries)));
     let mut s = String::new();
@@ -272,7 +272,7 @@ pub struct Scrape {
 
 /// Bytes free to an unprivileged writer and the size of the file system
 /// holding `dir`.
-pub fn disk_space(dir: &std::path::Path) -> std::io::Result<(u64, u64)> {
+pub(crate) fn disk_space(dir: &std::path::Path) -> std::io::Result<(u64, u64)> {
     let s = rustix::fs::statvfs(dir).map_err(std::io::Error::from)?;
     let unit = if s.f_frsize > 0 { s.f_frsize } else { s.f_bsize };
     Ok((s.f_bavail.saturating_mul(unit), s.f_blocks.saturating_mul(unit)))

@@ -15,7 +15,7 @@ use crate::rdma::Rdma;
 
 /// What a scrape reads.
 #[derive(Clone, Debug)]
-pub struct Source {
+pub(crate) struct Source {
     /// The counters.
     pub metrics: Arc<Metrics>,
     /// The RDMA engine, for the binding count.
@@ -28,7 +28,7 @@ pub struct Source {
 
 impl Source {
     /// The Prometheus text of everything, read now.
-    pub async fn render(&self) -> String {
+    pub(crate) async fn render(&self) -> String {
         let disk = match self.data_dir.clone() {
             Some(dir) => tokio::task::spawn_blocking(move || crate::metrics::disk_space(&dir))
                 .await
@@ -51,13 +51,13 @@ impl Source {
 
 /// Who may read the metrics: anyone, or a request bearing the token.
 #[derive(Clone, Debug, Default)]
-pub struct Access {
+pub(crate) struct Access {
     token: Option<Arc<str>>,
 }
 
 impl Access {
     /// `token` (`metrics_token`), when set, is required.
-    pub fn new(token: Option<&str>) -> Self {
+    pub(crate) fn new(token: Option<&str>) -> Self {
         Self {
             token: token.filter(|t| !t.is_empty()).map(Arc::from),
         }
@@ -66,7 +66,7 @@ impl Access {
     /// Whether `headers` carry `Authorization: Bearer <token>` (or no token
     /// is required). The comparison takes the same time wherever the
     /// first difference is.
-    pub fn allows(&self, headers: &http::HeaderMap) -> bool {
+    pub(crate) fn allows(&self, headers: &http::HeaderMap) -> bool {
         let Some(token) = &self.token else {
             return true;
         };
@@ -80,7 +80,7 @@ impl Access {
 }
 
 /// The answer to a metrics request: the text, or `401` with nothing in it.
-pub async fn answer(
+pub(crate) async fn answer(
     source: &Source,
     access: &Access,
     headers: &http::HeaderMap,
@@ -110,7 +110,7 @@ fn not_found() -> http::Response<s3s::Body> {
 }
 
 /// Binds `addr` for the metrics listener.
-pub async fn bind(addr: SocketAddr) -> Result<TcpListener, crate::Error> {
+pub(crate) async fn bind(addr: SocketAddr) -> Result<TcpListener, crate::Error> {
     TcpListener::bind(addr)
         .await
         .map_err(|e| crate::Error::Io(format!("binding metrics_listen {addr}"), e))
@@ -123,7 +123,7 @@ async fn stop_requested(rx: &mut watch::Receiver<bool>) {
 
 /// Serves `GET /metrics` (and `/.hipobj/metrics`) on `listener` until
 /// `stopped`; every other request is `404`.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     source: Source,
     access: Access,

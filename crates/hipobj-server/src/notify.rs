@@ -9,12 +9,12 @@ use sd_notify::NotifyState;
 
 /// Tells the service manager the server is serving: the listener is bound
 /// (connections queue from now on) and the store is open.
-pub fn ready() {
+pub(crate) fn ready() {
     send(&[NotifyState::Ready, NotifyState::Status("serving")], "READY=1");
 }
 
 /// Tells the service manager the server has begun to stop.
-pub fn stopping() {
+pub(crate) fn stopping() {
     send(
         &[
             NotifyState::Stopping,

@@ -3,7 +3,7 @@
 //! its value from this list only, so it has a bounded set of values.
 
 /// Every operation s3s routes to, sorted.
-pub const S3: &[&str] = &[
+pub(crate) const S3: &[&str] = &[
     "AbortMultipartUpload",
     "CompleteMultipartUpload",
     "CopyObject",
@@ -107,18 +107,18 @@ pub const S3: &[&str] = &[
 
 /// What the label says for a request refused before its S3 operation was
 /// known (a bad signature, an unparsable request).
-pub const UNKNOWN: &str = "unknown";
+pub(crate) const UNKNOWN: &str = "unknown";
 /// `/.hipobj-rc/*`: hipobj-rc-v2 control requests.
-pub const RC_V2: &str = "RdmaV2Control";
+pub(crate) const RC_V2: &str = "RdmaV2Control";
 /// `/.hipobj/metrics`.
-pub const METRICS: &str = "Metrics";
+pub(crate) const METRICS: &str = "Metrics";
 /// `/.hipobj/health`.
-pub const HEALTH: &str = "Health";
+pub(crate) const HEALTH: &str = "Health";
 /// `OPTIONS`: a CORS preflight.
-pub const PREFLIGHT: &str = "Preflight";
+pub(crate) const PREFLIGHT: &str = "Preflight";
 
 /// `name` as one of [`S3`], or [`UNKNOWN`].
-pub fn lookup(name: &str) -> &'static str {
+pub(crate) fn lookup(name: &str) -> &'static str {
     S3.binary_search(&name).map_or(UNKNOWN, |i| S3[i])
 }
 

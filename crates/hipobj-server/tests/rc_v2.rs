@@ -236,7 +236,7 @@ async fn each_refusal_has_its_status() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_get_through_the_server_moves_the_objects_bytes_and_counts_as_rdma_and_one_over_the_staging_limit_is_413()
-{
+ {
     let (h, _dir) = start(Some("softroce-v2-get-srv")).await;
     let s3 = support::client(&h);
     s3.create_bucket().bucket("bkt").send().await.unwrap();

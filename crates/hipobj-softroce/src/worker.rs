@@ -38,7 +38,7 @@ pub(crate) struct Nic {
 }
 
 impl Nic {
-    pub fn new(engine: Engine, waker: Waker) -> Self {
+    pub(crate) fn new(engine: Engine, waker: Waker) -> Self {
         Self {
             engine: Mutex::new(engine),
             waker,
@@ -51,7 +51,7 @@ impl Nic {
     /// The engine. A panic while it was held leaves it as it was; the RC
     /// state stays consistent enough to fail work requests, so poisoning is
     /// ignored.
-    pub fn lock(&self) -> MutexGuard<'_, Engine> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Engine> {
         self.engine.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -107,7 +107,7 @@ pub(crate) struct Worker {
 }
 
 impl Worker {
-    pub fn spawn(
+    pub(crate) fn spawn(
         nic: Arc<Nic>,
         sock: Link,
         opts: WorkerOpts,

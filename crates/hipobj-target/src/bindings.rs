@@ -109,7 +109,7 @@ pub(crate) struct Bindings {
 }
 
 impl Bindings {
-    pub fn new(max: usize, idle: Duration) -> Self {
+    pub(crate) fn new(max: usize, idle: Duration) -> Self {
         Self {
             state: Mutex::new(State::default()),
             max: max.max(1),
@@ -119,20 +119,20 @@ impl Bindings {
 
     /// Live bindings (expired ones are dropped first, so a gauge of this
     /// falls when they expire, not at the next request).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         let mut st = lock(&self.state);
         let idle = self.idle;
         st.map.retain(|_, b| !b.expired(idle));
         st.map.len()
     }
 
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         lock(&self.state).map.clear();
     }
 
     /// Finds the caller's binding, or reserves room for a new one, making
     /// room by dropping the least recently used idle binding.
-    pub fn lookup(&self, key: &BindingKey) -> Lookup {
+    pub(crate) fn lookup(&self, key: &BindingKey) -> Lookup {
         let mut st = lock(&self.state);
         let idle = self.idle;
         st.map.retain(|_, b| !b.expired(idle));
@@ -172,7 +172,7 @@ impl Bindings {
     /// Fills a reservation. A bind for the same client QP under another key
     /// may have finished meanwhile: an unused one gives way; a used one
     /// wins, and this binding is dropped (false).
-    pub fn insert(&self, key: BindingKey, binding: Arc<Binding>) -> bool {
+    pub(crate) fn insert(&self, key: BindingKey, binding: Arc<Binding>) -> bool {
         let mut st = lock(&self.state);
         st.reserved = st.reserved.saturating_sub(1);
         let others: Vec<(BindingKey, bool)> = st
@@ -192,13 +192,13 @@ impl Bindings {
     }
 
     /// Gives a reservation back (connecting the QP failed).
-    pub fn unreserve(&self) {
+    pub(crate) fn unreserve(&self) {
         let mut st = lock(&self.state);
         st.reserved = st.reserved.saturating_sub(1);
     }
 
     /// Drops `key`'s binding if it is still the one with server QP `qpn`.
-    pub fn remove(&self, key: &BindingKey, qpn: u32) {
+    pub(crate) fn remove(&self, key: &BindingKey, qpn: u32) {
         let mut st = lock(&self.state);
         if st.map.get(key).is_some_and(|b| b.qpn == qpn) {
             st.map.remove(key);

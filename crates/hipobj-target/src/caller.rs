@@ -48,7 +48,7 @@ impl LocalAddresses for LoopbackOnly {
 
 /// The highest port number a token may name: ports are 1-based and 255 is
 /// the verbs' "no port" value, so 1..=254 whatever the NIC.
-pub const MAX_PORT: u8 = 254;
+pub(crate) const MAX_PORT: u8 = 254;
 
 /// Why no client could own `gid` as the address of its QP, or `None` when
 /// one could: a unicast address a host can have. IPv4-mapped GIDs must not

@@ -21,9 +21,9 @@ mod caller;
 pub mod double;
 mod pipeline;
 mod quota;
-mod staging;
 pub mod rc_v2;
 pub mod sigv4;
+mod staging;
 
 #[cfg(feature = "testing")]
 use double::Cheat;

@@ -56,7 +56,7 @@ pub(crate) struct Ring<'a> {
 
 impl<'a> Ring<'a> {
     /// One slot per buffer, each a whole buffer of `chunk` bytes.
-    pub fn per_buffer(buffers: &'a mut [RegisteredBuffer], chunk: usize) -> Self {
+    pub(crate) fn per_buffer(buffers: &'a mut [RegisteredBuffer], chunk: usize) -> Self {
         let slots = (0..buffers.len()).map(|i| (i, 0)).collect();
         Self {
             buffers,
@@ -66,7 +66,7 @@ impl<'a> Ring<'a> {
     }
 
     /// `n` slots of `chunk` bytes inside one buffer (of at least `n × chunk`).
-    pub fn split(buffers: &'a mut [RegisteredBuffer], n: usize, chunk: usize) -> Self {
+    pub(crate) fn split(buffers: &'a mut [RegisteredBuffer], n: usize, chunk: usize) -> Self {
         let slots = (0..n).map(|i| (0, i * chunk)).collect();
         Self {
             buffers,

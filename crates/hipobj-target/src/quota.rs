@@ -47,7 +47,7 @@ pub(crate) struct Charge {
 }
 
 impl Quotas {
-    pub fn new(limits: Limits) -> Arc<Self> {
+    pub(crate) fn new(limits: Limits) -> Arc<Self> {
         Arc::new(Self {
             limits,
             usage: Mutex::new(Usage::default()),
@@ -55,14 +55,14 @@ impl Quotas {
     }
 
     /// Sessions open now and staging bytes held now.
-    pub fn usage(&self) -> (usize, usize) {
+    pub(crate) fn usage(&self) -> (usize, usize) {
         let u = lock(&self.usage);
         (u.sessions, u.memory)
     }
 
     /// One more session for `key`, holding no memory yet; `Err` with why
     /// when the key or the server is at its limit.
-    pub fn session(self: &Arc<Self>, key: &str) -> Result<Charge, String> {
+    pub(crate) fn session(self: &Arc<Self>, key: &str) -> Result<Charge, String> {
         let mut u = lock(&self.usage);
         let mine = u.keys.get(key).map_or(0, |k| k.0);
         if mine >= self.limits.sessions_per_key {
@@ -89,7 +89,7 @@ impl Quotas {
 impl Charge {
     /// `bytes` more of staging memory for this session; `Err` with why when
     /// its key or the server would go over its budget.
-    pub fn memory(&mut self, bytes: usize) -> Result<(), String> {
+    pub(crate) fn memory(&mut self, bytes: usize) -> Result<(), String> {
         let q = &self.quotas;
         let mut u = lock(&q.usage);
         let mine = u.keys.get(&self.key).map_or(0, |k| k.1);

@@ -140,11 +140,18 @@ mod tests {
         assert!(matches!(e, Shortage::Busy(2)), "{e:?}");
         let waiter = {
             let (s, pd) = (s.clone(), pd.clone());
-            std::thread::spawn(move || s.take(pd.as_ref(), 8192, Duration::from_secs(30)).map(|b| b.len()))
+            std::thread::spawn(move || {
+                s.take(pd.as_ref(), 8192, Duration::from_secs(30))
+                    .map(|b| b.len())
+            })
         };
         std::thread::sleep(Duration::from_millis(20));
         s.give_back(Some(a));
-        assert_eq!(waiter.join().unwrap().unwrap(), 8192, "the returned buffer is reused");
+        assert_eq!(
+            waiter.join().unwrap().unwrap(),
+            8192,
+            "the returned buffer is reused"
+        );
         s.give_back(Some(b));
         assert_eq!(s.out(), 1);
     }

@@ -562,12 +562,20 @@ fn a_large_get_is_one_write_from_one_staging_buffer() {
         .serve(&c.caller, &c.token(BIG as u64), Request::Get(&mut src));
     assert_eq!(done(a), (200, BIG as u64));
     assert_eq!(rig.outstanding(), 0, "a work request outstanding after the call");
-    assert_eq!(rig.counts.posts.load(Ordering::SeqCst) - posts_before, 1, "WRITEs posted");
+    assert_eq!(
+        rig.counts.posts.load(Ordering::SeqCst) - posts_before,
+        1,
+        "WRITEs posted"
+    );
     let staged = rig.counts.peak_registered.load(Ordering::SeqCst) - registered_before;
     assert_eq!(staged, BIG as i64, "bytes registered to stage the GET");
     assert_eq!(src.calls, 1);
     assert_eq!(src.largest, BIG, "the source filled the staging buffer whole");
-    assert_eq!(c.landed(BIG as u64), 1, "one WRITE WITH IMMEDIATE the client counts");
+    assert_eq!(
+        c.landed(BIG as u64),
+        1,
+        "one WRITE WITH IMMEDIATE the client counts"
+    );
     check_client(&c, 0, BIG);
 }
 
@@ -664,7 +672,11 @@ fn a_store_read_error_mid_get_fails_the_call_with_nothing_written() {
         matches!(a, Err(TargetError::Store(ref m)) if m.contains("chunk 0")),
         "{a:?}"
     );
-    assert_eq!(rig.outstanding(), 0, "WRITEs left outstanding after a store error");
+    assert_eq!(
+        rig.outstanding(),
+        0,
+        "WRITEs left outstanding after a store error"
+    );
     assert_eq!(
         rig.counts.posts.load(Ordering::SeqCst),
         posts_before,
@@ -798,7 +810,11 @@ fn ranged_and_zero_byte_gets_carry_their_proof() {
         .target
         .serve(&c.caller, &c.token(4 << 20), Request::Get(&mut src));
     assert_eq!(done(a), (206, len));
-    assert_eq!(c.landed(len), 1, "a GET of many chunks is one WRITE WITH IMMEDIATE");
+    assert_eq!(
+        c.landed(len),
+        1,
+        "a GET of many chunks is one WRITE WITH IMMEDIATE"
+    );
     check_client(&c, 777, len as usize);
     let a = rig
         .target
@@ -949,7 +965,10 @@ fn a_get_finding_every_staging_buffer_out_is_busy_and_keeps_its_binding() {
         counts,
     };
     let len = 4u64 << 20;
-    let (first, second) = (rig.client("pipe-stage-a", len as usize), rig.client("pipe-stage-b", len as usize));
+    let (first, second) = (
+        rig.client("pipe-stage-a", len as usize),
+        rig.client("pipe-stage-b", len as usize),
+    );
     let registered_before = rig.counts.registered.load(Ordering::SeqCst);
     rig.counts.reset_peaks();
     let (started_tx, started) = std::sync::mpsc::channel();
@@ -961,12 +980,17 @@ fn a_get_finding_every_staging_buffer_out_is_busy_and_keeps_its_binding() {
                 started: started_tx,
                 go: go_rx,
             };
-            done(rig.target.serve(&first.caller, &first.token(len), Request::Get(&mut src)))
+            done(
+                rig.target
+                    .serve(&first.caller, &first.token(len), Request::Get(&mut src)),
+            )
         });
         started.recv().unwrap();
-        let a = rig
-            .target
-            .serve(&second.caller, &second.token(len), Request::Get(&mut Pattern::new(len)));
+        let a = rig.target.serve(
+            &second.caller,
+            &second.token(len),
+            Request::Get(&mut Pattern::new(len)),
+        );
         assert!(matches!(a, Err(TargetError::StagingBusy(1))), "{a:?}");
         let (_, writes) = second.tally(len);
         assert_eq!(writes, 0, "a busy GET wrote");
@@ -977,10 +1001,11 @@ fn a_get_finding_every_staging_buffer_out_is_busy_and_keeps_its_binding() {
     check_client(&first, 0, len as usize);
     // The retry on the kept binding: no 409, the object moves.
     assert_eq!(
-        done(
-            rig.target
-                .serve(&second.caller, &second.token(len), Request::Get(&mut Pattern::new(len)))
-        ),
+        done(rig.target.serve(
+            &second.caller,
+            &second.token(len),
+            Request::Get(&mut Pattern::new(len))
+        )),
         (200, len)
     );
     second.landed(len);
@@ -1025,9 +1050,11 @@ fn a_store_slower_than_the_completion_timeout_still_serves_the_get() {
     let rig = Rig { target, counts };
     let len = 1u64 << 20;
     let c = rig.client("pipe-slow-cli", len as usize);
-    let a = rig
-        .target
-        .serve(&c.caller, &c.token(len), Request::Get(&mut Slow(Pattern::new(len))));
+    let a = rig.target.serve(
+        &c.caller,
+        &c.token(len),
+        Request::Get(&mut Slow(Pattern::new(len))),
+    );
     assert_eq!(done(a), (200, len));
     c.landed(len);
     check_client(&c, 0, len as usize);

@@ -35,7 +35,7 @@ pub fn check_size(size: usize, what: &str) -> Result<()> {
 /// (docs/protocol.md §2), so a GET moves at most
 /// [`hipobj_proto::landed::MAX_LEN`] bytes; a larger object goes as ranged
 /// GETs.
-pub fn check_get_size(size: usize) -> Result<()> {
+pub(crate) fn check_get_size(size: usize) -> Result<()> {
     if size as u64 > hipobj_proto::landed::MAX_LEN {
         return Err(Error::new(
             ErrorKind::SizeTooLarge,

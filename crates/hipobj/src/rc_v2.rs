@@ -322,7 +322,10 @@ impl RcV2Session {
         } else {
             Err(failed(
                 ErrorKind::InvalidValue,
-                format!("{what} does not fit the session's state ({:?})", self.state.stage()),
+                format!(
+                    "{what} does not fit the session's state ({:?})",
+                    self.state.stage()
+                ),
             ))
         }
     }

@@ -82,7 +82,7 @@ pub(crate) struct V2State {
 
 impl V2State {
     /// A session not yet prepared.
-    pub fn new(dir: Direction) -> Self {
+    pub(crate) fn new(dir: Direction) -> Self {
         Self {
             dir,
             stage: Stage::Prepare,
@@ -91,19 +91,19 @@ impl V2State {
     }
 
     /// The stage.
-    pub fn stage(&self) -> Stage {
+    pub(crate) fn stage(&self) -> Stage {
         self.stage
     }
 
     /// The server's session id while a CANCEL is owed for it: from a
     /// PREPARE answer that named one until READY was answered.
-    pub fn cancel_owed(&self) -> Option<SessionId> {
+    pub(crate) fn cancel_owed(&self) -> Option<SessionId> {
         self.session
     }
 
     /// The stage a READY answer is taken in: connected (GET), the write
     /// posted (PUT).
-    pub fn ready_stage(&self) -> Stage {
+    pub(crate) fn ready_stage(&self) -> Stage {
         match self.dir {
             Direction::Get => Stage::Ready,
             Direction::Put => Stage::Writing,
@@ -111,13 +111,13 @@ impl V2State {
     }
 
     /// Whether the session ended, with success or not.
-    pub fn is_over(&self) -> bool {
+    pub(crate) fn is_over(&self) -> bool {
         matches!(self.stage, Stage::Done | Stage::Failed)
     }
 
     /// Takes `input`: the stage it leads to, or the misfit (nothing
     /// changed).
-    pub fn take(&mut self, input: Input) -> Result<Stage, Misfit> {
+    pub(crate) fn take(&mut self, input: Input) -> Result<Stage, Misfit> {
         let misfit = Misfit {
             stage: self.stage,
             input,
@@ -226,7 +226,11 @@ mod tests {
         assert_eq!(s.cancel_owed(), None);
         let (s, out) = run(
             Direction::Get,
-            &[Input::Prepared { session: None }, Input::Connected, Input::WriteStarted],
+            &[
+                Input::Prepared { session: None },
+                Input::Connected,
+                Input::WriteStarted,
+            ],
         );
         assert!(out[2].is_err());
         assert_eq!(s.stage(), Stage::Ready);
@@ -235,7 +239,12 @@ mod tests {
     #[test]
     fn misfits_change_nothing_and_the_ends_take_nothing() {
         let mut s = V2State::new(Direction::Put);
-        for i in [Input::Connected, Input::ReadyAnswered, Input::Proven, Input::WriteStarted] {
+        for i in [
+            Input::Connected,
+            Input::ReadyAnswered,
+            Input::Proven,
+            Input::WriteStarted,
+        ] {
             assert_eq!(
                 s.take(i),
                 Err(Misfit {

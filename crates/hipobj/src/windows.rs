@@ -20,9 +20,9 @@ use std::sync::{Mutex, PoisonError};
 use hipobj_platform::{MemoryWindow, ProtectionDomain, VerbsError};
 
 /// Unbound windows the pool keeps to choose from.
-pub const POOL: usize = 512;
+pub(crate) const POOL: usize = 512;
 /// Keys remembered: none of them is drawn again.
-pub const RECENT: usize = 4096;
+pub(crate) const RECENT: usize = 4096;
 
 /// The pool of unbound windows of one protection domain.
 #[derive(Debug)]

@@ -480,7 +480,10 @@ fn a_server_writing_one_place_while_naming_every_place_fails_the_get() {
     let (r, after) = get_64k(&inst, &srv);
     let e = r.expect_err("a GET whose bytes past 4 KiB never landed succeeded");
     assert_refused(&e);
-    assert!(after[4096..64 << 10].iter().all(|&b| b == 0x11), "only the first 4 KiB were written");
+    assert!(
+        after[4096..64 << 10].iter().all(|&b| b == 0x11),
+        "only the first 4 KiB were written"
+    );
 }
 
 /// Issue 24 finding 1, the application-driven path: `handle_token_reply`

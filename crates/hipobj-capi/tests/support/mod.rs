@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The workspace root.
-pub fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
         .canonicalize()
@@ -13,13 +13,13 @@ pub fn root() -> PathBuf {
 }
 
 /// The profile directory cargo built this test into (target/debug).
-pub fn profile_dir() -> PathBuf {
+pub(crate) fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     exe.parent().unwrap().parent().unwrap().to_path_buf()
 }
 
 /// The shared library cargo built for this crate.
-pub fn cdylib() -> PathBuf {
+pub(crate) fn cdylib() -> PathBuf {
     let p = profile_dir().join("libhipobj_capi.so");
     assert!(
         p.exists(),
@@ -30,7 +30,7 @@ pub fn cdylib() -> PathBuf {
 }
 
 /// A fresh scratch directory for one test.
-pub fn scratch(name: &str) -> PathBuf {
+pub(crate) fn scratch(name: &str) -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
@@ -39,7 +39,7 @@ pub fn scratch(name: &str) -> PathBuf {
 
 /// A directory holding the library under its installed names
 /// (libhipobj.so.0 and libhipobj.so), for linking and loading.
-pub fn lib_dir(name: &str) -> PathBuf {
+pub(crate) fn lib_dir(name: &str) -> PathBuf {
     let d = scratch(name);
     let so = cdylib();
     std::os::unix::fs::symlink(&so, d.join("libhipobj.so.0")).unwrap();
@@ -48,7 +48,7 @@ pub fn lib_dir(name: &str) -> PathBuf {
 }
 
 /// Runs a command and fails the test, with its output, unless it succeeds.
-pub fn run_ok(cmd: &mut Command) -> Output {
+pub(crate) fn run_ok(cmd: &mut Command) -> Output {
     let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
     assert!(
         out.status.success(),
@@ -61,7 +61,7 @@ pub fn run_ok(cmd: &mut Command) -> Output {
 }
 
 /// The `hipObj*` functions the header declares.
-pub fn header_functions() -> Vec<String> {
+pub(crate) fn header_functions() -> Vec<String> {
     let text = std::fs::read_to_string(root().join("include/hipobj.h")).unwrap();
     let mut names: Vec<String> = text
         .split("HIPOBJ_API ")

@@ -16,7 +16,7 @@ const ROUNDS: usize = 3;
 
 /// The machine's figures, in GiB/s (`None`: the measure could not run).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Calibration {
+pub(super) struct Calibration {
     /// 256 MiB over one loopback TCP connection, 1 MiB writes and reads.
     pub tcp_gib_s: Option<f64>,
     /// 256 MiB copied by `copy_from_slice` in 64 MiB pieces.
@@ -25,7 +25,7 @@ pub struct Calibration {
 
 impl Calibration {
     /// For `--json`.
-    pub fn json(&self) -> serde_json::Value {
+    pub(super) fn json(&self) -> serde_json::Value {
         json!({
             "loopback_tcp_gib_per_s": self.tcp_gib_s,
             "memcpy_gib_per_s": self.memcpy_gib_s,
@@ -34,7 +34,7 @@ impl Calibration {
     }
 
     /// One line for the table's head.
-    pub fn text(&self) -> String {
+    pub(super) fn text(&self) -> String {
         let f = |v: Option<f64>| v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.2} GiB/s"));
         format!(
             "machine: loopback TCP {}, memcpy {} (best of {ROUNDS} x {} MiB)",
@@ -96,7 +96,7 @@ fn memcpy_round(src: &[u8], dst: &mut [u8]) -> f64 {
 }
 
 /// Runs both measures.
-pub fn run() -> Calibration {
+pub(super) fn run() -> Calibration {
     let best = |v: Vec<f64>| v.into_iter().reduce(f64::min);
     let tcp: Vec<f64> = (0..ROUNDS).filter_map(|_| tcp_round().ok()).collect();
     let src = vec![0xa5u8; 64 << 20];

@@ -47,7 +47,7 @@ use crate::s3::{self, Conn, S3Url, Session, human, parse_size};
 
 /// How transfers are driven.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum DriverArg {
+pub(crate) enum DriverArg {
     /// One OS thread per transfer in flight.
     Threads,
     /// One tokio task per transfer in flight (RDMA ones on the blocking pool).
@@ -58,7 +58,7 @@ pub enum DriverArg {
 
 /// Arguments of `hipobj bench`.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// s3://bucket/prefix: objects are written under this prefix.
     url: String,
     /// Object sizes, comma-separated.
@@ -557,7 +557,7 @@ fn pool_options(max_conc: usize) -> hipobj::Options {
 }
 
 /// Runs the benchmark.
-pub fn run(args: &Args) -> CliResult {
+pub(crate) fn run(args: &Args) -> CliResult {
     let url = S3Url::parse(&args.url, false)?;
     check_args(args)?;
     let metrics = metrics_url(args);

@@ -9,7 +9,7 @@ use crate::s3::human;
 /// What a sweep says about the goals (docs/performance.md), each a list
 /// of JSON objects, also printed as text.
 #[derive(Debug, Default)]
-pub struct Goals {
+pub(super) struct Goals {
     /// Per (size, op, mode, driver): the peak throughput and the drop from
     /// it at the largest concurrency.
     scaling: Vec<serde_json::Value>,
@@ -28,7 +28,7 @@ pub struct Goals {
 
 impl Goals {
     /// Adds the lists to the JSON output.
-    pub fn add_to(self, out: &mut serde_json::Value) {
+    pub(super) fn add_to(self, out: &mut serde_json::Value) {
         out["scaling"] = self.scaling.into();
         out["app_cpu_rdma_over_http"] = self.app_ratio.into();
         out["server_cpu_rdma_over_http"] = self.server_ratio.into();
@@ -55,7 +55,7 @@ fn groups<'r, K: PartialEq + Copy>(ran: &[&'r Row], key: impl Fn(&Row) -> K) -> 
 }
 
 /// The goals' figures of a sweep.
-pub fn summary(rows: &[Row]) -> Goals {
+pub(super) fn summary(rows: &[Row]) -> Goals {
     let ran: Vec<&Row> = rows
         .iter()
         .filter(|r| r.skipped.is_none() && r.done() > 0)
@@ -124,7 +124,7 @@ pub fn summary(rows: &[Row]) -> Goals {
 }
 
 /// The goals' figures as text.
-pub fn summary_text(g: &Goals) -> String {
+pub(super) fn summary_text(g: &Goals) -> String {
     let mut out = String::new();
     let size = |v: &serde_json::Value| human(v["size"].as_u64().unwrap_or(0));
     let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(0.0);
@@ -224,7 +224,7 @@ pub fn summary_text(g: &Goals) -> String {
 }
 
 /// The rows as a text table, one line each.
-pub fn table(rows: &[Row]) -> String {
+pub(super) fn table(rows: &[Row]) -> String {
     let mut out = format!(
         "{:>9} {:>4} {:>5} {:>7} {:>5} {:>5} {:>10} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>8}  note\n",
         "size",
@@ -294,7 +294,7 @@ pub fn table(rows: &[Row]) -> String {
 
 /// A line chart of throughput (log scale) by concurrency, one line per
 /// size, operation, mode and driver.
-pub fn svg(rows: &[Row], concs: &[usize]) -> String {
+pub(super) fn svg(rows: &[Row], concs: &[usize]) -> String {
     let (w, h, left, bottom, top, right) = (860.0, 480.0, 70.0, 50.0, 30.0, 250.0);
     let measured: Vec<&Row> = rows
         .iter()

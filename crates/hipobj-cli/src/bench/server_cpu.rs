@@ -11,18 +11,18 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 /// The roles the server reports, in its order.
-pub const ROLES: [&str; 4] = ["s3", "rdma", "nic", "other"];
+pub(super) const ROLES: [&str; 4] = ["s3", "rdma", "nic", "other"];
 
 /// Seconds by role at one moment.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Reading {
+pub(super) struct Reading {
     /// In [`ROLES`] order.
     pub by_role: [f64; 4],
 }
 
 impl Reading {
     /// What was spent from `self` to `later`, by role.
-    pub fn until(&self, later: &Reading) -> Reading {
+    pub(super) fn until(&self, later: &Reading) -> Reading {
         let mut d = Reading::default();
         for i in 0..ROLES.len() {
             d.by_role[i] = (later.by_role[i] - self.by_role[i]).max(0.0);
@@ -31,7 +31,7 @@ impl Reading {
     }
 
     /// Seconds of one role.
-    pub fn of(&self, role: &str) -> f64 {
+    pub(super) fn of(&self, role: &str) -> f64 {
         ROLES
             .iter()
             .position(|r| *r == role)
@@ -40,7 +40,7 @@ impl Reading {
 
     /// Everything but the soft NIC's workers: what the server's own code
     /// spent (a hardware NIC would take the NIC's share off the host).
-    pub fn own(&self) -> f64 {
+    pub(super) fn own(&self) -> f64 {
         self.of("s3") + self.of("rdma") + self.of("other")
     }
 }
@@ -48,7 +48,7 @@ impl Reading {
 /// The CPU figures of a Prometheus text (read by the `prometheus-parse`
 /// crate), or `None` when it has none (a server that does not report its
 /// CPU time). A text the parser refuses has none.
-pub fn parse(text: &str) -> Option<Reading> {
+pub(super) fn parse(text: &str) -> Option<Reading> {
     let lines = text.lines().map(|l| Ok(l.to_owned()));
     let scrape = prometheus_parse::Scrape::parse(lines).ok()?;
     let mut r = Reading::default();
@@ -77,7 +77,7 @@ pub fn parse(text: &str) -> Option<Reading> {
 }
 
 /// Where the metrics of the server at `endpoint` (`http://host:port`) are.
-pub fn metrics_url(endpoint: &str) -> Option<String> {
+pub(super) fn metrics_url(endpoint: &str) -> Option<String> {
     endpoint
         .trim_end_matches('/')
         .starts_with("http://")
@@ -85,7 +85,7 @@ pub fn metrics_url(endpoint: &str) -> Option<String> {
 }
 
 /// Reads `url` (`http://host:port/path`; no TLS) and parses its CPU lines.
-pub fn scrape(url: &str) -> Result<Reading, String> {
+pub(super) fn scrape(url: &str) -> Result<Reading, String> {
     let rest = url
         .strip_prefix("http://")
         .ok_or_else(|| format!("{url}: only http:// metrics URLs are read"))?;

@@ -27,24 +27,24 @@ use crate::dl;
 /// `CUresult` values this crate tells apart.
 pub(crate) mod code {
     /// `CUDA_SUCCESS`.
-    pub const SUCCESS: i32 = 0;
+    pub(crate) const SUCCESS: i32 = 0;
     /// `CUDA_ERROR_INVALID_VALUE`: among others, a pointer CUDA does not know.
-    pub const INVALID_VALUE: i32 = 1;
+    pub(crate) const INVALID_VALUE: i32 = 1;
     /// `CUDA_ERROR_NOT_INITIALIZED`.
-    pub const NOT_INITIALIZED: i32 = 3;
+    pub(crate) const NOT_INITIALIZED: i32 = 3;
     /// `CUDA_ERROR_NO_DEVICE`: what `cuInit` says on a host without a GPU.
-    pub const NO_DEVICE: i32 = 100;
+    pub(crate) const NO_DEVICE: i32 = 100;
     /// `CUDA_ERROR_NOT_READY`: what `cuEventQuery` says while work is pending.
-    pub const NOT_READY: i32 = 600;
+    pub(crate) const NOT_READY: i32 = 600;
 }
 
 /// `CUpointer_attribute` values.
 mod attr {
     use std::ffi::c_int;
 
-    pub const MEMORY_TYPE: c_int = 2;
-    pub const IS_MANAGED: c_int = 8;
-    pub const DEVICE_ORDINAL: c_int = 9;
+    pub(super) const MEMORY_TYPE: c_int = 2;
+    pub(super) const IS_MANAGED: c_int = 8;
+    pub(super) const DEVICE_ORDINAL: c_int = 9;
 }
 
 /// `CU_MEMORYTYPE_DEVICE`.

@@ -20,22 +20,22 @@ use crate::dl;
 /// `hipError_t` values this crate tells apart.
 pub(crate) mod code {
     /// `hipSuccess`.
-    pub const SUCCESS: i32 = 0;
+    pub(crate) const SUCCESS: i32 = 0;
     /// `hipErrorInvalidValue`: among others, a pointer HIP does not know.
-    pub const INVALID_VALUE: i32 = 1;
+    pub(crate) const INVALID_VALUE: i32 = 1;
     /// `hipErrorInvalidDevicePointer`.
-    pub const INVALID_DEVICE_POINTER: i32 = 17;
+    pub(crate) const INVALID_DEVICE_POINTER: i32 = 17;
     /// `hipErrorNoDevice`: what `hipGetDeviceCount` says on a host without a GPU.
-    pub const NO_DEVICE: i32 = 100;
+    pub(crate) const NO_DEVICE: i32 = 100;
     /// `hipErrorNotReady`: what `hipEventQuery` says while work is pending.
-    pub const NOT_READY: i32 = 600;
+    pub(crate) const NOT_READY: i32 = 600;
 }
 
 /// `hipPointer_attribute` values (the same numbers as CUDA's
 /// `CUpointer_attribute`, in every HIP release that has the call).
 mod attr {
-    pub const MEMORY_TYPE: i32 = 2;
-    pub const DEVICE_ORDINAL: i32 = 9;
+    pub(super) const MEMORY_TYPE: i32 = 2;
+    pub(super) const DEVICE_ORDINAL: i32 = 9;
 }
 
 /// `hipMemcpyDefault`: the direction follows from the addresses (unified

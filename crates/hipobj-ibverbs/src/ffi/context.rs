@@ -18,7 +18,7 @@ use super::{
 use crate::error::{check, errno, non_null, os_error};
 
 /// The list `ibv_get_device_list` returned, freed on drop.
-pub struct DeviceList {
+pub(crate) struct DeviceList {
     fns: Arc<VerbsFns>,
     list: NonNull<*mut ibv_device>,
     len: usize,
@@ -26,7 +26,7 @@ pub struct DeviceList {
 
 impl DeviceList {
     /// `ibv_get_device_list`. A NULL list gives its errno.
-    pub fn get(fns: &Arc<VerbsFns>) -> Result<Self, VerbsError> {
+    pub(crate) fn get(fns: &Arc<VerbsFns>) -> Result<Self, VerbsError> {
         let mut n: c_int = 0;
         // SAFETY: `n` is a valid out-pointer for the count.
         let list = unsafe { (fns.get_device_list)(&mut n) };
@@ -47,7 +47,7 @@ impl DeviceList {
     }
 
     /// The devices' names, in list order (empty for a device without one).
-    pub fn names(&self) -> Vec<String> {
+    pub(crate) fn names(&self) -> Vec<String> {
         self.entries().iter().map(|&dev| self.name_of(dev)).collect()
     }
 
@@ -63,7 +63,7 @@ impl DeviceList {
     }
 
     /// `ibv_open_device` on the entry at `index` (None past the end).
-    pub fn open(&self, index: usize) -> Option<Result<Context, VerbsError>> {
+    pub(crate) fn open(&self, index: usize) -> Option<Result<Context, VerbsError>> {
         let &dev = self.entries().get(index)?;
         // SAFETY: `dev` is an entry of the live list; the context keeps its
         // own reference to the device after the list is freed.
@@ -85,7 +85,7 @@ impl Drop for DeviceList {
 
 /// An open device context, closed on drop (after every PD and CQ made on
 /// it, which hold it).
-pub struct Context {
+pub(crate) struct Context {
     fns: Arc<VerbsFns>,
     ctx: NonNull<ibv_context>,
 }
@@ -113,19 +113,19 @@ impl Context {
     }
 
     /// Whether the library has `ibv_reg_dmabuf_mr`.
-    pub fn has_dmabuf(&self) -> bool {
+    pub(crate) fn has_dmabuf(&self) -> bool {
         self.fns.reg_dmabuf_mr.is_some()
     }
 
     /// The provider's ops table (the inline verbs of verbs.h call through it).
-    pub fn ops(&self) -> ibv_context_ops {
+    pub(crate) fn ops(&self) -> ibv_context_ops {
         // SAFETY: the context is open; its ops table is filled in by the
         // provider when the device is opened and never changes afterwards.
         unsafe { (*self.ctx.as_ptr()).ops }
     }
 
     /// `ibv_query_device`.
-    pub fn query_device(&self) -> Result<ibv_device_attr, VerbsError> {
+    pub(crate) fn query_device(&self) -> Result<ibv_device_attr, VerbsError> {
         let mut attr = ibv_device_attr::zeroed();
         // SAFETY: the context is open and `attr` is a writable ibv_device_attr.
         check("ibv_query_device", unsafe {
@@ -135,7 +135,7 @@ impl Context {
     }
 
     /// `ibv_query_port`, into a zeroed structure.
-    pub fn query_port(&self, port: u8) -> Result<ibv_port_attr, VerbsError> {
+    pub(crate) fn query_port(&self, port: u8) -> Result<ibv_port_attr, VerbsError> {
         let mut a = ibv_port_attr::zeroed();
         // SAFETY: the context is open; `a` is a zeroed ibv_port_attr, at
         // least as large as the compat structure the exported symbol fills.
@@ -146,7 +146,7 @@ impl Context {
     }
 
     /// `ibv_query_gid`.
-    pub fn query_gid(&self, port: u8, index: c_int) -> Result<ibv_gid, VerbsError> {
+    pub(crate) fn query_gid(&self, port: u8, index: c_int) -> Result<ibv_gid, VerbsError> {
         let mut gid = ibv_gid::default();
         // SAFETY: the context is open and `gid` is a writable union ibv_gid.
         check("ibv_query_gid", unsafe {
@@ -158,7 +158,7 @@ impl Context {
 
 /// A protection domain, deallocated on drop (after every MR, MW and QP on
 /// it, which hold it).
-pub struct Pd {
+pub(crate) struct Pd {
     ctx: Arc<Context>,
     pd: NonNull<ibv_pd>,
 }
@@ -178,14 +178,14 @@ impl Drop for Pd {
 
 impl Pd {
     /// `ibv_alloc_pd`.
-    pub fn alloc(ctx: &Arc<Context>) -> Result<Self, VerbsError> {
+    pub(crate) fn alloc(ctx: &Arc<Context>) -> Result<Self, VerbsError> {
         // SAFETY: the context is open.
         let pd = non_null("ibv_alloc_pd", unsafe { (ctx.fns.alloc_pd)(ctx.as_ptr()) })?;
         Ok(Self { ctx: ctx.clone(), pd })
     }
 
     /// The context the PD was allocated on.
-    pub fn context(&self) -> &Arc<Context> {
+    pub(crate) fn context(&self) -> &Arc<Context> {
         &self.ctx
     }
 

@@ -13,11 +13,12 @@ use super::{IBV_MW_TYPE_2, ibv_mr, ibv_mw};
 use crate::error::{non_null, unsupported};
 
 /// Why a dma-buf registration is unsupported when the library lacks it.
-pub const DMABUF_MISSING: &str = "this libibverbs has no ibv_reg_dmabuf_mr (rdma-core 34 or later needed)";
+pub(crate) const DMABUF_MISSING: &str =
+    "this libibverbs has no ibv_reg_dmabuf_mr (rdma-core 34 or later needed)";
 
 /// What a registration returned: the keys and the range.
 #[derive(Clone, Copy, Debug)]
-pub struct MrInfo {
+pub(crate) struct MrInfo {
     pub lkey: u32,
     pub rkey: u32,
     pub addr: u64,
@@ -25,7 +26,7 @@ pub struct MrInfo {
 }
 
 /// A registered memory region, deregistered on drop.
-pub struct Mr {
+pub(crate) struct Mr {
     pd: Arc<Pd>,
     mr: NonNull<ibv_mr>,
 }
@@ -44,7 +45,7 @@ impl Drop for Mr {
 
 impl Mr {
     /// `ibv_reg_mr` over `region`.
-    pub fn register(pd: &Arc<Pd>, region: MemRegion, access: c_int) -> Result<Self, VerbsError> {
+    pub(crate) fn register(pd: &Arc<Pd>, region: MemRegion, access: c_int) -> Result<Self, VerbsError> {
         // SAFETY: the PD is live. The memory itself is vouched for by
         // `MemRegion`'s contract: it stays allocated until this MR is dropped.
         let mr = non_null("ibv_reg_mr", unsafe {
@@ -54,7 +55,7 @@ impl Mr {
     }
 
     /// `ibv_reg_dmabuf_mr` (Unsupported when the library lacks it).
-    pub fn register_dmabuf(
+    pub(crate) fn register_dmabuf(
         pd: &Arc<Pd>,
         fd: BorrowedFd<'_>,
         offset: u64,
@@ -74,12 +75,12 @@ impl Mr {
     }
 
     /// The PD the region was registered on.
-    pub fn pd(&self) -> &Arc<Pd> {
+    pub(crate) fn pd(&self) -> &Arc<Pd> {
         &self.pd
     }
 
     /// The keys and range libibverbs filled in.
-    pub fn info(&self) -> MrInfo {
+    pub(crate) fn info(&self) -> MrInfo {
         // SAFETY: the MR is live; libibverbs never changes these fields
         // after the registration returned.
         let m = unsafe { self.mr.as_ref() };
@@ -97,7 +98,7 @@ impl Mr {
 }
 
 /// A type-2 memory window, deallocated on drop.
-pub struct Mw {
+pub(crate) struct Mw {
     pd: Arc<Pd>,
     mw: NonNull<ibv_mw>,
     /// Held across a bind's post and the store of its key, so that the
@@ -124,7 +125,7 @@ impl Drop for Mw {
 impl Mw {
     /// The inline `ibv_alloc_mw` of verbs.h, for a type-2 window. A provider
     /// without `alloc_mw` or `dealloc_mw` gives Unsupported.
-    pub fn alloc(pd: &Arc<Pd>) -> Result<Self, VerbsError> {
+    pub(crate) fn alloc(pd: &Arc<Pd>) -> Result<Self, VerbsError> {
         let ops = pd.context().ops();
         let (Some(alloc), Some(_)) = (ops.alloc_mw, ops.dealloc_mw) else {
             return Err(unsupported("ibv_alloc_mw", "the provider has no memory windows"));
@@ -140,7 +141,7 @@ impl Mw {
     }
 
     /// The PD the window was allocated on.
-    pub fn pd(&self) -> &Arc<Pd> {
+    pub(crate) fn pd(&self) -> &Arc<Pd> {
         &self.pd
     }
 
@@ -154,7 +155,7 @@ impl Mw {
     }
 
     /// `ibv_mw.rkey`: the key the window has now.
-    pub fn rkey(&self) -> u32 {
+    pub(crate) fn rkey(&self) -> u32 {
         self.rkey_cell().load(Ordering::Relaxed)
     }
 

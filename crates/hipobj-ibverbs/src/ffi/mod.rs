@@ -18,68 +18,68 @@
 #![allow(non_camel_case_types, missing_docs)]
 #![allow(unsafe_code)]
 
-pub mod context;
+pub(crate) mod context;
 #[cfg(test)]
 mod layout_tests;
-pub mod memory;
-pub mod queue;
-pub mod table;
+pub(crate) mod memory;
+pub(crate) mod queue;
+pub(crate) mod table;
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
 /// `IBV_SYSFS_NAME_MAX`.
-pub const SYSFS_NAME_MAX: usize = 64;
+pub(crate) const SYSFS_NAME_MAX: usize = 64;
 /// `IBV_SYSFS_PATH_MAX`.
-pub const SYSFS_PATH_MAX: usize = 256;
+pub(crate) const SYSFS_PATH_MAX: usize = 256;
 
 // enum ibv_qp_type
-pub const IBV_QPT_RC: c_uint = 2;
+pub(crate) const IBV_QPT_RC: c_uint = 2;
 
 // enum ibv_wr_opcode
-pub const IBV_WR_RDMA_WRITE: c_uint = 0;
-pub const IBV_WR_RDMA_WRITE_WITH_IMM: c_uint = 1;
-pub const IBV_WR_SEND: c_uint = 2;
-pub const IBV_WR_SEND_WITH_IMM: c_uint = 3;
-pub const IBV_WR_RDMA_READ: c_uint = 4;
-pub const IBV_WR_LOCAL_INV: c_uint = 7;
-pub const IBV_WR_BIND_MW: c_uint = 8;
+pub(crate) const IBV_WR_RDMA_WRITE: c_uint = 0;
+pub(crate) const IBV_WR_RDMA_WRITE_WITH_IMM: c_uint = 1;
+pub(crate) const IBV_WR_SEND: c_uint = 2;
+pub(crate) const IBV_WR_SEND_WITH_IMM: c_uint = 3;
+pub(crate) const IBV_WR_RDMA_READ: c_uint = 4;
+pub(crate) const IBV_WR_LOCAL_INV: c_uint = 7;
+pub(crate) const IBV_WR_BIND_MW: c_uint = 8;
 
 // enum ibv_mw_type
-pub const IBV_MW_TYPE_2: c_uint = 2;
+pub(crate) const IBV_MW_TYPE_2: c_uint = 2;
 
 // enum ibv_device_cap_flags: type-2 memory windows
-pub const IBV_DEVICE_MEM_WINDOW_TYPE_2A: c_uint = 1 << 23;
-pub const IBV_DEVICE_MEM_WINDOW_TYPE_2B: c_uint = 1 << 24;
+pub(crate) const IBV_DEVICE_MEM_WINDOW_TYPE_2A: c_uint = 1 << 23;
+pub(crate) const IBV_DEVICE_MEM_WINDOW_TYPE_2B: c_uint = 1 << 24;
 
 // enum ibv_send_flags
-pub const IBV_SEND_SIGNALED: c_uint = 1 << 1;
+pub(crate) const IBV_SEND_SIGNALED: c_uint = 1 << 1;
 
 // enum ibv_wc_flags
-pub const IBV_WC_WITH_IMM: c_uint = 1 << 1;
+pub(crate) const IBV_WC_WITH_IMM: c_uint = 1 << 1;
 
 // enum ibv_wc_opcode
-pub const IBV_WC_SEND: c_uint = 0;
-pub const IBV_WC_RDMA_WRITE: c_uint = 1;
-pub const IBV_WC_RDMA_READ: c_uint = 2;
-pub const IBV_WC_BIND_MW: c_uint = 5;
-pub const IBV_WC_LOCAL_INV: c_uint = 6;
-pub const IBV_WC_RECV: c_uint = 128;
-pub const IBV_WC_RECV_RDMA_WITH_IMM: c_uint = 129;
+pub(crate) const IBV_WC_SEND: c_uint = 0;
+pub(crate) const IBV_WC_RDMA_WRITE: c_uint = 1;
+pub(crate) const IBV_WC_RDMA_READ: c_uint = 2;
+pub(crate) const IBV_WC_BIND_MW: c_uint = 5;
+pub(crate) const IBV_WC_LOCAL_INV: c_uint = 6;
+pub(crate) const IBV_WC_RECV: c_uint = 128;
+pub(crate) const IBV_WC_RECV_RDMA_WITH_IMM: c_uint = 129;
 
 // enum ibv_port_state
-pub const IBV_PORT_ACTIVE: c_uint = 4;
+pub(crate) const IBV_PORT_ACTIVE: c_uint = 4;
 
 // IBV_LINK_LAYER_*
-pub const IBV_LINK_LAYER_INFINIBAND: u8 = 1;
-pub const IBV_LINK_LAYER_ETHERNET: u8 = 2;
+pub(crate) const IBV_LINK_LAYER_INFINIBAND: u8 = 1;
+pub(crate) const IBV_LINK_LAYER_ETHERNET: u8 = 2;
 
 // enum ibv_qp_attr_mask: IBV_QP_STATE
-pub const IBV_QP_STATE: c_int = 1;
+pub(crate) const IBV_QP_STATE: c_int = 1;
 
 /// `struct _ibv_device_ops`: two provider entries nobody calls any more.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct _ibv_device_ops {
+pub(crate) struct _ibv_device_ops {
     pub _dummy1: *mut c_void,
     pub _dummy2: *mut c_void,
 }
@@ -87,7 +87,7 @@ pub struct _ibv_device_ops {
 /// `struct ibv_device`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct ibv_device {
+pub(crate) struct ibv_device {
     pub _ops: _ibv_device_ops,
     pub node_type: c_int,
     pub transport_type: c_int,
@@ -97,13 +97,14 @@ pub struct ibv_device {
     pub ibdev_path: [c_char; SYSFS_PATH_MAX],
 }
 
-pub type PollCqFn = unsafe extern "C" fn(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int;
-pub type ReqNotifyCqFn = unsafe extern "C" fn(cq: *mut ibv_cq, solicited_only: c_int) -> c_int;
-pub type PostSendFn =
+pub(crate) type PollCqFn =
+    unsafe extern "C" fn(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int;
+pub(crate) type ReqNotifyCqFn = unsafe extern "C" fn(cq: *mut ibv_cq, solicited_only: c_int) -> c_int;
+pub(crate) type PostSendFn =
     unsafe extern "C" fn(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad_wr: *mut *mut ibv_send_wr) -> c_int;
-pub type AllocMwFn = unsafe extern "C" fn(pd: *mut ibv_pd, mw_type: c_uint) -> *mut ibv_mw;
-pub type DeallocMwFn = unsafe extern "C" fn(mw: *mut ibv_mw) -> c_int;
-pub type PostRecvFn =
+pub(crate) type AllocMwFn = unsafe extern "C" fn(pd: *mut ibv_pd, mw_type: c_uint) -> *mut ibv_mw;
+pub(crate) type DeallocMwFn = unsafe extern "C" fn(mw: *mut ibv_mw) -> c_int;
+pub(crate) type PostRecvFn =
     unsafe extern "C" fn(qp: *mut ibv_qp, wr: *mut ibv_recv_wr, bad_wr: *mut *mut ibv_recv_wr) -> c_int;
 
 /// `struct ibv_context_ops`: the provider's entry points. The inline
@@ -112,7 +113,7 @@ pub type PostRecvFn =
 /// table; so does the backend.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct ibv_context_ops {
+pub(crate) struct ibv_context_ops {
     pub _compat_query_device: *mut c_void,
     pub _compat_query_port: *mut c_void,
     pub _compat_alloc_pd: *mut c_void,
@@ -149,7 +150,7 @@ pub struct ibv_context_ops {
 
 /// `struct ibv_context`.
 #[repr(C)]
-pub struct ibv_context {
+pub(crate) struct ibv_context {
     pub device: *mut ibv_device,
     pub ops: ibv_context_ops,
     pub cmd_fd: c_int,
@@ -162,7 +163,7 @@ pub struct ibv_context {
 /// `struct ibv_device_attr`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct ibv_device_attr {
+pub(crate) struct ibv_device_attr {
     pub fw_ver: [c_char; 64],
     pub node_guid: u64,
     pub sys_image_guid: u64,
@@ -210,7 +211,7 @@ pub struct ibv_device_attr {
 /// up to `link_layer`; the backend zeroes the rest first.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct ibv_port_attr {
+pub(crate) struct ibv_port_attr {
     pub state: c_uint,
     pub max_mtu: c_uint,
     pub active_mtu: c_uint,
@@ -239,14 +240,14 @@ pub struct ibv_port_attr {
 /// size; its 8-byte alignment is kept by `align(8)`).
 #[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, Default)]
-pub struct ibv_gid {
+pub(crate) struct ibv_gid {
     pub raw: [u8; 16],
 }
 
 /// `struct ibv_pd`.
 #[repr(C)]
 #[derive(Debug)]
-pub struct ibv_pd {
+pub(crate) struct ibv_pd {
     pub context: *mut ibv_context,
     pub handle: u32,
 }
@@ -254,7 +255,7 @@ pub struct ibv_pd {
 /// `struct ibv_mr`.
 #[repr(C)]
 #[derive(Debug)]
-pub struct ibv_mr {
+pub(crate) struct ibv_mr {
     pub context: *mut ibv_context,
     pub pd: *mut ibv_pd,
     pub addr: *mut c_void,
@@ -267,7 +268,7 @@ pub struct ibv_mr {
 /// `struct ibv_mw`.
 #[repr(C)]
 #[derive(Debug)]
-pub struct ibv_mw {
+pub(crate) struct ibv_mw {
     pub context: *mut ibv_context,
     pub pd: *mut ibv_pd,
     pub rkey: u32,
@@ -278,7 +279,7 @@ pub struct ibv_mw {
 /// `struct ibv_mw_bind_info`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct ibv_mw_bind_info {
+pub(crate) struct ibv_mw_bind_info {
     pub mr: *mut ibv_mr,
     pub addr: u64,
     pub length: u64,
@@ -289,7 +290,7 @@ pub struct ibv_mw_bind_info {
 /// grants.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct ibv_send_wr_bind_mw {
+pub(crate) struct ibv_send_wr_bind_mw {
     pub mw: *mut ibv_mw,
     pub rkey: u32,
     pub bind_info: ibv_mw_bind_info,
@@ -299,7 +300,7 @@ pub struct ibv_send_wr_bind_mw {
 /// here; `_raw` keeps the union's size).
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub union ibv_send_wr_bind_mw_tso {
+pub(crate) union ibv_send_wr_bind_mw_tso {
     pub bind_mw: ibv_send_wr_bind_mw,
     pub _raw: [u64; 6],
 }
@@ -307,7 +308,7 @@ pub union ibv_send_wr_bind_mw_tso {
 /// `struct ibv_comp_channel`.
 #[repr(C)]
 #[derive(Debug)]
-pub struct ibv_comp_channel {
+pub(crate) struct ibv_comp_channel {
     pub context: *mut ibv_context,
     pub fd: c_int,
     pub refcnt: c_int,
@@ -315,7 +316,7 @@ pub struct ibv_comp_channel {
 
 /// `struct ibv_cq`.
 #[repr(C)]
-pub struct ibv_cq {
+pub(crate) struct ibv_cq {
     pub context: *mut ibv_context,
     pub channel: *mut ibv_comp_channel,
     pub cq_context: *mut c_void,
@@ -329,7 +330,7 @@ pub struct ibv_cq {
 
 /// `struct ibv_qp`.
 #[repr(C)]
-pub struct ibv_qp {
+pub(crate) struct ibv_qp {
     pub context: *mut ibv_context,
     pub qp_context: *mut c_void,
     pub pd: *mut ibv_pd,
@@ -348,7 +349,7 @@ pub struct ibv_qp {
 /// `struct ibv_qp_cap`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
-pub struct ibv_qp_cap {
+pub(crate) struct ibv_qp_cap {
     pub max_send_wr: u32,
     pub max_recv_wr: u32,
     pub max_send_sge: u32,
@@ -359,7 +360,7 @@ pub struct ibv_qp_cap {
 /// `struct ibv_qp_init_attr`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct ibv_qp_init_attr {
+pub(crate) struct ibv_qp_init_attr {
     pub qp_context: *mut c_void,
     pub send_cq: *mut ibv_cq,
     pub recv_cq: *mut ibv_cq,
@@ -372,7 +373,7 @@ pub struct ibv_qp_init_attr {
 /// `struct ibv_global_route`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
-pub struct ibv_global_route {
+pub(crate) struct ibv_global_route {
     pub dgid: ibv_gid,
     pub flow_label: u32,
     pub sgid_index: u8,
@@ -383,7 +384,7 @@ pub struct ibv_global_route {
 /// `struct ibv_ah_attr`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
-pub struct ibv_ah_attr {
+pub(crate) struct ibv_ah_attr {
     pub grh: ibv_global_route,
     pub dlid: u16,
     pub sl: u8,
@@ -396,7 +397,7 @@ pub struct ibv_ah_attr {
 /// `struct ibv_qp_attr`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
-pub struct ibv_qp_attr {
+pub(crate) struct ibv_qp_attr {
     pub qp_state: c_uint,
     pub cur_qp_state: c_uint,
     pub path_mtu: c_uint,
@@ -428,7 +429,7 @@ pub struct ibv_qp_attr {
 /// `struct ibv_sge`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
-pub struct ibv_sge {
+pub(crate) struct ibv_sge {
     pub addr: u64,
     pub length: u32,
     pub lkey: u32,
@@ -437,7 +438,7 @@ pub struct ibv_sge {
 /// `wr.rdma` of `struct ibv_send_wr`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
-pub struct ibv_send_wr_rdma {
+pub(crate) struct ibv_send_wr_rdma {
     pub remote_addr: u64,
     pub rkey: u32,
 }
@@ -445,7 +446,7 @@ pub struct ibv_send_wr_rdma {
 /// `wr.atomic` of `struct ibv_send_wr` (declared for the union's size).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
-pub struct ibv_send_wr_atomic {
+pub(crate) struct ibv_send_wr_atomic {
     pub remote_addr: u64,
     pub compare_add: u64,
     pub swap: u64,
@@ -455,7 +456,7 @@ pub struct ibv_send_wr_atomic {
 /// `wr.ud` of `struct ibv_send_wr`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct ibv_send_wr_ud {
+pub(crate) struct ibv_send_wr_ud {
     pub ah: *mut c_void,
     pub remote_qpn: u32,
     pub remote_qkey: u32,
@@ -464,7 +465,7 @@ pub struct ibv_send_wr_ud {
 /// The `wr` union of `struct ibv_send_wr`.
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub union ibv_send_wr_wr {
+pub(crate) union ibv_send_wr_wr {
     pub rdma: ibv_send_wr_rdma,
     pub atomic: ibv_send_wr_atomic,
     pub ud: ibv_send_wr_ud,
@@ -474,7 +475,7 @@ pub union ibv_send_wr_wr {
 /// `bind_mw` carries a memory-window bind.
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub struct ibv_send_wr {
+pub(crate) struct ibv_send_wr {
     pub wr_id: u64,
     pub next: *mut ibv_send_wr,
     pub sg_list: *mut ibv_sge,
@@ -493,7 +494,7 @@ pub struct ibv_send_wr {
 /// `struct ibv_recv_wr`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct ibv_recv_wr {
+pub(crate) struct ibv_recv_wr {
     pub wr_id: u64,
     pub next: *mut ibv_recv_wr,
     pub sg_list: *mut ibv_sge,
@@ -503,7 +504,7 @@ pub struct ibv_recv_wr {
 /// `struct ibv_wc`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
-pub struct ibv_wc {
+pub(crate) struct ibv_wc {
     pub wr_id: u64,
     pub status: c_uint,
     pub opcode: c_uint,
@@ -522,7 +523,7 @@ pub struct ibv_wc {
 
 /// Zero-initialised values of the plain-data structures the backend fills
 /// in before a call.
-pub trait Zeroed: Sized {
+pub(crate) trait Zeroed: Sized {
     /// The all-zero value.
     fn zeroed() -> Self;
 }

@@ -18,7 +18,7 @@ use crate::error::{check, errno, non_null, os_error, unsupported};
 
 /// A completion queue and the completion channel it alone uses; both are
 /// destroyed on drop (after every QP on the CQ, which holds it).
-pub struct Cq {
+pub(crate) struct Cq {
     ctx: Arc<Context>,
     cq: NonNull<ibv_cq>,
     channel: NonNull<ibv_comp_channel>,
@@ -46,7 +46,7 @@ impl Drop for Cq {
 impl Cq {
     /// `ibv_create_comp_channel`, made non-blocking, then `ibv_create_cq`
     /// of `cqe` entries on it.
-    pub fn create(ctx: &Arc<Context>, cqe: c_int) -> Result<Self, VerbsError> {
+    pub(crate) fn create(ctx: &Arc<Context>, cqe: c_int) -> Result<Self, VerbsError> {
         let fns = ctx.fns();
         // SAFETY: the context is open.
         let channel = non_null("ibv_create_comp_channel", unsafe {
@@ -80,7 +80,7 @@ impl Cq {
 
     /// The inline `ibv_poll_cq` of verbs.h: up to `wcs.len()` completions
     /// into `wcs`, their count returned.
-    pub fn poll(&self, wcs: &mut [ibv_wc]) -> Result<usize, VerbsError> {
+    pub(crate) fn poll(&self, wcs: &mut [ibv_wc]) -> Result<usize, VerbsError> {
         let Some(poll) = self.ctx.ops().poll_cq else {
             return Err(unsupported("ibv_poll_cq", "the provider has no poll_cq"));
         };
@@ -94,7 +94,7 @@ impl Cq {
     }
 
     /// The inline `ibv_req_notify_cq` of verbs.h, for any completion.
-    pub fn req_notify(&self) -> Result<(), VerbsError> {
+    pub(crate) fn req_notify(&self) -> Result<(), VerbsError> {
         let Some(arm) = self.ctx.ops().req_notify_cq else {
             return Err(unsupported(
                 "ibv_req_notify_cq",
@@ -108,7 +108,7 @@ impl Cq {
     /// One `poll(2)` of the completion channel's fd for up to `ms`
     /// milliseconds: whether it became readable. An error carries poll's
     /// errno (EINTR included).
-    pub fn poll_channel(&self, ms: c_int) -> Result<bool, VerbsError> {
+    pub(crate) fn poll_channel(&self, ms: c_int) -> Result<bool, VerbsError> {
         // SAFETY: the channel is live; its fd stays open while it is.
         let fd = unsafe { (*self.channel.as_ptr()).fd };
         let mut pfd = libc::pollfd {
@@ -126,7 +126,7 @@ impl Cq {
     }
 
     /// Reads and acknowledges one pending completion event, if any.
-    pub fn take_event(&self) {
+    pub(crate) fn take_event(&self) {
         let fns = self.ctx.fns();
         let mut cq: *mut ibv_cq = ptr::null_mut();
         let mut cq_ctx: *mut c_void = ptr::null_mut();
@@ -141,7 +141,7 @@ impl Cq {
 
 /// A send work request: one of the `IBV_WR_*` opcodes other than a bind,
 /// over `sges`.
-pub struct SendRequest<'a> {
+pub(crate) struct SendRequest<'a> {
     pub wr_id: u64,
     pub opcode: c_uint,
     pub send_flags: c_uint,
@@ -154,7 +154,7 @@ pub struct SendRequest<'a> {
 
 /// A type-2 memory-window bind: `mw` to `[addr, addr + length)` of `mr`
 /// under the key `rkey`, granting `access`.
-pub struct BindRequest<'a> {
+pub(crate) struct BindRequest<'a> {
     pub wr_id: u64,
     pub send_flags: c_uint,
     pub mw: &'a Mw,
@@ -167,7 +167,7 @@ pub struct BindRequest<'a> {
 
 /// An RC queue pair, destroyed on drop (before its PD and CQs, which it
 /// holds).
-pub struct Qp {
+pub(crate) struct Qp {
     pd: Arc<Pd>,
     _send_cq: Arc<Cq>,
     _recv_cq: Arc<Cq>,
@@ -204,7 +204,7 @@ fn sge_ptr(sges: &[ibv_sge]) -> *mut ibv_sge {
 
 impl Qp {
     /// `ibv_create_qp` of an RC QP on `pd` with the given capacities.
-    pub fn create_rc(
+    pub(crate) fn create_rc(
         pd: &Arc<Pd>,
         send_cq: &Arc<Cq>,
         recv_cq: &Arc<Cq>,
@@ -242,12 +242,12 @@ impl Qp {
     }
 
     /// `ibv_qp.qp_num`.
-    pub fn qp_num(&self) -> u32 {
+    pub(crate) fn qp_num(&self) -> u32 {
         self.qp_num
     }
 
     /// `ibv_modify_qp`.
-    pub fn modify(&self, attr: &ibv_qp_attr, mask: c_int) -> Result<(), VerbsError> {
+    pub(crate) fn modify(&self, attr: &ibv_qp_attr, mask: c_int) -> Result<(), VerbsError> {
         let mut raw = *attr;
         // SAFETY: the QP is live and `raw` is a complete ibv_qp_attr.
         check("ibv_modify_qp", unsafe {
@@ -256,7 +256,7 @@ impl Qp {
     }
 
     /// `ibv_query_qp` of `IBV_QP_STATE`: the raw state code.
-    pub fn query_state(&self) -> Result<c_uint, VerbsError> {
+    pub(crate) fn query_state(&self) -> Result<c_uint, VerbsError> {
         let mut attr = ibv_qp_attr::default();
         let mut init = ibv_qp_init_attr::zeroed();
         // SAFETY: the QP is live; both out-structures are writable.
@@ -267,7 +267,7 @@ impl Qp {
     }
 
     /// Whether the provider has `post_send` (else posting gives Unsupported).
-    pub fn can_post_send(&self) -> bool {
+    pub(crate) fn can_post_send(&self) -> bool {
         self.pd.context().ops().post_send.is_some()
     }
 
@@ -284,7 +284,7 @@ impl Qp {
     }
 
     /// The inline `ibv_post_send` of verbs.h, for one request.
-    pub fn post_send(&self, wr: &SendRequest<'_>) -> Result<(), VerbsError> {
+    pub(crate) fn post_send(&self, wr: &SendRequest<'_>) -> Result<(), VerbsError> {
         if !self.can_post_send() {
             return Err(unsupported("ibv_post_send", "the provider has no post_send"));
         }
@@ -304,7 +304,7 @@ impl Qp {
     /// A type-2 window bind posted with `ibv_post_send`; once posted, the
     /// window's `ibv_mw.rkey` becomes `rkey` (see `Mw::set_rkey`). The
     /// window and the region must belong to this QP's context.
-    pub fn post_bind(&self, wr: &BindRequest<'_>) -> Result<(), VerbsError> {
+    pub(crate) fn post_bind(&self, wr: &BindRequest<'_>) -> Result<(), VerbsError> {
         let ctx = self.pd.context();
         if !Arc::ptr_eq(wr.mw.pd().context(), ctx) || !Arc::ptr_eq(wr.mr.pd().context(), ctx) {
             return Err(VerbsError::new(
@@ -336,7 +336,7 @@ impl Qp {
     }
 
     /// The inline `ibv_post_recv` of verbs.h, for one request over `sges`.
-    pub fn post_recv(&self, wr_id: u64, sges: &[ibv_sge]) -> Result<(), VerbsError> {
+    pub(crate) fn post_recv(&self, wr_id: u64, sges: &[ibv_sge]) -> Result<(), VerbsError> {
         let Some(post) = self.pd.context().ops().post_recv else {
             return Err(unsupported("ibv_post_recv", "the provider has no post_recv"));
         };

@@ -15,7 +15,7 @@ use super::{
 /// The pointers stay valid for as long as `_lib` is loaded, which is as long
 /// as this table exists: the table owns the library, and every verbs object
 /// of the backend holds the table (through an `Arc`) until it is released.
-pub struct VerbsFns {
+pub(crate) struct VerbsFns {
     pub get_device_list: unsafe extern "C" fn(num: *mut c_int) -> *mut *mut ibv_device,
     pub free_device_list: unsafe extern "C" fn(list: *mut *mut ibv_device),
     pub get_device_name: unsafe extern "C" fn(dev: *mut ibv_device) -> *const c_char,
@@ -81,7 +81,7 @@ impl fmt::Debug for VerbsFns {
 
 /// Why loading failed.
 #[derive(Debug)]
-pub enum LoadError {
+pub(crate) enum LoadError {
     /// `dlopen` failed.
     Open(String),
     /// A required symbol is missing.
@@ -90,7 +90,7 @@ pub enum LoadError {
 
 impl VerbsFns {
     /// Opens `path` with `dlopen` and resolves every function.
-    pub fn load(path: &str) -> Result<Self, LoadError> {
+    pub(crate) fn load(path: &str) -> Result<Self, LoadError> {
         // SAFETY: loading libibverbs runs its ELF constructors, which only
         // initialise the library's own state (and register no handlers that
         // could break Rust invariants). It is loaded by soname or a path the

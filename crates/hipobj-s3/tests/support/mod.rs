@@ -11,7 +11,7 @@ use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region, RequestChecksumCa
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 #[derive(Clone, Debug, Default)]
-pub struct Req {
+pub(crate) struct Req {
     pub method: String,
     pub target: String,
     pub headers: HashMap<String, String>,
@@ -19,16 +19,16 @@ pub struct Req {
 }
 
 impl Req {
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).map(String::as_str)
     }
 
-    pub fn token(&self) -> Option<&str> {
+    pub(crate) fn token(&self) -> Option<&str> {
         self.header(hipobj_proto::TOKEN_HEADER)
     }
 
     /// The SignedHeaders list of the SigV4 Authorization header.
-    pub fn signed_headers(&self) -> Vec<String> {
+    pub(crate) fn signed_headers(&self) -> Vec<String> {
         let auth = self.header("authorization").unwrap_or("");
         auth.split("SignedHeaders=")
             .nth(1)
@@ -39,32 +39,32 @@ impl Req {
 }
 
 #[derive(Clone, Debug, Default)]
-pub struct Resp {
+pub(crate) struct Resp {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
 }
 
 impl Resp {
-    pub fn new(status: u16) -> Self {
+    pub(crate) fn new(status: u16) -> Self {
         Self {
             status,
             ..Self::default()
         }
     }
 
-    pub fn header(mut self, k: &str, v: impl Into<String>) -> Self {
+    pub(crate) fn header(mut self, k: &str, v: impl Into<String>) -> Self {
         self.headers.push((k.to_owned(), v.into()));
         self
     }
 
-    pub fn body(mut self, b: impl Into<Vec<u8>>) -> Self {
+    pub(crate) fn body(mut self, b: impl Into<Vec<u8>>) -> Self {
         self.body = b.into();
         self
     }
 
     /// An S3 XML error.
-    pub fn error(status: u16, code: &str) -> Self {
+    pub(crate) fn error(status: u16, code: &str) -> Self {
         Self::new(status)
             .header("content-type", "application/xml")
             .body(format!(
@@ -75,7 +75,7 @@ impl Resp {
 
 type Handler = dyn Fn(&Req, usize) -> Resp + Send + Sync;
 
-pub struct Double {
+pub(crate) struct Double {
     pub addr: std::net::SocketAddr,
     pub log: Arc<Mutex<Vec<Req>>>,
     /// Whether it serves https ([`start_tls`]).
@@ -83,11 +83,11 @@ pub struct Double {
 }
 
 impl Double {
-    pub fn requests(&self) -> Vec<Req> {
+    pub(crate) fn requests(&self) -> Vec<Req> {
         self.log.lock().unwrap().clone()
     }
 
-    pub fn endpoint(&self) -> String {
+    pub(crate) fn endpoint(&self) -> String {
         let scheme = if self.https { "https" } else { "http" };
         format!("{scheme}://{}", self.addr)
     }
@@ -95,7 +95,7 @@ impl Double {
 
 /// Starts the double on `rt`; `handler` gets each request and its index.
 /// A response of status 0 closes the connection without an answer.
-pub fn start(
+pub(crate) fn start(
     rt: &tokio::runtime::Runtime,
     handler: impl Fn(&Req, usize) -> Resp + Send + Sync + 'static,
 ) -> Double {
@@ -103,7 +103,7 @@ pub fn start(
 }
 
 /// [`start`] on the address `at`.
-pub fn start_at(
+pub(crate) fn start_at(
     rt: &tokio::runtime::Runtime,
     at: std::net::SocketAddr,
     handler: impl Fn(&Req, usize) -> Resp + Send + Sync + 'static,
@@ -113,7 +113,7 @@ pub fn start_at(
 
 /// [`start`] serving https with `tls` (hipobj-server's TLS side, from a
 /// certificate the test made).
-pub fn start_tls(
+pub(crate) fn start_tls(
     rt: &tokio::runtime::Runtime,
     tls: hipobj_server::tls::Tls,
     handler: impl Fn(&Req, usize) -> Resp + Send + Sync + 'static,
@@ -214,7 +214,7 @@ where
 }
 
 /// An aws-sdk-s3 client for `endpoint` with a test key.
-pub fn sdk(endpoint: &str) -> aws_sdk_s3::Client {
+pub(crate) fn sdk(endpoint: &str) -> aws_sdk_s3::Client {
     let conf = aws_sdk_s3::Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .endpoint_url(endpoint)
@@ -227,7 +227,7 @@ pub fn sdk(endpoint: &str) -> aws_sdk_s3::Client {
 }
 
 /// A multi-thread runtime for the SDK and the double.
-pub fn runtime() -> tokio::runtime::Runtime {
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -237,12 +237,12 @@ pub fn runtime() -> tokio::runtime::Runtime {
 
 /// A server token: QP 0x99 at ::ffff:127.0.0.1, the address the double
 /// listens on (a client refuses a QP on any other host).
-pub fn server_token() -> hipobj_proto::Token {
+pub(crate) fn server_token() -> hipobj_proto::Token {
     server_token_at(std::net::Ipv4Addr::LOCALHOST)
 }
 
 /// A server token for QP 0x99 at `ip`.
-pub fn server_token_at(ip: std::net::Ipv4Addr) -> hipobj_proto::Token {
+pub(crate) fn server_token_at(ip: std::net::Ipv4Addr) -> hipobj_proto::Token {
     hipobj_proto::Token {
         transport: hipobj_proto::Transport::Rc,
         qpn: 0x99,

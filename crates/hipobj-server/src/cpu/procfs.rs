@@ -10,7 +10,7 @@ const USER_HZ: u64 = 100;
 
 /// One thread as procfs shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ThreadStat {
+pub(super) struct ThreadStat {
     /// Thread id.
     pub tid: u32,
     /// Its name (`comm`, at most 15 bytes).
@@ -25,7 +25,7 @@ pub struct ThreadStat {
 /// The fields of a `stat` file: id, name, start time, and user + system
 /// ticks. The name is between the first `(` and the last `)`; it may hold
 /// spaces and parentheses itself.
-pub fn parse_stat(text: &str) -> Option<(u32, String, u64, u64)> {
+pub(super) fn parse_stat(text: &str) -> Option<(u32, String, u64, u64)> {
     let open = text.find('(')?;
     let close = text.rfind(')')?;
     let tid = text.get(..open)?.trim().parse().ok()?;
@@ -40,13 +40,13 @@ pub fn parse_stat(text: &str) -> Option<(u32, String, u64, u64)> {
 }
 
 /// The first field of a `schedstat` file: time spent on the CPU, in ns.
-pub fn parse_schedstat(text: &str) -> Option<u64> {
+pub(super) fn parse_schedstat(text: &str) -> Option<u64> {
     text.split_whitespace().next()?.parse().ok()
 }
 
 /// Reads the thread whose procfs directory is `dir` (`/proc/self/task/<tid>`
 /// or `/proc/thread-self`); `None` when it has gone.
-pub fn read_thread(dir: &Path) -> Option<ThreadStat> {
+pub(super) fn read_thread(dir: &Path) -> Option<ThreadStat> {
     let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
     let (tid, name, start, ticks) = parse_stat(&stat)?;
     let cpu_ns = std::fs::read_to_string(dir.join("schedstat"))
@@ -63,7 +63,7 @@ pub fn read_thread(dir: &Path) -> Option<ThreadStat> {
 
 /// Every live thread of this process (one that exits during the listing
 /// is left out).
-pub fn threads() -> Vec<ThreadStat> {
+pub(super) fn threads() -> Vec<ThreadStat> {
     let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
         return Vec::new();
     };
@@ -71,13 +71,13 @@ pub fn threads() -> Vec<ThreadStat> {
 }
 
 /// The calling thread.
-pub fn this_thread() -> Option<ThreadStat> {
+pub(super) fn this_thread() -> Option<ThreadStat> {
     read_thread(Path::new("/proc/thread-self"))
 }
 
 /// CPU time of the whole process, threads that ended included (`stat`'s
 /// user + system ticks), in nanoseconds: coarse (10 ms), but complete.
-pub fn process_cpu_ns() -> Option<u64> {
+pub(super) fn process_cpu_ns() -> Option<u64> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
     let (_, _, _, ticks) = parse_stat(&stat)?;
     Some(ticks.saturating_mul(1_000_000_000 / USER_HZ))

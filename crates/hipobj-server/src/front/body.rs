@@ -33,7 +33,7 @@ use crate::metrics::Metrics;
 
 /// The limits every body gets (from [`HttpConfig`] and `anonymous`).
 #[derive(Clone, Copy, Debug)]
-pub struct BodyLimits {
+pub(crate) struct BodyLimits {
     /// Bytes per second, 0: off.
     pub min_rate: u64,
     /// The rate's window.
@@ -45,7 +45,7 @@ pub struct BodyLimits {
 impl BodyLimits {
     /// The limits `http` sets; unsigned requests are bounded unless
     /// `anonymous`.
-    pub fn new(http: &HttpConfig, anonymous: bool) -> Self {
+    pub(crate) fn new(http: &HttpConfig, anonymous: bool) -> Self {
         Self {
             min_rate: http.body_min_rate,
             window: Duration::from_secs(http.body_rate_window_secs.max(1)),
@@ -56,7 +56,7 @@ impl BodyLimits {
 
 /// Why a body was cut.
 #[derive(Debug, thiserror::Error)]
-pub enum BodyError {
+pub(crate) enum BodyError {
     /// Slower than the floor.
     #[error("the request body arrived slower than {0} bytes/s")]
     TooSlow(u64),
@@ -209,7 +209,7 @@ impl Chunks {
 
 /// A request body under the limits of the module documentation.
 #[derive(Debug)]
-pub struct Checked {
+pub(crate) struct Checked {
     inner: Incoming,
     rate: Option<Rate>,
     unsigned: Option<Unsigned>,
@@ -221,7 +221,7 @@ pub struct Checked {
 
 impl Checked {
     /// `req`'s body under `limits`; `conn` is closed if the body breaks one.
-    pub fn new(
+    pub(crate) fn new(
         req: &http::request::Parts,
         inner: Incoming,
         limits: BodyLimits,

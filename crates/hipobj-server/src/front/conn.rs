@@ -42,7 +42,7 @@ use crate::config::HttpConfig;
 /// Sets the options every accepted socket gets: `TCP_NODELAY` (a small
 /// response written in two pieces must not wait for the client's delayed
 /// ACK) and TCP keep-alive (a peer that vanished is noticed).
-pub fn tune(stream: &TcpStream, http: &HttpConfig) -> io::Result<()> {
+pub(crate) fn tune(stream: &TcpStream, http: &HttpConfig) -> io::Result<()> {
     stream.set_nodelay(true)?;
     if http.tcp_keepalive_secs > 0 {
         let idle = Duration::from_secs(http.tcp_keepalive_secs);
@@ -56,7 +56,7 @@ pub fn tune(stream: &TcpStream, http: &HttpConfig) -> io::Result<()> {
 
 /// Whether the connection a request came on is TLS, in its extensions.
 #[derive(Clone, Copy, Debug)]
-pub struct Transport {
+pub(crate) struct Transport {
     /// The connection is TLS.
     pub tls: bool,
 }
@@ -64,11 +64,11 @@ pub struct Transport {
 /// The connection a request came on, in its extensions: what a body that
 /// breaks a limit closes.
 #[derive(Clone, Debug)]
-pub struct ConnHandle(pub Arc<ConnState>);
+pub(crate) struct ConnHandle(pub Arc<ConnState>);
 
 /// What the service and the socket wrapper share about one connection.
 #[derive(Debug)]
-pub struct ConnState {
+pub(crate) struct ConnState {
     origin: Instant,
     /// Requests being served now (HTTP/1.1: zero or one).
     in_flight: AtomicUsize,
@@ -90,7 +90,7 @@ pub struct ConnState {
 
 impl ConnState {
     /// A fresh connection.
-    pub fn new() -> Arc<Self> {
+    pub(crate) fn new() -> Arc<Self> {
         Arc::new(Self {
             origin: Instant::now(),
             in_flight: AtomicUsize::new(0),
@@ -104,7 +104,7 @@ impl ConnState {
 
     /// Closes the connection: its pending and later reads and writes fail,
     /// which ends hyper's connection task.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Release);
         self.reader.wake();
         self.writer.wake();
@@ -116,14 +116,14 @@ impl ConnState {
 
     /// Whether no request is being served; an idle connection may be
     /// closed to make room for another.
-    pub fn is_between_requests(&self) -> bool {
+    pub(crate) fn is_between_requests(&self) -> bool {
         self.in_flight.load(Ordering::Relaxed) == 0
     }
 
     /// When what the connection is doing now began: the first byte of a
     /// request head still arriving, or else its last activity. The
     /// earliest is the first to close for room.
-    pub fn waiting_since(&self) -> Instant {
+    pub(crate) fn waiting_since(&self) -> Instant {
         match self.head_ms.load(Ordering::Relaxed) {
             0 => self.at(self.last_ms.load(Ordering::Relaxed)),
             h => self.at(h - 1),
@@ -139,7 +139,7 @@ impl ConnState {
     }
 
     /// Marks a request as being served until the guard drops.
-    pub fn serving(self: &Arc<Self>) -> Serving {
+    pub(crate) fn serving(self: &Arc<Self>) -> Serving {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         self.head_ms.store(0, Ordering::Relaxed);
         Serving(self.clone())
@@ -152,7 +152,7 @@ impl ConnState {
 
 /// A request in flight on a connection (see [`ConnState::serving`]).
 #[derive(Debug)]
-pub struct Serving(Arc<ConnState>);
+pub(crate) struct Serving(Arc<ConnState>);
 
 impl Drop for Serving {
     fn drop(&mut self) {
@@ -164,7 +164,7 @@ impl Drop for Serving {
 
 /// A socket with the timeouts of the module documentation.
 #[derive(Debug)]
-pub struct Guarded<IO> {
+pub(crate) struct Guarded<IO> {
     io: IO,
     state: Arc<ConnState>,
     header_read: Duration,
@@ -174,7 +174,7 @@ pub struct Guarded<IO> {
 
 impl<IO> Guarded<IO> {
     /// Wraps `io`; `state` is the one the connection's service marks.
-    pub fn new(io: IO, state: Arc<ConnState>, http: &HttpConfig) -> Self {
+    pub(crate) fn new(io: IO, state: Arc<ConnState>, http: &HttpConfig) -> Self {
         Self {
             io,
             state,

@@ -28,12 +28,12 @@ const V1_MAX: usize = 107;
 
 /// The networks whose connections carry a PROXY header.
 #[derive(Clone, Debug, Default)]
-pub struct Trusted(Vec<IpNet>);
+pub(crate) struct Trusted(Vec<IpNet>);
 
 impl Trusted {
     /// The networks `from` names (addresses or CIDR prefixes, as
     /// `http.proxy_protocol_from` holds them).
-    pub fn parse(from: &[String]) -> Result<Self, String> {
+    pub(crate) fn parse(from: &[String]) -> Result<Self, String> {
         from.iter()
             .map(|s| {
                 s.parse::<IpNet>()
@@ -47,7 +47,7 @@ impl Trusted {
     }
 
     /// Whether a connection from `ip` carries a PROXY header.
-    pub fn contains(&self, ip: IpAddr) -> bool {
+    pub(crate) fn contains(&self, ip: IpAddr) -> bool {
         let ip = ip.to_canonical();
         self.0.iter().any(|n| n.contains(&ip))
     }
@@ -55,7 +55,7 @@ impl Trusted {
 
 /// Who a PROXY header says the connection is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Proxied {
+pub(crate) enum Proxied {
     /// A client, at this address.
     Client(SocketAddr),
     /// The balancer itself (v2 `LOCAL`, such as its health checks, or an
@@ -66,7 +66,7 @@ pub enum Proxied {
 
 /// Why a connection that had to carry a PROXY header is dropped.
 #[derive(Debug, thiserror::Error)]
-pub enum ProxyError {
+pub(crate) enum ProxyError {
     /// It does not start with one.
     #[error("the connection does not start with a PROXY protocol header")]
     Missing,
@@ -80,7 +80,7 @@ pub enum ProxyError {
 
 /// Reads one PROXY header off `r`, exactly its bytes, and says whom it
 /// names. The caller bounds the time it may take.
-pub async fn read_header<R: AsyncRead + Unpin>(r: &mut R) -> Result<Proxied, ProxyError> {
+pub(crate) async fn read_header<R: AsyncRead + Unpin>(r: &mut R) -> Result<Proxied, ProxyError> {
     let mut buf = vec![0u8; V2_SIGNATURE.len()];
     r.read_exact(&mut buf).await?;
     if buf == V2_SIGNATURE {

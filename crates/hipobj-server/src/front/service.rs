@@ -15,7 +15,7 @@ use crate::s3::errors::{finish, xml_text};
 /// Builds the s3s service over the RDMA layer, with auth and policy;
 /// `owners` is the server's one set of ownership rules, `keys` the access
 /// keys in service (`crate::keys`).
-pub fn s3_service(
+pub(crate) fn s3_service(
     layer: RdmaLayer,
     config: &Config,
     owners: crate::s3::owners::Owners,
@@ -37,7 +37,7 @@ pub fn s3_service(
 /// (`crate::health`), and S3 for everything else. Bucket names cannot
 /// start with `.`, so the server's paths never hide a bucket.
 #[derive(Clone, Debug)]
-pub struct Front {
+pub(crate) struct Front {
     /// The S3 service.
     pub s3: S3Service,
     /// The counters.
@@ -63,7 +63,10 @@ pub struct Front {
 impl Front {
     /// Serves one request, and writes its access log line and counts it
     /// when its response is done (`crate::access_log`).
-    pub async fn call(&self, mut req: http::Request<Incoming>) -> Result<http::Response<Body>, HttpError> {
+    pub(crate) async fn call(
+        &self,
+        mut req: http::Request<Incoming>,
+    ) -> Result<http::Response<Body>, HttpError> {
         let id = crate::access_log::new_request_id();
         // The `<Resource>` of an S3 error (`crate::s3::errors`).
         let resource = req.uri().path().to_owned();

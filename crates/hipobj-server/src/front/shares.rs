@@ -20,11 +20,11 @@ use crate::metrics::Metrics;
 
 /// What connections are counted by: an IPv4 address, or an IPv6 /64.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Source(IpAddr);
+pub(crate) struct Source(IpAddr);
 
 impl Source {
     /// The source `ip` counts against.
-    pub fn of(ip: IpAddr) -> Self {
+    pub(crate) fn of(ip: IpAddr) -> Self {
         match ip.to_canonical() {
             IpAddr::V6(v6) => {
                 let mut o = v6.octets();
@@ -44,7 +44,7 @@ struct Entry {
 
 /// The connections open now, by source.
 #[derive(Debug)]
-pub struct Shares {
+pub(crate) struct Shares {
     per_source: usize,
     open: Mutex<HashMap<Source, Vec<Entry>>>,
     next_id: AtomicU64,
@@ -54,7 +54,7 @@ pub struct Shares {
 /// One admitted connection's place in its share; dropping it gives the
 /// place back.
 #[derive(Debug)]
-pub struct Ticket {
+pub(crate) struct Ticket {
     shares: Arc<Shares>,
     source: Source,
     id: u64,
@@ -87,7 +87,7 @@ fn victim(v: &[Entry]) -> Option<usize> {
 
 impl Shares {
     /// Shares of `per_source` connections each.
-    pub fn new(per_source: usize, metrics: Arc<Metrics>) -> Arc<Self> {
+    pub(crate) fn new(per_source: usize, metrics: Arc<Metrics>) -> Arc<Self> {
         Arc::new(Self {
             per_source: per_source.max(1),
             open: Mutex::new(HashMap::new()),
@@ -102,14 +102,14 @@ impl Shares {
 
     /// Connections open now from `ip`'s source.
     #[cfg(test)]
-    pub fn open_from(&self, ip: IpAddr) -> usize {
+    pub(crate) fn open_from(&self, ip: IpAddr) -> usize {
         self.lock().get(&Source::of(ip)).map_or(0, Vec::len)
     }
 
     /// Admits a connection from `ip` whose state is `state`. At the
     /// source's share, its longest-waiting idle connection is closed to
     /// make room; with none idle, `None`: the caller drops the connection.
-    pub fn admit(self: &Arc<Self>, ip: IpAddr, state: Arc<ConnState>) -> Option<Ticket> {
+    pub(crate) fn admit(self: &Arc<Self>, ip: IpAddr, state: Arc<ConnState>) -> Option<Ticket> {
         let source = Source::of(ip);
         let mut open = self.lock();
         let v = open.entry(source).or_default();
@@ -155,7 +155,7 @@ impl Shares {
     /// At the global cap: closes the longest-waiting idle connection of the
     /// source holding the most connections (the next source if that one
     /// has none idle), never `waiting`'s. Whether one was closed.
-    pub fn close_one_for_room(&self, waiting: Option<&Ticket>) -> bool {
+    pub(crate) fn close_one_for_room(&self, waiting: Option<&Ticket>) -> bool {
         let waiting = waiting.map(|t| t.id);
         let mut open = self.lock();
         let mut sources: Vec<(usize, Source)> = open.iter().map(|(s, v)| (v.len(), *s)).collect();

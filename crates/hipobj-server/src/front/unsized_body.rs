@@ -44,7 +44,7 @@ use hyper::body::{Body, Frame, SizeHint};
 /// Whether a request's body is chunked with no length the server can use:
 /// no `Content-Length`, no aws-chunked decoded length, and a body hyper
 /// cannot size.
-pub fn is_unsized<B: Body>(parts: &http::request::Parts, body: &B) -> bool {
+pub(crate) fn is_unsized<B: Body>(parts: &http::request::Parts, body: &B) -> bool {
     let h = &parts.headers;
     let chunked = h.get_all(http::header::TRANSFER_ENCODING).iter().any(|v| {
         v.to_str()
@@ -58,7 +58,7 @@ pub fn is_unsized<B: Body>(parts: &http::request::Parts, body: &B) -> bool {
 
 /// The bytes all held bodies may take, shared by every connection.
 #[derive(Debug)]
-pub struct Budget {
+pub(crate) struct Budget {
     limit: u64,
     budget: u64,
     held: AtomicU64,
@@ -66,7 +66,7 @@ pub struct Budget {
 
 /// Why an unsized body was not taken.
 #[derive(Debug, thiserror::Error)]
-pub enum Refused {
+pub(crate) enum Refused {
     /// Longer than one body may be.
     #[error(
         "a chunked body without Content-Length may be at most {0} bytes; send Content-Length or aws-chunked for more"
@@ -87,7 +87,10 @@ pub enum Refused {
 /// Checks, from `parts` alone, that a request whose body would be held is
 /// signed by one of `keys` (access key to secret), or carries no signature
 /// at all; see the module documentation.
-pub fn check_signature(parts: &http::request::Parts, keys: &HashMap<String, String>) -> Result<(), Refused> {
+pub(crate) fn check_signature(
+    parts: &http::request::Parts,
+    keys: &HashMap<String, String>,
+) -> Result<(), Refused> {
     use hipobj_target::sigv4::HeadRefusal;
     let headers = crate::rdma::sigv4::header_pairs(&parts.headers);
     match hipobj_target::sigv4::verify_s3_head_at(
@@ -116,7 +119,7 @@ pub fn check_signature(parts: &http::request::Parts, keys: &HashMap<String, Stri
 
 impl Budget {
     /// At most `limit` bytes a body, `budget` all together.
-    pub fn new(limit: u64, budget: u64) -> Arc<Self> {
+    pub(crate) fn new(limit: u64, budget: u64) -> Arc<Self> {
         Arc::new(Self {
             limit,
             budget,
@@ -126,7 +129,7 @@ impl Budget {
 
     /// Bytes held now.
     #[cfg(test)]
-    pub fn held(&self) -> u64 {
+    pub(crate) fn held(&self) -> u64 {
         self.held.load(Ordering::Relaxed)
     }
 
@@ -146,7 +149,7 @@ impl Budget {
     /// Reads all of `body` into memory within the bounds; the bytes, with
     /// their exact length, as a body that gives its bytes back to the
     /// budget when dropped.
-    pub async fn collect<B>(self: &Arc<Self>, mut body: B) -> Result<Held, Refused>
+    pub(crate) async fn collect<B>(self: &Arc<Self>, mut body: B) -> Result<Held, Refused>
     where
         B: Body<Data = Bytes> + Unpin,
         B::Error: std::fmt::Display,
@@ -185,7 +188,7 @@ impl Drop for Hold {
 
 /// A body read whole: its bytes once, with their exact length.
 #[derive(Debug)]
-pub struct Held {
+pub(crate) struct Held {
     data: Option<Bytes>,
     _hold: Hold,
 }

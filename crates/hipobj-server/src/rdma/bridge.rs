@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 
 /// A GET's object body, read from a blocking thread in exactly the chunk
 /// sizes the mover asks for.
-pub struct BlockingBody {
+pub(super) struct BlockingBody {
     rt: tokio::runtime::Handle,
     body: StreamingBlob,
     pending: Bytes,
@@ -21,7 +21,7 @@ pub struct BlockingBody {
 
 impl BlockingBody {
     /// Wraps `body`; `rt` drives it.
-    pub fn new(rt: tokio::runtime::Handle, body: StreamingBlob) -> Self {
+    pub(super) fn new(rt: tokio::runtime::Handle, body: StreamingBlob) -> Self {
         Self {
             rt,
             body,
@@ -30,7 +30,7 @@ impl BlockingBody {
     }
 
     /// Fills all of `out` from the body; a body that ends early is an error.
-    pub fn fill(&mut self, out: &mut [u8]) -> io::Result<()> {
+    pub(super) fn fill(&mut self, out: &mut [u8]) -> io::Result<()> {
         let mut filled = 0;
         while filled < out.len() {
             if self.pending.is_empty() {
@@ -56,11 +56,11 @@ impl BlockingBody {
 }
 
 /// Where a PUT's mover sends the chunks it read.
-pub type ChunkSender = mpsc::Sender<Bytes>;
+pub(super) type ChunkSender = mpsc::Sender<Bytes>;
 
 /// A PUT's object body as the store sees it: the chunks the mover read,
 /// exactly `len` bytes, or an error if the mover stops before that.
-pub struct ChannelBody {
+pub(super) struct ChannelBody {
     rx: mpsc::Receiver<Bytes>,
     remaining: u64,
 }
@@ -68,7 +68,7 @@ pub struct ChannelBody {
 impl ChannelBody {
     /// A body of `len` bytes and the sender that feeds it; `depth` chunks
     /// may wait in between.
-    pub fn new(len: u64, depth: usize) -> (ChunkSender, Self) {
+    pub(super) fn new(len: u64, depth: usize) -> (ChunkSender, Self) {
         let (tx, rx) = mpsc::channel(depth.max(1));
         (tx, Self { rx, remaining: len })
     }
@@ -115,13 +115,13 @@ impl ByteStream for ChannelBody {
 }
 
 /// Turns the blocking send into the mover's drain callback result.
-pub fn send_chunk(tx: &ChunkSender, chunk: &[u8]) -> io::Result<()> {
+pub(super) fn send_chunk(tx: &ChunkSender, chunk: &[u8]) -> io::Result<()> {
     tx.blocking_send(Bytes::copy_from_slice(chunk))
         .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the store stopped reading the object"))
 }
 
 /// A store body for a [`ChannelBody`].
-pub fn blob(body: ChannelBody) -> StreamingBlob {
+pub(super) fn blob(body: ChannelBody) -> StreamingBlob {
     StreamingBlob::new(ErrBoxed(body))
 }
 

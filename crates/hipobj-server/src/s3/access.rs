@@ -39,7 +39,7 @@ use super::bucket_use::BucketUse;
 
 /// The access policy.
 #[derive(Debug, Clone)]
-pub struct Policy {
+pub(crate) struct Policy {
     /// Serve unsigned requests.
     pub anonymous: bool,
     /// Who owns which bucket.
@@ -100,7 +100,7 @@ fn signed_headers<'a>(headers: &'a http::HeaderMap, uri: &'a http::Uri) -> Optio
 /// signed `Date` and has no `x-amz-date`, this adds `x-amz-date` with the
 /// same instant in SigV4's form. The value is part of what the signature
 /// covers (the string to sign), so it cannot change what was signed.
-pub fn date_for_sigv4(headers: &mut http::HeaderMap, uri: &http::Uri) {
+pub(crate) fn date_for_sigv4(headers: &mut http::HeaderMap, uri: &http::Uri) {
     let sigv4 = headers
         .get(http::header::AUTHORIZATION)
         .is_some_and(|v| v.as_bytes().starts_with(b"AWS4-HMAC-SHA256 "));
@@ -151,7 +151,7 @@ fn amz_date_of(date: &str) -> Option<String> {
 }
 
 /// Longest validity of a presigned URL, as AWS: 7 days.
-pub const MAX_PRESIGN_SECS: u64 = 7 * 24 * 3600;
+pub(crate) const MAX_PRESIGN_SECS: u64 = 7 * 24 * 3600;
 
 /// `x-amz-*` headers an SDK may send outside the signature that change
 /// nothing the server does.

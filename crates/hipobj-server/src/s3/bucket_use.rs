@@ -32,7 +32,7 @@ use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
 
 /// How long CreateBucket or DeleteBucket waits for the requests using the
 /// bucket to end.
-pub const EXCLUSIVE_WAIT: Duration = Duration::from_secs(2);
+pub(crate) const EXCLUSIVE_WAIT: Duration = Duration::from_secs(2);
 
 type Lock = Arc<RwLock<()>>;
 

@@ -18,7 +18,7 @@ use s3s::Body;
 /// writes: its code, a message (the error's own, or one for its code),
 /// `resource` (the request's path) and the request id. Other bodies (a
 /// streamed one, the `hipobj-rc-v2` control path's text) keep theirs.
-pub fn finish(resp: &mut http::Response<Body>, resource: &str, id: &str) {
+pub(crate) fn finish(resp: &mut http::Response<Body>, resource: &str, id: &str) {
     if let Ok(v) = http::HeaderValue::from_str(id) {
         resp.headers_mut().insert("x-amz-request-id", v.clone());
         resp.headers_mut().insert("x-amz-id-2", v);
@@ -78,12 +78,12 @@ fn element<'a>(xml: &'a str, name: &str) -> Option<&'a str> {
 }
 
 /// `s` escaped for XML text.
-pub fn xml_text(s: &str) -> String {
+pub(crate) fn xml_text(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
 /// A sentence for an S3 error code, for an error that came without one.
-pub fn message_for(code: &str) -> &'static str {
+pub(crate) fn message_for(code: &str) -> &'static str {
     match code {
         "AccessDenied" => "Access denied: this request is not allowed for the key that signed it.",
         "AccessForbidden" => "Access to this resource is forbidden.",

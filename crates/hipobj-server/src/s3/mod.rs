@@ -2,7 +2,7 @@
 //! [`access::Policy`] decides who may do what, and `crate::front::service::Front` adds
 //! the server's own endpoints (`/.hipobj/...`) in front of the S3 service.
 
-pub mod access;
-pub mod bucket_use;
-pub mod errors;
-pub mod owners;
+pub(crate) mod access;
+pub(crate) mod bucket_use;
+pub(crate) mod errors;
+pub(crate) mod owners;

@@ -7,22 +7,22 @@ use std::net::SocketAddr;
 use prometheus_parse::{Sample, Scrape, Value};
 
 /// Parsed metrics.
-pub struct Metrics(Scrape);
+pub(crate) struct Metrics(Scrape);
 
 /// Parses a metrics text (a whole HTTP response's: its head is left out).
-pub fn parse(text: &str) -> Metrics {
+pub(crate) fn parse(text: &str) -> Metrics {
     let text = text.split_once("\r\n\r\n").map_or(text, |(_, body)| body);
     let lines = text.lines().map(|l| Ok(l.to_owned()));
     Metrics(Scrape::parse(lines).unwrap_or_else(|e| panic!("{e}: {text}")))
 }
 
 /// `GET /.hipobj/metrics` of the server at `addr` (HTTP), as text.
-pub async fn text(addr: SocketAddr) -> String {
+pub(crate) async fn text(addr: SocketAddr) -> String {
     super::wire::metrics(addr).await
 }
 
 /// `GET /.hipobj/metrics` of the server at `addr` (HTTP), parsed.
-pub async fn scrape(addr: SocketAddr) -> Metrics {
+pub(crate) async fn scrape(addr: SocketAddr) -> Metrics {
     parse(&text(addr).await)
 }
 
@@ -35,13 +35,13 @@ fn number(v: &Value) -> Option<f64> {
 
 impl Metrics {
     /// The samples of `name` (for a histogram, its base name).
-    pub fn samples<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Sample> + 'a {
+    pub(crate) fn samples<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Sample> + 'a {
         self.0.samples.iter().filter(move |s| s.metric == name)
     }
 
     /// The value of `name` whose labels include `labels` (`None`: no such
     /// series, or more than one).
-    pub fn value(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    pub(crate) fn value(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         let mut found = self
             .samples(name)
             .filter(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)));
@@ -53,7 +53,7 @@ impl Metrics {
     }
 
     /// The sum of every series of `name` whose labels include `labels`.
-    pub fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+    pub(crate) fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         self.samples(name)
             .filter(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
             .filter_map(|s| number(&s.value))
@@ -61,12 +61,12 @@ impl Metrics {
     }
 
     /// Every sample.
-    pub fn all(&self) -> &[Sample] {
+    pub(crate) fn all(&self) -> &[Sample] {
         &self.0.samples
     }
 }
 
 /// The unlabelled value of `name` in `text` (`None`: not there).
-pub fn value(text: &str, name: &str) -> Option<f64> {
+pub(crate) fn value(text: &str, name: &str) -> Option<f64> {
     parse(text).value(name, &[])
 }

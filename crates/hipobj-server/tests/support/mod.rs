@@ -2,10 +2,10 @@
 //! temporary data directory, an aws-sdk-s3 client for it, and raw HTTP.
 #![allow(dead_code, clippy::unwrap_used)]
 
-pub mod metrics;
-pub mod rdma;
-pub mod sigv4;
-pub mod wire;
+pub(crate) mod metrics;
+pub(crate) mod rdma;
+pub(crate) mod sigv4;
+pub(crate) mod wire;
 
 use aws_sdk_s3::config::{
     BehaviorVersion, Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation,
@@ -14,11 +14,11 @@ use hipobj_server::config::{AccessKey, StorageConfig};
 use hipobj_server::{Config, Handle, Server};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-pub const AK: &str = "hipobj-test";
+pub(crate) const AK: &str = "hipobj-test";
 
 /// Starts the `hipobj-server` binary on `config` with extra environment
 /// `env`, and waits for the "listening on ADDR" line it prints when ready.
-pub fn spawn_server(
+pub(crate) fn spawn_server(
     config: &std::path::Path,
     env: &[(&str, &str)],
 ) -> (std::process::Child, std::net::SocketAddr) {
@@ -42,10 +42,10 @@ pub fn spawn_server(
         .unwrap();
     (child, addr)
 }
-pub const SK: &str = "hipobj-test-secret";
+pub(crate) const SK: &str = "hipobj-test-secret";
 
 /// A config for tests: 127.0.0.1, a random port, one key, fs store in `dir`.
-pub fn config(dir: &std::path::Path) -> Config {
+pub(crate) fn config(dir: &std::path::Path) -> Config {
     let mut c = Config {
         address: "127.0.0.1:0".parse().unwrap(),
         credentials: vec![AccessKey {
@@ -64,7 +64,7 @@ pub fn config(dir: &std::path::Path) -> Config {
 }
 
 /// A server over a fresh temporary directory.
-pub async fn start(edit: impl FnOnce(&mut Config)) -> (Handle, tempfile::TempDir) {
+pub(crate) async fn start(edit: impl FnOnce(&mut Config)) -> (Handle, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let mut c = config(dir.path());
     edit(&mut c);
@@ -72,7 +72,7 @@ pub async fn start(edit: impl FnOnce(&mut Config)) -> (Handle, tempfile::TempDir
 }
 
 /// The names ListBuckets shows to `c`'s key.
-pub async fn bucket_names(c: &aws_sdk_s3::Client) -> Vec<String> {
+pub(crate) async fn bucket_names(c: &aws_sdk_s3::Client) -> Vec<String> {
     let r = c.list_buckets().send().await.unwrap();
     r.buckets()
         .iter()
@@ -81,7 +81,7 @@ pub async fn bucket_names(c: &aws_sdk_s3::Client) -> Vec<String> {
 }
 
 /// An aws-sdk-s3 client for `endpoint` with the test key, no retries.
-pub fn client_for(endpoint: &str, ak: &str, sk: &str) -> aws_sdk_s3::Client {
+pub(crate) fn client_for(endpoint: &str, ak: &str, sk: &str) -> aws_sdk_s3::Client {
     let conf = aws_sdk_s3::Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .endpoint_url(endpoint)
@@ -95,12 +95,12 @@ pub fn client_for(endpoint: &str, ak: &str, sk: &str) -> aws_sdk_s3::Client {
     aws_sdk_s3::Client::from_conf(conf)
 }
 
-pub fn client(h: &Handle) -> aws_sdk_s3::Client {
+pub(crate) fn client(h: &Handle) -> aws_sdk_s3::Client {
     client_for(&h.endpoint(), AK, SK)
 }
 
 /// The S3 error code of a failed call.
-pub fn code<E, R>(e: &aws_sdk_s3::error::SdkError<E, R>) -> String
+pub(crate) fn code<E, R>(e: &aws_sdk_s3::error::SdkError<E, R>) -> String
 where
     E: aws_sdk_s3::error::ProvideErrorMetadata + std::fmt::Debug,
     R: std::fmt::Debug,
@@ -113,7 +113,7 @@ where
 
 /// Sends `req` as raw bytes and returns the status line's code and the
 /// whole response text (for requests no SDK would send).
-pub async fn raw(addr: std::net::SocketAddr, req: &str) -> (u16, String) {
+pub(crate) async fn raw(addr: std::net::SocketAddr, req: &str) -> (u16, String) {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     s.write_all(req.as_bytes()).await.unwrap();
     let mut out = Vec::new();
@@ -127,26 +127,26 @@ pub async fn raw(addr: std::net::SocketAddr, req: &str) -> (u16, String) {
 }
 
 /// Deterministic bytes.
-pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+pub(crate) fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ ((i >> 8) as u8))
         .collect()
 }
 
 /// Hex MD5, as S3 ETags are.
-pub fn md5_hex(data: &[u8]) -> String {
+pub(crate) fn md5_hex(data: &[u8]) -> String {
     use s3s::crypto::Checksum as _;
     let d = s3s::crypto::Md5::checksum(data);
     d.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-pub fn md5_bytes(data: &[u8]) -> [u8; 16] {
+pub(crate) fn md5_bytes(data: &[u8]) -> [u8; 16] {
     use s3s::crypto::Checksum as _;
     s3s::crypto::Md5::checksum(data)
 }
 
 /// Every file under `dir`, recursively.
-pub fn files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+pub(crate) fn files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     let mut todo = vec![dir.to_path_buf()];
     while let Some(d) = todo.pop() {

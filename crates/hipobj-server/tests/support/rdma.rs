@@ -11,7 +11,7 @@ use aws_sdk_s3::error::BoxError;
 
 /// What a token request got back.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     pub status: u16,
     pub reply: Option<String>,
     pub bytes: Option<u64>,
@@ -22,7 +22,7 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    pub fn parsed(&self) -> hipobj_proto::Reply {
+    pub(crate) fn parsed(&self) -> hipobj_proto::Reply {
         hipobj_proto::parse_reply(self.reply.as_deref().unwrap_or("").as_bytes()).unwrap()
     }
 }
@@ -71,7 +71,7 @@ fn finish<T, E: aws_sdk_s3::error::ProvideErrorMetadata, R>(
 }
 
 /// GetObject with `token` (and an optional Range).
-pub async fn get(
+pub(crate) async fn get(
     c: &aws_sdk_s3::Client,
     bucket: &str,
     key: &str,
@@ -105,7 +105,7 @@ pub async fn get(
 }
 
 /// PutObject with `token`, an empty body, and optional Content-MD5.
-pub async fn put(
+pub(crate) async fn put(
     c: &aws_sdk_s3::Client,
     bucket: &str,
     key: &str,
@@ -131,7 +131,7 @@ pub async fn put(
 }
 
 /// UploadPart with `token` and an empty body.
-pub async fn upload_part(
+pub(crate) async fn upload_part(
     c: &aws_sdk_s3::Client,
     bucket: &str,
     key: &str,
@@ -160,7 +160,7 @@ pub async fn upload_part(
 
 /// What one RDMA request asks the server for.
 #[derive(Clone, Debug)]
-pub enum Op {
+pub(crate) enum Op {
     Get { key: String, range: Option<String> },
     Put { key: String },
     Part { key: String, upload_id: String, n: i32 },
@@ -168,7 +168,7 @@ pub enum Op {
 
 impl Op {
     /// GetObject of the whole object.
-    pub fn get(key: impl Into<String>) -> Self {
+    pub(crate) fn get(key: impl Into<String>) -> Self {
         Self::Get {
             key: key.into(),
             range: None,
@@ -176,7 +176,7 @@ impl Op {
     }
 
     /// PutObject.
-    pub fn put(key: impl Into<String>) -> Self {
+    pub(crate) fn put(key: impl Into<String>) -> Self {
         Self::Put { key: key.into() }
     }
 }
@@ -184,7 +184,7 @@ impl Op {
 /// The hipobj `Control` over aws-sdk-s3: each `send_request` is one real,
 /// signed S3 request carrying the token; `recv_reply` hands back its
 /// `x-amz-rdma-reply`. Every token sent and every outcome are kept.
-pub struct S3Control<'a> {
+pub(crate) struct S3Control<'a> {
     pub rt: &'a tokio::runtime::Handle,
     pub s3: &'a aws_sdk_s3::Client,
     pub bucket: &'a str,
@@ -194,7 +194,12 @@ pub struct S3Control<'a> {
 }
 
 impl<'a> S3Control<'a> {
-    pub fn new(rt: &'a tokio::runtime::Handle, s3: &'a aws_sdk_s3::Client, bucket: &'a str, op: Op) -> Self {
+    pub(crate) fn new(
+        rt: &'a tokio::runtime::Handle,
+        s3: &'a aws_sdk_s3::Client,
+        bucket: &'a str,
+        op: Op,
+    ) -> Self {
         Self {
             rt,
             s3,
@@ -206,7 +211,7 @@ impl<'a> S3Control<'a> {
     }
 
     /// The last request's outcome.
-    pub fn last(&self) -> &Outcome {
+    pub(crate) fn last(&self) -> &Outcome {
         self.seen.last().unwrap()
     }
 }

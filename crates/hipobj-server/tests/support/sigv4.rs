@@ -44,7 +44,7 @@ fn signing_key(secret: &str, date: &str) -> Vec<u8> {
 /// A signed request head: the headers to send (`host`, `x-amz-date`,
 /// `x-amz-content-sha256`, `extra`, `authorization`), and the signature
 /// (the seed of a chunked stream).
-pub struct Signed {
+pub(crate) struct Signed {
     pub headers: Vec<(String, String)>,
     pub signature: String,
     pub amz_date: String,
@@ -54,7 +54,7 @@ pub struct Signed {
 /// Signs `method path` (path already URI-encoded, no query) with the
 /// payload hash `payload` (a hex SHA-256, `UNSIGNED-PAYLOAD`, or
 /// `STREAMING-AWS4-HMAC-SHA256-PAYLOAD`), over `extra` headers too.
-pub fn sign(
+pub(crate) fn sign(
     method: &str,
     path: &str,
     host: &str,
@@ -104,7 +104,7 @@ pub fn sign(
 
 impl Signed {
     /// The request head as text, with `more` headers that are not signed.
-    pub fn head(&self, method: &str, path: &str, more: &[(&str, String)]) -> String {
+    pub(crate) fn head(&self, method: &str, path: &str, more: &[(&str, String)]) -> String {
         let mut s = format!("{method} {path} HTTP/1.1\r\n");
         for (n, v) in &self.headers {
             s.push_str(&format!("{n}: {v}\r\n"));
@@ -119,7 +119,7 @@ impl Signed {
     /// The aws-chunked encoding of `chunks` (each signed, chained from the
     /// seed signature); the final zero-length chunk is added only if
     /// `terminated`.
-    pub fn chunked(&self, chunks: &[&[u8]], terminated: bool) -> Vec<u8> {
+    pub(crate) fn chunked(&self, chunks: &[&[u8]], terminated: bool) -> Vec<u8> {
         let date = &self.amz_date[..8];
         let scope = format!("{date}/{REGION}/{SERVICE}/aws4_request");
         let key = signing_key(&self.secret, date);
@@ -148,7 +148,7 @@ impl Signed {
 }
 
 /// The length of the aws-chunked encoding of chunks of these sizes.
-pub fn chunked_len(sizes: &[usize], terminated: bool) -> usize {
+pub(crate) fn chunked_len(sizes: &[usize], terminated: bool) -> usize {
     let one = |n: usize| format!("{n:x}").len() + ";chunk-signature=".len() + 64 + 2 + n + 2;
     sizes.iter().map(|&n| one(n)).sum::<usize>() + if terminated { one(0) } else { 0 }
 }

@@ -12,14 +12,14 @@ use rcgen::{
 };
 
 /// A CA: its certificate (PEM) and what signs with its key.
-pub struct TestCa {
+pub(crate) struct TestCa {
     pem: String,
     issuer: Issuer<'static, KeyPair>,
 }
 
 /// A server certificate and its key, as PEM files.
 #[derive(Clone, Debug)]
-pub struct ServerFiles {
+pub(crate) struct ServerFiles {
     pub cert: PathBuf,
     pub key: PathBuf,
     /// The certificate's DER, to compare with what a handshake served.
@@ -28,7 +28,7 @@ pub struct ServerFiles {
 
 impl TestCa {
     /// A fresh CA named `name` (ECDSA P-256).
-    pub fn new(name: &str) -> Self {
+    pub(crate) fn new(name: &str) -> Self {
         let key = KeyPair::generate().unwrap();
         let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
         p.distinguished_name.push(DnType::CommonName, name);
@@ -46,19 +46,19 @@ impl TestCa {
     }
 
     /// The CA certificate, PEM.
-    pub fn pem(&self) -> &str {
+    pub(crate) fn pem(&self) -> &str {
         &self.pem
     }
 
     /// Writes the CA certificate (a one-certificate CA bundle) to `path`.
-    pub fn write_bundle(&self, path: &Path) -> PathBuf {
+    pub(crate) fn write_bundle(&self, path: &Path) -> PathBuf {
         std::fs::write(path, &self.pem).unwrap();
         path.to_path_buf()
     }
 
     /// A server certificate for `names` (DNS names or IP addresses),
     /// signed by this CA: (certificate PEM, key PEM, certificate DER).
-    pub fn server_cert(&self, names: &[&str]) -> (String, String, Vec<u8>) {
+    pub(crate) fn server_cert(&self, names: &[&str]) -> (String, String, Vec<u8>) {
         let key = KeyPair::generate().unwrap();
         let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
         let mut p = CertificateParams::new(names).unwrap();
@@ -73,7 +73,7 @@ impl TestCa {
 
     /// A certificate for 127.0.0.1 and localhost written as `<stem>.crt`
     /// and `<stem>.key` in `dir`.
-    pub fn write_server(&self, dir: &Path, stem: &str) -> ServerFiles {
+    pub(crate) fn write_server(&self, dir: &Path, stem: &str) -> ServerFiles {
         let (cert, key, der) = self.server_cert(&["127.0.0.1", "localhost"]);
         let files = ServerFiles {
             cert: dir.join(format!("{stem}.crt")),
@@ -89,7 +89,7 @@ impl TestCa {
 impl ServerFiles {
     /// Puts this pair where `other` is (as a certificate renewal would:
     /// each file replaced by a rename, so no reader sees half a file).
-    pub fn install_over(&self, other: &ServerFiles) {
+    pub(crate) fn install_over(&self, other: &ServerFiles) {
         for (from, to) in [(&self.cert, &other.cert), (&self.key, &other.key)] {
             let tmp = to.with_extension("new");
             std::fs::copy(from, &tmp).unwrap();

@@ -10,7 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
 /// A TCP connection to `to` whose source address is `from`.
-pub async fn connect_from(from: Ipv4Addr, to: SocketAddr) -> std::io::Result<TcpStream> {
+pub(crate) async fn connect_from(from: Ipv4Addr, to: SocketAddr) -> std::io::Result<TcpStream> {
     let s = TcpSocket::new_v4()?;
     s.bind(SocketAddr::from((from, 0)))?;
     s.connect(to).await
@@ -18,7 +18,7 @@ pub async fn connect_from(from: Ipv4Addr, to: SocketAddr) -> std::io::Result<Tcp
 
 /// One response: its status, its head (lowercase names), its body.
 #[derive(Debug)]
-pub struct Response {
+pub(crate) struct Response {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
@@ -26,7 +26,7 @@ pub struct Response {
 
 impl Response {
     /// The first value of header `name`.
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
@@ -36,7 +36,7 @@ impl Response {
 
 /// Reads one response (head, then `Content-Length` bytes of body) from
 /// `s`; `buf` keeps what was read past it.
-pub async fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<Response> {
+pub(crate) async fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<Response> {
     let bad = |m: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, m.to_owned());
     let head_end = loop {
         if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -90,7 +90,7 @@ pub async fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Res
 
 /// Sends `req` on a fresh connection from `from` and reads the response,
 /// within `limit`.
-pub async fn request_from(
+pub(crate) async fn request_from(
     from: Ipv4Addr,
     to: SocketAddr,
     req: &[u8],
@@ -111,7 +111,7 @@ pub async fn request_from(
 }
 
 /// The server's `/.hipobj/metrics` text, asked from 127.0.0.1.
-pub async fn metrics(server: SocketAddr) -> String {
+pub(crate) async fn metrics(server: SocketAddr) -> String {
     let r = request_from(
         Ipv4Addr::LOCALHOST,
         server,
@@ -125,13 +125,13 @@ pub async fn metrics(server: SocketAddr) -> String {
 
 /// The value of the unlabelled metric `name` in `text` (read by the
 /// Prometheus parser, `super::metrics`), -1 if it is not there.
-pub fn metric(text: &str, name: &str) -> i64 {
+pub(crate) fn metric(text: &str, name: &str) -> i64 {
     super::metrics::value(text, name).map_or(-1, |v| v as i64)
 }
 
 /// Whether the server closes `s` (EOF or reset) within `limit`, reading
 /// and dropping whatever it sends first.
-pub async fn closed_within(s: &mut TcpStream, limit: Duration) -> bool {
+pub(crate) async fn closed_within(s: &mut TcpStream, limit: Duration) -> bool {
     tokio::time::timeout(limit, async {
         let mut b = [0u8; 4096];
         loop {
@@ -147,7 +147,7 @@ pub async fn closed_within(s: &mut TcpStream, limit: Duration) -> bool {
 
 /// A signed hipobj-rc-v2 control request (service `hipobj`, as the
 /// upstream client signs) for `path` with `headers`.
-pub fn control(path: &str, headers: &[(&'static str, String)], key: (&str, &str)) -> Vec<u8> {
+pub(crate) fn control(path: &str, headers: &[(&'static str, String)], key: (&str, &str)) -> Vec<u8> {
     let sigv4 = hipobj_server::rdma::sigv4::amz_date_now();
     let date = sigv4;
     let mut all: Vec<(String, String)> = vec![

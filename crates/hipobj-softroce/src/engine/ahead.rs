@@ -29,28 +29,28 @@ pub(crate) struct Ahead {
 
 impl Ahead {
     /// Forgets everything (the message or the QP ended).
-    pub fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         self.bits.clear();
         self.held = 0;
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.held == 0
     }
 
     /// How many offsets are held.
-    pub fn held(&self) -> u32 {
+    pub(super) fn held(&self) -> u32 {
         self.held
     }
 
     /// Whether offset `off` is held.
-    pub fn has(&self, off: u32) -> bool {
+    pub(super) fn has(&self, off: u32) -> bool {
         off >= 1 && self.bits.get(off as usize - 1).copied().unwrap_or(false)
     }
 
     /// Holds offset `off`; false if it is 0, beyond [`AHEAD_MAX`] or held
     /// already.
-    pub fn hold(&mut self, off: u32) -> bool {
+    pub(super) fn hold(&mut self, off: u32) -> bool {
         if off == 0 || off > AHEAD_MAX || self.has(off) {
             return false;
         }
@@ -68,7 +68,7 @@ impl Ahead {
     /// only together with the packet before them, see [`Ahead::run`], so
     /// the new expected PSN is never one held). Returns how many held
     /// offsets were passed.
-    pub fn shift(&mut self, n: u32) -> u32 {
+    pub(super) fn shift(&mut self, n: u32) -> u32 {
         let n = n as usize;
         if n == 0 {
             return 0;
@@ -88,13 +88,13 @@ impl Ahead {
 
     /// Held offsets in a row from 1: how far the expected PSN moves past
     /// them once it is itself received.
-    pub fn run(&self) -> u32 {
+    pub(super) fn run(&self) -> u32 {
         self.bits.iter().take_while(|&&b| b).count() as u32
     }
 
     /// The missing offsets in a row from 0 (at least 1: offset 0 is never
     /// held).
-    pub fn first_hole(&self) -> u32 {
+    pub(super) fn first_hole(&self) -> u32 {
         1 + self.bits.iter().take_while(|&&b| !b).count() as u32
     }
 }

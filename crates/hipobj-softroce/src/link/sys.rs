@@ -15,8 +15,8 @@ use std::time::Duration;
 
 /// `setsockopt`/cmsg of the UDP level (Linux `udp.h`): the GSO segment
 /// size of a send, and receive-side GRO.
-pub const UDP_SEGMENT: libc::c_int = 103;
-pub const UDP_GRO: libc::c_int = 104;
+pub(super) const UDP_SEGMENT: libc::c_int = 103;
+pub(super) const UDP_GRO: libc::c_int = 104;
 
 /// Control bytes per received message: room for a `UDP_GRO` cmsg.
 const CMSG_ROOM: usize = 32;
@@ -48,14 +48,19 @@ fn result(r: libc::c_int) -> io::Result<()> {
 }
 
 /// `setsockopt` of one `int` option.
-pub fn set_int(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> io::Result<()> {
+pub(super) fn set_int(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    v: libc::c_int,
+) -> io::Result<()> {
     let len = size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: passes a pointer to a live c_int of `len` bytes; the fd is open.
     result(unsafe { libc::setsockopt(fd.as_raw_fd(), level, name, (&raw const v).cast(), len) })
 }
 
 /// Attaches a classic BPF filter that drops every datagram (`SO_ATTACH_FILTER`).
-pub fn attach_drop_all_filter(fd: BorrowedFd<'_>) -> io::Result<()> {
+pub(super) fn attach_drop_all_filter(fd: BorrowedFd<'_>) -> io::Result<()> {
     let drop_all = [libc::sock_filter {
         code: 0x06, // BPF_RET | BPF_K: accept 0 bytes
         jt: 0,
@@ -80,7 +85,7 @@ pub fn attach_drop_all_filter(fd: BorrowedFd<'_>) -> io::Result<()> {
 }
 
 /// A raw IPv4 socket for protocol UDP (`SOCK_RAW`, close-on-exec).
-pub fn raw_udp_socket() -> io::Result<OwnedFd> {
+pub(super) fn raw_udp_socket() -> io::Result<OwnedFd> {
     // SAFETY: socket takes no pointers.
     let fd = unsafe {
         libc::socket(
@@ -97,7 +102,7 @@ pub fn raw_udp_socket() -> io::Result<OwnedFd> {
 }
 
 /// `bind` to an IPv4 address.
-pub fn bind(fd: BorrowedFd<'_>, addr: SocketAddrV4) -> io::Result<()> {
+pub(super) fn bind(fd: BorrowedFd<'_>, addr: SocketAddrV4) -> io::Result<()> {
     let sa = sockaddr(addr);
     // SAFETY: `sa` is a live sockaddr_in of the length passed.
     result(unsafe { libc::bind(fd.as_raw_fd(), (&raw const sa).cast(), SOCKADDR_IN_LEN) })
@@ -105,7 +110,7 @@ pub fn bind(fd: BorrowedFd<'_>, addr: SocketAddrV4) -> io::Result<()> {
 
 /// What `recvmmsg` reported of one datagram.
 #[derive(Clone, Copy, Debug)]
-pub struct RecvMeta {
+pub(super) struct RecvMeta {
     /// The bytes the datagram had (`msg_len`).
     pub len: usize,
     /// Whether it was longer than its slot (`MSG_TRUNC`).
@@ -120,7 +125,7 @@ pub struct RecvMeta {
 /// datagram `i` into `buf[i * slot..(i + 1) * slot]` and its description
 /// into `meta[i]`; returns how many. `buf` must hold `N` slots. The OS
 /// error is returned as is (EAGAIN when none is waiting).
-pub fn recv_mmsg<const N: usize>(
+pub(super) fn recv_mmsg<const N: usize>(
     fd: BorrowedFd<'_>,
     buf: &mut [u8],
     slot: usize,
@@ -205,14 +210,14 @@ fn gro_size(h: &libc::msghdr) -> usize {
 /// One datagram to send: its pieces in order, and for a UDP GSO
 /// super-packet the size of the segments the kernel cuts it into.
 #[derive(Debug)]
-pub struct Datagram<'a> {
+pub(super) struct Datagram<'a> {
     pub dst: SocketAddrV4,
     pub pieces: &'a [IoSlice<'a>],
     pub gso_segment: Option<u16>,
 }
 
 /// One `sendmmsg` of `datagrams`: how many the kernel took, or its error.
-pub fn send_mmsg(fd: BorrowedFd<'_>, datagrams: &[Datagram<'_>]) -> io::Result<usize> {
+pub(super) fn send_mmsg(fd: BorrowedFd<'_>, datagrams: &[Datagram<'_>]) -> io::Result<usize> {
     let names: Vec<libc::sockaddr_in> = datagrams.iter().map(|d| sockaddr(d.dst)).collect();
     // u64 words keep the control buffers aligned for cmsghdr.
     let mut control = vec![[0u64; CMSG_ROOM / 8]; datagrams.len()];
@@ -256,13 +261,13 @@ pub fn send_mmsg(fd: BorrowedFd<'_>, datagrams: &[Datagram<'_>]) -> io::Result<u
 
 /// A non-blocking, close-on-exec eventfd.
 #[derive(Debug)]
-pub struct EventFd {
+pub(super) struct EventFd {
     fd: OwnedFd,
 }
 
 impl EventFd {
     /// A new eventfd with counter 0.
-    pub fn new() -> io::Result<Self> {
+    pub(super) fn new() -> io::Result<Self> {
         // SAFETY: eventfd takes no pointers.
         let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if fd < 0 {
@@ -274,14 +279,14 @@ impl EventFd {
     }
 
     /// Adds 1 to the counter; a full counter (EAGAIN) is left as it is.
-    pub fn add_one(&self) {
+    pub(super) fn add_one(&self) {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a live u64 to an open eventfd.
         unsafe { libc::write(self.fd.as_raw_fd(), (&raw const one).cast(), 8) };
     }
 
     /// Reads the counter back to 0 (nothing when it already is).
-    pub fn clear(&self) {
+    pub(super) fn clear(&self) {
         let mut v = MaybeUninit::<u64>::uninit();
         // SAFETY: reads at most 8 bytes into a live u64 from an open
         // non-blocking eventfd.
@@ -289,7 +294,7 @@ impl EventFd {
     }
 
     /// The fd, to wait on.
-    pub fn fd(&self) -> BorrowedFd<'_> {
+    pub(super) fn fd(&self) -> BorrowedFd<'_> {
         use std::os::fd::AsFd;
         self.fd.as_fd()
     }
@@ -297,7 +302,7 @@ impl EventFd {
 
 /// `ppoll` for input on `a` and `b` for up to `timeout` (`None`: none); the
 /// OS error (EINTR included) as is.
-pub fn ppoll_two(a: BorrowedFd<'_>, b: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<()> {
+pub(super) fn ppoll_two(a: BorrowedFd<'_>, b: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<()> {
     let pollfd = |fd: BorrowedFd<'_>| libc::pollfd {
         fd: fd.as_raw_fd(),
         events: libc::POLLIN,

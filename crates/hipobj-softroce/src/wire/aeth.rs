@@ -10,8 +10,8 @@ use super::{Error, Result};
 
 mod field {
     use core::ops::Range;
-    pub const SYNDROME: usize = 0;
-    pub const MSN: Range<usize> = 1..4;
+    pub(super) const SYNDROME: usize = 0;
+    pub(super) const MSN: Range<usize> = 1..4;
 }
 
 /// Bytes in an AETH.

@@ -14,13 +14,13 @@ use super::{Error, Opcode, Result};
 
 mod field {
     use core::ops::Range;
-    pub const OPCODE: usize = 0;
-    pub const FLAGS: usize = 1;
-    pub const PKEY: Range<usize> = 2..4;
-    pub const RESV8A: usize = 4;
-    pub const DEST_QP: Range<usize> = 5..8;
-    pub const ACK_REQ: usize = 8;
-    pub const PSN: Range<usize> = 9..12;
+    pub(super) const OPCODE: usize = 0;
+    pub(super) const FLAGS: usize = 1;
+    pub(super) const PKEY: Range<usize> = 2..4;
+    pub(super) const RESV8A: usize = 4;
+    pub(super) const DEST_QP: Range<usize> = 5..8;
+    pub(super) const ACK_REQ: usize = 8;
+    pub(super) const PSN: Range<usize> = 9..12;
 }
 
 /// Bytes in a BTH.

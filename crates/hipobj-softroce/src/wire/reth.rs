@@ -10,9 +10,9 @@ use super::{Error, Result};
 
 mod field {
     use core::ops::Range;
-    pub const VA: Range<usize> = 0..8;
-    pub const RKEY: Range<usize> = 8..12;
-    pub const DMA_LEN: Range<usize> = 12..16;
+    pub(super) const VA: Range<usize> = 0..8;
+    pub(super) const RKEY: Range<usize> = 8..12;
+    pub(super) const DMA_LEN: Range<usize> = 12..16;
 }
 
 /// Bytes in a RETH.

@@ -10,10 +10,10 @@ use hipobj_platform::{
 };
 use hipobj_softroce::{HostBuffer, SoftConfig, SoftDevice, SoftVerbs};
 
-pub const RW: AccessFlags = AccessFlags(1 | 2 | 4);
+pub(crate) const RW: AccessFlags = AccessFlags(1 | 2 | 4);
 
 /// One device with a PD, two CQs and one RC QP in RESET.
-pub struct Node {
+pub(crate) struct Node {
     pub verbs: SoftVerbs,
     pub soft: Arc<SoftDevice>,
     pub dev: Arc<dyn Device>,
@@ -28,7 +28,7 @@ pub struct Node {
 /// progress, only happen when something is wrong, not because a loaded
 /// machine did not schedule a worker for a few milliseconds. Tests of the
 /// retry rules shorten it.
-pub fn attrs(mtu: Mtu) -> QpAttr {
+pub(crate) fn attrs(mtu: Mtu) -> QpAttr {
     QpAttr {
         qp_access_flags: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
         path_mtu: mtu,
@@ -43,7 +43,7 @@ pub fn attrs(mtu: Mtu) -> QpAttr {
 }
 
 impl Node {
-    pub fn new(config: SoftConfig) -> Node {
+    pub(crate) fn new(config: SoftConfig) -> Node {
         let verbs = SoftVerbs::new(config);
         let name = verbs.device_names().unwrap().remove(0);
         let dev = verbs.open_device(&name).unwrap();
@@ -73,12 +73,12 @@ impl Node {
         }
     }
 
-    pub fn gid(&self) -> Gid {
+    pub(crate) fn gid(&self) -> Gid {
         self.dev.query_gid(1, 0).unwrap()
     }
 
     /// RESET -> INIT.
-    pub fn init(&self, attr: &QpAttr) {
+    pub(crate) fn init(&self, attr: &QpAttr) {
         use QpAttrMask as M;
         let a = QpAttr {
             qp_state: QpState::Init,
@@ -91,7 +91,7 @@ impl Node {
 
     /// INIT -> RTR -> RTS towards `(gid, qpn)`; receives from `rq_psn`,
     /// sends from `sq_psn`.
-    pub fn connect(&self, attr: &QpAttr, gid: Gid, qpn: u32, rq_psn: u32, sq_psn: u32) {
+    pub(crate) fn connect(&self, attr: &QpAttr, gid: Gid, qpn: u32, rq_psn: u32, sq_psn: u32) {
         use QpAttrMask as M;
         let a = QpAttr {
             qp_state: QpState::Rtr,
@@ -125,20 +125,20 @@ impl Node {
             .unwrap();
     }
 
-    pub fn reg(&self, buf: &HostBuffer, access: AccessFlags) -> Box<dyn MemoryRegion> {
+    pub(crate) fn reg(&self, buf: &HostBuffer, access: AccessFlags) -> Box<dyn MemoryRegion> {
         self.pd.reg_mr(buf.region(), access).unwrap()
     }
 }
 
 /// Connects two nodes to each other.
-pub fn pair(a: &Node, b: &Node, attr: &QpAttr) {
+pub(crate) fn pair(a: &Node, b: &Node, attr: &QpAttr) {
     a.init(attr);
     b.init(attr);
     a.connect(attr, b.gid(), b.qp.qp_num(), 0x100, 0x200);
     b.connect(attr, a.gid(), a.qp.qp_num(), 0x200, 0x100);
 }
 
-pub fn sge(buf: &HostBuffer, mr: &dyn MemoryRegion) -> Sge {
+pub(crate) fn sge(buf: &HostBuffer, mr: &dyn MemoryRegion) -> Sge {
     Sge {
         addr: buf.addr(),
         length: buf.len() as u32,
@@ -146,7 +146,7 @@ pub fn sge(buf: &HostBuffer, mr: &dyn MemoryRegion) -> Sge {
     }
 }
 
-pub fn blank() -> WorkCompletion {
+pub(crate) fn blank() -> WorkCompletion {
     WorkCompletion {
         wr_id: 0,
         status: WcStatus::GeneralErr,
@@ -159,7 +159,7 @@ pub fn blank() -> WorkCompletion {
 }
 
 /// Waits (with `CompletionQueue::wait`) for `n` completions or `timeout`.
-pub fn wait(cq: &dyn CompletionQueue, n: usize, timeout: Duration) -> Vec<WorkCompletion> {
+pub(crate) fn wait(cq: &dyn CompletionQueue, n: usize, timeout: Duration) -> Vec<WorkCompletion> {
     let end = Instant::now() + timeout;
     let mut got = Vec::new();
     let mut buf = [blank(); 16];
@@ -175,7 +175,7 @@ pub fn wait(cq: &dyn CompletionQueue, n: usize, timeout: Duration) -> Vec<WorkCo
     got
 }
 
-pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+pub(crate) fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u32).wrapping_mul(2_654_435_761).rotate_left(7) as u8 ^ seed)
         .collect()

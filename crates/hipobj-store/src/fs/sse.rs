@@ -67,7 +67,7 @@ fn aead_key(bytes: &[u8; KEY]) -> S3Result<LessSafeKey> {
 
 /// The server's SSE-S3 key: the key-encryption key of every SSE-S3 object.
 #[derive(Clone)]
-pub struct MasterKey(Arc<[u8; KEY]>);
+pub(super) struct MasterKey(Arc<[u8; KEY]>);
 
 impl std::fmt::Debug for MasterKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -80,7 +80,7 @@ impl MasterKey {
     /// end), or creates it with a fresh random key, readable by its owner
     /// only, if there is no such file. Creating is atomic: two servers
     /// starting at once end up with the same key.
-    pub fn load_or_create(path: &Path) -> io::Result<Self> {
+    pub(super) fn load_or_create(path: &Path) -> io::Result<Self> {
         match std::fs::read(path) {
             Ok(b) => Self::parse(&b).ok_or_else(|| {
                 io::Error::new(

@@ -8,7 +8,7 @@ use hipobj_store::fs::{FsLimits, FsStore};
 use s3s::dto;
 use s3s::{S3, S3Request};
 
-pub fn req<T>(input: T) -> S3Request<T> {
+pub(crate) fn req<T>(input: T) -> S3Request<T> {
     S3Request {
         input,
         method: http::Method::GET,
@@ -23,7 +23,7 @@ pub fn req<T>(input: T) -> S3Request<T> {
 }
 
 /// A store that does not sync (the tests are about listings).
-pub fn open(root: &Path) -> FsStore {
+pub(crate) fn open(root: &Path) -> FsStore {
     FsStore::open(
         root,
         FsLimits {
@@ -34,7 +34,7 @@ pub fn open(root: &Path) -> FsStore {
     .unwrap()
 }
 
-pub async fn bucket(s: &FsStore, name: &str) {
+pub(crate) async fn bucket(s: &FsStore, name: &str) {
     s.create_bucket(req(dto::CreateBucketInput::builder()
         .bucket(name.into())
         .build()
@@ -43,7 +43,7 @@ pub async fn bucket(s: &FsStore, name: &str) {
         .unwrap();
 }
 
-pub async fn put(s: &FsStore, bucket: &str, key: &str, data: &[u8]) {
+pub(crate) async fn put(s: &FsStore, bucket: &str, key: &str, data: &[u8]) {
     let body = s3s::dto::StreamingBlob::from(s3s::Body::from(bytes::Bytes::copy_from_slice(data)));
     s.put_object(req(dto::PutObjectInput::builder()
         .bucket(bucket.into())
@@ -56,7 +56,7 @@ pub async fn put(s: &FsStore, bucket: &str, key: &str, data: &[u8]) {
         .unwrap();
 }
 
-pub async fn delete(s: &FsStore, bucket: &str, key: &str) {
+pub(crate) async fn delete(s: &FsStore, bucket: &str, key: &str) {
     s.delete_object(req(dto::DeleteObjectInput::builder()
         .bucket(bucket.into())
         .key(key.into())
@@ -67,7 +67,7 @@ pub async fn delete(s: &FsStore, bucket: &str, key: &str) {
 }
 
 /// One ListObjectsV2 page: the keys, the common prefixes, the token.
-pub async fn page(
+pub(crate) async fn page(
     s: &FsStore,
     bucket: &str,
     prefix: &str,
@@ -105,7 +105,13 @@ pub async fn page(
 
 /// Every key and common prefix of a listing, walked a page of `max` at a
 /// time, in order.
-pub async fn walk(s: &FsStore, bucket: &str, prefix: &str, delimiter: Option<&str>, max: i32) -> Vec<String> {
+pub(crate) async fn walk(
+    s: &FsStore,
+    bucket: &str,
+    prefix: &str,
+    delimiter: Option<&str>,
+    max: i32,
+) -> Vec<String> {
     let mut all = Vec::new();
     let mut token = None;
     loop {
@@ -124,7 +130,7 @@ pub async fn walk(s: &FsStore, bucket: &str, prefix: &str, delimiter: Option<&st
 /// What a listing of `keys` must give, worked out the plain way: every
 /// key with the prefix, those with the delimiter after the prefix rolled
 /// up into one common prefix each, in order.
-pub fn brute(keys: &[String], prefix: &str, delimiter: Option<&str>) -> Vec<String> {
+pub(crate) fn brute(keys: &[String], prefix: &str, delimiter: Option<&str>) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     let mut sorted: Vec<&String> = keys.iter().filter(|k| k.starts_with(prefix)).collect();
     sorted.sort();

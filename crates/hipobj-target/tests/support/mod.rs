@@ -13,7 +13,7 @@ use hipobj_proto::{Reply, Token, Transport};
 use hipobj_softroce::{SoftConfig, SoftVerbs};
 
 /// A soft NIC device named `name`.
-pub fn soft(name: &str) -> Arc<SoftVerbs> {
+pub(crate) fn soft(name: &str) -> Arc<SoftVerbs> {
     Arc::new(SoftVerbs::new(SoftConfig {
         name: name.into(),
         ..SoftConfig::default()
@@ -21,7 +21,7 @@ pub fn soft(name: &str) -> Arc<SoftVerbs> {
 }
 
 /// A token for the first `len` bytes of the client's buffer.
-pub fn token(c: &ClientQp, len: u64) -> Token {
+pub(crate) fn token(c: &ClientQp, len: u64) -> Token {
     Token {
         transport: Transport::Rc,
         qpn: c.qp.qp_num(),
@@ -36,7 +36,7 @@ pub fn token(c: &ClientQp, len: u64) -> Token {
 
 /// Connects the client QP to the server QP a 409 reply names (the same
 /// sequence the target uses, from the other end).
-pub fn connect(c: &ClientQp, reply: &Reply) {
+pub(crate) fn connect(c: &ClientQp, reply: &Reply) {
     let Reply::Bind { token, psn } = reply else {
         panic!("not a bind reply: {reply}")
     };
@@ -63,7 +63,7 @@ pub fn connect(c: &ClientQp, reply: &Reply) {
 }
 
 /// The next completion on the client QP, if one comes within `wait`.
-pub fn completion(c: &ClientQp, wait: Duration) -> Option<WorkCompletion> {
+pub(crate) fn completion(c: &ClientQp, wait: Duration) -> Option<WorkCompletion> {
     let deadline = Instant::now() + wait;
     let mut wc = [WorkCompletion::EMPTY; 1];
     while Instant::now() < deadline {

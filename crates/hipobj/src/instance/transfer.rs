@@ -17,7 +17,7 @@ use crate::peer::{AllowPeer, Servers};
 use crate::pool::Lease;
 
 /// Size of the buffer the reply is read into.
-pub const REPLY_CAPACITY: usize = 512;
+pub(super) const REPLY_CAPACITY: usize = 512;
 
 impl Instance {
     /// Leases a connection whose CQ is empty. A completion before anything

@@ -1,8 +1,8 @@
 //! Shared pieces of the core's tests: a fake platform and a scripted S3 side.
 #![allow(dead_code, clippy::unwrap_used, unsafe_code)]
 
-pub mod rc_v2;
-pub mod server;
+pub(crate) mod rc_v2;
+pub(crate) mod server;
 
 use std::collections::VecDeque;
 
@@ -11,7 +11,7 @@ use hipobj_platform::fake::{FakeDeviceSpec, FakeGpu, FakePlatform, FakeTopology,
 use std::sync::Arc;
 
 /// A fake platform with `gpus` fake GPUs and one fake NIC.
-pub fn fake(gpus: i32, spec: FakeDeviceSpec) -> FakePlatform {
+pub(crate) fn fake(gpus: i32, spec: FakeDeviceSpec) -> FakePlatform {
     let faults = Faults::default();
     FakePlatform {
         verbs: Arc::new(FakeVerbs::new(vec![spec], faults.clone())),
@@ -22,7 +22,7 @@ pub fn fake(gpus: i32, spec: FakeDeviceSpec) -> FakePlatform {
 }
 
 /// Config naming the fake NIC.
-pub fn config() -> Config {
+pub(crate) fn config() -> Config {
     Config {
         flags: 0,
         gpu_device: -1,
@@ -31,7 +31,7 @@ pub fn config() -> Config {
 }
 
 /// Options with a small pool.
-pub fn options(max_transfers: u32) -> Options {
+pub(crate) fn options(max_transfers: u32) -> Options {
     Options {
         max_transfers,
         ..Options::default()
@@ -39,7 +39,7 @@ pub fn options(max_transfers: u32) -> Options {
 }
 
 /// A library initialized on `p`.
-pub fn started(p: &FakePlatform, max_transfers: u32) -> Library {
+pub(crate) fn started(p: &FakePlatform, max_transfers: u32) -> Library {
     let lib = Library::new();
     lib.init(&config(), || Ok(p.platform()), || options(max_transfers))
         .unwrap();
@@ -47,7 +47,7 @@ pub fn started(p: &FakePlatform, max_transfers: u32) -> Library {
 }
 
 /// A fake NIC's spec with type-2 memory windows, or without.
-pub fn windows(on: bool) -> FakeDeviceSpec {
+pub(crate) fn windows(on: bool) -> FakeDeviceSpec {
     FakeDeviceSpec {
         mw_type2: on,
         ..FakeDeviceSpec::default()
@@ -55,7 +55,7 @@ pub fn windows(on: bool) -> FakeDeviceSpec {
 }
 
 /// A `409` binding reply with [`server_token`] and receive PSN `psn`.
-pub fn bind_reply(psn: u32) -> String {
+pub(crate) fn bind_reply(psn: u32) -> String {
     hipobj_proto::Reply::Bind {
         token: server_token(),
         psn,
@@ -64,7 +64,7 @@ pub fn bind_reply(psn: u32) -> String {
 }
 
 /// A server's token for binding: RC, QP 0x99, GID ::ffff:127.9.9.9.
-pub fn server_token() -> hipobj_proto::Token {
+pub(crate) fn server_token() -> hipobj_proto::Token {
     hipobj_proto::Token {
         transport: hipobj_proto::Transport::Rc,
         qpn: 0x99,
@@ -79,7 +79,7 @@ pub fn server_token() -> hipobj_proto::Token {
 
 /// The full success reply of the server of [`server_token`]: `status`, its
 /// token, and `bytes` moved.
-pub fn done_status(status: u16, bytes: u64) -> String {
+pub(crate) fn done_status(status: u16, bytes: u64) -> String {
     hipobj_proto::Reply::Done {
         status,
         token: server_token(),
@@ -89,7 +89,7 @@ pub fn done_status(status: u16, bytes: u64) -> String {
 }
 
 /// `200:<server token>:<bytes>`.
-pub fn done(bytes: u64) -> String {
+pub(crate) fn done(bytes: u64) -> String {
     done_status(200, bytes)
 }
 
@@ -97,7 +97,7 @@ pub fn done(bytes: u64) -> String {
 /// either a memory window's (the latest bind under that key granted
 /// REMOTE_WRITE; a device with windows) or a registration's (the
 /// access-flag fallback).
-pub fn is_get_token(verbs: &FakeVerbs, token: &hipobj_proto::Token) -> bool {
+pub(crate) fn is_get_token(verbs: &FakeVerbs, token: &hipobj_proto::Token) -> bool {
     let write = hipobj_platform::AccessFlags::REMOTE_WRITE;
     match verbs.mw_bind(token.rkey) {
         Some(b) => b.access.contains(write),
@@ -109,7 +109,7 @@ pub fn is_get_token(verbs: &FakeVerbs, token: &hipobj_proto::Token) -> bool {
 /// (which moves no bytes): the receive completion of one WRITE WITH
 /// IMMEDIATE of the whole range, its immediate naming offset 0 under the
 /// token's key (docs/protocol.md §2).
-pub fn deliver_get_proof(verbs: &FakeVerbs, token: &hipobj_proto::Token) -> bool {
+pub(crate) fn deliver_get_proof(verbs: &FakeVerbs, token: &hipobj_proto::Token) -> bool {
     let imm = hipobj_proto::landed::imm(token.rkey);
     verbs.deliver_write_with_imm(token.qpn, imm, token.len as u32)
 }
@@ -119,7 +119,7 @@ pub fn deliver_get_proof(verbs: &FakeVerbs, token: &hipobj_proto::Token) -> bool
 /// full success reply to a request whose token is a GET token, it delivers
 /// that GET's WRITE WITH IMMEDIATE to the token's QP.
 #[derive(Default)]
-pub struct Script {
+pub(crate) struct Script {
     pub replies: VecDeque<Result<String, String>>,
     pub tokens: Vec<String>,
     pub send_fails: bool,
@@ -128,7 +128,7 @@ pub struct Script {
 }
 
 impl Script {
-    pub fn replying(replies: &[&str]) -> Self {
+    pub(crate) fn replying(replies: &[&str]) -> Self {
         Self {
             replies: replies.iter().map(|r| Ok((*r).to_owned())).collect(),
             ..Self::default()
@@ -136,7 +136,7 @@ impl Script {
     }
 
     /// Scripted replies, with the RDMA of a GET that succeeds played on `p`.
-    pub fn serving(p: &FakePlatform, replies: &[&str]) -> Self {
+    pub(crate) fn serving(p: &FakePlatform, replies: &[&str]) -> Self {
         Self {
             prove: Some(p.verbs.clone()),
             ..Self::replying(replies)
@@ -179,12 +179,12 @@ impl Control for Script {
 }
 
 /// Host memory that lives for the rest of the test run, as a region.
-pub fn host_buf(len: usize) -> hipobj_platform::MemRegion {
+pub(crate) fn host_buf(len: usize) -> hipobj_platform::MemRegion {
     hipobj_platform::MemRegion::from_static(Box::leak(vec![0u8; len].into_boxed_slice()))
 }
 
 /// Copies `data` into the start of a region from [`host_buf`].
-pub fn fill(region: hipobj_platform::MemRegion, data: &[u8]) {
+pub(crate) fn fill(region: hipobj_platform::MemRegion, data: &[u8]) {
     assert!(data.len() <= region.len());
     // SAFETY: host_buf regions are leaked heap memory that nothing else
     // references; no transfer on it is running.
@@ -198,7 +198,7 @@ pub fn fill(region: hipobj_platform::MemRegion, data: &[u8]) {
 }
 
 /// Copies a region from [`host_buf`] out.
-pub fn read(region: hipobj_platform::MemRegion) -> Vec<u8> {
+pub(crate) fn read(region: hipobj_platform::MemRegion) -> Vec<u8> {
     let mut out = vec![0u8; region.len()];
     // SAFETY: as in `fill`.
     unsafe {

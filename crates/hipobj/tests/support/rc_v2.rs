@@ -27,7 +27,7 @@ use hipobj_proto::{Token, Transport};
 
 /// How the double misbehaves.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Misbehave {
+pub(crate) struct Misbehave {
     /// GET: the immediate value is the cookie plus one.
     pub wrong_imm: bool,
     /// GET: writes one byte fewer than asked (and says so honestly).
@@ -60,7 +60,7 @@ struct Session {
 }
 
 /// The double.
-pub struct V2Server {
+pub(crate) struct V2Server {
     device: Arc<dyn Device>,
     pd: Arc<dyn ProtectionDomain>,
     selection: hipobj_platform::selection::Selection,
@@ -84,7 +84,7 @@ pub struct V2Server {
 }
 
 impl V2Server {
-    pub fn open(verbs: &dyn Verbs, name: &str) -> Self {
+    pub(crate) fn open(verbs: &dyn Verbs, name: &str) -> Self {
         let (device, selection) =
             hipobj_platform::selection::select(verbs, &NoTopology, None, Some(name)).unwrap();
         let pd = device.alloc_pd().unwrap();
@@ -102,13 +102,13 @@ impl V2Server {
     }
 
     /// Open sessions.
-    pub fn open_sessions(&self) -> usize {
+    pub(crate) fn open_sessions(&self) -> usize {
         self.sessions.lock().unwrap().len()
     }
 
     /// One control request, as headers in and out: what an HTTP front
     /// would hand over after checking the signature.
-    pub fn handle<S: AsRef<str>>(
+    pub(crate) fn handle<S: AsRef<str>>(
         &self,
         path: &str,
         headers: &[(S, String)],
@@ -138,7 +138,7 @@ impl V2Server {
     }
 
     /// PREPARE: `Err(status)` or the answer.
-    pub fn prepare(&self, r: &PrepareRequest) -> Result<PrepareResponse, u16> {
+    pub(crate) fn prepare(&self, r: &PrepareRequest) -> Result<PrepareResponse, u16> {
         let op = r.op.as_str();
         let token = &r.token;
         let psn = r.psn.get();
@@ -231,7 +231,7 @@ impl V2Server {
 
     /// READY: connects and moves the bytes; blocks until done (a PUT waits
     /// for the client's write).
-    pub fn ready(&self, r: &ReadyRequest) -> (u16, Option<ReadyResponse>) {
+    pub(crate) fn ready(&self, r: &ReadyRequest) -> (u16, Option<ReadyResponse>) {
         let fail = |status| (status, None);
         let cookie = r.cookie.get();
         let Some((mr, qpn)) = r.client_mr else {
@@ -353,7 +353,7 @@ impl V2Server {
     }
 
     /// CANCEL: always 204.
-    pub fn cancel(&self, id: SessionId) -> u16 {
+    pub(crate) fn cancel(&self, id: SessionId) -> u16 {
         if self.sessions.lock().unwrap().remove(&id).is_some() {
             self.cancelled.lock().unwrap().push(id);
         }
@@ -362,7 +362,7 @@ impl V2Server {
 
     /// Writes into the last GET's client buffer again, on the same QP, after
     /// the client finished: whether that write completed successfully.
-    pub fn write_late(&self) -> bool {
+    pub(crate) fn write_late(&self) -> bool {
         let last = self.last.lock().unwrap();
         let Some((qp, cq, mr, addr, rkey)) = last.as_ref() else {
             panic!("no GET yet");

@@ -8,11 +8,11 @@ use std::ops::Deref;
 
 use hipobj::{Control, ControlError};
 use hipobj_target::Target;
-pub use hipobj_target::double::Action;
+pub(crate) use hipobj_target::double::Action;
 use hipobj_target::double::ObjectServer;
 
 /// The double (its target is `server.target`).
-pub struct Server {
+pub(crate) struct Server {
     inner: ObjectServer,
 }
 
@@ -24,7 +24,7 @@ impl Deref for Server {
 }
 
 /// One S3 request against the server, as the client's callbacks drive it.
-pub struct Request<'a> {
+pub(crate) struct Request<'a> {
     pub server: &'a Server,
     pub op: Action,
     pub reply: Option<String>,
@@ -32,17 +32,17 @@ pub struct Request<'a> {
 }
 
 impl Server {
-    pub fn new(target: Target) -> Self {
+    pub(crate) fn new(target: Target) -> Self {
         Self {
             inner: ObjectServer::new(target),
         }
     }
 
-    pub fn wrap(inner: ObjectServer) -> Self {
+    pub(crate) fn wrap(inner: ObjectServer) -> Self {
         Self { inner }
     }
 
-    pub fn request(&self, op: Action) -> Request<'_> {
+    pub(crate) fn request(&self, op: Action) -> Request<'_> {
         Request {
             server: self,
             op,
@@ -72,7 +72,7 @@ impl Control for Request<'_> {
 
 /// Puts then gets objects of `sizes` through `inst` and `server`, checking
 /// every byte; returns the number of binding rounds seen.
-pub fn put_get_roundtrip(inst: &hipobj::Instance, server: &Server, sizes: &[usize]) {
+pub(crate) fn put_get_roundtrip(inst: &hipobj::Instance, server: &Server, sizes: &[usize]) {
     for &size in sizes {
         let src = crate::support::host_buf(size);
         let dst = crate::support::host_buf(size);
@@ -101,7 +101,7 @@ pub fn put_get_roundtrip(inst: &hipobj::Instance, server: &Server, sizes: &[usiz
 /// Plays an application that drives a GET itself: a token from
 /// `rdma_token`, its own request (sent twice when the server binds), and
 /// every reply handed to `handle_token_reply`. Returns the bytes received.
-pub fn app_driven_get(inst: &hipobj::Instance, server: &Server, key: &str, len: usize) -> Vec<u8> {
+pub(crate) fn app_driven_get(inst: &hipobj::Instance, server: &Server, key: &str, len: usize) -> Vec<u8> {
     let dst = crate::support::host_buf(len);
     inst.register_host(dst).unwrap();
     let token = inst.rdma_token(dst.addr(), len, hipobj::Direction::Get).unwrap();

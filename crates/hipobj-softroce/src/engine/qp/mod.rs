@@ -58,7 +58,7 @@ impl Default for Attrs {
 
 impl Attrs {
     /// The local ACK timeout, or `None` for infinite (timeout 0).
-    pub fn ack_timeout(&self) -> Option<Duration> {
+    pub(super) fn ack_timeout(&self) -> Option<Duration> {
         (self.timeout != 0).then(|| Duration::from_nanos(4096u64 << self.timeout))
     }
 }
@@ -103,7 +103,7 @@ fn invalid(why: impl Into<String>) -> VerbsError {
 }
 
 impl Qp {
-    pub fn new(qpn: u32, cfg: QpConfig) -> Self {
+    pub(super) fn new(qpn: u32, cfg: QpConfig) -> Self {
         Self {
             qpn,
             pd: cfg.pd,
@@ -121,11 +121,16 @@ impl Qp {
         }
     }
 
-    pub fn peer(&self) -> SocketAddrV4 {
+    pub(super) fn peer(&self) -> SocketAddrV4 {
         self.attr.peer
     }
 
-    pub fn modify(&mut self, ctx: &mut Ctx<'_>, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbsError> {
+    pub(super) fn modify(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+    ) -> Result<(), VerbsError> {
         use QpAttrMask as M;
         check_rc_transition(self.state, attr, mask)?;
         if mask.contains(M::PORT) && attr.port_num != 1 {
@@ -215,7 +220,7 @@ impl Qp {
     /// `failed`'s status for the one at that index and WR_FLUSH_ERR for the
     /// rest; posted receives flush; nothing more is sent except a pending
     /// fatal NAK.
-    pub fn enter_error(&mut self, counters: &mut Counters, failed: Option<(usize, WcStatus)>) {
+    pub(super) fn enter_error(&mut self, counters: &mut Counters, failed: Option<(usize, WcStatus)>) {
         self.state = QpState::Err;
         let sq = std::mem::take(&mut self.req.sq);
         for (i, wqe) in sq.iter().enumerate() {
@@ -234,7 +239,13 @@ impl Qp {
         self.resp.halt();
     }
 
-    pub fn send_wc(&self, wr_id: u64, opcode: WcOpcode, status: WcStatus, byte_len: u32) -> WorkCompletion {
+    pub(super) fn send_wc(
+        &self,
+        wr_id: u64,
+        opcode: WcOpcode,
+        status: WcStatus,
+        byte_len: u32,
+    ) -> WorkCompletion {
         WorkCompletion {
             wr_id,
             status,
@@ -246,13 +257,13 @@ impl Qp {
         }
     }
 
-    pub fn push_send(&self, counters: &mut Counters, wc: WorkCompletion) {
+    pub(super) fn push_send(&self, counters: &mut Counters, wc: WorkCompletion) {
         if !self.send_cq.push(wc) {
             counters.cq_overruns += 1;
         }
     }
 
-    pub fn push_recv(
+    pub(super) fn push_recv(
         &self,
         counters: &mut Counters,
         wr_id: u64,
@@ -275,7 +286,7 @@ impl Qp {
         }
     }
 
-    pub fn post_recv(&mut self, counters: &mut Counters, wr: &RecvWr<'_>) -> Result<(), VerbsError> {
+    pub(super) fn post_recv(&mut self, counters: &mut Counters, wr: &RecvWr<'_>) -> Result<(), VerbsError> {
         let err = |kind, why: &str| Err(VerbsError::new("ibv_post_recv", kind, why));
         match self.state {
             QpState::Reset => return err(VerbsErrorKind::InvalidArgument, "QP is in RESET"),
@@ -302,7 +313,7 @@ impl Qp {
         Ok(())
     }
 
-    pub fn handle_packet(&mut self, ctx: &mut Ctx<'_>, packet: &Packet<'_>) {
+    pub(super) fn handle_packet(&mut self, ctx: &mut Ctx<'_>, packet: &Packet<'_>) {
         let request = packet.headers.bth.opcode.is_request();
         match (self.state, request) {
             (QpState::Rtr | QpState::Rts, true) => self.on_request(ctx, packet),
@@ -311,13 +322,13 @@ impl Qp {
         }
     }
 
-    pub fn handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
+    pub(super) fn handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
         if self.state == QpState::Rts {
             self.requester_timeout(ctx);
         }
     }
 
-    pub fn next_timeout(&self) -> Option<Time> {
+    pub(super) fn next_timeout(&self) -> Option<Time> {
         if self.state != QpState::Rts {
             return None;
         }
@@ -329,7 +340,7 @@ impl Qp {
 
     /// The next packet of this QP: a pending fatal NAK, then responder
     /// output (ACKs, READ responses), then requester packets.
-    pub fn transmit(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
+    pub(super) fn transmit(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
         if let Some(nak) = self.resp.final_nak.take() {
             return self.emit_ack(ctx, buf, nak.psn, nak.aeth);
         }
@@ -342,14 +353,14 @@ impl Qp {
         }
     }
 
-    pub fn pseudo(&self, ctx: &Ctx<'_>) -> PseudoHeader {
+    pub(super) fn pseudo(&self, ctx: &Ctx<'_>) -> PseudoHeader {
         PseudoHeader {
             src: ctx.config.local,
             dst: self.attr.peer,
         }
     }
 
-    pub fn bth(&self, opcode: Opcode, psn: u32, ack_req: bool) -> BthRepr {
+    pub(super) fn bth(&self, opcode: Opcode, psn: u32, ack_req: bool) -> BthRepr {
         BthRepr {
             opcode,
             solicited: false,
@@ -361,7 +372,7 @@ impl Qp {
         }
     }
 
-    pub fn emit_ack(&self, ctx: &Ctx<'_>, buf: &mut [u8], psn: u32, aeth: AethRepr) -> Option<usize> {
+    pub(super) fn emit_ack(&self, ctx: &Ctx<'_>, buf: &mut [u8], psn: u32, aeth: AethRepr) -> Option<usize> {
         let h = Headers {
             bth: self.bth(Opcode::Acknowledge, psn, false),
             reth: None,

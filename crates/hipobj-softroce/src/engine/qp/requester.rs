@@ -40,15 +40,15 @@ pub(crate) struct SendWqe {
 }
 
 impl SendWqe {
-    pub fn end_psn(&self) -> u32 {
+    pub(crate) fn end_psn(&self) -> u32 {
         psn::add(self.first_psn, self.npkts)
     }
 
-    pub fn is_read(&self) -> bool {
+    pub(crate) fn is_read(&self) -> bool {
         matches!(self.op, SendOp::Read { .. })
     }
 
-    pub fn opcode(&self) -> WcOpcode {
+    pub(crate) fn opcode(&self) -> WcOpcode {
         match self.op {
             SendOp::Send | SendOp::SendWithImm { .. } => WcOpcode::Send,
             SendOp::Write { .. } | SendOp::WriteWithImm { .. } => WcOpcode::RdmaWrite,
@@ -172,7 +172,7 @@ impl Requester {
     }
 
     /// Entering RTS with `sq_psn`.
-    pub fn start(&mut self, sq_psn: u32, attr: &Attrs) {
+    pub(crate) fn start(&mut self, sq_psn: u32, attr: &Attrs) {
         let p = sq_psn & psn::MASK;
         self.next_psn = p;
         self.una = p;
@@ -197,7 +197,7 @@ impl Requester {
     }
 
     /// Stops every timer (the QP left RTS).
-    pub fn halt(&mut self) {
+    pub(crate) fn halt(&mut self) {
         self.retry_deadline = None;
         self.rto_deadline = None;
         self.rnr_until = None;
@@ -304,7 +304,7 @@ fn post_err(kind: VerbsErrorKind, why: &str) -> Result<(), VerbsError> {
 }
 
 impl Qp {
-    pub fn post_send(&mut self, ctx: &mut Ctx<'_>, wr: &SendWr<'_>) -> Result<(), VerbsError> {
+    pub(crate) fn post_send(&mut self, ctx: &mut Ctx<'_>, wr: &SendWr<'_>) -> Result<(), VerbsError> {
         let len = sgl::total_len(wr.sg_list).filter(|&l| l <= 1 << 31);
         match self.state {
             QpState::Rts => {}
@@ -379,7 +379,7 @@ impl Qp {
         self.req.loss.on_loss(ctx.config.window, peer_places);
     }
 
-    pub fn requester_transmit(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
+    pub(crate) fn requester_transmit(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
         if let Some(until) = self.req.rnr_until {
             if ctx.now < until {
                 return None;
@@ -696,7 +696,7 @@ impl Qp {
     }
 
     /// A response (ACK, NAK or READ response) arrived at a QP in RTS.
-    pub fn on_response(&mut self, ctx: &mut Ctx<'_>, packet: &Packet<'_>) {
+    pub(crate) fn on_response(&mut self, ctx: &mut Ctx<'_>, packet: &Packet<'_>) {
         let h = &packet.headers;
         match (h.bth.opcode, h.aeth) {
             (Opcode::Acknowledge, Some(aeth)) => self.on_ack(ctx, h.bth.psn, aeth),
@@ -815,7 +815,7 @@ impl Qp {
         }
     }
 
-    pub fn requester_timeout(&mut self, ctx: &mut Ctx<'_>) {
+    pub(crate) fn requester_timeout(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now;
         if self.req.rnr_until.is_some_and(|t| t <= now) {
             self.req.rnr_until = None;

@@ -112,7 +112,7 @@ const READS_REMEMBERED: usize = 256;
 
 impl Responder {
     /// Entering RTR with `rq_psn`.
-    pub fn start(&mut self, rq_psn: u32) {
+    pub(crate) fn start(&mut self, rq_psn: u32) {
         self.epsn = rq_psn & psn::MASK;
         self.msn = 0;
         self.nak_sent = false;
@@ -125,7 +125,7 @@ impl Responder {
     }
 
     /// Stops all output but a pending fatal NAK (the QP entered ERR).
-    pub fn halt(&mut self) {
+    pub(crate) fn halt(&mut self) {
         self.out.clear();
         self.write = None;
         self.ahead.clear();
@@ -259,7 +259,7 @@ impl Qp {
     }
 
     /// A request packet arrived at a QP in RTR or RTS.
-    pub fn on_request(&mut self, ctx: &mut Ctx<'_>, packet: &Packet<'_>) {
+    pub(crate) fn on_request(&mut self, ctx: &mut Ctx<'_>, packet: &Packet<'_>) {
         let h = &packet.headers;
         let p = h.bth.psn;
         let epsn = self.resp.epsn;
@@ -610,7 +610,7 @@ impl Qp {
     }
 
     /// The next ACK, NAK or READ response, in order.
-    pub fn responder_transmit(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
+    pub(crate) fn responder_transmit(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
         match *self.resp.out.front()? {
             Out::Ack(a) => {
                 if a.copies > 1 {
