@@ -309,6 +309,13 @@ impl Metrics {
 
     /// The counters' entries, in exposition order.
     fn entries(&self) -> Vec<Entry> {
+        let mut entries = self.rdma_entries();
+        entries.extend(self.http_entries());
+        entries
+    }
+
+    /// The RDMA layer's entries.
+    fn rdma_entries(&self) -> Vec<Entry> {
         let c = |c: &AtomicU64| Value::Count(c.load(Ordering::Relaxed));
         let g = |c: &AtomicI64| Value::Level(c.load(Ordering::Relaxed));
         vec![
@@ -382,6 +389,14 @@ impl Metrics {
                 "hipobj-rc-v2 requests answered 503 (session or staging quota)",
                 c(&self.rdma_v2_busy),
             ),
+        ]
+    }
+
+    /// The HTTP front's entries, and the limits that acted.
+    fn http_entries(&self) -> Vec<Entry> {
+        let c = |c: &AtomicU64| Value::Count(c.load(Ordering::Relaxed));
+        let g = |c: &AtomicI64| Value::Level(c.load(Ordering::Relaxed));
+        vec![
             Entry::gauge(
                 "hipobj_http_connections",
                 "HTTP connections open",

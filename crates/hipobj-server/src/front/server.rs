@@ -60,15 +60,7 @@ impl Server {
     pub async fn start_with(config: Config, provider: Option<VerbsProvider>) -> Result<Handle, Error> {
         config.validate()?;
         let metrics = Arc::new(Metrics::default());
-        let rdma = match (config.rdma.enabled, provider) {
-            (true, Some(p)) => Some(Arc::new(Rdma::open(&p, &config.rdma)?)),
-            (true, None) => {
-                return Err(Error::Rdma(
-                    "RDMA is enabled but no verbs backend was given".into(),
-                ));
-            }
-            (false, _) => None,
-        };
+        let rdma = open_rdma(&config, provider)?;
         let store = crate::store::open(&config)?;
         let keys = crate::keys::Keys::new(&config).map_err(|e| Error::Config(e.to_string()))?;
         if let Some(f) = keys.file() {
@@ -82,22 +74,7 @@ impl Server {
         let health =
             crate::health::Health::new(crate::health::Probe::of(&config.storage, &store), rdma.clone());
         let owners = crate::s3::owners::Owners::new(&config)?;
-        let sessions = rdma.as_ref().map(|r| {
-            Arc::new(hipobj_target::rc_v2::V2Sessions::new(
-                r.target().clone(),
-                config.rdma.v2_config(),
-            ))
-        });
-        if let Some(s) = sessions.clone() {
-            // A revoked key's prepared sessions go with it (READY is signed
-            // and would be refused anyway; this frees their staging now).
-            keys.on_revoke(move |k| {
-                let n = s.drop_owner(k);
-                if n > 0 {
-                    tracing::info!("dropped {n} hipobj-rc-v2 session(s) of a revoked key");
-                }
-            });
-        }
+        let sessions = v2_sessions(rdma.as_ref(), &config, &keys);
         let v2 = crate::rdma::rc_v2::V2 {
             sessions: sessions.clone(),
             store: store.clone(),
@@ -110,10 +87,7 @@ impl Server {
             metrics: metrics.clone(),
             rdma: rdma.clone(),
             sessions: sessions.clone(),
-            data_dir: match &config.storage {
-                crate::config::StorageConfig::Fs { data_dir } => Some(data_dir.clone()),
-                crate::config::StorageConfig::S3(_) => None,
-            },
+            data_dir: data_dir(&config),
         };
         let metrics_access =
             crate::metrics_http::Access::new(config.metrics_token.as_ref().map(|t| t.expose()));
@@ -140,27 +114,13 @@ impl Server {
             .local_addr()
             .map_err(|e| Error::Io("reading the bound address".into(), e))?;
         let (stop, stopped) = watch::channel(false);
-        let metrics_listener = match config.metrics_listen {
-            Some(a) => Some(crate::metrics_http::bind(a).await?),
-            None => None,
-        };
-        let metrics_addr = match &metrics_listener {
-            Some(l) => Some(
-                l.local_addr()
-                    .map_err(|e| Error::Io("reading the metrics address".into(), e))?,
-            ),
-            None => None,
-        };
+        let (metrics_listener, metrics_addr) = bind_metrics(config.metrics_listen).await?;
         tracing::info!(
             %addr,
             rdma = rdma.is_some(),
             tls = tls.is_some(),
             storage = %crate::config_text::storage(&config.storage),
-            metrics = %match (metrics_addr, config.metrics_endpoint) {
-                (Some(a), _) => format!("{a}/metrics"),
-                (None, true) => format!("{addr}/.hipobj/metrics"),
-                (None, false) => "off".to_owned(),
-            },
+            metrics = %metrics_place(addr, metrics_addr, config.metrics_endpoint),
             "hipobj-server listening"
         );
         if let Some(l) = metrics_listener {
@@ -172,32 +132,14 @@ impl Server {
             ));
         }
         let certs = tls.as_ref().map(|t| t.certs().clone());
-        if let Some(c) = &certs
-            && config.tls.reload_check_secs > 0
-        {
-            tokio::spawn(crate::front::tls::watch(
-                c.clone(),
-                Duration::from_secs(config.tls.reload_check_secs),
-                stopped.clone(),
-            ));
-        }
-        if config.metrics_log_secs > 0 {
-            tokio::spawn(log_metrics(
-                metrics.clone(),
-                Duration::from_secs(config.metrics_log_secs),
-                stopped.clone(),
-            ));
-        }
-        if let Some(s) = sessions.clone() {
-            tokio::spawn(reap_v2(s, stopped.clone()));
-        }
-        if keys.file().is_some() && config.credentials_check_secs > 0 {
-            tokio::spawn(crate::keys::watch(
-                keys.clone(),
-                Duration::from_secs(config.credentials_check_secs),
-                stopped.clone(),
-            ));
-        }
+        spawn_watchers(
+            &config,
+            certs.as_ref(),
+            &metrics,
+            sessions.as_ref(),
+            &keys,
+            &stopped,
+        );
         let grace = Duration::from_secs(config.shutdown_grace_secs);
         let shares = Shares::new(
             config
@@ -544,6 +486,111 @@ impl Connection {
 
 /// Drops v2 sessions whose READY did not come in time, once a second, so
 /// that a client that died after PREPARE holds nothing for long.
+/// The rc-v2 sessions of a server with RDMA; a revoked key's prepared
+/// sessions go with it (READY is signed and would be refused anyway; this
+/// frees their staging now).
+fn v2_sessions(
+    rdma: Option<&Arc<Rdma>>,
+    config: &Config,
+    keys: &crate::keys::Keys,
+) -> Option<Arc<hipobj_target::rc_v2::V2Sessions>> {
+    let sessions = rdma.map(|r| {
+        Arc::new(hipobj_target::rc_v2::V2Sessions::new(
+            r.target().clone(),
+            config.rdma.v2_config(),
+        ))
+    });
+    if let Some(s) = sessions.clone() {
+        keys.on_revoke(move |k| {
+            let n = s.drop_owner(k);
+            if n > 0 {
+                tracing::info!("dropped {n} hipobj-rc-v2 session(s) of a revoked key");
+            }
+        });
+    }
+    sessions
+}
+
+/// The RDMA device, when `config.rdma.enabled`, from `provider`.
+fn open_rdma(config: &Config, provider: Option<VerbsProvider>) -> Result<Option<Arc<Rdma>>, Error> {
+    match (config.rdma.enabled, provider) {
+        (true, Some(p)) => Ok(Some(Arc::new(Rdma::open(&p, &config.rdma)?))),
+        (true, None) => Err(Error::Rdma(
+            "RDMA is enabled but no verbs backend was given".into(),
+        )),
+        (false, _) => Ok(None),
+    }
+}
+
+/// The data directory whose disk the metrics report, for a file store.
+fn data_dir(config: &Config) -> Option<std::path::PathBuf> {
+    match &config.storage {
+        crate::config::StorageConfig::Fs { data_dir } => Some(data_dir.clone()),
+        crate::config::StorageConfig::S3(_) => None,
+    }
+}
+
+/// The metrics' own listener, when `metrics_listen` names one, and its
+/// address.
+async fn bind_metrics(at: Option<SocketAddr>) -> Result<(Option<TcpListener>, Option<SocketAddr>), Error> {
+    let Some(a) = at else {
+        return Ok((None, None));
+    };
+    let l = crate::metrics_http::bind(a).await?;
+    let addr = l
+        .local_addr()
+        .map_err(|e| Error::Io("reading the metrics address".into(), e))?;
+    Ok((Some(l), Some(addr)))
+}
+
+/// Where the metrics are served, for the start line.
+fn metrics_place(addr: SocketAddr, own: Option<SocketAddr>, on_main: bool) -> String {
+    match (own, on_main) {
+        (Some(a), _) => format!("{a}/metrics"),
+        (None, true) => format!("{addr}/.hipobj/metrics"),
+        (None, false) => "off".to_owned(),
+    }
+}
+
+/// The server's periodic tasks, each ending when `stopped` turns true: the
+/// certificate and credentials file watchers, the metrics log line, and the
+/// reaper of expired rc-v2 sessions, each where configured.
+fn spawn_watchers(
+    config: &Config,
+    certs: Option<&Arc<crate::front::tls::Certs>>,
+    metrics: &Arc<Metrics>,
+    sessions: Option<&Arc<hipobj_target::rc_v2::V2Sessions>>,
+    keys: &Arc<crate::keys::Keys>,
+    stopped: &watch::Receiver<bool>,
+) {
+    if let Some(c) = certs
+        && config.tls.reload_check_secs > 0
+    {
+        tokio::spawn(crate::front::tls::watch(
+            c.clone(),
+            Duration::from_secs(config.tls.reload_check_secs),
+            stopped.clone(),
+        ));
+    }
+    if config.metrics_log_secs > 0 {
+        tokio::spawn(log_metrics(
+            metrics.clone(),
+            Duration::from_secs(config.metrics_log_secs),
+            stopped.clone(),
+        ));
+    }
+    if let Some(s) = sessions {
+        tokio::spawn(reap_v2(s.clone(), stopped.clone()));
+    }
+    if keys.file().is_some() && config.credentials_check_secs > 0 {
+        tokio::spawn(crate::keys::watch(
+            keys.clone(),
+            Duration::from_secs(config.credentials_check_secs),
+            stopped.clone(),
+        ));
+    }
+}
+
 async fn reap_v2(sessions: Arc<hipobj_target::rc_v2::V2Sessions>, mut stopped: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {

@@ -357,53 +357,13 @@ impl V2 {
                     Err(e) => (Err(e), None, None),
                 }
             }
-            Direction::Put => {
-                let store = self.store.clone();
-                let stored = match claimed.session().part().cloned() {
-                    None => {
-                        let mut b = dto::PutObjectInput::builder();
-                        b.set_bucket(bucket);
-                        b.set_key(key);
-                        let Ok(input) = b.build() else {
-                            return fail(Status::Internal, "building the store request failed");
-                        };
-                        let mut req = self.store_request(input, http::Method::PUT, &caller.access_key);
-                        let commit = move |body, len| {
-                            req.input.body = Some(body);
-                            req.input.content_length = Some(len);
-                            async move { store.put_object(req).await }
-                        };
-                        put_bytes(sessions, claimed, same, commit, |o: &dto::PutObjectOutput| {
-                            o.e_tag.as_ref()
-                        })
-                        .await
-                    }
-                    Some(part) => {
-                        let mut b = dto::UploadPartInput::builder();
-                        b.set_bucket(bucket);
-                        b.set_key(key);
-                        b.set_upload_id(part.upload_id);
-                        b.set_part_number(i32::from(part.number));
-                        let Ok(input) = b.build() else {
-                            return fail(Status::Internal, "building the store request failed");
-                        };
-                        let mut req = self.store_request(input, http::Method::PUT, &caller.access_key);
-                        let commit = move |body, len| {
-                            req.input.body = Some(body);
-                            req.input.content_length = Some(len);
-                            async move { store.upload_part(req).await }
-                        };
-                        put_bytes(sessions, claimed, same, commit, |o: &dto::UploadPartOutput| {
-                            o.e_tag.as_ref()
-                        })
-                        .await
-                    }
-                };
-                match stored {
-                    Ok((moved, etag, crc)) => (Ok(moved), etag, crc),
-                    Err(resp) => return resp,
-                }
-            }
+            Direction::Put => match self
+                .ready_put(sessions, claimed, same, &caller, bucket, key)
+                .await
+            {
+                Ok((moved, etag, crc)) => (Ok(moved), etag, crc),
+                Err(resp) => return resp,
+            },
         };
         let bytes = match moved {
             Ok(Ok(n)) => n,
@@ -433,7 +393,69 @@ impl V2 {
         };
         respond(Status::Ok, resp.to_headers(), "")
     }
+
+    /// A PUT session's bytes into the store: PutObject, or UploadPart for a
+    /// part session (`mp`).
+    async fn ready_put(
+        &self,
+        sessions: Arc<V2Sessions>,
+        claimed: hipobj_target::rc_v2::Claimed,
+        same: SameBucket,
+        caller: &Caller,
+        bucket: String,
+        key: String,
+    ) -> Result<PutOutcome, http::Response<Body>> {
+        let store = self.store.clone();
+        match claimed.session().part().cloned() {
+            None => {
+                let mut b = dto::PutObjectInput::builder();
+                b.set_bucket(bucket);
+                b.set_key(key);
+                let Ok(input) = b.build() else {
+                    return Err(fail(Status::Internal, "building the store request failed"));
+                };
+                let mut req = self.store_request(input, http::Method::PUT, &caller.access_key);
+                let commit = move |body, len| {
+                    req.input.body = Some(body);
+                    req.input.content_length = Some(len);
+                    async move { store.put_object(req).await }
+                };
+                put_bytes(sessions, claimed, same, commit, |o: &dto::PutObjectOutput| {
+                    o.e_tag.as_ref()
+                })
+                .await
+            }
+            Some(part) => {
+                let mut b = dto::UploadPartInput::builder();
+                b.set_bucket(bucket);
+                b.set_key(key);
+                b.set_upload_id(part.upload_id);
+                b.set_part_number(i32::from(part.number));
+                let Ok(input) = b.build() else {
+                    return Err(fail(Status::Internal, "building the store request failed"));
+                };
+                let mut req = self.store_request(input, http::Method::PUT, &caller.access_key);
+                let commit = move |body, len| {
+                    req.input.body = Some(body);
+                    req.input.content_length = Some(len);
+                    async move { store.upload_part(req).await }
+                };
+                put_bytes(sessions, claimed, same, commit, |o: &dto::UploadPartOutput| {
+                    o.e_tag.as_ref()
+                })
+                .await
+            }
+        }
+    }
 }
+
+/// What a PUT session moved: the count (or why not), the store's ETag, and
+/// the CRC-64/NVME of the bytes.
+type PutOutcome = (
+    Result<u64, V2Failure<S3Error>>,
+    Option<String>,
+    Option<rc_v2::Crc64Nvme>,
+);
 
 /// A PUT session's bytes, moved by `sessions` into the store through
 /// `commit` (PutObject, or UploadPart for a part): what moved, the ETag
@@ -445,14 +467,7 @@ async fn put_bytes<T, C, F>(
     same: SameBucket,
     commit: C,
     etag_of: fn(&T) -> Option<&dto::ETag>,
-) -> Result<
-    (
-        Result<u64, V2Failure<S3Error>>,
-        Option<String>,
-        Option<rc_v2::Crc64Nvme>,
-    ),
-    http::Response<Body>,
->
+) -> Result<PutOutcome, http::Response<Body>>
 where
     T: Send + 'static,
     C: FnOnce(dto::StreamingBlob, i64) -> F + Send + 'static,
