@@ -310,16 +310,8 @@ struct Rig {
 
 impl Rig {
     fn new(name: &str) -> Self {
-        let counts = Arc::new(Counts::default());
-        let verbs = CountingVerbs {
-            inner: soft(name),
-            counts: counts.clone(),
-            cqs: Arc::default(),
-        };
-        let target = Target::open(
-            &verbs,
-            &NoTopology,
-            Some(name),
+        Self::with(
+            name,
             TargetConfig {
                 chunk: CHUNK,
                 pipeline_depth: DEPTH,
@@ -327,7 +319,18 @@ impl Rig {
                 ..TargetConfig::default()
             },
         )
-        .unwrap();
+    }
+
+    /// A target on a soft device called `name`, seen through the counting
+    /// verbs layer.
+    fn with(name: &str, config: TargetConfig) -> Self {
+        let counts = Arc::new(Counts::default());
+        let verbs = CountingVerbs {
+            inner: soft(name),
+            counts: counts.clone(),
+            cqs: Arc::default(),
+        };
+        let target = Target::open(&verbs, &NoTopology, Some(name), config).unwrap();
         Self { target, counts }
     }
 
@@ -854,27 +857,15 @@ impl Source for Vanishing {
 /// and the call returns with nothing outstanding; the next client works.
 #[test]
 fn a_client_vanishing_mid_pipeline_times_out_with_nothing_outstanding() {
-    let counts = Arc::new(Counts::default());
-    let verbs = CountingVerbs {
-        inner: soft("pipe-gone-srv"),
-        counts: counts.clone(),
-        cqs: Arc::default(),
-    };
-    let rig = Rig {
-        target: Target::open(
-            &verbs,
-            &NoTopology,
-            Some("pipe-gone-srv"),
-            TargetConfig {
-                chunk: CHUNK,
-                pipeline_depth: DEPTH,
-                completion_timeout: Duration::from_millis(300),
-                ..TargetConfig::default()
-            },
-        )
-        .unwrap(),
-        counts,
-    };
+    let rig = Rig::with(
+        "pipe-gone-srv",
+        TargetConfig {
+            chunk: CHUNK,
+            pipeline_depth: DEPTH,
+            completion_timeout: Duration::from_millis(300),
+            ..TargetConfig::default()
+        },
+    );
     let len = 8u64 << 20;
     let c = rig.client("pipe-gone-cli", len as usize);
     let (caller, token) = (c.caller.clone(), c.token(len));
@@ -940,30 +931,18 @@ impl Source for Held {
 /// binding and moves the object; memory never goes past one GET's length.
 #[test]
 fn a_get_finding_every_staging_buffer_out_is_busy_and_keeps_its_binding() {
-    let counts = Arc::new(Counts::default());
-    let verbs = CountingVerbs {
-        inner: soft("pipe-stage-srv"),
-        counts: counts.clone(),
-        cqs: Arc::default(),
-    };
-    let rig = Rig {
-        target: Target::open(
-            &verbs,
-            &NoTopology,
-            Some("pipe-stage-srv"),
-            TargetConfig {
-                chunk: CHUNK,
-                pipeline_depth: DEPTH,
-                staging_buffers: 1,
-                // Both the WRITE's and the staging wait's limit: long
-                // enough for a debug build's 4 MiB WRITE on a busy machine.
-                completion_timeout: Duration::from_secs(3),
-                ..TargetConfig::default()
-            },
-        )
-        .unwrap(),
-        counts,
-    };
+    let rig = Rig::with(
+        "pipe-stage-srv",
+        TargetConfig {
+            chunk: CHUNK,
+            pipeline_depth: DEPTH,
+            staging_buffers: 1,
+            // Both the WRITE's and the staging wait's limit: long
+            // enough for a debug build's 4 MiB WRITE on a busy machine.
+            completion_timeout: Duration::from_secs(3),
+            ..TargetConfig::default()
+        },
+    );
     let len = 4u64 << 20;
     let (first, second) = (
         rig.client("pipe-stage-a", len as usize),
@@ -1030,24 +1009,14 @@ fn a_store_slower_than_the_completion_timeout_still_serves_the_get() {
             self.0.fill(off, buf)
         }
     }
-    let counts = Arc::new(Counts::default());
-    let verbs = CountingVerbs {
-        inner: soft("pipe-slow-srv"),
-        counts: counts.clone(),
-        cqs: Arc::default(),
-    };
-    let target = Target::open(
-        &verbs,
-        &NoTopology,
-        Some("pipe-slow-srv"),
+    let rig = Rig::with(
+        "pipe-slow-srv",
         TargetConfig {
             chunk: CHUNK,
             completion_timeout: Duration::from_millis(1000),
             ..TargetConfig::default()
         },
-    )
-    .unwrap();
-    let rig = Rig { target, counts };
+    );
     let len = 1u64 << 20;
     let c = rig.client("pipe-slow-cli", len as usize);
     let a = rig.target.serve(
