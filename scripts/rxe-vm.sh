@@ -78,6 +78,8 @@ install_packages() {
     command -v rdma >/dev/null || need+=(iproute2)
     [[ -e /usr/lib/x86_64-linux-gnu/libibverbs.so.1 ]] || need+=(libibverbs1)
     [[ -e /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so ]] || need+=(ibverbs-providers)
+    # The TLS relay in front of elbencho's server (scripts/rxe-rc-v2-client-test.sh).
+    command -v stunnel4 >/dev/null || need+=(stunnel4)
     [[ ${#need[@]} -eq 0 ]] && return 0
     [[ $(id -u) == 0 ]] || die "missing ${need[*]}; run as root to install them"
     apt_private

@@ -778,14 +778,10 @@ pub(crate) fn put(session: &Session, src: &str, url: &S3Url, part_size: u64, par
         // Nothing to register: an empty object is a plain request.
         return plain_put(session, url, &[], None).map(|_| ());
     }
-    // hipobj-rc-v2 has no parts: such a server gets the file whole, in one
-    // registration, rather than parts over plain HTTP.
-    let whole = size <= part_size
-        || (size <= MAX_PART
-            && match &session.rdma {
-                Ok(c) => session.rdma_call(c, url, |g| g.takes_puts_whole(&url.bucket, &url.key))?,
-                Err(_) => false,
-            });
+    let whole = one_put(size, part_size, || match &session.rdma {
+        Ok(c) => session.rdma_call(c, url, |g| g.takes_puts_whole(&url.bucket, &url.key)),
+        Err(_) => Ok(false),
+    })?;
     let chunk = if whole { size } else { part_size };
     let mut buf = vec![
         0u8;
@@ -879,6 +875,24 @@ pub(crate) fn put(session: &Session, src: &str, url: &S3Url, part_size: u64, par
     }
 }
 
+/// Whether `put` sends a file of `size` bytes as one PutObject rather than
+/// a multipart upload: when it fits one part, or when the server takes
+/// PUTs whole (`takes_whole`: hipobj-rc-v2 without parts, which gets the
+/// file in one registration rather than parts over plain HTTP) and the
+/// file fits one hipobj-rc-v2 transfer. A larger file goes in parts, which
+/// such a server takes over plain HTTP only (refused under
+/// `--require-rdma`): one transfer over 2^31-1 bytes would be refused by
+/// the client itself.
+fn one_put(size: u64, part_size: u64, takes_whole: impl FnOnce() -> CliResult<bool>) -> CliResult<bool> {
+    if size <= part_size {
+        return Ok(true);
+    }
+    if size > hipobj::RC_V2_MAX_SIZE {
+        return Ok(false);
+    }
+    takes_whole()
+}
+
 #[allow(clippy::too_many_arguments)]
 fn upload_parts(
     session: &Session,
@@ -967,6 +981,24 @@ pub(crate) fn plain_put(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file over hipobj-rc-v2's 2^31-1 bytes per transfer cannot go to a
+    /// server without v2 parts as one PutObject by RDMA: it goes as a
+    /// multipart upload (its parts over plain HTTP, or refused under
+    /// --require-rdma), not as one transfer the client then refuses.
+    #[test]
+    fn a_put_over_one_rc_v2_transfer_goes_in_parts() {
+        let part = 16 << 20;
+        let whole = || Ok(true);
+        let max = hipobj::RC_V2_MAX_SIZE;
+        assert!(matches!(one_put(max, part, whole), Ok(true)));
+        assert!(matches!(one_put(max + 1, part, whole), Ok(false)));
+        assert!(matches!(one_put((2 << 30) + (1 << 20), part, whole), Ok(false)));
+        // One part: whole, without asking the server.
+        assert!(matches!(one_put(part, part, || panic!("asked")), Ok(true)));
+        // A server that does not take PUTs whole gets parts.
+        assert!(matches!(one_put(part + 1, part, || Ok(false)), Ok(false)));
+    }
 
     #[test]
     fn urls() {
