@@ -394,10 +394,11 @@ async fn power_cut_workload() {
                 },
             }
         };
-        // A copy from a key that does not exist is a 404 the model has no
-        // use for: skip it.
-        if let Op::Copy { from, .. } = &op
-            && !model.plain.contains_key(from)
+        // A copy from a key that does not exist is a 404, and one onto
+        // itself without the REPLACE directive a 400, as S3 answers: the
+        // model has no use for either, skip them.
+        if let Op::Copy { key, from, .. } = &op
+            && (!model.plain.contains_key(from) || key == from)
         {
             continue;
         }
