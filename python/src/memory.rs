@@ -241,8 +241,16 @@ impl Registration {
         })
     }
 
-    pub(crate) fn is_readonly(&self) -> bool {
-        self.readonly
+    /// Refuses a GET into read-only memory.
+    pub(crate) fn check_writable(&self, py: Python<'_>) -> PyResult<()> {
+        if self.readonly {
+            return Err(own_err(
+                py,
+                ErrorKind::InvalidValue,
+                "a GET needs writable memory; this buffer is read-only",
+            ));
+        }
+        Ok(())
     }
 
     fn transfer(
@@ -254,12 +262,8 @@ impl Registration {
         control: Py<PyAny>,
     ) -> PyResult<()> {
         self.check_live(py)?;
-        if dir == Direction::Get && self.readonly {
-            return Err(own_err(
-                py,
-                ErrorKind::InvalidValue,
-                "a GET needs writable memory; this buffer is read-only",
-            ));
+        if dir == Direction::Get {
+            self.check_writable(py)?;
         }
         let mut ctl = PyControl {
             obj: &control,

@@ -167,13 +167,7 @@ impl S3Client {
         key: &str,
         range: Option<&str>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        if reg.is_readonly() {
-            return Err(own_err(
-                py,
-                ErrorKind::InvalidValue,
-                "a GET needs writable memory; this buffer is read-only",
-            ));
-        }
+        reg.check_writable(py)?;
         let at = Span { offset, len };
         let out = reg.with_host(py, |r| self.inner.get_object(r, at, bucket, key, range))?;
         result(py, &out.map_err(|e| raise_s3(py, &e))?)
@@ -198,13 +192,7 @@ impl S3Client {
         part_size: Option<usize>,
         in_flight: Option<usize>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        if reg.is_readonly() {
-            return Err(own_err(
-                py,
-                ErrorKind::InvalidValue,
-                "a GET needs writable memory; this buffer is read-only",
-            ));
-        }
+        reg.check_writable(py)?;
         let now = self.inner.parallel_settings();
         let c = self.inner.clone().parallel(Parallel {
             part_size: part_size.unwrap_or(now.part_size),

@@ -120,6 +120,20 @@ pub struct Transfer {
     pub status: u16,
 }
 
+impl Transfer {
+    /// A call whose bytes moved by RDMA.
+    pub(crate) fn by_rdma(bytes: u64, etag: Option<String>, object_size: Option<u64>, status: u16) -> Self {
+        Self {
+            bytes,
+            etag,
+            rdma: true,
+            declined: None,
+            object_size,
+            status,
+        }
+    }
+}
+
 /// An S3 client whose GetObject, PutObject and UploadPart move the bytes by
 /// RDMA into and out of memory registered with a [`hipobj::Client`].
 #[derive(Clone, Debug)]
@@ -600,14 +614,12 @@ impl RdmaS3Client {
             })?,
             (_, None) => 0,
         };
-        Ok(Ok(Transfer {
+        Ok(Ok(Transfer::by_rdma(
             bytes,
-            etag: last.etag.clone(),
-            rdma: true,
-            declined: None,
-            object_size: last.object_size(),
-            status: last.status.unwrap_or(0),
-        }))
+            last.etag.clone(),
+            last.object_size(),
+            last.status.unwrap_or(0),
+        )))
     }
 
     #[allow(clippy::too_many_arguments)]

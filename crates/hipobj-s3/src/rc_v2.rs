@@ -292,14 +292,12 @@ impl RdmaS3Client {
         match self.run_v2(&mut s, bucket, key, Some(offset), None, probing)? {
             Outcome::Done(bytes, etag) => {
                 self.protocol.set(Protocol::RcV2);
-                Ok(Transfer {
+                Ok(Transfer::by_rdma(
                     bytes,
                     etag,
-                    rdma: true,
-                    declined: None,
                     object_size,
-                    status: if range.is_some() { 206 } else { 200 },
-                })
+                    if range.is_some() { 206 } else { 200 },
+                ))
             }
             Outcome::Unsupported(why) => {
                 drop(s);
@@ -331,14 +329,7 @@ impl RdmaS3Client {
             })?;
         let mut s = self.hipobj.rc_v2_get_part(reg, at.offset, at.len)?;
         match self.run_v2(&mut s, bucket, key, Some(offset), None, false)? {
-            Outcome::Done(bytes, etag) => Ok(Transfer {
-                bytes,
-                etag,
-                rdma: true,
-                declined: None,
-                object_size: None,
-                status: 206,
-            }),
+            Outcome::Done(bytes, etag) => Ok(Transfer::by_rdma(bytes, etag, None, 206)),
             Outcome::Unsupported(why) => Err(Error::new(
                 ErrorKind::S3Error,
                 format!(
@@ -380,14 +371,7 @@ impl RdmaS3Client {
         match self.run_v2(&mut s, bucket, key, None, part.as_ref(), probing)? {
             Outcome::Done(bytes, etag) => {
                 self.protocol.set(Protocol::RcV2);
-                Ok(Transfer {
-                    bytes,
-                    etag,
-                    rdma: true,
-                    declined: None,
-                    object_size: None,
-                    status: 200,
-                })
+                Ok(Transfer::by_rdma(bytes, etag, None, 200))
             }
             Outcome::Unsupported(why) => {
                 drop(s);
